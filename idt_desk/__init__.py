@@ -1,0 +1,54 @@
+"""IDT Desk: the Information Digital Twin's core, free of Qt.
+
+Symbolise continuous (S, A, S') streams, compute bi-predictability P, forward and backward
+predictive uncertainty H_f, H_b and their asymmetry dH over sliding windows, and detect
+3-sigma excursions against a baseline.
+"""
+
+from __future__ import annotations
+
+from idt_desk._engine import (
+    WINDOW_KEYS,
+    MetricEngine,
+    sliding_metrics,
+    surrogate_null,
+    window_means,
+)
+from idt_desk._io import InputError, Trajectory, load_trajectory
+from idt_desk._monitor import (
+    IDT_METRICS,
+    Baseline,
+    Detection,
+    Monitor,
+    detect,
+    detection_latency,
+    first_post_onset_window,
+)
+from idt_desk._symbolize import SymbolizationError, Symbolizer, combine_digits
+from idt_desk.presets import PRESETS, Preset, get_preset
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "IDT_METRICS",
+    "PRESETS",
+    "WINDOW_KEYS",
+    "Baseline",
+    "Detection",
+    "InputError",
+    "MetricEngine",
+    "Monitor",
+    "Preset",
+    "SymbolizationError",
+    "Symbolizer",
+    "Trajectory",
+    "combine_digits",
+    "detect",
+    "detection_latency",
+    "first_post_onset_window",
+    "get_preset",
+    "load_trajectory",
+    "sliding_metrics",
+    "surrogate_null",
+    "window_means",
+]

@@ -1,0 +1,240 @@
+"""Continuous variables to integer symbols (DESIGN §3).
+
+1. optional: circular variables wrapped to (-pi, pi];
+2. z-score each variable with statistics frozen at calibration;
+3. equal-width bins spanning each variable's calibrated z-range, edges frozen; later values
+   outside the range go to the edge bins;
+4. the bins of a group of variables become one composite symbol (mixed radix), and the
+   symbol is the composite of its groups.
+
+Composites are exact mixed-radix integers while the alphabet fits in int64. Beyond that
+(16 bins x 17 variables is 2**68) they are 64-bit hashes of the digits: distinct tuples
+collide with probability about n**2 / 2**64 for n distinct tuples (below 1e-7 for a
+million), and only the partition of the window matters to the entropies. The engine keys its
+joint tables on tuples of these symbols, so (S, A, S') never has to fit in one integer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["SymbolizationError", "Symbolizer", "combine_digits"]
+
+_INT64_MAX = 2**63 - 1
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_C1 = np.uint64(0xBF58476D1CE4E5B9)
+_C2 = np.uint64(0x94D049BB133111EB)
+
+
+class SymbolizationError(ValueError):
+    """Input that cannot be symbolised (non-finite values, wrong shape, not calibrated)."""
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    # Array arithmetic on uint64 wraps modulo 2**64 without warnings.
+    x = x ^ (x >> np.uint64(30))
+    x = x * _C1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _C2
+    return x ^ (x >> np.uint64(31))
+
+
+def combine_digits(digits: np.ndarray, radices: Sequence[int]) -> np.ndarray:
+    """Composite int64 symbols from per-column digits ``0 <= digits[:, j] < radices[j]``.
+
+    Mixed radix (first column least significant) while prod(radices) fits in int64, else a
+    64-bit hash of the digits (non-negative int64).
+    """
+    digits = np.asarray(digits, dtype=np.int64)
+    if digits.ndim != 2 or digits.shape[1] != len(radices):
+        raise SymbolizationError(
+            f"digits must have shape (n, {len(radices)}), got {digits.shape}"
+        )
+    if math.prod(int(r) for r in radices) - 1 <= _INT64_MAX:
+        out = np.zeros(digits.shape[0], dtype=np.int64)
+        place = 1
+        for j, r in enumerate(radices):
+            out += digits[:, j] * place
+            place *= int(r)
+        return out
+    h = np.full(digits.shape[0], _GOLDEN, dtype=np.uint64)
+    for j in range(digits.shape[1]):
+        h = _mix(h ^ digits[:, j].astype(np.uint64))
+    return (h >> np.uint64(1)).astype(np.int64)
+
+
+@dataclass
+class _Calibration:
+    mean: np.ndarray
+    std: np.ndarray
+    z_lo: np.ndarray
+    z_hi: np.ndarray
+
+
+class Symbolizer:
+    """Frozen z-score + equal-width binning + composite symbols.
+
+    Parameters
+    ----------
+    n_vars
+        Number of variables (columns).
+    bins
+        Bins per variable: one int for all, or one per variable.
+    groups
+        Variable indices of each group, e.g. ``[[0, 1, 8], [2, 3], ...]``; the composite of
+        each group is a digit of the final symbol. None: every variable is its own group.
+        Variables in no group are ignored (that is how a variable is dropped from S).
+    circular
+        Indices of angular variables to wrap to (-pi, pi] before z-scoring.
+    names
+        Variable names used in error messages (default ``x_0, x_1, ...``).
+
+    """
+
+    def __init__(
+        self,
+        n_vars: int,
+        bins: int | Sequence[int] = 16,
+        groups: Sequence[Sequence[int]] | None = None,
+        circular: Sequence[int] = (),
+        names: Sequence[str] | None = None,
+    ) -> None:
+        if n_vars < 1:
+            raise ValueError(f"n_vars must be >= 1, got {n_vars}")
+        self.n_vars = int(n_vars)
+        b = np.broadcast_to(np.asarray(bins, dtype=np.int64), (self.n_vars,)).copy()
+        if np.any(b < 1):
+            raise ValueError(f"bins must be >= 1, got {bins!r}")
+        self.bins = b
+        if groups is None:
+            groups = [[j] for j in range(self.n_vars)]
+        self.groups = [tuple(int(j) for j in g) for g in groups]
+        flat = [j for g in self.groups for j in g]
+        if not flat or any(g == () for g in self.groups):
+            raise ValueError("every group needs at least one variable")
+        if min(flat) < 0 or max(flat) >= self.n_vars or len(set(flat)) != len(flat):
+            raise ValueError(
+                f"groups must use distinct variable indices in [0, {self.n_vars}), got {groups!r}"
+            )
+        self.circular = tuple(int(j) for j in circular)
+        if any(j < 0 or j >= self.n_vars for j in self.circular):
+            raise ValueError(f"circular indices out of range: {circular!r}")
+        self.names = list(names) if names is not None else [f"x_{j}" for j in range(n_vars)]
+        if len(self.names) != self.n_vars:
+            raise ValueError(f"{len(self.names)} names for {self.n_vars} variables")
+        self._cal: _Calibration | None = None
+
+    # -- calibration ------------------------------------------------------------------------
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether :meth:`fit` has frozen the statistics."""
+        return self._cal is not None
+
+    def fit(self, x: np.ndarray) -> Symbolizer:
+        """Freeze mean, standard deviation and z-range of each variable from ``x`` (n, d)."""
+        x = self._prepare(x)
+        if x.shape[0] < 1:
+            raise SymbolizationError("cannot calibrate on zero rows")
+        mean = x.mean(axis=0)
+        std = x.std(axis=0, ddof=1) if x.shape[0] > 1 else np.zeros(self.n_vars)
+        std = np.where(std > 0, std, 1.0)  # a constant variable keeps z = 0
+        z = (x - mean) / std
+        self._cal = _Calibration(mean, std, z.min(axis=0), z.max(axis=0))
+        return self
+
+    def fit_transform(self, x: np.ndarray) -> np.ndarray:
+        """Calibrate on ``x`` and symbolise it."""
+        return self.fit(x).transform(x)
+
+    # -- symbols ----------------------------------------------------------------------------
+
+    def digits(self, x: np.ndarray) -> np.ndarray:
+        """Bin index of every value, shape (n, d), using the frozen calibration."""
+        if self._cal is None:
+            raise SymbolizationError("the symboliser is not calibrated: call fit() first")
+        x = self._prepare(x)
+        cal = self._cal
+        z = (x - cal.mean) / cal.std
+        span = cal.z_hi - cal.z_lo
+        width = np.where(span > 0, span, 1.0) / self.bins
+        idx = np.floor((z - cal.z_lo) / width)
+        # A zero-width range: the calibrated value and below -> bin 0, above -> last bin.
+        idx = np.where(span > 0, idx, np.where(z > cal.z_hi, self.bins - 1, 0))
+        return np.clip(idx, 0, self.bins - 1).astype(np.int64)
+
+    def group_symbols(self, x: np.ndarray) -> np.ndarray:
+        """Composite symbol of each group, shape (n, n_groups)."""
+        d = self.digits(x)
+        return np.stack(
+            [combine_digits(d[:, list(g)], [int(self.bins[j]) for j in g]) for g in self.groups],
+            axis=1,
+        )
+
+    def group_radices(self) -> list[int]:
+        """Alphabet size of each group's composite symbol."""
+        return [math.prod(int(self.bins[j]) for j in g) for g in self.groups]
+
+    def transform(self, x: np.ndarray) -> np.ndarray:
+        """One int64 symbol per row: the composite of the group symbols."""
+        return combine_digits(self.group_symbols(x), self.group_radices())
+
+    @property
+    def alphabet_size(self) -> int:
+        """Number of possible symbols (may exceed 2**63; symbols are then hashed)."""
+        return math.prod(self.group_radices())
+
+    # -- persistence ------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able description, including the frozen calibration if any."""
+        d: dict[str, Any] = {
+            "n_vars": self.n_vars,
+            "bins": self.bins.tolist(),
+            "groups": [list(g) for g in self.groups],
+            "circular": list(self.circular),
+            "names": self.names,
+        }
+        if self._cal is not None:
+            d["calibration"] = {
+                k: getattr(self._cal, k).tolist() for k in ("mean", "std", "z_lo", "z_hi")
+            }
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Symbolizer:
+        """Rebuild a symboliser written by :meth:`to_dict`."""
+        sym = cls(d["n_vars"], d["bins"], d["groups"], d.get("circular", ()), d.get("names"))
+        cal = d.get("calibration")
+        if cal is not None:
+            sym._cal = _Calibration(*(np.asarray(cal[k], dtype=np.float64)
+                                      for k in ("mean", "std", "z_lo", "z_hi")))
+        return sym
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _prepare(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        if x.ndim == 1 and self.n_vars == 1:
+            x = x[:, None]
+        if x.ndim != 2 or x.shape[1] != self.n_vars:
+            raise SymbolizationError(
+                f"expected an array of shape (n, {self.n_vars}), got {x.shape}"
+            )
+        bad = ~np.isfinite(x)
+        if bad.any():
+            row, col = np.argwhere(bad)[0]
+            raise SymbolizationError(
+                f"non-finite value {x[row, col]} in variable '{self.names[col]}' at row {row}"
+            )
+        if self.circular:
+            x = x.copy()
+            c = list(self.circular)
+            # (-pi, pi]: -pi itself maps to +pi.
+            x[:, c] = np.pi - np.mod(np.pi - x[:, c], 2 * np.pi)
+        return x

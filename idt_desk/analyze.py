@@ -1,0 +1,292 @@
+"""Offline analysis of a trajectory file: symbolise, window, summarise (``idt-desk analyze``)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from idt_desk._engine import sliding_metrics, surrogate_null, window_means
+from idt_desk._io import InputError, Trajectory
+from idt_desk._monitor import IDT_METRICS, Detection, detect
+from idt_desk._symbolize import Symbolizer
+from idt_desk.presets import ANGLE_MODES, Preset
+
+__all__ = [
+    "AnalysisResult",
+    "analyze_trajectory",
+    "plot_metrics",
+    "summarize",
+    "symbolize_trajectory",
+    "write_outputs",
+]
+
+#: The metrics the paper tabulates (Tables 1 and 2), in order.
+TABLE_METRICS = ("P", "H_f", "H_b", "dH")
+
+
+def _wrap(x: np.ndarray) -> np.ndarray:
+    return np.pi - np.mod(np.pi - x, 2 * np.pi)
+
+
+def prepare_angles(
+    s: np.ndarray, s_next: np.ndarray, angles: Sequence[int], mode: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Apply the preset's angle handling to S and S' (copies; inputs untouched).
+
+    ``unwrap`` makes S's angles continuous along the rows and places each S' angle at the
+    branch nearest its S (S' is one step after S), so both share one continuous angle.
+    ``wrap`` maps both to (-pi, pi]; ``none`` leaves them.
+    """
+    if mode not in ANGLE_MODES:
+        raise InputError(f"angle mode must be one of {ANGLE_MODES}, got {mode!r}")
+    if not angles or mode == "none":
+        return s, s_next
+    s, s_next = s.copy(), s_next.copy()
+    idx = list(angles)
+    if max(idx) >= s.shape[1]:
+        raise InputError(f"angle column {max(idx)} out of range for {s.shape[1]} state columns")
+    if mode == "wrap":
+        s[:, idx] = _wrap(s[:, idx])
+        s_next[:, idx] = _wrap(s_next[:, idx])
+    else:
+        s[:, idx] = np.unwrap(s[:, idx], axis=0)
+        s_next[:, idx] = s[:, idx] + _wrap(s_next[:, idx] - s[:, idx])
+    return s, s_next
+
+
+def symbolize_trajectory(
+    traj: Trajectory, preset: Preset
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, dict[str, Any]]:
+    """Symbols (s, s_next, a) with the whole file as calibration; plus the symbolisers' config."""
+    s, s_next = prepare_angles(traj.s, traj.s_next, preset.angles, preset.angle_mode)
+    sym_s = Symbolizer(s.shape[1], preset.bins, preset.state_groups, names=traj.state_names)
+    s_sym = sym_s.fit_transform(s)
+    n_sym = sym_s.transform(s_next)
+    config: dict[str, Any] = {"state": sym_s.to_dict()}
+    a_sym = None
+    if traj.a is not None:
+        sym_a = Symbolizer(
+            traj.a.shape[1], preset.bins, preset.action_groups, names=traj.action_names
+        )
+        a_sym = sym_a.fit_transform(traj.a)
+        config["action"] = sym_a.to_dict()
+    return s_sym, n_sym, a_sym, config
+
+
+@dataclass
+class AnalysisResult:
+    """Per-window table, its summary, and the detection (if asked for)."""
+
+    windows: pd.DataFrame
+    summary: dict[str, Any]
+    detection: Detection | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def _stats(x: np.ndarray) -> dict[str, float | None]:
+    x = np.asarray(x, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if not x.size:
+        return {"min": None, "mean": None, "max": None, "std": None}
+    return {
+        "min": float(x.min()),
+        "mean": float(x.mean()),
+        "max": float(x.max()),
+        "std": float(x.std(ddof=1)) if x.size > 1 else 0.0,
+    }
+
+
+def summarize(windows: Mapping[str, Any], metrics: Sequence[str] = TABLE_METRICS) -> dict:
+    """Min / mean / max / std (ddof = 1, as MATLAB's std) of each metric over windows."""
+    return {m: _stats(np.asarray(windows[m])) for m in metrics}
+
+
+def analyze_trajectory(
+    traj: Trajectory,
+    preset: Preset,
+    *,
+    correction: str | None = None,
+    null_draws: int = 0,
+    seed: int = 0,
+    onset: int | None = None,
+    n_baseline: int | None = None,
+    k: float = 3.0,
+    source: str = "",
+) -> AnalysisResult:
+    """Symbolise a trajectory (whole file as calibration), window it, summarise it.
+
+    Raises
+    ------
+    InputError
+        Too few transitions for one window, or bad symbolisation settings.
+
+    """
+    if traj.n < preset.window:
+        raise InputError(
+            f"{source or 'trajectory'}: {traj.n} transitions, fewer than one window of "
+            f"{preset.window}"
+        )
+    try:
+        s, n, a, sym_config = symbolize_trajectory(traj, preset)
+    except ValueError as exc:
+        raise InputError(f"{source or 'trajectory'}: {exc}") from None
+    w = sliding_metrics(s, n, a, preset.window, preset.stride, correction)
+    table = pd.DataFrame(w)
+    table.insert(1, "end", table["start"] + preset.window)
+    if traj.reward is not None:
+        table["reward"] = window_means(traj.reward, w["start"], preset.window)
+    notes = []
+    n_undef = int(np.isnan(w["P"]).sum())
+    if n_undef:
+        notes.append(
+            f"{n_undef} window(s) have P undefined (NaN): H(S) + H(A) + H(S') = 0, "
+            "the symbolised signal is constant there"
+        )
+    if null_draws:
+        null = surrogate_null(s, n, a, preset.window, preset.stride, null_draws, seed, w)
+        for key in ("P_null_mean", "P_null_std", "P_null_z"):
+            table[key] = null[key]
+    summary: dict[str, Any] = {
+        "source": source,
+        "rows": traj.rows,
+        "transitions": traj.n,
+        "windows": len(table),
+        "passive": a is None,
+        "config": {
+            "preset": preset.to_dict(),
+            "correction": correction,
+            "symbolizer": sym_config,
+            "std_ddof": 1,
+        },
+        "metrics": summarize(w),
+        "also": summarize(
+            w, ("MI", "H_S", "H_A", "H_S_next", "H_A_given_S", "MI_A_S_next_given_S",
+                "unique_frac")
+        ),
+        "undefined_P_windows": n_undef,
+        "notes": notes,
+    }
+    if a is not None:
+        summary["agency"] = {
+            "choice_H_A_given_S": float(np.nanmean(w["H_A_given_S"])),
+            "effect_MI_A_S_next_given_S": float(np.nanmean(w["MI_A_S_next_given_S"])),
+            "asymmetry_mean_abs_dH": float(np.nanmean(np.abs(w["dH"]))),
+        }
+    if null_draws:
+        summary["null"] = {
+            "draws": null_draws,
+            "seed": seed,
+            "P_null_mean": _stats(table["P_null_mean"].to_numpy()),
+            "P_null_z": _stats(table["P_null_z"].to_numpy()),
+        }
+    detection = None
+    if onset is not None or n_baseline is not None:
+        metrics = list(IDT_METRICS) + (["reward"] if "reward" in table else [])
+        try:
+            detection = detect(
+                table, window=preset.window, onset=onset, n_baseline=n_baseline, k=k,
+                metrics=metrics,
+            )
+        except ValueError as exc:
+            raise InputError(f"{source or 'trajectory'}: {exc}") from None
+        for m, f in detection.flags.items():
+            table[f"excursion_{m}"] = f
+        summary["detection"] = detection.summary()
+    return AnalysisResult(table, summary, detection)
+
+
+def plot_metrics(
+    table: pd.DataFrame, path: Path, title: str = "", detection: Detection | None = None
+) -> None:
+    """Write a PNG of P, H_f, H_b and dH against the window's first transition."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = {"P": "P", "H_f": "H_f (bits)", "H_b": "H_b (bits)", "dH": "ΔH (bits)"}
+    fig, axes = plt.subplots(4, 1, sharex=True, figsize=(9, 8), constrained_layout=True)
+    x = table["start"].to_numpy()
+    for ax, m in zip(axes, TABLE_METRICS, strict=True):
+        ax.plot(x, table[m].to_numpy(), lw=0.8, color="tab:blue")
+        ax.set_ylabel(labels[m])
+        ax.grid(alpha=0.3)
+        if detection is not None and m in detection.baseline.mean:
+            lo, hi = detection.baseline.band(m)
+            if math.isfinite(lo) and math.isfinite(hi):
+                ax.axhspan(lo, hi, color="tab:green", alpha=0.12, lw=0)
+            ex = detection.flags[m]
+            ax.plot(x[ex], table[m].to_numpy()[ex], "o", ms=2.5, color="tab:red")
+            if detection.onset_index is not None and detection.onset_index < len(x):
+                ax.axvline(x[detection.onset_index], color="tab:red", lw=0.8, ls="--")
+    axes[-1].set_xlabel("window start (transition)")
+    if title:
+        axes[0].set_title(title)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _json_default(o: object) -> Any:
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return None if math.isnan(o) else float(o)
+    if isinstance(o, np.bool_):
+        return bool(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def write_json(obj: Any, path: Path) -> None:
+    """Write JSON with numpy scalars converted and NaN written as null."""
+
+    def clean(v: Any) -> Any:
+        if isinstance(v, float) and math.isnan(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [clean(x) for x in v]
+        return v
+
+    path.write_text(json.dumps(clean(obj), indent=2, default=_json_default) + "\n")
+
+
+def format_table(summary: Mapping[str, Any], label: str = "this run") -> str:
+    """The metrics summary laid out like the paper's Tables 1 and 2 (Markdown)."""
+    lines = ["| Metric | Min | Mean | Max | STD |", "|---|---|---|---|---|"]
+    names = {"P": "Bi-predictability P", "H_f": "Forward H(S'|S,A)",
+             "H_b": "Backward H(S,A|S')", "dH": "Asymmetry ΔH"}
+    for m, st in summary["metrics"].items():
+
+        def f(v: float | None) -> str:
+            return "—" if v is None else f"{v:.6g}"
+
+        lines.append(
+            f"| {names.get(m, m)} | {f(st['min'])} | {f(st['mean'])} | {f(st['max'])} "
+            f"| {f(st['std'])} |"
+        )
+    return f"{label}\n" + "\n".join(lines)
+
+
+def write_outputs(result: AnalysisResult, out: Path, title: str = "") -> list[Path]:
+    """Write ``windows.csv``, ``summary.json`` and ``metrics.png`` into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "windows.csv", out / "summary.json", out / "metrics.png"]
+    result.windows.to_csv(paths[0], index=False)
+    write_json(result.summary, paths[1])
+    plot_metrics(result.windows, paths[2], title, result.detection)
+    return paths
+
+
+def preset_with_overrides(preset: Preset, **overrides: Any) -> Preset:
+    """A copy of ``preset`` with the given non-None fields replaced."""
+    return replace(preset, **{k: v for k, v in overrides.items() if v is not None})

@@ -1,0 +1,90 @@
+"""Symbolisation and windowing presets: the paper's configurations (DESIGN §3)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["PRESETS", "Preset", "get_preset"]
+
+#: Angle handling before z-scoring: "unwrap" (continuous angle, as the authors' released
+#: pendulum pipeline does), "wrap" (to (-pi, pi]) or "none".
+ANGLE_MODES = ("unwrap", "wrap", "none")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A symbolisation + windowing configuration.
+
+    Attributes
+    ----------
+    name, description
+        How the preset is chosen and what it reproduces.
+    bins, window, stride
+        Equal-width bins per variable; window length and step in transitions.
+    state_groups, action_groups
+        Variable indices of each composite group of S and of A (None: each variable its own
+        group, i.e. S is the composite of all its variables).
+    angles
+        Indices of angular state variables, treated per ``angle_mode``.
+    angle_mode
+        One of ``ANGLE_MODES``.
+    n_state, n_action
+        Number of state / action variables the preset expects (None: any).
+
+    """
+
+    name: str
+    description: str
+    bins: int
+    window: int
+    stride: int
+    state_groups: tuple[tuple[int, ...], ...] | None = None
+    action_groups: tuple[tuple[int, ...], ...] | None = None
+    angles: tuple[int, ...] = field(default=())
+    angle_mode: str = "none"
+    n_state: int | None = None
+    n_action: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return asdict(self)
+
+
+_CHEETAH_S = ((0, 1, 8, 9, 10), (2, 3, 4, 11, 12, 13), (5, 6, 7, 14, 15, 16))
+_CHEETAH_A = ((0, 1, 2), (3, 4, 5))
+
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset(
+            "pendulum",
+            "Double pendulum, the paper's batch 1: S = (theta1, theta2, omega1, omega2), "
+            "angles unwrapped, 16 bins, W = 300, stride 75, no action.",
+            bins=16, window=300, stride=75, angles=(0, 1), angle_mode="unwrap",
+            n_state=4, n_action=0,
+        ),
+        Preset(
+            "pendulum-batch2",
+            "Double pendulum, the paper's batch 2 (coarser bins, shorter windows, more "
+            "overlap): 8 bins, W = 150, stride 25.",
+            bins=8, window=150, stride=25, angles=(0, 1), angle_mode="unwrap",
+            n_state=4, n_action=0,
+        ),
+        Preset(
+            "cheetah",
+            "HalfCheetah: 17 observations in three body-part groups (torso, back leg, front "
+            "leg), 6 torques in two groups (back, front), 3 bins, W = 300, stride 50.",
+            bins=3, window=300, stride=50, state_groups=_CHEETAH_S, action_groups=_CHEETAH_A,
+            n_state=17, n_action=6,
+        ),
+    )
+}
+
+
+def get_preset(name: str) -> Preset:
+    """Look up a preset by name, with a clear error listing the known ones."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise KeyError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}") from None

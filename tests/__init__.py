@@ -1,0 +1,1 @@
+"""IDT Desk test suite."""
