@@ -67,3 +67,43 @@ def bench_engine(
                      "ratio": eng_rate / ref_rate})
         print_fn(f"{stride:>6} {eng_rate:>15,.0f} {ref_rate:>17,.0f} {eng_rate / ref_rate:>8,.0f}x")
     return rows
+
+
+def bench_memory(
+    seconds: float = 1800.0,
+    source: str = "pendulum",
+    samples: int = 10,
+    print_fn: Callable[[str], None] = print,
+) -> list[tuple[float, int, float]]:
+    """Resident memory over a long headless session at maximum speed.
+
+    Prints (wall seconds, transitions, RSS MiB) at ``samples`` points and the ratio of the
+    last RSS to the first one taken after warm-up (flat memory: about 1.0).
+    """
+    import psutil
+
+    from idt_desk.session import Session, SessionConfig
+
+    proc = psutil.Process()
+    session = Session(SessionConfig(source=source, speed=None))
+    session.start()
+    rows = []
+    t0 = time.monotonic()
+    print_fn(f"memory benchmark: {source} at maximum speed for {seconds:g} s, no recording")
+    print_fn(f"{'wall (s)':>9} {'transitions':>14} {'windows':>10} {'RSS (MiB)':>10}")
+    try:
+        for k in range(samples + 1):
+            target = t0 + seconds * k / samples
+            while time.monotonic() < target and session.running:
+                time.sleep(min(1.0, max(0.0, target - time.monotonic())))
+            snap = session.snapshot(limit=1)
+            rss = proc.memory_info().rss / 2**20
+            rows.append((time.monotonic() - t0, snap.n_transitions, rss))
+            print_fn(f"{rows[-1][0]:>9.0f} {snap.n_transitions:>14,} {snap.n_windows:>10,} "
+                     f"{rss:>10.1f}")
+    finally:
+        session.stop()
+    first = rows[1][2] if len(rows) > 1 else rows[0][2]
+    print_fn(f"RSS after warm-up {first:.1f} MiB, at the end {rows[-1][2]:.1f} MiB: "
+             f"ratio {rows[-1][2] / first:.3f}")
+    return rows

@@ -1,0 +1,109 @@
+"""Entry point of the desktop GUI: the one module of ``idt_desk`` that may import Qt.
+
+It is imported only by ``idt-desk gui`` (and plain ``idt-desk``), never by the core.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["run_gui"]
+
+
+def run_gui(
+    source: str = "pendulum",
+    settings: dict[str, Any] | None = None,
+    start: bool = False,
+    speed: float | None = 1.0,
+    screenshot: Path | None = None,
+    quit_after: float | None = None,
+) -> int:
+    """Open the main window; optionally start, screenshot after ``quit_after`` s, and quit."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from widgets.main_window import MainWindow
+
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY") and \
+            not os.environ.get("QT_QPA_PLATFORM") and sys.platform.startswith("linux"):
+        print("idt-desk: no display found. Run under a desktop session, or with "
+              "`xvfb-run -a idt-desk ...`, or headless with `idt-desk run`.", file=sys.stderr)
+        return 2
+    app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "idt-desk"])
+    app.setApplicationName("IDT Desk")
+    win = MainWindow(source=source, settings=settings or {}, speed=speed)
+    app.aboutToQuit.connect(win.shutdown)
+    win.show()
+    if start:
+        win.start_session()
+    delay = quit_after if quit_after is not None else (3.0 if screenshot else None)
+    if delay is not None:
+
+        def finish() -> None:
+            if screenshot is not None:
+                win.refresh()
+                screenshot.parent.mkdir(parents=True, exist_ok=True)
+                win.grab().save(str(screenshot))
+                print(f"screenshot saved to {screenshot}")
+            win.close()
+            app.quit()
+
+        QTimer.singleShot(int(delay * 1000), finish)
+    rc = app.exec()
+    win.shutdown()
+    return int(rc)
+
+
+def bench_gui(seconds: float = 10.0, print_fn: Any = print) -> dict[str, float]:
+    """Frames per second of the GUI timer, pendulum at maximum speed vs at real time.
+
+    The real window and its 30 Hz QTimer run for ``seconds`` each way; every timer tick
+    pulls a snapshot and repaints. Offscreen when there is no display.
+    """
+    import time
+
+    if not os.environ.get("DISPLAY") and not os.environ.get("QT_QPA_PLATFORM"):
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    from PySide6.QtWidgets import QApplication
+
+    from widgets.main_window import MainWindow
+
+    app = QApplication.instance() or QApplication(["idt-desk"])
+    results: dict[str, float] = {}
+    for label, speed in (("real time (1x)", 1.0), ("maximum speed", None)):
+        win = MainWindow(speed=speed)
+        win.show()
+        win.start_session()
+        count = {"n": 0}
+        orig = win.refresh
+
+        def counted(orig: Any = orig) -> None:
+            count["n"] += 1
+            orig()
+
+        win.timer.timeout.disconnect()
+        win.timer.timeout.connect(counted)
+        t_end = time.monotonic() + 2.0  # warm-up: JIT, calibration, first paints
+        while time.monotonic() < t_end:
+            app.processEvents()
+            time.sleep(0.001)
+        count["n"] = 0
+        n0 = win.session.snapshot(limit=1).n_transitions
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            app.processEvents()
+            time.sleep(0.001)
+        dt = time.monotonic() - t0
+        fps = count["n"] / dt
+        rate = (win.session.snapshot(limit=1).n_transitions - n0) / dt
+        win.close()
+        results[label] = fps
+        print_fn(f"{label:>16}: GUI timer {fps:5.1f} frames/s (target >= 25), pendulum "
+                 f"{rate:,.0f} transitions/s")
+    ratio = results["maximum speed"] / results["real time (1x)"]
+    print_fn(f"frame rate at maximum speed / at real time: {ratio:.2f}")
+    results["ratio"] = ratio
+    return results

@@ -1,0 +1,368 @@
+"""Session recordings: written while running, append-only, read back in one line.
+
+A recording is a directory::
+
+    NAME/
+      config.json        full configuration: source, settings, symbolisation, engine, seeds,
+                         versions (rewritten atomically when it changes)
+      transitions.csv    one row per transition: i, t, s_0.., a_0.., s_next_0.., reward, episode
+      windows.csv        one row per metric window: start, end, P, H_f, H_b, dH, ... flags
+      events.jsonl       one JSON object per event: perturbation/modulation on/off, alarms,
+                         calibration, notes, errors
+
+Each table is plain CSV (``pd.read_csv(path / "transitions.csv")``) and the transitions use
+the column names ``idt-desk analyze`` reads. Rows are appended in whole lines with one
+``os.write`` per flush, at least every ``flush_seconds`` (0.5 s), so killing the process,
+even with SIGKILL, loses at most the last flush interval and leaves every file readable.
+Floats are written with 17 significant digits: they read back bit for bit, which is what
+lets a replay reproduce the recorded windows exactly.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "FORMAT_VERSION",
+    "Recorder",
+    "Recording",
+    "RecordingError",
+    "export_recording",
+    "load_recording",
+]
+
+FORMAT_VERSION = 1
+_FILES = ("config.json", "transitions.csv", "windows.csv", "events.jsonl")
+
+
+class RecordingError(ValueError):
+    """A path that is not a readable recording; the message says what is wrong."""
+
+
+def _json_safe(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {str(k): _json_safe(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_json_safe(x) for x in v]
+    if isinstance(v, np.ndarray):
+        return _json_safe(v.tolist())
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating | float):
+        f = float(v)
+        return f if math.isfinite(f) else None
+    if isinstance(v, np.bool_):
+        return bool(v)
+    if isinstance(v, Path):
+        return str(v)
+    return v
+
+
+class _Table:
+    """An append-only CSV file written in whole lines."""
+
+    def __init__(self, path: Path, columns: Sequence[str]) -> None:
+        self.path = path
+        self.columns = list(columns)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self._pending: list[str] = []
+        os.write(self._fd, (",".join(self.columns) + "\n").encode())
+
+    def append(self, block: np.ndarray) -> None:
+        if block.size:
+            buf = io.StringIO()
+            np.savetxt(buf, block, fmt="%.17g", delimiter=",")
+            self._pending.append(buf.getvalue())
+
+    def flush(self) -> None:
+        if self._pending:
+            data = "".join(self._pending).encode()
+            self._pending.clear()
+            # One write of whole lines: a kill leaves the file ending at a line boundary.
+            while data:
+                n = os.write(self._fd, data)
+                data = data[n:]
+
+    def close(self) -> None:
+        self.flush()
+        os.close(self._fd)
+
+
+class Recorder:
+    """Writes a recording while a session runs.
+
+    Parameters
+    ----------
+    path
+        Recording directory (created; must not already hold a recording).
+    config
+        The session's full configuration (JSON-able).
+    state_names, action_names
+        Variable names, stored in the config; the table columns are ``s_j``/``a_j``.
+    window_columns
+        Columns of the windows table.
+    flush_seconds
+        Longest time between flushes to the operating system.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        config: Mapping[str, Any],
+        state_names: Sequence[str],
+        action_names: Sequence[str],
+        window_columns: Sequence[str],
+        flush_seconds: float = 0.5,
+    ) -> None:
+        self.path = Path(path)
+        if (self.path / "config.json").exists():
+            raise RecordingError(f"{self.path}: already holds a recording; choose a new path")
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.flush_seconds = float(flush_seconds)
+        self._ds, self._da = len(state_names), len(action_names)
+        cols = ["i", "t", *[f"s_{j}" for j in range(self._ds)],
+                *[f"a_{j}" for j in range(self._da)],
+                *[f"s_next_{j}" for j in range(self._ds)], "reward", "episode"]
+        self.config = dict(config)
+        self.config.update(
+            format_version=FORMAT_VERSION,
+            state_names=list(state_names),
+            action_names=list(action_names),
+            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        )
+        self.write_config()
+        self._transitions = _Table(self.path / "transitions.csv", cols)
+        self._windows = _Table(self.path / "windows.csv", window_columns)
+        self._events_fd = os.open(
+            self.path / "events.jsonl", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644
+        )
+        self._events: list[str] = []
+        self._last_flush = time.monotonic()
+        self.n_transitions = 0
+        self.n_windows = 0
+        self.closed = False
+
+    @property
+    def window_columns(self) -> list[str]:
+        """Columns of the windows table."""
+        return self._windows.columns
+
+    def write_config(self, **updates: Any) -> None:
+        """Rewrite config.json atomically (a reader never sees half a file)."""
+        self.config.update(updates)
+        tmp = self.path / "config.json.tmp"
+        tmp.write_text(json.dumps(_json_safe(self.config), indent=2) + "\n")
+        os.replace(tmp, self.path / "config.json")
+
+    def add_transitions(
+        self,
+        i0: int,
+        t: np.ndarray | None,
+        s: np.ndarray,
+        a: np.ndarray | None,
+        s_next: np.ndarray,
+        reward: np.ndarray | None,
+        episode: np.ndarray | None,
+    ) -> None:
+        """Append a block of transitions starting at global index ``i0``."""
+        n = s.shape[0]
+        if n == 0:
+            return
+        nan = np.full((n, 1), np.nan)
+        parts = [
+            np.arange(i0, i0 + n, dtype=np.float64)[:, None],
+            nan if t is None else np.asarray(t, dtype=np.float64)[:, None],
+            s,
+            *([] if self._da == 0 else [a]),
+            s_next,
+            nan if reward is None else np.asarray(reward, dtype=np.float64)[:, None],
+            nan if episode is None else np.asarray(episode, dtype=np.float64)[:, None],
+        ]
+        self._transitions.append(np.hstack(parts))
+        self.n_transitions += n
+        self._maybe_flush()
+
+    def add_windows(self, table: Mapping[str, np.ndarray]) -> None:
+        """Append windows given as columns (missing columns are written as NaN)."""
+        n = len(next(iter(table.values()))) if table else 0
+        if n == 0:
+            return
+        block = np.column_stack([
+            np.asarray(table[c], dtype=np.float64) if c in table else np.full(n, np.nan)
+            for c in self._windows.columns
+        ])
+        self._windows.append(block)
+        self.n_windows += n
+        self._maybe_flush()
+
+    def add_event(self, event: Mapping[str, Any]) -> None:
+        """Append one event (a JSON object; ``kind`` required)."""
+        if "kind" not in event:
+            raise ValueError("an event needs a 'kind'")
+        self._events.append(json.dumps(_json_safe(dict(event))) + "\n")
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        if time.monotonic() - self._last_flush >= self.flush_seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        """Hand everything pending to the operating system."""
+        self._transitions.flush()
+        self._windows.flush()
+        if self._events:
+            data = "".join(self._events).encode()
+            self._events.clear()
+            while data:
+                data = data[os.write(self._events_fd, data):]
+        self._last_flush = time.monotonic()
+
+    def close(self, **config_updates: Any) -> None:
+        """Flush, record final counts in the config, and close the files."""
+        if self.closed:
+            return
+        self.flush()
+        self._transitions.close()
+        self._windows.close()
+        os.close(self._events_fd)
+        self.write_config(n_transitions=self.n_transitions, n_windows=self.n_windows,
+                          complete=True, **config_updates)
+        self.closed = True
+
+
+@dataclass
+class Recording:
+    """A recording read back: three tables and the configuration."""
+
+    path: Path
+    config: dict[str, Any]
+    transitions: pd.DataFrame
+    windows: pd.DataFrame
+    events: pd.DataFrame
+    warnings: list[str]
+
+    @property
+    def state_names(self) -> list[str]:
+        """Names of the state variables (columns ``s_0..``)."""
+        return list(self.config.get("state_names", []))
+
+    @property
+    def action_names(self) -> list[str]:
+        """Names of the action variables (columns ``a_0..``)."""
+        return list(self.config.get("action_names", []))
+
+    @property
+    def complete(self) -> bool:
+        """False when the session did not close the recording (killed or crashed)."""
+        return bool(self.config.get("complete", False))
+
+
+def _read_csv(path: Path, warnings: list[str]) -> pd.DataFrame:
+    raw = path.read_bytes()
+    if raw and not raw.endswith(b"\n"):
+        # Only a torn last line can lack its newline; drop it rather than misread a number.
+        raw = raw[: raw.rfind(b"\n") + 1]
+        warnings.append(f"{path.name}: dropped a partly written last line")
+    if not raw.strip():
+        raise RecordingError(f"{path}: empty (not even a header)")
+    try:
+        return pd.read_csv(io.BytesIO(raw))
+    except (ValueError, pd.errors.ParserError) as exc:
+        raise RecordingError(f"{path}: not a recording table: {exc}") from None
+
+
+def load_recording(path: str | Path) -> Recording:
+    """Read a recording directory (also one whose session was killed mid-write).
+
+    Raises
+    ------
+    RecordingError
+        Not a directory, missing files, or files that are not a recording's.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise RecordingError(f"{path}: no such recording")
+    if not path.is_dir():
+        raise RecordingError(f"{path}: a recording is a directory holding {', '.join(_FILES)}")
+    missing = [f for f in _FILES if not (path / f).exists()]
+    if missing:
+        raise RecordingError(f"{path}: not a recording (missing {', '.join(missing)})")
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RecordingError(f"{path}/config.json: not valid JSON ({exc})") from None
+    if not isinstance(config, dict) or config.get("format_version") != FORMAT_VERSION:
+        found = config.get("format_version") if isinstance(config, dict) else config
+        raise RecordingError(
+            f"{path}: not an IDT Desk recording of format {FORMAT_VERSION} "
+            f"(config.json says format_version {found!r})"
+        )
+    warnings: list[str] = []
+    transitions = _read_csv(path / "transitions.csv", warnings)
+    windows = _read_csv(path / "windows.csv", warnings)
+    if "i" not in transitions.columns or "start" not in windows.columns:
+        raise RecordingError(f"{path}: tables lack their index columns (i / start)")
+    for col in ("i", "episode"):
+        if col in transitions and transitions[col].notna().all():
+            transitions[col] = transitions[col].astype(np.int64)
+    for col in ("start", "end"):
+        if col in windows and windows[col].notna().all():
+            windows[col] = windows[col].astype(np.int64)
+    events_rows = []
+    lines = (path / "events.jsonl").read_text().splitlines()
+    for k, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            events_rows.append(json.loads(line))
+        except ValueError:
+            if k == len(lines) - 1:
+                warnings.append("events.jsonl: dropped a partly written last line")
+            else:
+                raise RecordingError(f"{path}/events.jsonl: line {k + 1} is not JSON") from None
+    events = pd.DataFrame(events_rows)
+    if not config.get("complete", False):
+        warnings.append("the session did not close this recording (killed or crashed)")
+    return Recording(path, config, transitions, windows, events, warnings)
+
+
+def export_recording(
+    rec: Recording | str | Path, out: str | Path, fmt: str = "parquet"
+) -> list[Path]:
+    """Write a recording's tables as CSV or Parquet files (plus config.json) into ``out``."""
+    if not isinstance(rec, Recording):
+        rec = load_recording(rec)
+    if fmt not in ("csv", "parquet"):
+        raise ValueError(f"format must be csv or parquet, got {fmt!r}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in ("transitions", "windows", "events"):
+        df = getattr(rec, name)
+        p = out / f"{name}.{fmt}"
+        if fmt == "csv":
+            df.to_csv(p, index=False)
+        else:
+            if name == "events":
+                # Parameters are nested dicts: store them as JSON text in Parquet.
+                df = df.copy()
+                for col in df.columns:
+                    if df[col].map(lambda v: isinstance(v, dict | list)).any():
+                        df[col] = df[col].map(lambda v: json.dumps(v) if v is not None else None)
+            df.to_parquet(p, index=False)
+        paths.append(p)
+    cfg = out / "config.json"
+    cfg.write_text(json.dumps(rec.config, indent=2) + "\n")
+    paths.append(cfg)
+    return paths

@@ -1,0 +1,382 @@
+"""The data-source interface: small, declarative, Qt-free.
+
+A source runs one closed loop (a physical system, an RL agent, a dialogue) and hands the IDT
+copies of its transitions. Like a Gymnasium ``Env`` it is a few methods plus class-level
+declarations; the GUI builds its panels from the declarations, never by hand per source.
+
+- declarations: ``name``, ``label``, ``state_names``, ``action_names`` (empty = passive),
+  ``has_reward``, ``rate`` (transitions per second of the loop's own time), ``settings``,
+  ``perturbations``, ``modulations``, ``presets``, ``view``;
+- methods: ``reset(seed)``, ``step(n) -> Batch``, ``set_perturbation(name, params)``,
+  ``set_modulation(name, params)``, ``close()``.
+
+The session calls ``step`` in small chunks from its worker thread and checks its stop flag
+between chunks; a source whose single step can take long (a dialogue turn) checks
+``self.should_stop()`` inside it.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = [
+    "DIM_REDUCTION",
+    "HOLD",
+    "INPUT_FILTER",
+    "Batch",
+    "Modulation",
+    "Param",
+    "Perturbation",
+    "Source",
+    "SourceCheckError",
+    "check_source",
+]
+
+
+@dataclass(frozen=True)
+class Param:
+    """A declared parameter: of a source setting, a perturbation or a modulation.
+
+    The type is the default's type (bool, int, float or str). Numbers may have a range;
+    strings may have choices.
+    """
+
+    name: str
+    default: bool | int | float | str
+    label: str = ""
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
+    unit: str = ""
+    help: str = ""
+
+    @property
+    def kind(self) -> type:
+        """bool, int, float or str."""
+        return type(self.default)
+
+    def validate(self, value: Any) -> Any:
+        """Coerce ``value`` to this parameter's type and check its range; ValueError if not."""
+        kind = self.kind
+        try:
+            if kind is bool:
+                if isinstance(value, str):
+                    low = value.strip().lower()
+                    if low not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                        raise ValueError
+                    value = low in ("1", "true", "yes", "on")
+                else:
+                    value = bool(value)
+            elif kind is int:
+                f = float(value)
+                if f != int(f):
+                    raise ValueError
+                value = int(f)
+            elif kind is float:
+                value = float(value)
+                if not math.isfinite(value):
+                    raise ValueError
+            else:
+                value = str(value)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"{self.name}: expected {kind.__name__}, got {value!r}"
+            ) from None
+        if kind in (int, float):
+            if self.minimum is not None and value < self.minimum:
+                raise ValueError(f"{self.name}: {value} is below the minimum {self.minimum}")
+            if self.maximum is not None and value > self.maximum:
+                raise ValueError(f"{self.name}: {value} is above the maximum {self.maximum}")
+        if self.choices and value not in self.choices:
+            raise ValueError(f"{self.name}: {value!r} is not one of {list(self.choices)}")
+        return value
+
+
+def _resolve(params: tuple[Param, ...], given: Mapping[str, Any] | None, what: str) -> dict:
+    given = dict(given or {})
+    known = {p.name for p in params}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise ValueError(f"{what}: unknown parameter(s) {unknown}; known: {sorted(known)}")
+    return {p.name: p.validate(given.get(p.name, p.default)) for p in params}
+
+
+@dataclass(frozen=True)
+class Perturbation:
+    """A perturbation a user can switch on and off, with its parameters.
+
+    ``target`` says which side of the loop it hits: ``environment`` (the world's response),
+    ``sensor`` (what the agent/IDT observes), ``actuator`` (what the agent's action does) or
+    ``agent`` (the policy's input or output).
+    """
+
+    name: str
+    label: str
+    params: tuple[Param, ...] = ()
+    help: str = ""
+    target: str = "environment"
+
+    def resolve(self, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Defaults filled in, values validated."""
+        return _resolve(self.params, given, f"perturbation {self.name}")
+
+
+@dataclass(frozen=True)
+class Modulation:
+    """A modulation of the loop's interface (paper §4.3): never of the model's weights."""
+
+    name: str
+    label: str
+    params: tuple[Param, ...] = ()
+    help: str = ""
+
+    def resolve(self, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Defaults filled in, values validated."""
+        return _resolve(self.params, given, f"modulation {self.name}")
+
+
+#: Action dampening: repeat the previous action, scale actions toward zero, or hold with a
+#: probability.
+HOLD = Modulation(
+    "hold",
+    "Hold",
+    (
+        Param("mode", "scale", "Mode", choices=("repeat", "scale", "probabilistic")),
+        Param("scale", 0.5, "Scale", 0.0, 1.0, help="action multiplier (mode scale)"),
+        Param("probability", 0.5, "Probability", 0.0, 1.0,
+              help="chance of repeating the previous action (mode probabilistic)"),
+    ),
+    "Dampen actions before they reach the environment.",
+)
+#: Input filter: exponential moving average of observations before the agent sees them.
+INPUT_FILTER = Modulation(
+    "input_filter",
+    "Input filter",
+    (Param("alpha", 0.3, "EMA weight", 0.01, 1.0, help="weight of the newest observation"),),
+    "Smooth observations (EMA) before the agent sees them.",
+)
+#: Dimensionality reduction: drop variable groups from what the agent observes.
+DIM_REDUCTION = Modulation(
+    "dim_reduction",
+    "Dimensionality reduction",
+    (Param("drop", "", "Drop groups", help="comma-separated group names to hide"),),
+    "Hide noisy variable groups from the agent (held at their last calibrated mean).",
+)
+
+
+@dataclass
+class Batch:
+    """Transitions produced by one ``step`` call; row i is (s[i], a[i], s_next[i]).
+
+    ``info`` carries the source's latest auxiliary state for displays (e.g. the pendulum's
+    true angles and energy drift); ``events`` are things the source itself saw happen
+    (episode ends, for instance) as dicts with at least a ``kind``; ``done`` means the
+    source has nothing more to give (a replay at its end).
+    """
+
+    s: np.ndarray
+    s_next: np.ndarray
+    a: np.ndarray | None = None
+    reward: np.ndarray | None = None
+    episode: np.ndarray | None = None
+    t: np.ndarray | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    done: bool = False
+
+    def __len__(self) -> int:
+        return int(self.s.shape[0])
+
+
+class Source(ABC):
+    """Base class of every data source; subclasses fill in the declarations."""
+
+    name: ClassVar[str] = ""
+    label: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    state_names: tuple[str, ...] = ()
+    action_names: tuple[str, ...] = ()
+    has_reward: bool = False
+    #: Transitions per second of the loop's own time, for real-time pacing.
+    rate: float = 1000.0
+    #: Transitions per ``step`` call the session asks for at full speed.
+    chunk: ClassVar[int] = 50
+    settings: ClassVar[tuple[Param, ...]] = ()
+    perturbations: ClassVar[tuple[Perturbation, ...]] = ()
+    modulations: ClassVar[tuple[Modulation, ...]] = ()
+    #: Names of symbolisation presets (``idt_desk.PRESETS``); the first is the default.
+    presets: ClassVar[tuple[str, ...]] = ()
+    #: Which live view draws this source (``widgets`` maps names to views), or "".
+    view: ClassVar[str] = ""
+
+    def __init__(self, **settings: Any) -> None:
+        self.config: dict[str, Any] = _resolve(self.settings, settings, f"source {self.name}")
+        self.active_perturbations: dict[str, dict[str, Any]] = {}
+        self.active_modulations: dict[str, dict[str, Any]] = {}
+        self.should_stop: Callable[[], bool] = lambda: False
+
+    @property
+    def passive(self) -> bool:
+        """True when the source has no action channel."""
+        return not self.action_names
+
+    @classmethod
+    def perturbation(cls, name: str) -> Perturbation:
+        """The declared perturbation called ``name``."""
+        for p in cls.perturbations:
+            if p.name == name:
+                return p
+        raise KeyError(f"{cls.name}: no perturbation {name!r}; known: "
+                       f"{[p.name for p in cls.perturbations]}")
+
+    @classmethod
+    def modulation(cls, name: str) -> Modulation:
+        """The declared modulation called ``name``."""
+        for m in cls.modulations:
+            if m.name == name:
+                return m
+        if not cls.modulations:
+            raise KeyError(f"{cls.name} is passive or has no interface to modulate")
+        raise KeyError(f"{cls.name}: no modulation {name!r}; known: "
+                       f"{[m.name for m in cls.modulations]}")
+
+    @abstractmethod
+    def reset(self, seed: int | None = None) -> None:
+        """Start (or restart) the loop from its initial condition."""
+
+    @abstractmethod
+    def step(self, n: int) -> Batch:
+        """Advance the loop by up to ``n`` transitions and return them."""
+
+    def set_perturbation(self, name: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Switch a perturbation on (with parameters) or off (``params=None``).
+
+        Returns the resolved parameters (empty when switched off). Subclasses read
+        ``self.active_perturbations`` in ``step`` or override this to act at once.
+        """
+        spec = self.perturbation(name)
+        if params is None:
+            self.active_perturbations.pop(name, None)
+            return {}
+        resolved = spec.resolve(params)
+        self.active_perturbations[name] = resolved
+        return resolved
+
+    def set_modulation(self, name: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Engage a modulation (with parameters) or release it (``params=None``)."""
+        spec = self.modulation(name)
+        if params is None:
+            self.active_modulations.pop(name, None)
+            return {}
+        resolved = spec.resolve(params)
+        self.active_modulations[name] = resolved
+        return resolved
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (files, models, connections)."""
+
+
+class SourceCheckError(AssertionError):
+    """A source breaks the interface; the message lists every problem found."""
+
+
+def _check_batch(src: Source, batch: Batch, n: int, problems: list[str], where: str) -> None:
+    if not isinstance(batch, Batch):
+        problems.append(f"{where}: step() returned {type(batch).__name__}, not Batch")
+        return
+    k = len(batch)
+    if k > n:
+        problems.append(f"{where}: asked for {n} transitions, got {k}")
+    ds, da = len(src.state_names), len(src.action_names)
+    for label, arr, cols in (("s", batch.s, ds), ("s_next", batch.s_next, ds)):
+        if np.shape(arr) != (k, cols):
+            problems.append(f"{where}: {label} has shape {np.shape(arr)}, expected ({k}, {cols})")
+        elif not np.all(np.isfinite(arr)):
+            problems.append(f"{where}: {label} holds non-finite values")
+    if src.passive and batch.a is not None:
+        problems.append(f"{where}: passive source returned actions")
+    if not src.passive and np.shape(batch.a) != (k, da):
+        problems.append(f"{where}: a has shape {np.shape(batch.a)}, expected ({k}, {da})")
+    if src.has_reward and np.shape(batch.reward) != (k,):
+        problems.append(f"{where}: reward has shape {np.shape(batch.reward)}, expected ({k},)")
+    if not src.has_reward and batch.reward is not None:
+        problems.append(f"{where}: source declares no reward but returned one")
+
+
+def check_source(cls: type[Source], settings: Mapping[str, Any] | None = None,
+                 n: int | None = None) -> None:
+    """Conformance check of a source class (like Gymnasium's ``check_env``).
+
+    Checks the declarations, builds the source, resets it, steps it, switches every
+    perturbation (and modulation) on and off, checks determinism under a seed, and closes it.
+    Raises :class:`SourceCheckError` listing every problem.
+    """
+    from idt_desk.presets import PRESETS
+
+    problems: list[str] = []
+    if not (isinstance(cls, type) and issubclass(cls, Source)):
+        raise SourceCheckError(f"{cls!r} is not a Source subclass")
+    if not cls.name or not cls.name.replace("_", "").replace("-", "").isalnum():
+        problems.append(f"name {cls.name!r} must be a non-empty identifier")
+    if not cls.label:
+        problems.append("label is empty")
+    for p in (*cls.settings, *(q for pert in cls.perturbations for q in pert.params),
+              *(q for mod in cls.modulations for q in mod.params)):
+        try:
+            p.validate(p.default)
+        except ValueError as exc:
+            problems.append(f"declared default invalid: {exc}")
+    names = [p.name for p in cls.perturbations]
+    if len(set(names)) != len(names):
+        problems.append(f"duplicate perturbation names: {names}")
+    for preset in cls.presets:
+        if preset not in PRESETS:
+            problems.append(f"unknown preset {preset!r}")
+    n = n or cls.chunk
+    try:
+        one = cls(**dict(settings or {}))
+        two = cls(**dict(settings or {}))
+    except Exception as exc:  # reported, not raised
+        raise SourceCheckError(f"{cls.name}: cannot construct: {exc!r}") from exc
+    try:
+        if not one.state_names or len(set(one.state_names)) != len(one.state_names):
+            problems.append(f"state_names must be non-empty and unique: {one.state_names}")
+        if one.passive and one.modulations:
+            problems.append("a passive source declares modulations")
+        if not (one.rate > 0):
+            problems.append(f"rate must be > 0, got {one.rate}")
+        one.reset(seed=123)
+        two.reset(seed=123)
+        b1, b2 = one.step(n), two.step(n)
+        _check_batch(one, b1, n, problems, "first step")
+        if len(b1) == len(b2) and len(b1) and not (
+            np.array_equal(b1.s, b2.s) and np.array_equal(b1.s_next, b2.s_next)
+        ):
+            problems.append("two sources reset with the same seed gave different transitions")
+        for pert in one.perturbations:
+            one.set_perturbation(pert.name, {})
+            _check_batch(one, one.step(n), n, problems, f"perturbation {pert.name} on")
+            one.set_perturbation(pert.name, None)
+            _check_batch(one, one.step(n), n, problems, f"perturbation {pert.name} off")
+        for mod in one.modulations:
+            one.set_modulation(mod.name, {})
+            _check_batch(one, one.step(n), n, problems, f"modulation {mod.name} on")
+            one.set_modulation(mod.name, None)
+        try:
+            one.set_perturbation("__no_such_perturbation__", {})
+            problems.append("an unknown perturbation name was accepted")
+        except KeyError:
+            pass
+    except Exception as exc:
+        problems.append(f"raised {exc!r}")
+    finally:
+        one.close()
+        two.close()
+    if problems:
+        raise SourceCheckError(f"{cls.name}: " + "; ".join(problems))

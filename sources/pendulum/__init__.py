@@ -1,0 +1,7 @@
+"""The planar double-pendulum source: integrator, live plugin, reproduction of the paper."""
+
+from __future__ import annotations
+
+from sources.pendulum._source import PendulumSource
+
+__all__ = ["PendulumSource"]
