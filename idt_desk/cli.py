@@ -374,6 +374,8 @@ def _add_gui(sub: argparse._SubParsersAction) -> None:
                    help="set a declared source setting (repeatable)")
     p.add_argument("--start", action="store_true", help="start the session at once")
     p.add_argument("--speed", default="1", help="multiple of real time or 'max' (default 1)")
+    p.add_argument("--record", type=Path, metavar="DIR",
+                   help="folder for recordings; with --start, record from the start")
     p.add_argument("--screenshot", type=Path, help="save a PNG of the window, then quit")
     p.add_argument("--quit-after", type=float, default=None,
                    help="seconds before the screenshot / quitting")
@@ -386,6 +388,7 @@ def _run_gui(args: argparse.Namespace) -> int:
     return run_gui(
         source=args.source, settings=_key_values(args.set, "--set"), start=args.start,
         speed=_speed(args.speed), screenshot=args.screenshot, quit_after=args.quit_after,
+        record=args.record,
     )
 
 
@@ -410,7 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``idt-desk`` console script."""
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0].startswith("--") and argv[0] not in ("--help", "-h"):
+    if not argv or (argv[0].startswith("--") and argv[0] not in ("--help", "-h")):
         argv = ["gui", *argv]  # plain `idt-desk` opens the dashboard
     args = parser.parse_args(argv)
     from idt_desk.plugins import SourceLoadError

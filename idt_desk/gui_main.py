@@ -20,6 +20,7 @@ def run_gui(
     speed: float | None = 1.0,
     screenshot: Path | None = None,
     quit_after: float | None = None,
+    record: Path | None = None,
 ) -> int:
     """Open the main window; optionally start, screenshot after ``quit_after`` s, and quit."""
     from PySide6.QtCore import QTimer
@@ -34,9 +35,11 @@ def run_gui(
         return 2
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "idt-desk"])
     app.setApplicationName("IDT Desk")
-    win = MainWindow(source=source, settings=settings or {}, speed=speed)
+    win = MainWindow(source=source, settings=settings or {}, speed=speed, record_dir=record)
     app.aboutToQuit.connect(win.shutdown)
     win.show()
+    if record is not None:
+        win.record_button.setChecked(True)
     if start:
         win.start_session()
     delay = quit_after if quit_after is not None else (3.0 if screenshot else None)
@@ -80,7 +83,7 @@ def bench_gui(seconds: float = 10.0, print_fn: Any = print) -> dict[str, float]:
         count = {"n": 0}
         orig = win.refresh
 
-        def counted(orig: Any = orig) -> None:
+        def counted(orig: Any = orig, count: dict = count) -> None:
             count["n"] += 1
             orig()
 

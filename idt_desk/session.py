@@ -474,10 +474,12 @@ class Session:
 
     def _calibrate(self) -> None:
         batches, self._calib = self._calib, []
-        s = np.vstack([b.s for b in batches])
+        # Exactly the first `calibration_windows` windows' transitions, whatever the batching.
+        need = self._calib_needed
+        s = np.vstack([b.s for b in batches])[:need]
         self._sym_s.fit(self._angles(s))
         if self._sym_a is not None:
-            self._sym_a.fit(np.vstack([b.a for b in batches]))
+            self._sym_a.fit(np.vstack([b.a for b in batches])[:need])
         self._calibrated = True
         self._event("calibrated", transitions=len(s), symbolizer=self._sym_s.to_dict(),
                     action_symbolizer=None if self._sym_a is None else self._sym_a.to_dict())
@@ -757,6 +759,8 @@ class Session:
                 if b.done:
                     self._event("source_done")
                     break
+            # Commands sent just before stop() still count (a button pressed, then Stop).
+            self._drain()
             self._state = "stopped"
         except Exception as exc:  # reported, the thread ends cleanly
             self._error = f"{type(exc).__name__}: {exc}"

@@ -23,6 +23,23 @@ settings.register_profile(
 settings.load_profile("nojit" if NO_JIT else "default")
 
 
+@pytest.fixture(autouse=True)
+def _no_dangling_session_threads():
+    """Fail a test that leaves a session worker thread running (napari's _dangling_qthreads)."""
+    import threading
+    import time
+
+    yield
+    deadline = time.monotonic() + 3.0
+    while True:
+        alive = [t.name for t in threading.enumerate()
+                 if t.name.startswith("idt-") and t.is_alive()]
+        if not alive or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    assert not alive, f"session worker threads left running: {alive}"
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # "No tests collected" (exit 5) is not a failure of the code: CI must not fail for it.
     if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:

@@ -1,0 +1,99 @@
+"""Forms generated from declared parameters (settings, perturbations, modulations)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QLineEdit,
+    QSpinBox,
+    QWidget,
+)
+
+from idt_desk.source import Param
+
+__all__ = ["ParamForm"]
+
+
+def _editor(p: Param, parent: QWidget) -> QWidget:
+    tip = " ".join(x for x in (p.help, f"[{p.unit}]" if p.unit else "") if x)
+    if p.kind is bool:
+        w = QCheckBox(parent)
+        w.setChecked(bool(p.default))
+    elif p.choices:
+        w = QComboBox(parent)
+        w.addItems(list(p.choices))
+        w.setCurrentText(str(p.default))
+    elif p.kind is int:
+        w = QSpinBox(parent)
+        w.setRange(int(p.minimum if p.minimum is not None else -(2**31) + 1),
+                   int(p.maximum if p.maximum is not None else 2**31 - 1))
+        w.setValue(int(p.default))
+    elif p.kind is float:
+        w = QDoubleSpinBox(parent)
+        w.setDecimals(4)
+        w.setRange(p.minimum if p.minimum is not None else -1e9,
+                   p.maximum if p.maximum is not None else 1e9)
+        span = (p.maximum - p.minimum) if p.minimum is not None and p.maximum is not None else 10
+        w.setSingleStep(max(10 ** (round(math.log10(max(span, 1e-9))) - 2), 1e-4))
+        w.setValue(float(p.default))
+        if p.unit:
+            w.setSuffix(f" {p.unit}")
+    else:
+        w = QLineEdit(str(p.default), parent)
+    w.setObjectName(f"param_{p.name}")
+    if tip:
+        w.setToolTip(tip)
+    return w
+
+
+class ParamForm(QWidget):
+    """One labelled editor per declared :class:`~idt_desk.source.Param`."""
+
+    def __init__(self, params: Sequence[Param], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.params = tuple(params)
+        layout = QFormLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.editors: dict[str, QWidget] = {}
+        for p in self.params:
+            ed = _editor(p, self)
+            self.editors[p.name] = ed
+            layout.addRow(p.label or p.name, ed)
+
+    def values(self) -> dict[str, Any]:
+        """Current values, validated by their declarations."""
+        out: dict[str, Any] = {}
+        for p in self.params:
+            ed = self.editors[p.name]
+            if isinstance(ed, QCheckBox):
+                v: Any = ed.isChecked()
+            elif isinstance(ed, QComboBox):
+                v = ed.currentText()
+            elif isinstance(ed, QSpinBox | QDoubleSpinBox):
+                v = ed.value()
+            else:
+                v = ed.text()
+            out[p.name] = p.validate(v)
+        return out
+
+    def set_values(self, values: dict[str, Any]) -> None:
+        """Show the given values (unknown names are ignored)."""
+        for name, v in values.items():
+            ed = self.editors.get(name)
+            if isinstance(ed, QCheckBox):
+                ed.setChecked(bool(v))
+            elif isinstance(ed, QComboBox):
+                ed.setCurrentText(str(v))
+            elif isinstance(ed, QSpinBox):
+                ed.setValue(int(v))
+            elif isinstance(ed, QDoubleSpinBox):
+                ed.setValue(float(v))
+            elif isinstance(ed, QLineEdit):
+                ed.setText(str(v))

@@ -1,0 +1,728 @@
+"""The IDT Desk main window."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMainWindow,
+    QPushButton,
+    QScrollArea,
+    QSpinBox,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from idt_desk.plugins import SourceLoadError, discover
+from idt_desk.presets import PRESETS
+from idt_desk.recording import RecordingError, export_recording, load_recording
+from idt_desk.session import Session, SessionConfig, Snapshot
+from idt_desk.source import Source
+from widgets.alarms import AlarmPanel
+from widgets.forms import ParamForm
+from widgets.plots import MetricPlots
+from widgets.views import make_view
+
+__all__ = ["SPEEDS", "MainWindow"]
+
+#: Speed choices: label -> multiple of real time (None = as fast as possible).
+SPEEDS = {"0.1×": 0.1, "0.25×": 0.25, "0.5×": 0.5, "1× (real time)": 1.0, "2×": 2.0,
+          "5×": 5.0, "10×": 10.0, "100×": 100.0, "max": None}
+#: The preset choice that means "no preset: the numbers below".
+CUSTOM = "(custom)"
+#: GUI refresh interval (ms): 30 Hz.
+REFRESH_MS = 33
+
+
+def _speed_label(speed: float | None) -> str:
+    for label, v in SPEEDS.items():
+        if v == speed:
+            return label
+    return "1× (real time)"
+
+
+class MainWindow(QMainWindow):
+    """Source picker and settings, live plots, alarms, perturbation and modulation panels.
+
+    Parameters
+    ----------
+    source
+        Source selected at start.
+    settings
+        Initial values of the source's declared settings.
+    speed
+        Initial speed (multiple of real time; None = max).
+    record_dir
+        Folder new recordings are created in.
+    history
+        Windows shown on the plots (older ones scroll out; memory stays flat).
+    """
+
+    def __init__(
+        self,
+        source: str = "pendulum",
+        settings: dict[str, Any] | None = None,
+        speed: float | None = 1.0,
+        record_dir: str | Path | None = None,
+        history: int = 2000,
+    ) -> None:
+        super().__init__()
+        self.setWindowTitle("IDT Desk — Information Digital Twin")
+        self.resize(1400, 900)
+        self.session: Session | None = None
+        self.history = history
+        self.last_recording: Path | None = None
+        self._frames = 0
+        self._fps_t0 = time.monotonic()
+        self.fps = 0.0
+        self._error_shown: str | None = None
+        self._source_cls: type[Source] | None = None
+        self._record_dir = Path(record_dir) if record_dir else Path.home() / "idt-desk-recordings"
+        self.perturb_buttons: dict[str, QPushButton] = {}
+        self.perturb_forms: dict[str, ParamForm] = {}
+        self.modulate_buttons: dict[str, QPushButton] = {}
+        self.modulate_forms: dict[str, ParamForm] = {}
+        self.auto_check = QCheckBox(self)
+        self.auto_check.hide()
+
+        self.plots = MetricPlots(self)
+        self.alarms = AlarmPanel(self)
+        self.view_box = QGroupBox("System", self)
+        self.view_layout = QVBoxLayout(self.view_box)
+        self.view: QWidget | None = None
+
+        controls = QWidget(self)
+        self.controls_layout = QVBoxLayout(controls)
+        self._build_source_group()
+        self._build_symbol_group()
+        self.perturb_box = QGroupBox("Perturbations", self)
+        self.perturb_layout = QVBoxLayout(self.perturb_box)
+        self.modulate_box = QGroupBox("Modulation", self)
+        self.modulate_layout = QVBoxLayout(self.modulate_box)
+        self.controls_layout.addWidget(self.perturb_box)
+        self.controls_layout.addWidget(self.modulate_box)
+        self._build_record_group()
+        self.controls_layout.addStretch(1)
+        scroll = QScrollArea(self)
+        scroll.setWidget(controls)
+        scroll.setWidgetResizable(True)
+        scroll.setMinimumWidth(360)
+
+        self.banner = QLabel("", self)
+        self.banner.setObjectName("banner")
+        self.banner.setWordWrap(True)
+        self.banner.setStyleSheet("QLabel { background: #fde7e7; color: #8a1c1c; padding: 6px; }")
+        self.banner.hide()
+        centre = QWidget(self)
+        cl = QVBoxLayout(centre)
+        cl.setContentsMargins(0, 0, 0, 0)
+        cl.addWidget(self.banner)
+        cl.addWidget(self.plots, 1)
+
+        right = QWidget(self)
+        rl = QVBoxLayout(right)
+        rl.addWidget(self.alarms)
+        rl.addWidget(self.view_box, 1)
+        right.setMinimumWidth(300)
+
+        split = QSplitter(self)
+        split.addWidget(scroll)
+        split.addWidget(centre)
+        split.addWidget(right)
+        split.setStretchFactor(1, 1)
+        split.setSizes([380, 720, 320])
+        self.setCentralWidget(split)
+        self.status = QLabel("idle", self)
+        self.statusBar().addPermanentWidget(self.status, 1)
+
+        self.timer = QTimer(self)
+        self.timer.setInterval(REFRESH_MS)
+        self.timer.timeout.connect(self.refresh)
+
+        self.speed_combo.setCurrentText(_speed_label(speed))
+        self._select_source(source, settings or {})
+
+    # -- building ---------------------------------------------------------------------------
+
+    def _build_source_group(self) -> None:
+        box = QGroupBox("Source", self)
+        lay = QVBoxLayout(box)
+        self.source_combo = QComboBox(box)
+        self.source_combo.setObjectName("source_combo")
+        self._entries = discover()
+        for name, entry in self._entries.items():
+            try:
+                label = entry.load().label
+            except SourceLoadError:
+                label = f"{name} (failed to load)"
+            self.source_combo.addItem(label, name)
+        self.source_combo.currentIndexChanged.connect(
+            lambda _i: self._select_source(self.source_combo.currentData(), {}))
+        lay.addWidget(self.source_combo)
+        self.source_info = QLabel("", box)
+        self.source_info.setWordWrap(True)
+        lay.addWidget(self.source_info)
+        self.settings_holder = QVBoxLayout()
+        lay.addLayout(self.settings_holder)
+        self.settings_form: ParamForm | None = None
+        self.browse_button = QPushButton("Browse recording…", box)
+        self.browse_button.clicked.connect(self._browse_path)
+        self.browse_button.hide()
+        lay.addWidget(self.browse_button)
+        row = QHBoxLayout()
+        self.start_button = QPushButton("Start", box)
+        self.pause_button = QPushButton("Pause", box)
+        self.pause_button.setCheckable(True)
+        self.stop_button = QPushButton("Stop", box)
+        self.reset_button = QPushButton("Reset", box)
+        for b in (self.start_button, self.pause_button, self.stop_button, self.reset_button):
+            row.addWidget(b)
+        self.start_button.clicked.connect(self.start_session)
+        self.pause_button.toggled.connect(self._pause_toggled)
+        self.stop_button.clicked.connect(self.stop_session)
+        self.reset_button.clicked.connect(self.reset_session)
+        lay.addLayout(row)
+        form = QFormLayout()
+        self.speed_combo = QComboBox(box)
+        self.speed_combo.addItems(list(SPEEDS))
+        self.speed_combo.currentTextChanged.connect(self._speed_changed)
+        form.addRow("Speed", self.speed_combo)
+        lay.addLayout(form)
+        self.controls_layout.addWidget(box)
+
+    def _build_symbol_group(self) -> None:
+        box = QGroupBox("Symbolisation and baseline", self)
+        form = QFormLayout(box)
+        self.preset_combo = QComboBox(box)
+        self.preset_combo.addItems([*PRESETS, CUSTOM])
+        self.preset_combo.setToolTip("Paper configurations; '(custom)' uses the bins, window "
+                                     "and stride below, each variable its own group")
+        self.preset_combo.currentTextChanged.connect(self._preset_changed)
+        form.addRow("Preset", self.preset_combo)
+        self.bins_spin = self._spin(1, 64, 16)
+        self.window_spin = self._spin(2, 100000, 300)
+        self.stride_spin = self._spin(1, 100000, 75)
+        self.calib_spin = self._spin(2, 10000, 20)
+        self.calib_spin.setToolTip("Symbol statistics (z-score, bin edges) are frozen from the "
+                                   "first N windows of data")
+        form.addRow("Bins", self.bins_spin)
+        form.addRow("Window W", self.window_spin)
+        form.addRow("Stride", self.stride_spin)
+        form.addRow("Calibrate on first N windows", self.calib_spin)
+        self.correction_combo = QComboBox(box)
+        self.correction_combo.addItems(["none", "miller-madow"])
+        form.addRow("Entropy correction", self.correction_combo)
+        self.apply_symbols_button = QPushButton("Apply (re-symbolise)", box)
+        self.apply_symbols_button.setToolTip("Re-calibrate symbols and baseline from the data "
+                                             "that follows, with these settings")
+        self.apply_symbols_button.clicked.connect(self._apply_symbols)
+        form.addRow(self.apply_symbols_button)
+        self.baseline_spin = self._spin(2, 10000, 30)
+        form.addRow("Baseline windows", self.baseline_spin)
+        self.k_spin = QDoubleSpinBox(box)
+        self.k_spin.setRange(0.5, 20)
+        self.k_spin.setValue(3.0)
+        self.k_spin.setSuffix(" σ")
+        form.addRow("Threshold k", self.k_spin)
+        self.baseline_button = QPushButton("Calibrate baseline now", box)
+        self.baseline_button.setToolTip("The next N windows become the new baseline")
+        self.baseline_button.clicked.connect(self._calibrate_baseline)
+        form.addRow(self.baseline_button)
+        self.controls_layout.addWidget(box)
+
+    def _build_record_group(self) -> None:
+        box = QGroupBox("Recording and export", self)
+        lay = QVBoxLayout(box)
+        row = QHBoxLayout()
+        self.record_dir_edit = QLineEdit(str(self._record_dir), box)
+        self.record_dir_edit.setToolTip("Folder new recordings are created in")
+        pick = QPushButton("…", box)
+        pick.setMaximumWidth(30)
+        pick.clicked.connect(self._pick_record_dir)
+        row.addWidget(self.record_dir_edit)
+        row.addWidget(pick)
+        lay.addLayout(row)
+        self.record_button = QPushButton("● Record", box)
+        self.record_button.setCheckable(True)
+        self.record_button.setToolTip(
+            "Record transitions, windows and events while running. Starting a recording "
+            "mid-session re-calibrates symbols and baseline, so the recording is a "
+            "self-contained experiment that replays exactly.")
+        self.record_button.toggled.connect(self._record_toggled)
+        lay.addWidget(self.record_button)
+        self.record_label = QLabel("not recording", box)
+        self.record_label.setWordWrap(True)
+        lay.addWidget(self.record_label)
+        row = QHBoxLayout()
+        self.export_csv_button = QPushButton("Export CSV", box)
+        self.export_parquet_button = QPushButton("Export Parquet", box)
+        self.export_csv_button.clicked.connect(lambda: self.export_last_recording("csv"))
+        self.export_parquet_button.clicked.connect(lambda: self.export_last_recording("parquet"))
+        row.addWidget(self.export_csv_button)
+        row.addWidget(self.export_parquet_button)
+        lay.addLayout(row)
+        row = QHBoxLayout()
+        png = QPushButton("Save plots PNG…", box)
+        svg = QPushButton("Save plots SVG…", box)
+        png.clicked.connect(lambda: self._save_plots_dialog("png"))
+        svg.clicked.connect(lambda: self._save_plots_dialog("svg"))
+        row.addWidget(png)
+        row.addWidget(svg)
+        lay.addLayout(row)
+        row = QHBoxLayout()
+        self.note_edit = QLineEdit(box)
+        self.note_edit.setPlaceholderText("note for the recording…")
+        note = QPushButton("Add note", box)
+        note.clicked.connect(self._add_note)
+        row.addWidget(self.note_edit)
+        row.addWidget(note)
+        lay.addLayout(row)
+        self.controls_layout.addWidget(box)
+
+    def _spin(self, lo: int, hi: int, value: int) -> QSpinBox:
+        s = QSpinBox(self)
+        s.setRange(lo, hi)
+        s.setValue(value)
+        return s
+
+    # -- source selection -------------------------------------------------------------------
+
+    def _select_source(self, name: str, settings: dict[str, Any]) -> None:
+        idx = self.source_combo.findData(name)
+        if idx < 0:
+            self.show_error(f"no source named {name!r}")
+            return
+        if self.source_combo.currentIndex() != idx:
+            self.source_combo.blockSignals(True)
+            self.source_combo.setCurrentIndex(idx)
+            self.source_combo.blockSignals(False)
+        if self.settings_form is not None:
+            self.settings_form.setParent(None)
+            self.settings_form.deleteLater()
+            self.settings_form = None
+        try:
+            cls = self._entries[name].load()
+        except SourceLoadError as exc:
+            self._source_cls = None
+            self.source_info.setText(str(exc))
+            self.start_button.setEnabled(False)
+            return
+        self._source_cls = cls
+        self.start_button.setEnabled(True)
+        self.source_info.setText(cls.description)
+        self.settings_form = ParamForm(cls.settings, self)
+        self.settings_form.set_values(settings)
+        self.settings_holder.addWidget(self.settings_form)
+        self.browse_button.setVisible(any(p.name == "path" for p in cls.settings))
+        if cls.presets:
+            self.preset_combo.setCurrentText(cls.presets[0])
+            self._preset_changed(cls.presets[0])
+        else:
+            self.preset_combo.setCurrentText(CUSTOM)
+        self._build_perturbations(cls)
+        self._build_modulations(cls)
+        has_reward = bool(getattr(cls, "has_reward", False))
+        self.plots.set_reward_visible(has_reward)
+        self.alarms.set_reward_visible(has_reward)
+        self._set_view(cls.view)
+        self._update_buttons()
+
+    def _set_view(self, name: str) -> None:
+        if self.view is not None:
+            self.view.setParent(None)
+            self.view.deleteLater()
+        self.view = make_view(name, self.view_box)
+        self.view_layout.addWidget(self.view)
+
+    def _clear_layout(self, layout: QVBoxLayout) -> None:
+        while layout.count():
+            w = layout.takeAt(0).widget()
+            if w is not None:
+                w.setParent(None)
+                w.deleteLater()
+
+    def _build_perturbations(self, cls: type[Source]) -> None:
+        self._clear_layout(self.perturb_layout)
+        self.perturb_buttons: dict[str, QPushButton] = {}
+        self.perturb_forms: dict[str, ParamForm] = {}
+        if not cls.perturbations:
+            self.perturb_layout.addWidget(QLabel("This source declares no perturbations."))
+        for pert in cls.perturbations:
+            button = QPushButton(pert.label, self.perturb_box)
+            button.setObjectName(f"perturb_{pert.name}")
+            button.setCheckable(True)
+            button.setToolTip(f"{pert.help} (target: {pert.target})")
+            form = ParamForm(pert.params, self.perturb_box)
+            button.toggled.connect(lambda on, n=pert.name: self._perturb_toggled(n, on))
+            self.perturb_layout.addWidget(button)
+            self.perturb_layout.addWidget(form)
+            self.perturb_buttons[pert.name] = button
+            self.perturb_forms[pert.name] = form
+
+    def _build_modulations(self, cls: type[Source]) -> None:
+        self._clear_layout(self.modulate_layout)
+        self.modulate_buttons: dict[str, QPushButton] = {}
+        self.modulate_forms: dict[str, ParamForm] = {}
+        self.auto_check = QCheckBox("Auto (engage on persistent alarm)", self.modulate_box)
+        self.auto_combo = QComboBox(self.modulate_box)
+        self.auto_persist = self._spin(1, 1000, 3)
+        self.auto_release = self._spin(1, 10000, 10)
+        for w in (self.auto_persist, self.auto_release):
+            w.setParent(self.modulate_box)
+            w.hide()
+        if not cls.modulations:
+            why = ("is passive: it has no action channel, so there is no interface to modulate "
+                   "(Hold, input filter and dimensionality reduction act on an agent's "
+                   "observations and actions, paper §4.3)."
+                   if not cls.action_names or cls.name == "replay" else
+                   "declares no modulations.")
+            label = QLabel(f"<i>{cls.label}</i> {why}", self.modulate_box)
+            label.setObjectName("modulation_disabled")
+            label.setWordWrap(True)
+            self.modulate_layout.addWidget(label)
+            for name in ("Hold", "Input filter", "Dimensionality reduction"):
+                b = QPushButton(name, self.modulate_box)
+                b.setEnabled(False)
+                self.modulate_layout.addWidget(b)
+            self.auto_check.setEnabled(False)
+            self.modulate_layout.addWidget(self.auto_check)
+            return
+        for mod in cls.modulations:
+            button = QPushButton(mod.label, self.modulate_box)
+            button.setObjectName(f"modulate_{mod.name}")
+            button.setCheckable(True)
+            button.setToolTip(mod.help)
+            form = ParamForm(mod.params, self.modulate_box)
+            button.toggled.connect(lambda on, n=mod.name: self._modulate_toggled(n, on))
+            self.modulate_layout.addWidget(button)
+            self.modulate_layout.addWidget(form)
+            self.modulate_buttons[mod.name] = button
+            self.modulate_forms[mod.name] = form
+            self.auto_combo.addItem(mod.label, mod.name)
+        auto = QGroupBox("Automatic modulation", self.modulate_box)
+        form = QFormLayout(auto)
+        form.addRow(self.auto_check)
+        self.auto_persist.show()
+        self.auto_release.show()
+        form.addRow("Modulation", self.auto_combo)
+        form.addRow("Engage after (windows)", self.auto_persist)
+        form.addRow("Release after quiet (windows)", self.auto_release)
+        self.auto_check.toggled.connect(self._auto_toggled)
+        self.modulate_layout.addWidget(auto)
+
+    def _preset_changed(self, name: str) -> None:
+        p = PRESETS.get(name)
+        if p is not None:
+            self.bins_spin.setValue(p.bins)
+            self.window_spin.setValue(p.window)
+            self.stride_spin.setValue(p.stride)
+
+    def _browse_path(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Choose a recording")
+        if path and self.settings_form is not None:
+            self.settings_form.set_values({"path": path})
+
+    def _pick_record_dir(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Folder for recordings",
+                                                self.record_dir_edit.text())
+        if path:
+            self.record_dir_edit.setText(path)
+
+    # -- session control --------------------------------------------------------------------
+
+    def _pipeline(self) -> dict[str, Any]:
+        preset = self.preset_combo.currentText()
+        base = PRESETS.get(preset)
+        if base is None:  # custom: the numbers as shown
+            return {
+                "preset": None, "bins": self.bins_spin.value(),
+                "window": self.window_spin.value(), "stride": self.stride_spin.value(),
+                "calibration_windows": self.calib_spin.value(),
+                "baseline_windows": self.baseline_spin.value(), "k": self.k_spin.value(),
+                "correction": None if self.correction_combo.currentText() == "none"
+                else self.correction_combo.currentText(),
+            }
+        return {
+            "preset": preset,
+            "bins": self.bins_spin.value() if self.bins_spin.value() != base.bins else None,
+            "window": (self.window_spin.value()
+                       if self.window_spin.value() != base.window else None),
+            "stride": (self.stride_spin.value()
+                       if self.stride_spin.value() != base.stride else None),
+            "calibration_windows": self.calib_spin.value(),
+            "baseline_windows": self.baseline_spin.value(),
+            "k": self.k_spin.value(),
+            "correction": None if self.correction_combo.currentText() == "none"
+            else self.correction_combo.currentText(),
+        }
+
+    def start_session(self) -> bool:
+        """Build a session from the panels and start it; False (with a message) on bad input."""
+        if self.session is not None and self.session.running:
+            return True
+        self.hide_error()
+        cls = self._source_cls
+        if cls is None or self.settings_form is None:
+            self.show_error("choose a source that loads")
+            return False
+        try:
+            settings = self.settings_form.values()
+            source = cls(**settings)
+            pipe = self._pipeline()
+            if cls.name == "replay":
+                pipe = {}  # a replay re-runs the recording's own pipeline
+            config = SessionConfig(source=cls.name, settings=settings,
+                                   speed=SPEEDS[self.speed_combo.currentText()], **pipe)
+            record = self._new_record_path() if self.record_button.isChecked() else None
+            self.session = Session(config, source=source, record=record)
+        except (ValueError, OSError, RecordingError) as exc:
+            self.show_error(f"Cannot start {cls.label}: {exc}")
+            return False
+        if record is not None:
+            self._recording_started(record)
+        self.plots.clear_data()
+        self.alarms.reset()
+        self._error_shown = None
+        if self.view is not None and hasattr(self.view, "_trace"):
+            self.view._trace.clear()
+        for button in (*self.perturb_buttons.values(), *self.modulate_buttons.values()):
+            button.blockSignals(True)
+            button.setChecked(False)
+            button.blockSignals(False)
+        self.pause_button.setChecked(False)
+        self.session.start()
+        if self.auto_check.isChecked():
+            self._auto_toggled(True)
+        self.timer.start()
+        self._update_buttons()
+        return True
+
+    def stop_session(self) -> None:
+        """Stop the running session; its plots stay for inspection and export."""
+        if self.session is None:
+            return
+        try:
+            self.session.stop()
+        except RuntimeError as exc:
+            self.show_error(str(exc))
+        self.refresh()
+        self.timer.stop()
+        if self.record_button.isChecked():
+            self.record_button.blockSignals(True)
+            self.record_button.setChecked(False)
+            self.record_button.blockSignals(False)
+            self.record_label.setText(f"recorded: {self.last_recording}")
+        self._update_buttons()
+
+    def reset_session(self) -> None:
+        """Stop, forget the session and clear the plots."""
+        self.stop_session()
+        self.session = None
+        self.plots.clear_data()
+        self.alarms.reset()
+        self.hide_error()
+        self.status.setText("idle")
+        self._update_buttons()
+
+    def shutdown(self) -> None:
+        """Stop timers and the worker thread (on close and on application quit)."""
+        self.timer.stop()
+        if self.session is not None and self.session.running:
+            try:
+                self.session.stop()
+            except RuntimeError as exc:
+                # A worker inside a long numba compile cannot be interrupted; it is a daemon
+                # thread and ends with the process.
+                print(f"idt-desk: {exc}", file=sys.stderr)
+
+    def closeEvent(self, event: Any) -> None:
+        """Join the worker before the window goes."""
+        self.shutdown()
+        super().closeEvent(event)
+
+    def _update_buttons(self) -> None:
+        running = self.session is not None and self.session.running
+        self.start_button.setEnabled(not running and self._source_cls is not None)
+        self.pause_button.setEnabled(running)
+        self.stop_button.setEnabled(running)
+        self.source_combo.setEnabled(not running)
+        if self.settings_form is not None:
+            self.settings_form.setEnabled(not running)
+        for b in (*self.perturb_buttons.values(), *self.modulate_buttons.values(),
+                  self.baseline_button, self.apply_symbols_button):
+            b.setEnabled(running)
+        self.auto_check.setEnabled(bool(self.modulate_buttons))
+        has_rec = self.last_recording is not None
+        self.export_csv_button.setEnabled(has_rec and not self.record_button.isChecked())
+        self.export_parquet_button.setEnabled(has_rec and not self.record_button.isChecked())
+
+    def _pause_toggled(self, on: bool) -> None:
+        if self.session is None:
+            return
+        if on:
+            self.session.pause()
+            self.pause_button.setText("Resume")
+        else:
+            self.session.resume()
+            self.pause_button.setText("Pause")
+
+    def _speed_changed(self, label: str) -> None:
+        if self.session is not None and self.session.running:
+            self.session.set_speed(SPEEDS[label])
+
+    def _perturb_toggled(self, name: str, on: bool) -> None:
+        if self.session is None or not self.session.running:
+            return
+        try:
+            params = self.perturb_forms[name].values()
+            self.session.perturb(name, params, on=on)
+        except (ValueError, KeyError) as exc:
+            self.show_error(f"{name}: {exc}")
+
+    def _modulate_toggled(self, name: str, on: bool) -> None:
+        if self.session is None or not self.session.running:
+            return
+        try:
+            self.session.modulate(name, self.modulate_forms[name].values(), on=on)
+        except (ValueError, KeyError) as exc:
+            self.show_error(f"{name}: {exc}")
+
+    def _auto_toggled(self, on: bool) -> None:
+        if self.session is None or not self.session.running or not self.modulate_buttons:
+            return
+        name = self.auto_combo.currentData()
+        self.session.set_auto(None if not on else {
+            "modulation": name, "params": self.modulate_forms[name].values(),
+            "persist": self.auto_persist.value(), "release": self.auto_release.value()})
+
+    def _apply_symbols(self) -> None:
+        if self.session is None or not self.session.running:
+            return
+        try:
+            self.session.reconfigure(**self._pipeline())
+        except ValueError as exc:
+            self.show_error(str(exc))
+
+    def _calibrate_baseline(self) -> None:
+        if self.session is not None and self.session.running:
+            self.session.calibrate_baseline(self.baseline_spin.value())
+
+    def _add_note(self) -> None:
+        text = self.note_edit.text().strip()
+        if text and self.session is not None and self.session.running:
+            self.session.note(text)
+            self.note_edit.clear()
+
+    # -- recording and export ---------------------------------------------------------------
+
+    def _new_record_path(self) -> Path:
+        base = Path(self.record_dir_edit.text()).expanduser()
+        name = self._source_cls.name if self._source_cls else "session"
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        path = base / f"{name}-{stamp}"
+        k = 1
+        while path.exists():
+            k += 1
+            path = base / f"{name}-{stamp}-{k}"
+        return path
+
+    def _recording_started(self, path: Path) -> None:
+        self.last_recording = path
+        self.record_label.setText(f"recording into {path}")
+        self._update_buttons()
+
+    def _record_toggled(self, on: bool) -> None:
+        if self.session is None or not self.session.running:
+            self.record_label.setText("armed: recording starts with the session" if on
+                                      else "not recording")
+            return
+        if on:
+            path = self._new_record_path()
+            self.session.start_recording(path)
+            self._recording_started(path)
+        else:
+            self.session.stop_recording()
+            self.record_label.setText(f"recorded: {self.last_recording}")
+            self._update_buttons()
+
+    def export_last_recording(self, fmt: str, out: str | Path | None = None) -> list[Path]:
+        """Export the last recording's tables (next to it by default)."""
+        if self.last_recording is None:
+            return []
+        out = Path(out) if out else self.last_recording.with_name(
+            f"{self.last_recording.name}-{fmt}")
+        try:
+            paths = export_recording(load_recording(self.last_recording), out, fmt)
+        except (RecordingError, OSError, ValueError) as exc:
+            self.show_error(f"Export failed: {exc}")
+            return []
+        self.statusBar().showMessage(f"exported {len(paths)} files into {out}", 8000)
+        return paths
+
+    def _save_plots_dialog(self, fmt: str) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Save plots", f"idt-plots.{fmt}",
+                                              f"{fmt.upper()} (*.{fmt})")
+        if path:
+            self.plots.export(path)
+
+    # -- errors -----------------------------------------------------------------------------
+
+    def show_error(self, text: str) -> None:
+        """Show a message in the red banner above the plots (never a traceback dialog)."""
+        self.banner.setText(text)
+        self.banner.show()
+
+    def hide_error(self) -> None:
+        """Hide the banner."""
+        self.banner.hide()
+
+    # -- the timer --------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Pull a snapshot from the session and redraw (the GUI timer's slot)."""
+        if self.session is None:
+            return
+        snap: Snapshot = self.session.snapshot(limit=self.history)
+        self.plots.update_snapshot(snap)
+        self.alarms.update_snapshot(snap)
+        if self.view is not None and snap.info:
+            self.view.update_info(snap.info)
+        self._frames += 1
+        now = time.monotonic()
+        if now - self._fps_t0 >= 1.0:
+            self.fps = self._frames / (now - self._fps_t0)
+            self._frames, self._fps_t0 = 0, now
+        speed = "max" if not snap.speed else f"{snap.speed:g}×"
+        self.status.setText(
+            f"{snap.state} — {snap.source} at {speed} — t = {snap.sim_time:.2f} s — "
+            f"{snap.n_transitions:,} transitions, {snap.n_windows:,} windows — "
+            f"{snap.throughput:,.0f} tr/s — GUI {self.fps:.0f} fps"
+        )
+        if snap.state == "running" and snap.n_transitions == 0:
+            self.status.setText("starting… (the first launch compiles the numba kernels, "
+                                "about 10 s; they are cached afterwards)")
+        if snap.error and snap.error != self._error_shown:
+            self._error_shown = snap.error
+            self.show_error(f"The source stopped with an error: {snap.error}")
+        if not self.session.running:
+            self.timer.stop()
+            if self.record_button.isChecked():
+                self.record_button.blockSignals(True)
+                self.record_button.setChecked(False)
+                self.record_button.blockSignals(False)
+                self.record_label.setText(f"recorded: {self.last_recording}")
+            self._update_buttons()
