@@ -275,14 +275,8 @@ def _run_run(args: argparse.Namespace) -> int:
         raise InputError(f"{args.record}: already holds a recording; choose a new path")
     session = _build_session(args, _speed(args.speed), args.record)
     rate = session.source.rate
-    for spec in args.perturb:
-        name, params, on, off = _parse_perturb(spec, rate)
-        try:
-            session.schedule(on, "perturb", name=name, params=params)
-        except (KeyError, ValueError) as exc:
-            raise InputError(f"--perturb {spec!r}: {exc.args[0] if exc.args else exc}") from None
-        if off is not None:
-            session.schedule(off, "perturb", name=name, params=None)
+    for at, kind, cmd in _schedule_perturbations(args.perturb, type(session.source)):
+        session.schedule(at, kind, **cmd)
     steps = args.steps if args.steps is not None else (
         round(args.seconds * rate) if args.seconds is not None else None)
     if steps is not None and steps < 1:
@@ -376,19 +370,37 @@ def _add_gui(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--speed", default="1", help="multiple of real time or 'max' (default 1)")
     p.add_argument("--record", type=Path, metavar="DIR",
                    help="folder for recordings; with --start, record from the start")
+    p.add_argument("--perturb", action="append", default=[], metavar="SPEC",
+                   help="with --start, schedule a perturbation: NAME[:k=v,...]@START[-END] (s)")
     p.add_argument("--screenshot", type=Path, help="save a PNG of the window, then quit")
     p.add_argument("--quit-after", type=float, default=None,
                    help="seconds before the screenshot / quitting")
     p.set_defaults(func=_run_gui)
 
 
+def _schedule_perturbations(specs: list[str], source_cls) -> list[tuple[int, str, dict]]:
+    out = []
+    for spec in specs:
+        name, params, on, off = _parse_perturb(spec, source_cls.rate)
+        try:
+            resolved = source_cls.perturbation(name).resolve(params)
+        except (KeyError, ValueError) as exc:
+            raise InputError(f"--perturb {spec!r}: {exc.args[0] if exc.args else exc}") from None
+        out.append((on, "perturb", {"name": name, "params": resolved}))
+        if off is not None:
+            out.append((off, "perturb", {"name": name, "params": None}))
+    return out
+
+
 def _run_gui(args: argparse.Namespace) -> int:
     from idt_desk.gui_main import run_gui
+    from idt_desk.plugins import load_source
 
+    schedule = _schedule_perturbations(args.perturb, load_source(args.source))
     return run_gui(
         source=args.source, settings=_key_values(args.set, "--set"), start=args.start,
         speed=_speed(args.speed), screenshot=args.screenshot, quit_after=args.quit_after,
-        record=args.record,
+        record=args.record, schedule=schedule,
     )
 
 

@@ -21,6 +21,7 @@ def run_gui(
     screenshot: Path | None = None,
     quit_after: float | None = None,
     record: Path | None = None,
+    schedule: list[tuple[int, str, dict]] | None = None,
 ) -> int:
     """Open the main window; optionally start, screenshot after ``quit_after`` s, and quit."""
     from PySide6.QtCore import QTimer
@@ -41,7 +42,7 @@ def run_gui(
     if record is not None:
         win.record_button.setChecked(True)
     if start:
-        win.start_session()
+        win.start_session(schedule=schedule)
     delay = quit_after if quit_after is not None else (3.0 if screenshot else None)
     if delay is not None:
 

@@ -42,6 +42,10 @@ WINDOW_COLUMNS = (
     "H_SAS", "H_A_given_S", "MI_A_S_next_given_S", "K_SAS", "unique_frac", "reward",
     "x_P", "x_H_f", "x_H_b", "x_dH", "x_IDT", "x_reward",
 )
+#: Wall-clock granularity of real-time pacing (s).
+PACE_SLICE = 0.02
+#: At maximum speed, chunks of this many ``source.chunk`` per step (fast sources).
+MAX_SPEED_CHUNKS = 40
 _FLAG_OF = {"P": "x_P", "H_f": "x_H_f", "H_b": "x_H_b", "dH": "x_dH", "IDT": "x_IDT",
             "reward": "x_reward"}
 
@@ -115,6 +119,7 @@ class Snapshot:
     windows: dict[str, np.ndarray]
     info: dict[str, Any]
     events: list[dict[str, Any]]
+    switches: list[dict[str, Any]]
     active_perturbations: dict[str, dict[str, Any]]
     active_modulations: dict[str, dict[str, Any]]
     auto: dict[str, Any] | None
@@ -191,6 +196,9 @@ class Session:
         self._error: str | None = None
         self._ring = _WindowRing(self.config.history, WINDOW_COLUMNS)
         self._events: deque[dict[str, Any]] = deque(maxlen=500)
+        # Perturbation/modulation switches, kept apart so alarm chatter cannot push the start
+        # of a long perturbation out of the bounded event log.
+        self._switches: deque[dict[str, Any]] = deque(maxlen=200)
         self._info: dict[str, Any] = {}
         self._alarm = {m: False for m in (*IDT_METRICS, "IDT", "reward")}
         self._onset: dict[str, Any] | None = None
@@ -350,6 +358,7 @@ class Session:
                 windows=windows,
                 info=dict(self._info),
                 events=list(self._events),
+                switches=list(self._switches),
                 active_perturbations={k: dict(v) for k, v in
                                       self.source.active_perturbations.items()},
                 active_modulations={k: dict(v) for k, v in
@@ -565,6 +574,8 @@ class Session:
               "wall": time.time(), **fields}
         with self._lock:
             self._events.append(ev)
+            if kind.startswith(("perturbation_", "modulation_")):
+                self._switches.append(ev)
         if self._recorder is not None:
             self._recorder.add_event(ev)
 
@@ -579,7 +590,7 @@ class Session:
             "source": {"name": self.source.name, "label": self.source.label,
                        "settings": dict(self.source.config), "rate": self.source.rate,
                        "has_reward": self.source.has_reward,
-                       "passive": self.source.passive},
+                       "passive": self.source.passive, "view": self.source.view},
             "preset": self.preset.to_dict(),
             "versions": _versions(),
             "start_index": self.n_transitions,
@@ -705,6 +716,8 @@ class Session:
             ev_out = {"kind": kind, "i": i, "t": self._sim_time, "wall": time.time(), **fields}
             with self._lock:
                 self._events.append(ev_out)
+                if kind.startswith(("perturbation_", "modulation_")):
+                    self._switches.append(ev_out)
             if self._recorder is not None:
                 self._recorder.add_event(ev_out)
 
@@ -727,14 +740,20 @@ class Session:
                     wall0, sim0, self._pace_reset = time.monotonic(), self.n_transitions, False
                 speed = self.config.speed
                 if speed:
-                    due = (time.monotonic() - wall0) * speed * src.rate - (self.n_transitions
-                                                                           - sim0)
-                    if due < 1:
-                        time.sleep(min(0.005, (1 - due) / (speed * src.rate)))
+                    per_s = speed * src.rate
+                    due = (time.monotonic() - wall0) * per_s - (self.n_transitions - sim0)
+                    # Step in slices of >= PACE_SLICE of wall time (or one transition): a
+                    # worker waking a thousand times a second to make one step keeps taking
+                    # the GIL from the GUI thread (measured: 10 frames/s instead of 30).
+                    need = max(1.0, per_s * PACE_SLICE)
+                    if due < need:
+                        time.sleep(min(PACE_SLICE, (need - due) / per_s))
                         continue
-                    n = int(min(due, max(src.chunk, speed * src.rate * 0.02)))
+                    n = int(min(due, max(src.chunk, per_s * 2 * PACE_SLICE)))
                 else:
-                    n = src.chunk * 10 if src.rate >= 100 else src.chunk
+                    # As fast as possible: big slices keep the worker's Python (GIL-holding)
+                    # overhead per transition low; each still takes only ~10 ms.
+                    n = src.chunk * MAX_SPEED_CHUNKS if src.rate >= 100 else src.chunk
                 while self._schedule and self._schedule[0][0] <= self.n_transitions:
                     _, kind, args = self._schedule.pop(0)
                     self._apply(kind, args)

@@ -213,7 +213,7 @@ class Source(ABC):
     #: Names of symbolisation presets (``idt_desk.PRESETS``); the first is the default.
     presets: ClassVar[tuple[str, ...]] = ()
     #: Which live view draws this source (``widgets`` maps names to views), or "".
-    view: ClassVar[str] = ""
+    view: str = ""
 
     def __init__(self, **settings: Any) -> None:
         self.config: dict[str, Any] = _resolve(self.settings, settings, f"source {self.name}")

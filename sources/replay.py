@@ -52,6 +52,9 @@ class ReplaySource(Source):
         self._r = tr["reward"].to_numpy(np.float64) if self.has_reward else None
         ep = tr["episode"].to_numpy(np.float64)
         self._ep = None if np.isnan(ep).all() else ep.astype(np.int64)
+        # The live view of the replayed system is drawn from the recorded state and settings.
+        self._view_info = {k: float(v) for k, v in src.get("settings", {}).items()
+                           if isinstance(v, int | float) and not isinstance(v, bool)}
         start = int(rec.config.get("start_index", tr["i"].iloc[0] if len(tr) else 0))
         self._events: list[tuple[int, dict[str, Any]]] = []
         self._pipeline0: dict[str, Any] | None = None
@@ -97,7 +100,9 @@ class ReplaySource(Source):
             reward=None if self._r is None else self._r[sl],
             episode=None if self._ep is None else self._ep[sl],
             t=self._t[sl], events=events, done=hi >= len(self._s),
-            info={"replay_progress": hi / max(len(self._s), 1)},
+            info={**self._view_info, "replay_progress": hi / max(len(self._s), 1),
+                  **({"y": self._n[hi - 1].copy(), "time": float(self._t[hi - 1])}
+                     if hi > lo else {})},
         )
 
 

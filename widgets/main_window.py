@@ -48,6 +48,13 @@ CUSTOM = "(custom)"
 REFRESH_MS = 33
 
 
+def _set_quietly(button: QPushButton, on: bool) -> None:
+    """Check or uncheck a toggle without firing its slot (the state changed elsewhere)."""
+    button.blockSignals(True)
+    button.setChecked(on)
+    button.blockSignals(False)
+
+
 def _speed_label(speed: float | None) -> str:
     for label, v in SPEEDS.items():
         if v == speed:
@@ -104,6 +111,7 @@ class MainWindow(QMainWindow):
         self.view_box = QGroupBox("System", self)
         self.view_layout = QVBoxLayout(self.view_box)
         self.view: QWidget | None = None
+        self._view_name = ""
 
         controls = QWidget(self)
         self.controls_layout = QVBoxLayout(controls)
@@ -146,7 +154,7 @@ class MainWindow(QMainWindow):
         split.setStretchFactor(1, 1)
         split.setSizes([380, 720, 320])
         self.setCentralWidget(split)
-        self.status = QLabel("idle", self)
+        self.status = QLabel("idle — choose a source and press Start", self)
         self.statusBar().addPermanentWidget(self.status, 1)
 
         self.timer = QTimer(self)
@@ -341,7 +349,26 @@ class MainWindow(QMainWindow):
         self._set_view(cls.view)
         self._update_buttons()
 
+    def _show_pipeline(self) -> None:
+        """Show the session's actual symbolisation (a replay's is the recorded one)."""
+        if self.session is None:
+            return
+        p, c = self.session.preset, self.session.config
+        widgets = (self.preset_combo, self.bins_spin, self.window_spin, self.stride_spin,
+                   self.calib_spin, self.baseline_spin)
+        for w in widgets:
+            w.blockSignals(True)
+        self.preset_combo.setCurrentText(p.name if p.name in PRESETS else CUSTOM)
+        self.bins_spin.setValue(p.bins)
+        self.window_spin.setValue(p.window)
+        self.stride_spin.setValue(p.stride)
+        self.calib_spin.setValue(c.calibration_windows)
+        self.baseline_spin.setValue(c.baseline_windows)
+        for w in widgets:
+            w.blockSignals(False)
+
     def _set_view(self, name: str) -> None:
+        self._view_name = name
         if self.view is not None:
             self.view.setParent(None)
             self.view.deleteLater()
@@ -381,7 +408,7 @@ class MainWindow(QMainWindow):
         self.auto_combo = QComboBox(self.modulate_box)
         self.auto_persist = self._spin(1, 1000, 3)
         self.auto_release = self._spin(1, 10000, 10)
-        for w in (self.auto_persist, self.auto_release):
+        for w in (self.auto_combo, self.auto_persist, self.auto_release):
             w.setParent(self.modulate_box)
             w.hide()
         if not cls.modulations:
@@ -416,8 +443,8 @@ class MainWindow(QMainWindow):
         auto = QGroupBox("Automatic modulation", self.modulate_box)
         form = QFormLayout(auto)
         form.addRow(self.auto_check)
-        self.auto_persist.show()
-        self.auto_release.show()
+        for w in (self.auto_combo, self.auto_persist, self.auto_release):
+            w.show()
         form.addRow("Modulation", self.auto_combo)
         form.addRow("Engage after (windows)", self.auto_persist)
         form.addRow("Release after quiet (windows)", self.auto_release)
@@ -470,8 +497,12 @@ class MainWindow(QMainWindow):
             else self.correction_combo.currentText(),
         }
 
-    def start_session(self) -> bool:
-        """Build a session from the panels and start it; False (with a message) on bad input."""
+    def start_session(self, schedule: list[tuple[int, str, dict]] | None = None) -> bool:
+        """Build a session from the panels and start it; False (with a message) on bad input.
+
+        ``schedule`` holds (transition, command, arguments) applied exactly then, as
+        :meth:`idt_desk.session.Session.schedule` does.
+        """
         if self.session is not None and self.session.running:
             return True
         self.hide_error()
@@ -488,21 +519,25 @@ class MainWindow(QMainWindow):
             config = SessionConfig(source=cls.name, settings=settings,
                                    speed=SPEEDS[self.speed_combo.currentText()], **pipe)
             record = self._new_record_path() if self.record_button.isChecked() else None
-            self.session = Session(config, source=source, record=record)
-        except (ValueError, OSError, RecordingError) as exc:
+            session = Session(config, source=source, record=record)
+            for at, kind, args in schedule or []:
+                session.schedule(at, kind, **args)
+            self.session = session
+        except (ValueError, KeyError, OSError, RecordingError) as exc:
             self.show_error(f"Cannot start {cls.label}: {exc}")
             return False
         if record is not None:
             self._recording_started(record)
+        self._show_pipeline()
+        if source.view != self._view_name:
+            self._set_view(source.view)  # a replay draws what it replays
         self.plots.clear_data()
         self.alarms.reset()
         self._error_shown = None
         if self.view is not None and hasattr(self.view, "_trace"):
             self.view._trace.clear()
         for button in (*self.perturb_buttons.values(), *self.modulate_buttons.values()):
-            button.blockSignals(True)
-            button.setChecked(False)
-            button.blockSignals(False)
+            _set_quietly(button, False)
         self.pause_button.setChecked(False)
         self.session.start()
         if self.auto_check.isChecked():
@@ -520,11 +555,13 @@ class MainWindow(QMainWindow):
         except RuntimeError as exc:
             self.show_error(str(exc))
         self.refresh()
+        self._session_ended()
+
+    def _session_ended(self) -> None:
+        """The worker is gone (stopped, finished or failed): settle the controls."""
         self.timer.stop()
         if self.record_button.isChecked():
-            self.record_button.blockSignals(True)
-            self.record_button.setChecked(False)
-            self.record_button.blockSignals(False)
+            _set_quietly(self.record_button, False)
             self.record_label.setText(f"recorded: {self.last_recording}")
         self._update_buttons()
 
@@ -699,6 +736,12 @@ class MainWindow(QMainWindow):
         snap: Snapshot = self.session.snapshot(limit=self.history)
         self.plots.update_snapshot(snap)
         self.alarms.update_snapshot(snap)
+        # Buttons follow the loop's state (scheduled perturbations, auto modulation).
+        for names, buttons in ((snap.active_perturbations, self.perturb_buttons),
+                               (snap.active_modulations, self.modulate_buttons)):
+            for name, button in buttons.items():
+                if button.isChecked() != (name in names):
+                    _set_quietly(button, name in names)
         if self.view is not None and snap.info:
             self.view.update_info(snap.info)
         self._frames += 1
@@ -719,10 +762,4 @@ class MainWindow(QMainWindow):
             self._error_shown = snap.error
             self.show_error(f"The source stopped with an error: {snap.error}")
         if not self.session.running:
-            self.timer.stop()
-            if self.record_button.isChecked():
-                self.record_button.blockSignals(True)
-                self.record_button.setChecked(False)
-                self.record_button.blockSignals(False)
-                self.record_label.setText(f"recorded: {self.last_recording}")
-            self._update_buttons()
+            self._session_ended()

@@ -59,6 +59,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             p.disableAutoRange()
             for side in ("left", "bottom"):
                 p.getAxis(side).enableAutoSIPrefix(False)
+            p.getAxis("left").setWidth(62)  # equal widths keep the x-linked plots aligned
             if first is None:
                 first = p
             else:
@@ -128,7 +129,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
                 self.bands[key].setVisible(False)
                 self.means[key].setVisible(False)
         now = float(x[-1]) if len(x) else snap.sim_time
-        self._set_periods(_periods(snap.events, now))
+        self._set_periods(_periods(snap.switches, now))
         self._follow(x, w, snap)
 
     def _follow(self, x: np.ndarray, w: dict[str, np.ndarray], snap: Snapshot) -> None:
