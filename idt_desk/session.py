@@ -569,9 +569,10 @@ class Session:
 
     # -- worker -----------------------------------------------------------------------------
 
-    def _event(self, kind: str, **fields: Any) -> None:
-        ev = {"kind": kind, "i": self.n_transitions, "t": self._sim_time,
-              "wall": time.time(), **fields}
+    def _event(self, kind: str, at: int | None = None, **fields: Any) -> None:
+        """Log an event at transition ``at`` (default: now) to the ring and the recording."""
+        ev = {"kind": kind, "i": self.n_transitions if at is None else at,
+              "t": self._sim_time, "wall": time.time(), **fields}
         with self._lock:
             self._events.append(ev)
             if kind.startswith(("perturbation_", "modulation_")):
@@ -707,19 +708,14 @@ class Session:
             kind = ev.get("kind", "source")
             if kind in ("calibrate_baseline", "reconfigure"):
                 continue
-            fields = {k: v for k, v in ev.items() if k != "kind"}
+            # A replayed event's own i/t/wall belong to the original session.
+            fields = {k: v for k, v in ev.items() if k not in ("kind", "i", "t", "wall")}
             i = i0 + int(fields.pop("row", len(b) - 1)) + 1
             if kind == "perturbation_on":
                 # A replayed onset: latency is measured from it as from a live one.
                 self._onset = {"name": fields.get("name"), "i": i, "first_window": None,
                                "latency": None}
-            ev_out = {"kind": kind, "i": i, "t": self._sim_time, "wall": time.time(), **fields}
-            with self._lock:
-                self._events.append(ev_out)
-                if kind.startswith(("perturbation_", "modulation_")):
-                    self._switches.append(ev_out)
-            if self._recorder is not None:
-                self._recorder.add_event(ev_out)
+            self._event(kind, at=i, **fields)
 
     def _run(self) -> None:
         src = self.source

@@ -75,8 +75,11 @@ def test_replay_reproduces_recorded_windows_exactly(tmp_path):
     assert len(a) == len(b) > 100
     for col in a.columns:
         np.testing.assert_array_equal(a[col].to_numpy(), b[col].to_numpy(), err_msg=col)
-    kinds = load_recording(replay_dir).events["kind"].tolist()
-    assert "perturbation_on" in kinds and "reconfigure" in kinds
+    ev_a, ev_b = load_recording(rec_dir).events, load_recording(replay_dir).events
+    assert "reconfigure" in ev_b["kind"].tolist()
+    on_a = ev_a[ev_a["kind"] == "perturbation_on"]["i"].tolist()
+    on_b = ev_b[ev_b["kind"] == "perturbation_on"]["i"].tolist()
+    assert on_a == on_b == [2000]  # replayed at the transition it happened
 
 
 def test_replay_at_real_time_speed_is_paced(tmp_path):
