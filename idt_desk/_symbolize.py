@@ -23,12 +23,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["SymbolizationError", "Symbolizer", "combine_digits"]
+__all__ = ["SymbolizationError", "Symbolizer", "combine_digits", "wrap_angle"]
 
 _INT64_MAX = 2**63 - 1
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _C1 = np.uint64(0xBF58476D1CE4E5B9)
 _C2 = np.uint64(0x94D049BB133111EB)
+
+
+def wrap_angle(x: np.ndarray) -> np.ndarray:
+    """Angles wrapped to (-pi, pi] (-pi itself maps to +pi)."""
+    return np.pi - np.mod(np.pi - x, 2 * np.pi)
 
 
 class SymbolizationError(ValueError):
@@ -235,6 +240,5 @@ class Symbolizer:
         if self.circular:
             x = x.copy()
             c = list(self.circular)
-            # (-pi, pi]: -pi itself maps to +pi.
-            x[:, c] = np.pi - np.mod(np.pi - x[:, c], 2 * np.pi)
+            x[:, c] = wrap_angle(x[:, c])
         return x

@@ -15,7 +15,7 @@ import pandas as pd
 from idt_desk._engine import sliding_metrics, surrogate_null, window_means
 from idt_desk._io import InputError, Trajectory
 from idt_desk._monitor import IDT_METRICS, Detection, detect
-from idt_desk._symbolize import Symbolizer
+from idt_desk._symbolize import Symbolizer, wrap_angle
 from idt_desk.presets import ANGLE_MODES, Preset
 
 __all__ = [
@@ -29,10 +29,6 @@ __all__ = [
 
 #: The metrics the paper tabulates (Tables 1 and 2), in order.
 TABLE_METRICS = ("P", "H_f", "H_b", "dH")
-
-
-def _wrap(x: np.ndarray) -> np.ndarray:
-    return np.pi - np.mod(np.pi - x, 2 * np.pi)
 
 
 def prepare_angles(
@@ -53,11 +49,11 @@ def prepare_angles(
     if max(idx) >= s.shape[1]:
         raise InputError(f"angle column {max(idx)} out of range for {s.shape[1]} state columns")
     if mode == "wrap":
-        s[:, idx] = _wrap(s[:, idx])
-        s_next[:, idx] = _wrap(s_next[:, idx])
+        s[:, idx] = wrap_angle(s[:, idx])
+        s_next[:, idx] = wrap_angle(s_next[:, idx])
     else:
         s[:, idx] = np.unwrap(s[:, idx], axis=0)
-        s_next[:, idx] = s[:, idx] + _wrap(s_next[:, idx] - s[:, idx])
+        s_next[:, idx] = s[:, idx] + wrap_angle(s_next[:, idx] - s[:, idx])
     return s, s_next
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from idt_desk._engine import MetricEngine
 from idt_desk._monitor import IDT_METRICS, Baseline, Monitor
-from idt_desk._symbolize import Symbolizer
+from idt_desk._symbolize import Symbolizer, wrap_angle
 from idt_desk.controller import AutoController
 from idt_desk.presets import PRESETS, Preset
 from idt_desk.recording import Recorder
@@ -350,7 +350,7 @@ class Session:
                 n_windows=self._ring.total,
                 sim_time=self._sim_time,
                 speed=self.config.speed,
-                preset=self.preset.to_dict(),
+                preset=self._preset_dict,
                 calibration=(self._n_calib_buffered if not self._calibrated
                              else self._calib_needed, self._calib_needed),
                 baseline=self.monitor.baseline,
@@ -416,6 +416,7 @@ class Session:
         """(Re)build symbolisers, engine and monitor from the configuration."""
         c = self.config
         self.preset = self._resolve_preset(self._pipeline_dict())
+        self._preset_dict = self.preset.to_dict()  # snapshots are taken 30 times a second
         ds = len(self.source.state_names)
         self._sym_s = Symbolizer(ds, self.preset.bins, self.preset.state_groups,
                                  names=self.source.state_names)
@@ -447,7 +448,7 @@ class Session:
             return x
         x = x.copy()
         if self.preset.angle_mode == "wrap":
-            x[:, idx] = np.pi - np.mod(np.pi - x[:, idx], 2 * np.pi)
+            x[:, idx] = wrap_angle(x[:, idx])
         return x  # "unwrap": sources deliver continuous angles already
 
     def _symbolise(self, b: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:

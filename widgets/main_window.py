@@ -389,16 +389,23 @@ class MainWindow(QMainWindow):
         if not cls.perturbations:
             self.perturb_layout.addWidget(QLabel("This source declares no perturbations."))
         for pert in cls.perturbations:
-            button = QPushButton(pert.label, self.perturb_box)
-            button.setObjectName(f"perturb_{pert.name}")
-            button.setCheckable(True)
-            button.setToolTip(f"{pert.help} (target: {pert.target})")
-            form = ParamForm(pert.params, self.perturb_box)
-            button.toggled.connect(lambda on, n=pert.name: self._perturb_toggled(n, on))
-            self.perturb_layout.addWidget(button)
-            self.perturb_layout.addWidget(form)
-            self.perturb_buttons[pert.name] = button
-            self.perturb_forms[pert.name] = form
+            self._add_toggle(pert, f"{pert.help} (target: {pert.target})", "perturb",
+                             self.perturb_box, self.perturb_layout, self.perturb_buttons,
+                             self.perturb_forms, self._perturb_toggled)
+
+    def _add_toggle(self, spec: Any, tip: str, prefix: str, box: QGroupBox,
+                    layout: QVBoxLayout, buttons: dict, forms: dict, slot: Any) -> None:
+        """A declared perturbation or modulation: a toggle button and its parameter form."""
+        button = QPushButton(spec.label, box)
+        button.setObjectName(f"{prefix}_{spec.name}")
+        button.setCheckable(True)
+        button.setToolTip(tip)
+        form = ParamForm(spec.params, box)
+        button.toggled.connect(lambda on, n=spec.name: slot(n, on))
+        layout.addWidget(button)
+        layout.addWidget(form)
+        buttons[spec.name] = button
+        forms[spec.name] = form
 
     def _build_modulations(self, cls: type[Source]) -> None:
         self._clear_layout(self.modulate_layout)
@@ -429,16 +436,8 @@ class MainWindow(QMainWindow):
             self.modulate_layout.addWidget(self.auto_check)
             return
         for mod in cls.modulations:
-            button = QPushButton(mod.label, self.modulate_box)
-            button.setObjectName(f"modulate_{mod.name}")
-            button.setCheckable(True)
-            button.setToolTip(mod.help)
-            form = ParamForm(mod.params, self.modulate_box)
-            button.toggled.connect(lambda on, n=mod.name: self._modulate_toggled(n, on))
-            self.modulate_layout.addWidget(button)
-            self.modulate_layout.addWidget(form)
-            self.modulate_buttons[mod.name] = button
-            self.modulate_forms[mod.name] = form
+            self._add_toggle(mod, mod.help, "modulate", self.modulate_box, self.modulate_layout,
+                             self.modulate_buttons, self.modulate_forms, self._modulate_toggled)
             self.auto_combo.addItem(mod.label, mod.name)
         auto = QGroupBox("Automatic modulation", self.modulate_box)
         form = QFormLayout(auto)
