@@ -2,7 +2,8 @@
 
 Symbolise continuous (S, A, S') streams, compute bi-predictability P, forward and backward
 predictive uncertainty H_f, H_b and their asymmetry dH over sliding windows, and detect
-3-sigma excursions against a baseline.
+3-sigma excursions against a baseline; read session recordings back with
+:func:`load_recording` and export them with :func:`export_recording`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from idt_desk._monitor import (
 )
 from idt_desk._symbolize import SymbolizationError, Symbolizer, combine_digits
 from idt_desk.presets import PRESETS, Preset, get_preset
+from idt_desk.recording import RecordingError, export_recording, load_recording
 
 __version__ = "0.1.0"
 
@@ -39,14 +41,17 @@ __all__ = [
     "MetricEngine",
     "Monitor",
     "Preset",
+    "RecordingError",
     "SymbolizationError",
     "Symbolizer",
     "Trajectory",
     "combine_digits",
     "detect",
     "detection_latency",
+    "export_recording",
     "first_post_onset_window",
     "get_preset",
+    "load_recording",
     "load_trajectory",
     "sliding_metrics",
     "surrogate_null",

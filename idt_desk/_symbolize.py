@@ -3,7 +3,9 @@
 1. optional: circular variables wrapped to (-pi, pi];
 2. z-score each variable with statistics frozen at calibration;
 3. equal-width bins spanning each variable's calibrated z-range, edges frozen; later values
-   outside the range go to the edge bins;
+   outside the range go to the edge bins (and are counted: :meth:`Symbolizer.symbolize`).
+   A circular variable's bins span the whole circle, whatever the calibration data covered,
+   so a wrapped angle is never out of range;
 4. the bins of a group of variables become one composite symbol (mixed radix), and the
    symbol is the composite of its groups.
 
@@ -17,7 +19,7 @@ joint tables on tuples of these symbols, so (S, A, S') never has to fit in one i
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,8 +143,15 @@ class Symbolizer:
         """Whether :meth:`fit` has frozen the statistics."""
         return self._cal is not None
 
-    def fit(self, x: np.ndarray) -> Symbolizer:
-        """Freeze mean, standard deviation and z-range of each variable from ``x`` (n, d)."""
+    def fit(
+        self, x: np.ndarray, ranges: Mapping[int, tuple[float, float]] | None = None
+    ) -> Symbolizer:
+        """Freeze mean, standard deviation and z-range of each variable from ``x`` (n, d).
+
+        ``ranges`` gives known (low, high) bounds of some variables (by index, in their own
+        units); their bins span those bounds, together with the data, instead of the data's
+        range alone. A circular variable's bins always span the whole circle.
+        """
         x = self._prepare(x)
         if x.shape[0] < 1:
             raise SymbolizationError("cannot calibrate on zero rows")
@@ -150,7 +159,13 @@ class Symbolizer:
         std = x.std(axis=0, ddof=1) if x.shape[0] > 1 else np.zeros(self.n_vars)
         std = np.where(std > 0, std, 1.0)  # a constant variable keeps z = 0
         z = (x - mean) / std
-        self._cal = _Calibration(mean, std, z.min(axis=0), z.max(axis=0))
+        z_lo, z_hi = z.min(axis=0), z.max(axis=0)
+        known = {j: (-np.pi, np.pi) for j in self.circular}
+        known.update({int(j): r for j, r in (ranges or {}).items() if j not in known})
+        for j, (lo, hi) in known.items():
+            z_lo[j] = min((lo - mean[j]) / std[j], z_lo[j])
+            z_hi[j] = max((hi - mean[j]) / std[j], z_hi[j])
+        self._cal = _Calibration(mean, std, z_lo, z_hi)
         return self
 
     def fit_transform(self, x: np.ndarray) -> np.ndarray:
@@ -161,6 +176,10 @@ class Symbolizer:
 
     def digits(self, x: np.ndarray) -> np.ndarray:
         """Bin index of every value, shape (n, d), using the frozen calibration."""
+        return self._digits(x)[0]
+
+    def _digits(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bin indices (n, d) and, per row, whether a used value left the calibrated range."""
         if self._cal is None:
             raise SymbolizationError("the symboliser is not calibrated: call fit() first")
         x = self._prepare(x)
@@ -171,11 +190,16 @@ class Symbolizer:
         idx = np.floor((z - cal.z_lo) / width)
         # A zero-width range: the calibrated value and below -> bin 0, above -> last bin.
         idx = np.where(span > 0, idx, np.where(z > cal.z_hi, self.bins - 1, 0))
-        return np.clip(idx, 0, self.bins - 1).astype(np.int64)
+        used = [j for g in self.groups for j in g]
+        zu = z[:, used]
+        outside = ((zu < cal.z_lo[used]) | (zu > cal.z_hi[used])).any(axis=1)
+        return np.clip(idx, 0, self.bins - 1).astype(np.int64), outside
 
     def group_symbols(self, x: np.ndarray) -> np.ndarray:
         """Composite symbol of each group, shape (n, n_groups)."""
-        d = self.digits(x)
+        return self._group_symbols(self._digits(x)[0])
+
+    def _group_symbols(self, d: np.ndarray) -> np.ndarray:
         return np.stack(
             [combine_digits(d[:, list(g)], [int(self.bins[j]) for j in g]) for g in self.groups],
             axis=1,
@@ -187,7 +211,18 @@ class Symbolizer:
 
     def transform(self, x: np.ndarray) -> np.ndarray:
         """One int64 symbol per row: the composite of the group symbols."""
-        return combine_digits(self.group_symbols(x), self.group_radices())
+        return self.symbolize(x)[0]
+
+    def symbolize(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Symbols as :meth:`transform`, and per row whether a value left the calibrated range.
+
+        Such a value was clamped into an edge bin: that is how a live session's frozen symbols
+        meet data the calibration never saw. The fraction of such rows per window tells a
+        user when a change in the metrics is an artefact of the symbols rather than a change
+        of coupling.
+        """
+        d, outside = self._digits(x)
+        return combine_digits(self._group_symbols(d), self.group_radices()), outside
 
     @property
     def alphabet_size(self) -> int:

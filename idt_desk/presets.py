@@ -65,6 +65,15 @@ PRESETS: dict[str, Preset] = {
             n_state=4, n_action=0,
         ),
         Preset(
+            "pendulum-live",
+            "Double pendulum, live: the batch-1 configuration (16 bins, W = 300, stride 75) "
+            "with the angles treated as circular, wrapped to (-pi, pi] with bins over the "
+            "whole circle. A live session calibrates on its first seconds; an unwrapped "
+            "angle leaves that range for good once the pendulum goes over the top.",
+            bins=16, window=300, stride=75, angles=(0, 1), angle_mode="wrap",
+            n_state=4, n_action=0,
+        ),
+        Preset(
             "pendulum-batch2",
             "Double pendulum, the paper's batch 2 (coarser bins, shorter windows, more "
             "overlap): 8 bins, W = 150, stride 25.",

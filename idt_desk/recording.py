@@ -16,6 +16,22 @@ the column names ``idt-desk analyze`` reads. Rows are appended in whole lines wi
 even with SIGKILL, loses at most the last flush interval and leaves every file readable.
 Floats are written with 17 significant digits: they read back bit for bit, which is what
 lets a replay reproduce the recorded windows exactly.
+
+Closing a recording writes ``complete: true`` and the row counts ``n_transitions``,
+``n_windows`` and ``n_events`` into config.json; the session's last event before closing is
+``session_end`` (or ``recording_stop``). :func:`load_recording` checks the files against that:
+
+- Damage it cannot read past raises :class:`RecordingError` naming the file and the line:
+  bytes that are not UTF-8 text (or NUL) in any file, invalid JSON, a table line with the
+  wrong number of fields or a non-numeric cell, an events line that is not a JSON event.
+- Data missing or out of order is *reported, not raised*: the recording loads with
+  ``complete`` False and one warning per file saying what is wrong, e.g.
+  ``"transitions.csv: holds 8,000 rows but config.json promises 10,000"``. This covers a
+  table or events file shorter than config.json promises, no ``session_end`` event, a torn
+  (unterminated) last line (dropped, never misread), a gap in the transitions' ``i``, and a
+  windows' ``start`` that goes back. A killed session's recording (no ``complete`` in
+  config.json) loads the same way, with its own warning; only the row counts are not checked,
+  since it promised none.
 """
 
 from __future__ import annotations
@@ -44,6 +60,8 @@ __all__ = [
 
 FORMAT_VERSION = 1
 _FILES = ("config.json", "transitions.csv", "windows.csv", "events.jsonl")
+#: The events a session writes just before it closes a recording.
+_CLOSING_EVENTS = ("session_end", "recording_stop")
 
 
 class RecordingError(ValueError):
@@ -151,6 +169,7 @@ class Recorder:
         self._last_flush = time.monotonic()
         self.n_transitions = 0
         self.n_windows = 0
+        self.n_events = 0
         self.closed = False
 
     @property
@@ -211,6 +230,7 @@ class Recorder:
         if "kind" not in event:
             raise ValueError("an event needs a 'kind'")
         self._events.append(json.dumps(_json_safe(dict(event))) + "\n")
+        self.n_events += 1
         self._maybe_flush()
 
     def _maybe_flush(self) -> None:
@@ -237,13 +257,17 @@ class Recorder:
         self._windows.close()
         os.close(self._events_fd)
         self.write_config(n_transitions=self.n_transitions, n_windows=self.n_windows,
-                          complete=True, **config_updates)
+                          n_events=self.n_events, complete=True, **config_updates)
         self.closed = True
 
 
 @dataclass
 class Recording:
-    """A recording read back: three tables and the configuration."""
+    """A recording read back: three tables, the configuration and what the reader found.
+
+    ``complete`` is True only when the session closed the recording and the files hold all it
+    promised; then ``warnings`` is empty.
+    """
 
     path: Path
     config: dict[str, Any]
@@ -251,6 +275,7 @@ class Recording:
     windows: pd.DataFrame
     events: pd.DataFrame
     warnings: list[str]
+    complete: bool = False
 
     @property
     def state_names(self) -> list[str]:
@@ -262,33 +287,85 @@ class Recording:
         """Names of the action variables (columns ``a_0..``)."""
         return list(self.config.get("action_names", []))
 
-    @property
-    def complete(self) -> bool:
-        """False when the session did not close the recording (killed or crashed)."""
-        return bool(self.config.get("complete", False))
 
+def _read_lines(path: Path, issues: list[str] | None = None) -> bytes:
+    """A file's bytes, checked to be text; with ``issues``, a torn last line is dropped.
 
-def _read_csv(path: Path, warnings: list[str]) -> pd.DataFrame:
+    Bytes that are not UTF-8 text (or NUL) raise RecordingError naming the file and line.
+    """
     raw = path.read_bytes()
-    if raw and not raw.endswith(b"\n"):
-        # Only a torn last line can lack its newline; drop it rather than misread a number.
+    try:
+        raw.decode("utf-8")
+        bad = raw.find(b"\x00")
+    except UnicodeDecodeError as exc:
+        bad = exc.start
+    if bad >= 0:
+        line = raw.count(b"\n", 0, bad) + 1
+        raise RecordingError(f"{path}: line {line}: garbage bytes {raw[bad:bad + 4]!r}...")
+    if issues is not None and raw and not raw.endswith(b"\n"):
+        # Only a torn last line can lack its newline; drop it rather than misread it.
         raw = raw[: raw.rfind(b"\n") + 1]
-        warnings.append(f"{path.name}: dropped a partly written last line")
+        line = raw.count(b"\n") + 1
+        issues.append(f"dropped a partly written last line (line {line})")
+    return raw
+
+
+def _read_csv(path: Path, issues: list[str]) -> pd.DataFrame:
+    raw = _read_lines(path, issues)
     if not raw.strip():
         raise RecordingError(f"{path}: empty (not even a header)")
+    # Every line holds as many fields as the header: count the commas line by line.
+    arr = np.frombuffer(raw, np.uint8)
+    commas = np.searchsorted(np.flatnonzero(arr == ord(",")), np.flatnonzero(arr == ord("\n")))
+    fields = np.diff(commas, prepend=0) + 1
+    wrong = np.flatnonzero(fields != fields[0])
+    if wrong.size:
+        raise RecordingError(f"{path}: line {wrong[0] + 1}: {fields[wrong[0]]} fields, "
+                             f"the header has {fields[0]}")
     try:
-        return pd.read_csv(io.BytesIO(raw))
+        df = pd.read_csv(io.BytesIO(raw))
     except (ValueError, pd.errors.ParserError) as exc:
         raise RecordingError(f"{path}: not a recording table: {exc}") from None
+    # Line k + 2 holds row k (line 1 is the header; no blank lines passed the field count).
+    bad_rows = [
+        int(np.argmax(bad)) for col in df.columns
+        if not pd.api.types.is_numeric_dtype(df[col])
+        and (bad := (pd.to_numeric(df[col], errors="coerce").isna() & df[col].notna())).any()
+    ]
+    if bad_rows:
+        k = min(bad_rows)
+        cell = next(v for v in df.iloc[k] if isinstance(v, str)
+                    and pd.isna(pd.to_numeric(v, errors="coerce")))
+        raise RecordingError(f"{path}: line {k + 2}: non-numeric cell {cell!r}")
+    return df
+
+
+def _first_line(flags: np.ndarray) -> int | None:
+    """The 0-based index of the first True in ``flags``, or None."""
+    idx = np.flatnonzero(flags)
+    return int(idx[0]) if idx.size else None
 
 
 def load_recording(path: str | Path) -> Recording:
-    """Read a recording directory (also one whose session was killed mid-write).
+    """Read a recording directory and check it against what its config.json promises.
+
+    Parameters
+    ----------
+    path
+        The recording directory.
+
+    Returns
+    -------
+    Recording
+        The tables and configuration. ``complete`` is True only when the session closed the
+        recording and every check passed; otherwise ``warnings`` says, file by file, what is
+        missing or out of order (a killed session's recording loads this way too).
 
     Raises
     ------
     RecordingError
-        Not a directory, missing files, or files that are not a recording's.
+        Not a directory, missing files, files that are not a recording's, garbage bytes or
+        non-numeric cells (the message names the file and the line).
     """
     path = Path(path)
     if not path.exists():
@@ -299,20 +376,34 @@ def load_recording(path: str | Path) -> Recording:
     if missing:
         raise RecordingError(f"{path}: not a recording (missing {', '.join(missing)})")
     try:
-        config = json.loads((path / "config.json").read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RecordingError(f"{path}/config.json: not valid JSON ({exc})") from None
+        config = json.loads(_read_lines(path / "config.json"))
+    except json.JSONDecodeError as exc:
+        raise RecordingError(
+            f"{path}/config.json: line {exc.lineno}: not valid JSON ({exc.msg})"
+        ) from None
     if not isinstance(config, dict) or config.get("format_version") != FORMAT_VERSION:
         found = config.get("format_version") if isinstance(config, dict) else config
         raise RecordingError(
             f"{path}: not an IDT Desk recording of format {FORMAT_VERSION} "
             f"(config.json says format_version {found!r})"
         )
-    warnings: list[str] = []
-    transitions = _read_csv(path / "transitions.csv", warnings)
-    windows = _read_csv(path / "windows.csv", warnings)
+    issues: dict[str, list[str]] = {name: [] for name in _FILES[1:]}
+    transitions = _read_csv(path / "transitions.csv", issues["transitions.csv"])
+    windows = _read_csv(path / "windows.csv", issues["windows.csv"])
     if "i" not in transitions.columns or "start" not in windows.columns:
         raise RecordingError(f"{path}: tables lack their index columns (i / start)")
+    i = transitions["i"].to_numpy(np.float64)
+    if (k := _first_line(np.diff(i) != 1)) is not None:
+        issues["transitions.csv"].append(
+            f"line {k + 3}: i jumps from {i[k]:.17g} to {i[k + 1]:.17g} (rows missing)")
+    start_index = config.get("start_index")
+    if len(i) and isinstance(start_index, int) and i[0] != start_index:
+        issues["transitions.csv"].append(
+            f"line 2: starts at i = {i[0]:.17g} but config.json says start_index {start_index}")
+    start = windows["start"].to_numpy(np.float64)
+    if (k := _first_line(~(np.diff(start) >= 0))) is not None:
+        issues["windows.csv"].append(
+            f"line {k + 3}: start goes back from {start[k]:.17g} to {start[k + 1]:.17g}")
     for col in ("i", "episode"):
         if col in transitions and transitions[col].notna().all():
             transitions[col] = transitions[col].astype(np.int64)
@@ -320,21 +411,42 @@ def load_recording(path: str | Path) -> Recording:
         if col in windows and windows[col].notna().all():
             windows[col] = windows[col].astype(np.int64)
     events_rows = []
-    lines = (path / "events.jsonl").read_text().splitlines()
-    for k, line in enumerate(lines):
+    ev_path = path / "events.jsonl"
+    for k, line in enumerate(_read_lines(ev_path, issues["events.jsonl"]).split(b"\n")):
         if not line.strip():
             continue
         try:
-            events_rows.append(json.loads(line))
+            row = json.loads(line)
         except ValueError:
-            if k == len(lines) - 1:
-                warnings.append("events.jsonl: dropped a partly written last line")
-            else:
-                raise RecordingError(f"{path}/events.jsonl: line {k + 1} is not JSON") from None
+            row = None
+        if not isinstance(row, dict) or "kind" not in row:
+            raise RecordingError(f"{ev_path}: line {k + 1}: not a JSON event") from None
+        events_rows.append(row)
     events = pd.DataFrame(events_rows)
-    if not config.get("complete", False):
+    closed = bool(config.get("complete", False))
+    if closed:
+        # What the closing Recorder promised: the row counts, and the session's last event.
+        for name, table, key, what in (
+            ("transitions.csv", transitions, "n_transitions", "rows"),
+            ("windows.csv", windows, "n_windows", "rows"),
+            ("events.jsonl", events, "n_events", "events"),
+        ):
+            promised = config.get(key)
+            if not isinstance(promised, int) or isinstance(promised, bool):
+                if key != "n_events":  # written by a Recorder that did not count events
+                    issues[name].append(f"config.json gives no {key}")
+            elif len(table) != promised:
+                issues[name].append(
+                    f"holds {len(table):,} {what} but config.json promises {promised:,}")
+        kinds = set(events["kind"]) if len(events) else set()
+        if not kinds & set(_CLOSING_EVENTS):
+            issues["events.jsonl"].append(
+                "no session_end event, which a closed recording ends with")
+    warnings = [f"{name}: {'; '.join(found)}" for name, found in issues.items() if found]
+    complete = closed and not warnings
+    if not closed:
         warnings.append("the session did not close this recording (killed or crashed)")
-    return Recording(path, config, transitions, windows, events, warnings)
+    return Recording(path, config, transitions, windows, events, warnings, complete)
 
 
 def export_recording(

