@@ -177,10 +177,10 @@ class _WindowRing:
 class Session:
     """Run one source through the IDT pipeline in a worker thread.
 
-    A window whose ``out_of_range`` fraction (transitions with a value clamped into an edge
-    bin) stays above ``OUT_OF_RANGE_WARN`` for ``OUT_OF_RANGE_PERSIST`` windows raises a
-    ``symbols_out_of_range`` event: the frozen symbols no longer cover the data, and
-    :meth:`reconfigure` (no arguments) re-calibrates them.
+    When the ``out_of_range`` fraction (transitions with a value clamped into an edge bin)
+    averages above ``OUT_OF_RANGE_WARN`` over the latest ``OUT_OF_RANGE_PERSIST`` windows, a
+    ``symbols_out_of_range`` event is raised: the frozen symbols no longer cover the data,
+    and :meth:`reconfigure` (no arguments) re-calibrates them.
 
     Parameters
     ----------
@@ -192,10 +192,10 @@ class Session:
         Directory to record into from the start (``start_recording`` can start later).
     """
 
-    #: Fraction of a window's transitions with a clamped value above which it is "high".
+    #: Mean out-of-range fraction above which the symbols are said not to cover the data.
     OUT_OF_RANGE_WARN = 0.05
-    #: Consecutive high (then low) windows that raise (then clear) the warning.
-    OUT_OF_RANGE_PERSIST = 10
+    #: Windows that mean is taken over.
+    OUT_OF_RANGE_PERSIST = 20
 
     def __init__(
         self,
@@ -476,7 +476,7 @@ class Session:
         # Per-transition columns of recent transitions: loop time, reward, and whether a value
         # was clamped into an edge bin. Windows take their end time and means from them.
         self._tail = np.empty((0, 3))
-        self._range_run = 0
+        self._range_recent: deque[float] = deque(maxlen=self.OUT_OF_RANGE_PERSIST)
         self._range_warning: dict[str, Any] | None = None
         auto = c.auto
         self._auto = None if auto is None else AutoController(
@@ -660,26 +660,29 @@ class Session:
                         window_start=window_start)
 
     def _watch_range(self, table: dict[str, np.ndarray]) -> None:
-        """Warn once the symbols' calibrated range has stopped covering the data."""
+        """Warn once the symbols' calibrated range has stopped covering the data.
+
+        Clamping comes in bursts (a pendulum whose energy grew passes its old extremes a few
+        times a swing), so the rule looks at the mean out-of-range fraction of the latest
+        ``OUT_OF_RANGE_PERSIST`` windows: above ``OUT_OF_RANGE_WARN`` raises the warning, below
+        a fifth of it clears it.
+        """
+        recent = self._range_recent
         for j, frac in enumerate(table["out_of_range"]):
-            high = bool(frac > self.OUT_OF_RANGE_WARN)
-            if high == (self._range_warning is not None):
-                self._range_run = 0
-                if high:
-                    self._range_warning["fraction"] = float(frac)
+            recent.append(float(frac))
+            if len(recent) < recent.maxlen:
                 continue
-            self._range_run += 1
-            if self._range_run < self.OUT_OF_RANGE_PERSIST:
-                continue
-            self._range_run = 0
+            mean = sum(recent) / len(recent)
             at = int(table["end"][j])
-            if high:
-                self._range_warning = {"fraction": float(frac), "since_i": at}
-                self._later("symbols_out_of_range", at=at, fraction=float(frac),
-                            windows=self.OUT_OF_RANGE_PERSIST)
-            else:
-                self._range_warning = None
-                self._later("symbols_in_range", at=at, fraction=float(frac))
+            if self._range_warning is None and mean > self.OUT_OF_RANGE_WARN:
+                self._range_warning = {"fraction": mean, "since_i": at}
+                self._later("symbols_out_of_range", at=at, fraction=mean,
+                            windows=len(recent))
+            elif self._range_warning is not None:
+                self._range_warning["fraction"] = mean
+                if mean < self.OUT_OF_RANGE_WARN / 5:
+                    self._range_warning = None
+                    self._later("symbols_in_range", at=at, fraction=mean)
 
     def _next_window_end(self) -> int:
         """Transition index at which the engine's next window ends."""
