@@ -19,16 +19,24 @@ from idt_desk._symbolize import Symbolizer, wrap_angle
 from idt_desk.presets import ANGLE_MODES, Preset
 
 __all__ = [
+    "SATURATED",
     "AnalysisResult",
     "analyze_trajectory",
     "plot_metrics",
     "summarize",
+    "summary_document",
     "symbolize_trajectory",
     "write_outputs",
+    "write_summary",
 ]
 
 #: The metrics the paper tabulates (Tables 1 and 2), in order.
 TABLE_METRICS = ("P", "H_f", "H_b", "dH")
+
+#: A window whose ``unique_frac`` (distinct (S, A, S') / W) is at least this is saturated:
+#: nearly every transition occurs once, the plug-in entropies sit at their ceiling, and P
+#: says more about the estimator than about coupling (i.i.d. noise gives P near 1/2).
+SATURATED = 0.9
 
 
 def prepare_angles(
@@ -62,7 +70,10 @@ def symbolize_trajectory(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, dict[str, Any]]:
     """Symbols (s, s_next, a) with the whole file as calibration; plus the symbolisers' config."""
     s, s_next = prepare_angles(traj.s, traj.s_next, preset.angles, preset.angle_mode)
-    sym_s = Symbolizer(s.shape[1], preset.bins, preset.state_groups, names=traj.state_names)
+    # Wrapped angles are circular: their bins span the whole circle, as in a live session.
+    circular = preset.angles if preset.angle_mode == "wrap" else ()
+    sym_s = Symbolizer(s.shape[1], preset.bins, preset.state_groups, circular=circular,
+                       names=traj.state_names)
     s_sym = sym_s.fit_transform(s)
     n_sym = sym_s.transform(s_next)
     config: dict[str, Any] = {"state": sym_s.to_dict()}
@@ -149,26 +160,44 @@ def analyze_trajectory(
         null = surrogate_null(s, n, a, preset.window, preset.stride, null_draws, seed, w)
         for key in ("P_null_mean", "P_null_std", "P_null_z"):
             table[key] = null[key]
-    summary: dict[str, Any] = {
-        "source": source,
-        "rows": traj.rows,
-        "transitions": traj.n,
-        "windows": len(table),
-        "passive": a is None,
-        "config": {
+    saturated = np.asarray(w["unique_frac"]) >= SATURATED
+    if saturated.any():
+        note = (
+            f"{int(saturated.sum())} of {len(table)} windows are saturated (unique_frac >= "
+            f"{SATURATED:g}: nearly every (S, A, S') occurs once in its window), so the plug-in "
+            "entropies sit at their ceiling and P there measures the estimator, not coupling "
+            "(i.i.d. noise gives P near 0.5); "
+        )
+        if null_draws:
+            p_sat = float(np.nanmean(w["P"][saturated]))
+            null_sat = float(np.nanmean(table["P_null_mean"].to_numpy()[saturated]))
+            note += (f"there the shuffled null's mean P is {null_sat:.4f} against the measured "
+                     f"{p_sat:.4f} (see null and the P_null_z column)")
+        else:
+            note += ("rerun with --null N to compare P with a shuffled surrogate, or use fewer "
+                     "--bins or a longer --window")
+        notes.append(note)
+    summary = summary_document(
+        summarize(w),
+        notes=notes,
+        config={
             "preset": preset.to_dict(),
             "correction": correction,
             "symbolizer": sym_config,
             "std_ddof": 1,
         },
-        "metrics": summarize(w),
-        "also": summarize(
+        source=source,
+        rows=traj.rows,
+        transitions=traj.n,
+        windows=len(table),
+        passive=a is None,
+        also=summarize(
             w, ("MI", "H_S", "H_A", "H_S_next", "H_A_given_S", "MI_A_S_next_given_S",
                 "unique_frac")
         ),
-        "undefined_P_windows": n_undef,
-        "notes": notes,
-    }
+        undefined_P_windows=n_undef,
+        saturated_windows=int(saturated.sum()),
+    )
     if a is not None:
         summary["agency"] = {
             "choice_H_A_given_S": float(np.nanmean(w["H_A_given_S"])),
@@ -241,6 +270,56 @@ def _json_default(o: object) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+def summary_document(
+    metrics: Mapping[str, Mapping[str, float | None]],
+    *,
+    notes: Sequence[str],
+    config: Mapping[str, Any],
+    **fields: Any,
+) -> dict[str, Any]:
+    """The one layout of ``summary.json``, shared by ``idt-desk analyze`` and ``reproduce``.
+
+    Parameters
+    ----------
+    metrics : mapping
+        The table: metric name -> ``{"min", "mean", "max", "std"}`` (:func:`summarize`).
+    notes : sequence of str
+        One-line remarks for the reader (caveats, saturation, undefined windows).
+    config : mapping
+        Everything needed to redo the computation.
+    **fields
+        The command's own top-level fields (counts, detection, null, ...); a command may add
+        more to the returned dict, never under the three reserved keys.
+
+    Returns
+    -------
+    dict
+        ``{"metrics": {...}, **fields, "notes": [...], "config": {...}}``: the metric table is
+        always under ``metrics``, never at the top level.
+
+    """
+    clash = {"metrics", "notes", "config"} & set(fields)
+    if clash:
+        raise ValueError(f"summary fields {sorted(clash)} are reserved")
+    return {"metrics": {k: dict(v) for k, v in metrics.items()}, **fields,
+            "notes": list(notes), "config": dict(config)}
+
+
+def write_summary(summary: Mapping[str, Any], path: Path) -> None:
+    """Write a :func:`summary_document` as ``summary.json`` (NaN as null).
+
+    Raises
+    ------
+    ValueError
+        ``summary`` is not in the shared layout.
+
+    """
+    missing = [k for k in ("metrics", "notes", "config") if k not in summary]
+    if missing:
+        raise ValueError(f"not a summary document: missing {missing}")
+    write_json(dict(summary), path)
+
+
 def write_json(obj: Any, path: Path) -> None:
     """Write JSON with numpy scalars converted and NaN written as null."""
 
@@ -278,7 +357,7 @@ def write_outputs(result: AnalysisResult, out: Path, title: str = "") -> list[Pa
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "windows.csv", out / "summary.json", out / "metrics.png"]
     result.windows.to_csv(paths[0], index=False)
-    write_json(result.summary, paths[1])
+    write_summary(result.summary, paths[1])
     plot_metrics(result.windows, paths[2], title, result.detection)
     return paths
 

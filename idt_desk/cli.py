@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from idt_desk._io import InputError
+from idt_desk._validate import (
+    build_source,
+    check_float,
+    check_int,
+    check_limit,
+    check_out_dir,
+    key_values,
+    parse_speed,
+    schedule_perturbations,
+)
 
 __all__ = ["main"]
 
@@ -63,8 +78,11 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--null", type=int, default=0, metavar="N",
                    help="shuffle-surrogate draws per window (0 = off)")
     p.add_argument("--seed", type=int, default=0, help="seed for the surrogate null")
-    p.add_argument("--onset", type=int, help="perturbation onset (transition index)")
-    p.add_argument("--baseline-windows", type=int, help="baseline = first N windows")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--onset", type=int,
+                   help="perturbation onset (transition index): the baseline is every window "
+                        "wholly before it")
+    g.add_argument("--baseline-windows", type=int, help="baseline = the first N windows")
     p.add_argument("--k", type=float, default=3.0, help="excursion threshold in sigmas")
     p.set_defaults(func=_run_analyze)
 
@@ -88,14 +106,20 @@ def _run_analyze(args: argparse.Namespace) -> int:
         state_groups=args.groups, action_groups=args.action_groups, angles=args.angles,
         angle_mode=args.angle_mode,
     )
-    for name in ("bins", "window", "stride"):
-        if getattr(preset, name) < 1:
-            raise InputError(f"--{name} must be >= 1, got {getattr(preset, name)}")
+    for key in ("bins", "window", "stride"):
+        check_limit(key, getattr(preset, key))
+    check_int("--null", args.null, 0, 10_000)
+    check_limit("seed", args.seed)
+    check_float("--k", args.k, 0.0, lo_open=True)
+    check_int("--onset", args.onset, 0)
+    check_limit("baseline_windows", args.baseline_windows)
+    check_out_dir(args.out, "--out")
     traj = load_trajectory(
         args.file, s_prefix=args.s_prefix, a_prefix=args.a_prefix,
         s_next_prefix=args.s_next_prefix, state_columns=args.state_columns,
         action_columns=args.action_columns, passive=args.passive,
     )
+    _check_fits_file(args, preset, traj)
     result = analyze_trajectory(
         traj, preset, correction=None if args.correction == "none" else args.correction,
         null_draws=args.null, seed=args.seed, onset=args.onset,
@@ -113,6 +137,44 @@ def _run_analyze(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
+
+
+def _check_groups(option: str, groups, n: int, what: str) -> None:
+    if groups is None:
+        return
+    flat = [j for g in groups for j in g]
+    if not groups or not all(groups) or len(set(flat)) != len(flat) or \
+            any(j < 0 or j >= n for j in flat):
+        text = ";".join(",".join(map(str, g)) for g in groups)
+        raise InputError(f"{option} {text!r}: groups must be non-empty and use distinct {what} "
+                         f"column indices from 0 to {n - 1}")
+
+
+def _check_fits_file(args: argparse.Namespace, preset, traj) -> None:
+    """The options that depend on the file (its length, its columns), before any analysis."""
+    n, w, stride = traj.n, preset.window, preset.stride
+    if n < w:
+        raise InputError(f"--window {w}: {args.file}: {n} transitions, fewer than one window "
+                         f"of {w}; allowed: 2 to {max(n, 2)}")
+    n_windows = (n - w) // stride + 1
+    if args.baseline_windows is not None and args.baseline_windows > n_windows:
+        raise InputError(f"--baseline-windows {args.baseline_windows}: {args.file} has "
+                         f"{n_windows} windows (W={w}, stride {stride}); allowed: 2 to "
+                         f"{n_windows}")
+    if args.onset is not None and not w + stride <= args.onset < n:
+        raise InputError(f"--onset {args.onset}: must be a transition index from {w + stride} "
+                         f"(two baseline windows before it) to {n - 1} ({args.file} has {n} "
+                         "transitions)")
+    by = "--preset " + preset.name
+    n_s = traj.s.shape[1]
+    _check_groups("--groups" if args.groups is not None else by, preset.state_groups, n_s,
+                  "state")
+    if traj.a is not None:
+        _check_groups("--action-groups" if args.action_groups is not None else by,
+                      preset.action_groups, traj.a.shape[1], "action")
+    if preset.angle_mode != "none":
+        _check_groups("--angles" if args.angles is not None else by,
+                      [preset.angles] if preset.angles else None, n_s, "state")
 
 
 def _add_bench(sub: argparse._SubParsersAction) -> None:
@@ -166,61 +228,59 @@ def _run_bench_engine(args: argparse.Namespace) -> int:
     return 0
 
 
-def _key_values(items: list[str] | None, what: str) -> dict[str, str]:
-    out = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise InputError(f"{what} expects key=value, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
-
-
-def _parse_perturb(spec: str, rate: float) -> tuple[str, dict[str, str], int, int | None]:
-    """NAME[:k=v,k=v]@START[-END] (seconds of the loop's time) -> name, params, on, off."""
-    head, sep, when = spec.partition("@")
-    if not sep:
-        raise InputError(f"--perturb {spec!r}: give a start time, e.g. sensor_noise@10-20")
-    name, _, params = head.partition(":")
-    kv = _key_values([p for p in params.split(",") if p], f"--perturb {spec!r}")
-    try:
-        start, _, end = when.partition("-")
-        on = round(float(start) * rate)
-        off = round(float(end) * rate) if end else None
-    except ValueError:
-        raise InputError(f"--perturb {spec!r}: times must be seconds, e.g. @10-20") from None
-    if off is not None and off <= on:
-        raise InputError(f"--perturb {spec!r}: the end must come after the start")
-    return name.strip(), kv, on, off
-
-
 def _add_session_options(p: argparse.ArgumentParser) -> None:
+    from idt_desk.presets import PRESETS
+
     p.add_argument("--source", default="pendulum", help="source name (see: idt-desk sources)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                    help="set a declared source setting (repeatable)")
-    p.add_argument("--preset", help="symbolisation preset (default: the source's first)")
-    p.add_argument("--bins", type=int)
-    p.add_argument("--window", type=int)
-    p.add_argument("--stride", type=int)
+    p.add_argument("--preset", choices=sorted(PRESETS),
+                   help="symbolisation preset (default: the source's first)")
+    p.add_argument("--bins", type=int, help="equal-width bins per variable (2 to 65536)")
+    p.add_argument("--window", type=int, help="window length W in transitions (2 to 100000)")
+    p.add_argument("--stride", type=int, help="window step in transitions (1 to 100000)")
     p.add_argument("--calibration-windows", type=int, default=20,
                    help="symbol statistics frozen from the first N windows (default 20)")
     p.add_argument("--baseline-windows", type=int, default=30,
-                   help="baseline = the first N windows after calibration (default 30)")
-    p.add_argument("--k", type=float, default=3.0, help="excursion threshold in sigmas")
+                   help="baseline = the N windows that follow the calibration windows "
+                        "(default 30)")
+    p.add_argument("--k", type=float, default=3.0, help="excursion threshold in sigmas (> 0)")
     p.add_argument("--correction", choices=("none", "miller-madow"), default="none")
-    p.add_argument("--seed", type=int, default=0, help="seed of the source")
+    p.add_argument("--seed", type=int, default=0, help="seed of the source (>= 0)")
 
 
-def _build_session(args: argparse.Namespace, speed: float | None, record: Path | None):
-    from idt_desk.plugins import load_source
+def _check_pipeline(args: argparse.Namespace) -> None:
+    for key in ("bins", "window", "stride", "calibration_windows", "baseline_windows", "seed"):
+        check_limit(key, getattr(args, key))
+    check_float("--k", args.k, 0.0, lo_open=True)
+
+
+def _steps(args: argparse.Namespace, rate: float) -> int | None:
+    """Transitions to run from --steps or --seconds (None: until the source ends / Ctrl-C)."""
+    if args.steps is not None:
+        return check_int("--steps", args.steps, 1, 10**15)
+    if args.seconds is None:
+        return None
+    check_float("--seconds", args.seconds, 0.0, lo_open=True)
+    steps = args.seconds * rate
+    if not (math.isfinite(steps) and 1 <= round(steps) <= 10**15):
+        raise InputError(f"--seconds {args.seconds}: gives {steps:g} transitions at "
+                         f"{rate:g} per second; allowed: {1 / rate:g} to {1e15 / rate:g} s")
+    return round(steps)
+
+
+def _build_session(args: argparse.Namespace, source, speed: float | None,
+                   record: Path | None):
+    from idt_desk.presets import PRESETS
     from idt_desk.session import Session, SessionConfig
 
-    cls = load_source(args.source)
-    raw = _key_values(args.set, "--set")
-    try:
-        source = cls(**raw)
-    except (ValueError, OSError) as exc:
-        raise InputError(f"source {args.source}: {exc}") from None
+    preset = PRESETS.get(args.preset) if args.preset else None
+    n_state = len(source.state_names)
+    if preset is not None and preset.n_state not in (None, n_state):
+        raise InputError(
+            f"--preset {preset.name}: expects {preset.n_state} state variables, "
+            f"{source.name} has {n_state}; its presets: {', '.join(source.presets) or 'none'}"
+        )
     config = SessionConfig(
         source=args.source, preset=args.preset, bins=args.bins, window=args.window,
         stride=args.stride, calibration_windows=args.calibration_windows,
@@ -230,8 +290,11 @@ def _build_session(args: argparse.Namespace, speed: float | None, record: Path |
     )
     try:
         return Session(config, source=source, record=record)
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
+    except ValueError as exc:  # a pipeline check of the core that the CLI does not repeat
+        msg = str(exc)
+        key = next((k for k in ("calibration_windows", "baseline_windows", "bins", "window",
+                                "stride") if k in msg), "preset")
+        raise InputError(f"--{key.replace('_', '-')} {getattr(args, key)}: {msg}") from None
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
@@ -239,7 +302,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         "run", help="run a source headless through the IDT pipeline, optionally recording",
         description="Run a source without the GUI: the same session, pipeline and recordings. "
         "A step is one transition (one turn for a dialogue). Without --seconds/--steps a "
-        "replay runs to its end and other sources until Ctrl-C.",
+        "replay runs to its end and other sources until Ctrl-C (or SIGTERM), which stops the "
+        "session cleanly and closes the recording (exit code 130, or 143 for SIGTERM).",
     )
     _add_session_options(p)
     g = p.add_mutually_exclusive_group()
@@ -247,23 +311,69 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--steps", type=int, help="number of transitions")
     p.add_argument("--record", type=Path, help="record the session into this new directory")
     p.add_argument("--speed", default="max",
-                   help="multiple of real time, or 'max' (default) for as fast as possible")
+                   help="multiple of real time (> 0), or 'max' (default) for as fast as possible")
     p.add_argument("--perturb", action="append", default=[], metavar="SPEC",
                    help="schedule a perturbation: NAME[:k=v,...]@START[-END] in seconds")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=_run_run)
 
 
-def _speed(text: str) -> float | None:
-    if str(text).lower() in ("max", "0", "none"):
-        return None
+class _Interrupted(Exception):
+    """Raised in the main thread, outside any join, once SIGINT/SIGTERM has arrived."""
+
+
+@contextmanager
+def _deferred_signals() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM only note themselves in the yielded list while the block runs.
+
+    Python 3.11's ``Thread.join`` marks a still-running thread as finished when a
+    KeyboardInterrupt interrupts it (cpython#90882), so the session's stop() then returns at
+    once and the process exits with the worker still writing: the recording stays incomplete
+    and its last flush interval is lost. Here nothing is raised inside a join; the caller
+    polls the list and stops the session itself, and a second signal cannot break the stop.
+    """
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    previous = {s: signal.signal(s, lambda signum, frame: received.append(signum))
+                for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        v = float(text)
-    except ValueError:
-        raise InputError(f"--speed must be a number or 'max', got {text!r}") from None
-    if v <= 0:
-        raise InputError(f"--speed must be > 0, got {v}")
-    return v
+        yield received
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _progress_text(snap) -> str:
+    """The progress line's status: transitions' time, windows, the latest P and its state."""
+    from idt_desk import session as session_module
+
+    w = snap.windows
+    j = len(w["P"]) - 1
+    p = float(w["P"][j]) if j >= 0 else math.nan
+    reason_of = getattr(session_module, "undefined_reason", None)
+    reason = reason_of(w, j) if reason_of is not None and j >= 0 else None
+    if j >= 0 and p != p:
+        reason = reason or "P is NaN"
+    cal, need = snap.calibration
+    have, wanted = getattr(snap, "baseline_progress", (0, 0)) or (0, 0)
+    if cal < need:
+        status = f"calibrating {cal}/{need}"
+    elif reason:
+        status = f"P undefined ({reason.split(':')[0].split(' (')[0]})"
+    elif snap.alarm.get("IDT"):
+        status = "ALARM"
+    elif snap.baseline is None and wanted:
+        status = f"baseline {have}/{wanted}"
+    else:
+        status = "ok"
+    warning = getattr(snap, "out_of_range_warning", None)
+    if warning:
+        status += (f"; symbols out of range ({float(warning.get('fraction', math.nan)):.0%} of "
+                   "the window clamped to edge bins)")
+    p_text = f"{p:.4f}" if p == p else "—"
+    return f"t={snap.sim_time:.1f}s windows={snap.n_windows} P={p_text} {status}"
 
 
 def _run_run(args: argparse.Namespace) -> int:
@@ -271,45 +381,70 @@ def _run_run(args: argparse.Namespace) -> int:
 
     from idt_desk.session import run_headless
 
-    if args.record is not None and (args.record / "config.json").exists():
-        raise InputError(f"{args.record}: already holds a recording; choose a new path")
-    session = _build_session(args, _speed(args.speed), args.record)
-    rate = session.source.rate
-    for at, kind, cmd in _schedule_perturbations(args.perturb, type(session.source)):
+    # Every option is checked before anything is built, simulated or written.
+    speed = parse_speed(args.speed)
+    _check_pipeline(args)
+    if check_out_dir(args.record, "--record") is not None and \
+            (args.record / "config.json").exists():
+        raise InputError(f"--record {args.record}: already holds a recording; choose a new path")
+    source = build_source(args.source, args.set)
+    try:
+        steps = _steps(args, source.rate)
+        schedule = schedule_perturbations(args.perturb, source, steps)
+        session = _build_session(args, source, speed, args.record)
+    except InputError:
+        source.close()
+        raise
+    for at, kind, cmd in schedule:
         session.schedule(at, kind, **cmd)
-    steps = args.steps if args.steps is not None else (
-        round(args.seconds * rate) if args.seconds is not None else None)
-    if steps is not None and steps < 1:
-        raise InputError("--steps/--seconds must give at least one transition")
     bar = None if args.quiet else tqdm(total=steps, unit="tr", dynamic_ncols=True,
                                         desc=session.source.name)
 
-    def progress(snap) -> None:
-        if bar is None:
-            return
-        bar.update(snap.n_transitions - bar.n)
-        w = snap.windows
-        p = w["P"][-1] if len(w["P"]) else float("nan")
-        cal, need = snap.calibration
-        status = f"calibrating {cal}/{need}" if cal < need else (
-            "ALARM" if snap.alarm.get("IDT") else "ok")
-        bar.set_postfix_str(f"t={snap.sim_time:.1f}s windows={snap.n_windows} P={p:.4f} {status}")
+    # From here to the last line printed, SIGINT/SIGTERM (a first or a second one) only
+    # ask for a clean stop: nothing can interrupt closing the recording or the report.
+    with _deferred_signals() as received:
 
-    try:
-        snap = run_headless(session, steps=steps, progress=progress)
-    except KeyboardInterrupt:
-        session.stop()
-        snap = session.snapshot(limit=1)
-    finally:
-        if bar is not None:
-            bar.close()
+        def progress(snap) -> None:
+            if bar is not None:
+                bar.update(snap.n_transitions - bar.n)
+                bar.set_postfix_str(_progress_text(snap))
+            if received:  # outside any join: run_headless's finally stops the session
+                raise _Interrupted
+
+        try:
+            snap = run_headless(session, steps=steps, progress=progress)
+        except _Interrupted:
+            snap = session.snapshot(limit=1)
+        finally:
+            if bar is not None:
+                bar.close()
+        return _report_run(args, snap, received)
+
+
+def _report_run(args: argparse.Namespace, snap, received: list[int]) -> int:
+    """Print what ran and what was recorded; the exit code (128 + signal if interrupted)."""
     print(f"{snap.source}: {snap.n_transitions} transitions, {snap.n_windows} windows, "
           f"{snap.sim_time:.2f} s of loop time, state {snap.state}")
-    if args.record is not None:
-        print(f"recorded into {args.record}")
+    n_undefined = getattr(snap, "n_undefined", 0)
+    if n_undefined:
+        print(f"{n_undefined} window(s) had P undefined (constant windows: every S, A and S' "
+              "symbol the same, H(S) + H(A) + H(S') = 0)")
+    rec = ""
+    if args.record is not None and (args.record / "config.json").exists():
+        config = json.loads((args.record / "config.json").read_text())
+        complete = bool(config.get("complete"))
+        print(f"recorded into {args.record}"
+              + ("" if complete else " (incomplete: the session did not close it)"))
+        if complete:
+            rec = (f"; the recording in {args.record} is complete "
+                   f"({config.get('n_transitions')} transitions)")
     if snap.error:
         print(f"idt-desk run: error: {snap.error}", file=sys.stderr)
         return 1
+    if received:
+        print(f"idt-desk run: interrupted by {signal.Signals(received[0]).name}: stopped "
+              f"cleanly after {snap.n_transitions} transitions{rec}", file=sys.stderr)
+        return 128 + received[0]
     return 0
 
 
@@ -324,6 +459,9 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
 def _run_export(args: argparse.Namespace) -> int:
     from idt_desk.recording import RecordingError, export_recording, load_recording
 
+    check_out_dir(args.out, "--out")
+    if args.out.resolve() == args.recording.resolve():
+        raise InputError(f"--out {args.out}: is the recording itself; choose another directory")
     try:
         rec = load_recording(args.recording)
         paths = export_recording(rec, args.out, args.format)
@@ -366,8 +504,10 @@ def _add_gui(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--source", default="pendulum", help="source to select (default pendulum)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                    help="set a declared source setting (repeatable)")
-    p.add_argument("--start", action="store_true", help="start the session at once")
-    p.add_argument("--speed", default="1", help="multiple of real time or 'max' (default 1)")
+    p.add_argument("--start", action="store_true",
+                   help="start the session at once (plain `idt-desk` does)")
+    p.add_argument("--speed", default="1",
+                   help="multiple of real time (> 0) or 'max' (default 1)")
     p.add_argument("--record", type=Path, metavar="DIR",
                    help="folder for recordings; with --start, record from the start")
     p.add_argument("--perturb", action="append", default=[], metavar="SPEC",
@@ -378,29 +518,32 @@ def _add_gui(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run_gui)
 
 
-def _schedule_perturbations(specs: list[str], source_cls) -> list[tuple[int, str, dict]]:
-    out = []
-    for spec in specs:
-        name, params, on, off = _parse_perturb(spec, source_cls.rate)
-        try:
-            resolved = source_cls.perturbation(name).resolve(params)
-        except (KeyError, ValueError) as exc:
-            raise InputError(f"--perturb {spec!r}: {exc.args[0] if exc.args else exc}") from None
-        out.append((on, "perturb", {"name": name, "params": resolved}))
-        if off is not None:
-            out.append((off, "perturb", {"name": name, "params": None}))
-    return out
-
-
 def _run_gui(args: argparse.Namespace) -> int:
     from idt_desk.gui_main import run_gui
-    from idt_desk.plugins import load_source
 
-    schedule = _schedule_perturbations(args.perturb, load_source(args.source))
+    # The same checks as `idt-desk run`, before any window opens.
+    speed = parse_speed(args.speed)
+    check_out_dir(args.record, "--record")
+    check_float("--quit-after", args.quit_after, 0.0)
+    if args.screenshot is not None:
+        if args.screenshot.suffix.lower() not in (".png", ".jpg", ".jpeg", ".bmp"):
+            raise InputError(f"--screenshot {args.screenshot}: must end in .png, .jpg or .bmp")
+        check_out_dir(args.screenshot.parent, "--screenshot")
+        if args.screenshot.is_dir():
+            raise InputError(f"--screenshot {args.screenshot}: is a directory; give a file")
+    if args.perturb and not args.start:
+        raise InputError(f"--perturb {args.perturb[0]}: needs --start (scheduled times count "
+                         "from the session's start)")
+    source = build_source(args.source, args.set)
+    try:
+        schedule = schedule_perturbations(args.perturb, source)
+    finally:
+        source.close()
+    settings = {k: source.config[k] for k in key_values(args.set, "--set")}
     return run_gui(
-        source=args.source, settings=_key_values(args.set, "--set"), start=args.start,
-        speed=_speed(args.speed), screenshot=args.screenshot, quit_after=args.quit_after,
-        record=args.record, schedule=schedule,
+        source=source.name, settings=settings, start=args.start, speed=speed,
+        screenshot=args.screenshot, quit_after=args.quit_after, record=args.record,
+        schedule=schedule,
     )
 
 
@@ -426,7 +569,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("--") and argv[0] not in ("--help", "-h")):
-        argv = ["gui", *argv]  # plain `idt-desk` opens the dashboard
+        argv = ["gui", "--start", *argv]  # plain `idt-desk` starts the pendulum at once
     args = parser.parse_args(argv)
     from idt_desk.plugins import SourceLoadError
 
@@ -436,6 +579,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"idt-desk {args.command}: error: {msg}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"idt-desk {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

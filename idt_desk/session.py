@@ -445,9 +445,9 @@ class Session:
         if preset.n_state is not None and preset.n_state != len(self.source.state_names):
             raise ValueError(f"preset {preset.name} expects {preset.n_state} state variables; "
                              f"{self.source.name} has {len(self.source.state_names)}")
-        for key in ("calibration_windows", "baseline_windows"):
-            if p.get(key) is not None and p[key] < 2:
-                raise ValueError(f"{key} must be >= 2")
+        for key, least in (("calibration_windows", 1), ("baseline_windows", 2)):
+            if p.get(key) is not None and p[key] < least:
+                raise ValueError(f"{key} must be >= {least}")
         return preset
 
     def _build_pipeline(self) -> None:

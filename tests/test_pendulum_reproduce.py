@@ -36,8 +36,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 SMALL = ReproduceConfig(batch=1, runs=6, seconds=3.0, seed=0, workers=2)
-SUMMARY_KEYS = {"P", "H_f", "H_b", "dH", "FTLE", "corr_FTLE_P", "runs", "invalid_runs",
-                "config", "wall_seconds"}
+SUMMARY_KEYS = {"metrics", "notes", "corr_FTLE_P", "runs", "invalid_runs", "config",
+                "wall_seconds"}
 FILES = ("runs.csv", "summary.json", "table.md", "ftle_vs_p.png")
 
 
@@ -73,8 +73,9 @@ def test_library_end_to_end(baseline):
     summary = json.loads((out / "summary.json").read_text())
     assert SUMMARY_KEYS <= set(summary)
     assert summary["runs"] == 6 and summary["invalid_runs"] == 0
+    assert set(summary["metrics"]) == {"P", "H_f", "H_b", "dH", "FTLE"}
     for m in ("P", "H_f", "H_b", "dH", "FTLE"):
-        assert set(summary[m]) == {"min", "mean", "max", "std"}
+        assert set(summary["metrics"][m]) == {"min", "mean", "max", "std"}
     cfg = summary["config"]
     assert cfg["batch"] == 1 and cfg["runs"] == 6 and cfg["seconds"] == 3.0
     assert cfg["preset"]["bins"] == 16 and cfg["preset"]["window"] == 300
@@ -85,8 +86,8 @@ def test_library_end_to_end(baseline):
     assert (runs["windows"] == (3000 - 300) // 75 + 1).all()
     assert (runs["FTLE"] > 0).all()  # Benettin on a conservative flow: never negative here
     # The summary is over the per-run means, with std ddof = 1.
-    assert summary["P"]["mean"] == pytest.approx(runs["P"].mean(), rel=1e-12)
-    assert summary["P"]["std"] == pytest.approx(runs["P"].std(ddof=1), rel=1e-12)
+    assert summary["metrics"]["P"]["mean"] == pytest.approx(runs["P"].mean(), rel=1e-12)
+    assert summary["metrics"]["P"]["std"] == pytest.approx(runs["P"].std(ddof=1), rel=1e-12)
     r = np.corrcoef(runs["FTLE"], runs["P"])[0, 1]
     assert summary["corr_FTLE_P"] == pytest.approx(r, rel=1e-9)
     assert (out / "ftle_vs_p.png").stat().st_size > 10_000
@@ -141,9 +142,9 @@ def test_passive_physics_has_no_predictive_asymmetry(pool):
     assert res.summary["invalid_runs"] == 0
     assert (runs["energy_drift"] < 1e-8).all()
     # No action channel and a bijective-ish flow: H_f = H_b up to estimation noise.
-    assert abs(res.summary["dH"]["mean"]) < 5e-3
+    assert abs(res.summary["metrics"]["dH"]["mean"]) < 5e-3
     assert np.all(np.abs(runs["H_f"] - runs["H_b"]) < 1e-2)
-    assert 0.44 < res.summary["P"]["mean"] < 0.5
+    assert 0.44 < res.summary["metrics"]["P"]["mean"] < 0.5
 
 
 def test_invalid_runs_are_counted_and_excluded(tmp_path):
@@ -161,8 +162,8 @@ def test_invalid_runs_are_counted_and_excluded(tmp_path):
     res = reproduce(replace(SMALL, runs=4, out=tmp_path), executor=Sabotage(), progress=False)
     s = res.summary
     assert s["runs"] == 4 and s["invalid_runs"] == 1 and s["valid_runs"] == 3
-    assert s["P"]["max"] < 0.5
-    assert s["P"]["mean"] == pytest.approx(res.runs.loc[res.runs["valid"], "P"].mean())
+    assert s["metrics"]["P"]["max"] < 0.5
+    assert s["metrics"]["P"]["mean"] == pytest.approx(res.runs.loc[res.runs["valid"], "P"].mean())
     assert "1 invalid" in (tmp_path / "table.md").read_text()
 
 

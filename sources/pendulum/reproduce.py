@@ -61,7 +61,8 @@ import pandas as pd
 
 from idt_desk._engine import sliding_metrics
 from idt_desk._io import InputError, Trajectory
-from idt_desk.analyze import summarize, symbolize_trajectory, write_json
+from idt_desk._validate import check_int, check_out_dir
+from idt_desk.analyze import summarize, summary_document, symbolize_trajectory, write_summary
 from idt_desk.presets import Preset, get_preset
 from sources.pendulum._dynamics import (
     VALID_DRIFT,
@@ -104,6 +105,10 @@ RUN_METRICS = ("P", "H_f", "H_b", "dH")
 
 #: Statistics in ``summary.json`` (the per-run metrics and the FTLE).
 SUMMARY_METRICS = (*RUN_METRICS, "FTLE")
+
+#: Upper bounds of ``--runs`` and ``--seconds`` (a run's trajectory is held in memory).
+MAX_RUNS = 1_000_000
+MAX_SECONDS = 3600.0
 
 DASK_MISSING = "install the dask extra: pip install 'idt-desk[dask]'"
 
@@ -231,17 +236,18 @@ class ReproduceConfig:
             raise InputError(
                 f"--masses must be one of {', '.join(MASS_MODES)}, got {self.masses!r}"
             )
-        if self.runs < 1:
-            raise InputError(f"--runs must be >= 1, got {self.runs}")
-        if self.workers is not None and self.workers < 1:
-            raise InputError(f"--workers must be >= 1, got {self.workers}")
+        check_int("--runs", self.runs, 1, MAX_RUNS)
+        check_int("--workers", self.workers, 1)
+        check_int("--seed", self.seed, 0, 2**63 - 1)
         preset = get_preset(self.preset_name)
-        if not (math.isfinite(self.seconds) and self.seconds > 0):
-            raise InputError(f"--seconds must be > 0, got {self.seconds!r}")
+        if not (math.isfinite(self.seconds) and 0 < self.seconds <= MAX_SECONDS):
+            raise InputError(f"--seconds {self.seconds!r}: must be a number > 0 and <= "
+                             f"{MAX_SECONDS:g} (each run is held in memory)")
+        check_out_dir(self.out, "--out")  # before the simulations, not after them
         transitions = math.floor(self.seconds * 1000.0 + 1e-9)
         if transitions < preset.window:
             raise InputError(
-                f"--seconds {self.seconds:g} gives {transitions} transitions at 1 kHz, fewer "
+                f"--seconds {self.seconds:g}: gives {transitions} transitions at 1 kHz, fewer "
                 f"than one window of {preset.window} (batch {self.batch})"
             )
         return preset
@@ -510,35 +516,37 @@ def _summary(
     table = pd.DataFrame([r.row() for r in results])
     valid = table[table["valid"]]
     cols = {m: valid[m].to_numpy(dtype=np.float64) for m in SUMMARY_METRICS}
-    summary: dict[str, Any] = dict(summarize(cols, SUMMARY_METRICS))
-    summary["corr_FTLE_P"] = _corr(cols["FTLE"], cols["P"])
-    summary["runs"] = len(results)
-    summary["valid_runs"] = len(valid)
-    summary["invalid_runs"] = len(results) - len(valid)
-    summary["errors"] = [f"run {r.run}: {r.error}" for r in results if r.error]
     by_masses = {}
     for kind in ("symmetric", "asymmetric"):
         part = valid[valid["masses"] == kind]
         if len(part):
             by_masses[kind] = {
                 "runs": len(part),
-                **summarize({m: part[m].to_numpy() for m in SUMMARY_METRICS}, SUMMARY_METRICS),
+                "metrics": summarize({m: part[m].to_numpy() for m in SUMMARY_METRICS},
+                                     SUMMARY_METRICS),
                 "corr_FTLE_P": _corr(part["FTLE"].to_numpy(), part["P"].to_numpy()),
             }
-    summary["by_masses"] = by_masses
-    summary["max_energy_drift"] = (
-        float(table["energy_drift"].max()) if table["energy_drift"].notna().any() else None
-    )
     run_walls = np.array([r.wall_seconds for r in results], dtype=np.float64)
-    summary["run_wall_seconds"] = {
-        "min": float(run_walls.min()), "mean": float(run_walls.mean()),
-        "max": float(run_walls.max()), "total": float(run_walls.sum()),
-    }
-    summary["config"] = config.to_dict(preset)
-    summary["wall_seconds"] = wall
-    summary["paper"] = PAPER_VALUES[config.batch]
-    summary["notes"] = [_PER_RUN_NOTE, FTLE_NOTE]
-    return summary
+    return summary_document(
+        summarize(cols, SUMMARY_METRICS),
+        notes=[_PER_RUN_NOTE, FTLE_NOTE],
+        config=config.to_dict(preset),
+        corr_FTLE_P=_corr(cols["FTLE"], cols["P"]),
+        runs=len(results),
+        valid_runs=len(valid),
+        invalid_runs=len(results) - len(valid),
+        errors=[f"run {r.run}: {r.error}" for r in results if r.error],
+        by_masses=by_masses,
+        max_energy_drift=(
+            float(table["energy_drift"].max()) if table["energy_drift"].notna().any() else None
+        ),
+        run_wall_seconds={
+            "min": float(run_walls.min()), "mean": float(run_walls.mean()),
+            "max": float(run_walls.max()), "total": float(run_walls.sum()),
+        },
+        wall_seconds=wall,
+        paper=PAPER_VALUES[config.batch],
+    )
 
 
 def reproduce(
@@ -661,7 +669,8 @@ def format_tables(summary: dict[str, Any]) -> str:
     p = paper["P"]
     lines.append(f"| {theirs} | {_paper(p['min'])} | {_paper(p['mean'])} | {_paper(p['max'])} "
                  f"| {_paper(p['std'])} |")
-    o = summary["P"]
+    ours_metrics = summary["metrics"]
+    o = ours_metrics["P"]
     lines.append(f"| {ours} | {_fmt(o['min'])} | {_fmt(o['mean'])} | {_fmt(o['max'])} "
                  f"| {_fmt(o['std'])} |")
     if batch == 2:
@@ -673,7 +682,7 @@ def format_tables(summary: dict[str, Any]) -> str:
         "| Batch | Metric | Min | Mean | Max | STD |",
         "|---|---|---|---|---|---|",
     ]
-    for label, values, fmt in ((theirs, paper, _paper), (ours, summary, _fmt)):
+    for label, values, fmt in ((theirs, paper, _paper), (ours, ours_metrics, _fmt)):
         for j, m in enumerate(("H_f", "H_b", "dH")):
             st = values[m]
             lines.append(
@@ -691,9 +700,10 @@ def format_tables(summary: dict[str, Any]) -> str:
         f"| | Bi-predictability P | {_paper(paper['P_table8']['mean'])} "
         f"| {_paper(paper['P_table8']['std'])} |",
         "| | Pearson r(FTLE, P) | positive (Figure 5; no value given) | |",
-        f"| {ours} | FTLE (1/s) | {_fmt(summary['FTLE']['mean'])} "
-        f"| {_fmt(summary['FTLE']['std'])} |",
-        f"| | Bi-predictability P | {_fmt(summary['P']['mean'])} | {_fmt(summary['P']['std'])} |",
+        f"| {ours} | FTLE (1/s) | {_fmt(ours_metrics['FTLE']['mean'])} "
+        f"| {_fmt(ours_metrics['FTLE']['std'])} |",
+        f"| | Bi-predictability P | {_fmt(ours_metrics['P']['mean'])} "
+        f"| {_fmt(ours_metrics['P']['std'])} |",
         f"| | Pearson r(FTLE, P) | {_fmt(corr, 3)} | |",
         "",
         f"Note: {FTLE_NOTE}",
@@ -704,8 +714,9 @@ def format_tables(summary: dict[str, Any]) -> str:
             "",
             "By masses (valid runs): "
             + "; ".join(
-                f"{k}: {v['runs']} runs, P mean {_fmt(v['P']['mean'])}, FTLE mean "
-                f"{_fmt(v['FTLE']['mean'], 4)} 1/s, r(FTLE, P) {_fmt(v['corr_FTLE_P'], 3)}"
+                f"{k}: {v['runs']} runs, P mean {_fmt(v['metrics']['P']['mean'])}, FTLE mean "
+                f"{_fmt(v['metrics']['FTLE']['mean'], 4)} 1/s, "
+                f"r(FTLE, P) {_fmt(v['corr_FTLE_P'], 3)}"
                 for k, v in by.items()
             )
             + ".",
@@ -770,7 +781,7 @@ def write_outputs(result: ReproduceResult, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "runs.csv", out / "summary.json", out / "table.md", out / "ftle_vs_p.png"]
     result.runs.to_csv(paths[0], index=False)
-    write_json(result.summary, paths[1])
+    write_summary(result.summary, paths[1])
     paths[2].write_text(format_tables(result.summary))
     cfg = result.config
     plot_ftle_vs_p(

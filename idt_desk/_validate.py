@@ -1,0 +1,259 @@
+"""One validation path for the command line and the GUI launch.
+
+Every check raises :class:`~idt_desk._io.InputError` with one line that starts with the
+option, says what is wrong and what is allowed; ``idt-desk`` prints it as
+``idt-desk COMMAND: error: --option VALUE: ...`` and exits with code 2. Everything here runs
+before anything is simulated, read in bulk or written.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from idt_desk._io import InputError
+
+__all__ = [
+    "LIMITS",
+    "build_source",
+    "check_float",
+    "check_int",
+    "check_limit",
+    "check_out_dir",
+    "key_values",
+    "parse_speed",
+    "schedule_perturbations",
+]
+
+#: Allowed ranges (inclusive) of the pipeline's integer options. The upper bounds keep one
+#: window's tables and the calibration buffer in memory (the engine holds ~600 bytes per
+#: transition of W).
+LIMITS: dict[str, tuple[int, int]] = {
+    "bins": (2, 65_536),
+    "window": (2, 100_000),
+    "stride": (1, 100_000),
+    "calibration_windows": (1, 10_000),
+    "baseline_windows": (2, 10_000),
+    "seed": (0, 2**63 - 1),
+}
+
+
+def _option(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def check_int(option: str, value: int | None, lo: int, hi: int | None = None) -> int | None:
+    """``value`` if it is an integer in [lo, hi] (None passes through); else InputError."""
+    if value is None:
+        return None
+    try:
+        v = operator.index(value)
+    except TypeError:
+        v = None
+    if v is None or v < lo or (hi is not None and v > hi):
+        allowed = f"from {lo:,} to {hi:,}" if hi is not None else f">= {lo:,}"
+        raise InputError(f"{option} {value}: must be an integer {allowed}")
+    return v
+
+
+def check_limit(key: str, value: int | None) -> int | None:
+    """:func:`check_int` with the range of ``LIMITS[key]``, the option named after the key."""
+    return check_int(_option(key), value, *LIMITS[key])
+
+
+def check_float(
+    option: str,
+    value: float | None,
+    lo: float | None = None,
+    hi: float | None = None,
+    *,
+    lo_open: bool = False,
+) -> float | None:
+    """``value`` if it is a finite number in the range; else InputError (None passes)."""
+    if value is None:
+        return None
+    low_ok = lo is None or (value > lo if lo_open else value >= lo)
+    if not (math.isfinite(value) and low_ok and (hi is None or value <= hi)):
+        parts = [] if lo is None else [f"{'>' if lo_open else '>='} {lo:g}"]
+        parts += [] if hi is None else [f"<= {hi:g}"]
+        allowed = "a finite number" + (" " + " and ".join(parts) if parts else "")
+        raise InputError(f"{option} {value}: must be {allowed}")
+    return float(value)
+
+
+def parse_speed(text: str, option: str = "--speed") -> float | None:
+    """A positive multiple of real time, or None for ``max`` (as fast as possible)."""
+    if str(text).strip().lower() == "max":
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and v > 0):
+        raise InputError(
+            f"{option} {text}: must be a positive multiple of real time (e.g. 0.5, 3) or 'max'"
+        )
+    return v
+
+
+def check_out_dir(path: Path | None, option: str) -> Path | None:
+    """A directory that exists or can be created: nothing on its way is a file.
+
+    Checks the path itself, then its nearest existing ancestor (which must be a writable
+    directory). None passes through.
+    """
+    if path is None:
+        return None
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{option} {path}: is a file; give a directory (new or existing)")
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise InputError(f"{option} {path}: {probe} is a file, so no directory can go there")
+    if probe.exists() and not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(f"{option} {path}: {probe} is not writable")
+    return path
+
+
+def key_values(items: Iterable[str] | None, option: str) -> dict[str, str]:
+    """``["k=v", ...]`` -> ``{"k": "v"}``; InputError naming ``option`` if one lacks its ``=``."""
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"{option} {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _allowed(p: Any) -> str:
+    """What a declared :class:`~idt_desk.source.Param` accepts, in words."""
+    if p.choices:
+        return "one of " + ", ".join(p.choices)
+    if p.kind is bool:
+        return "true or false"
+    if p.kind is str:
+        return "text"
+    noun = "an integer" if p.kind is int else "a number"
+    unit = f" {p.unit}" if p.unit else ""
+    if p.minimum is not None and p.maximum is not None:
+        return f"{noun} from {p.minimum:g} to {p.maximum:g}{unit}"
+    if p.minimum is not None:
+        return f"{noun} >= {p.minimum:g}{unit}"
+    if p.maximum is not None:
+        return f"{noun} <= {p.maximum:g}{unit}"
+    return noun
+
+
+def _check_params(
+    params: tuple, given: dict[str, str], what: str, owner: str
+) -> dict[str, Any]:
+    """Validate ``given`` against declared params: one line naming ``what`` key=value."""
+    declared = {p.name: p for p in params}
+    out = {}
+    for key, raw in given.items():
+        if key not in declared:
+            known = ", ".join(declared) or "none"
+            raise InputError(f"{what} {key}={raw}: {owner} has no {key!r}; known: {known}")
+        try:
+            out[key] = declared[key].validate(raw)
+        except ValueError:
+            raise InputError(
+                f"{what} {key}={raw}: must be {_allowed(declared[key])}"
+            ) from None
+    return out
+
+
+def build_source(name: str, settings: Iterable[str] | None) -> Any:
+    """Load source ``name`` and build it from ``--set`` items, every setting checked.
+
+    Returns the constructed source (the caller closes it or hands it to a session).
+    """
+    from idt_desk.plugins import SourceLoadError, load_source
+
+    try:
+        cls = load_source(name)
+    except SourceLoadError as exc:
+        raise InputError(f"--source {name}: {exc}") from None
+    values = _check_params(cls.settings, key_values(settings, "--set"), "--set",
+                           f"source {name}")
+    try:
+        return cls(**values)
+    except (ValueError, OSError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        for prefix in (f"source {name}: ", f"{name}: "):
+            msg = msg.removeprefix(prefix)
+        raise InputError(f"--source {name}: {msg}") from None
+
+
+def _seconds(spec: str, text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and v >= 0):
+        raise InputError(
+            f"--perturb {spec}: times must be seconds >= 0, e.g. sensor_noise@10-20, got {text!r}"
+        )
+    return v
+
+
+def schedule_perturbations(
+    specs: Iterable[str], source: Any, steps: int | None = None
+) -> list[tuple[int, str, dict]]:
+    """Parse ``NAME[:k=v,...]@START[-END]`` (seconds of the loop's time) into a schedule.
+
+    Returns ``(transition, "perturb", {"name", "params"})`` commands; ``params`` None
+    switches off. With ``steps`` (the run's length) a perturbation that starts at or after
+    the run's end is refused.
+    """
+    out = []
+    rate = float(source.rate)
+    for spec in specs:
+        head, sep, when = spec.partition("@")
+        if not sep:
+            raise InputError(f"--perturb {spec}: give a start time, e.g. sensor_noise@10-20")
+        name, _, params = (x.strip() for x in head.partition(":"))
+        try:
+            pert = type(source).perturbation(name)
+        except KeyError:
+            known = ", ".join(p.name for p in source.perturbations) or "none"
+            raise InputError(
+                f"--perturb {spec}: {source.name} has no perturbation {name!r}; known: {known}"
+            ) from None
+        given = key_values([p for p in params.split(",") if p.strip()], f"--perturb {spec}:")
+        resolved = pert.resolve(_check_params(pert.params, given, f"--perturb {spec}:",
+                                              f"perturbation {name}"))
+        # START[-END]; a dash inside a number (1e-3) is not the separator.
+        cut = next((k for k in range(1, len(when)) if when[k] == "-"
+                    and when[k - 1] not in "eE"), len(when))
+        start, dash, end = when[:cut], when[cut:cut + 1], when[cut + 1:]
+        on = round(_seconds(spec, start) * rate)
+        off = round(_seconds(spec, end) * rate) if dash else None
+        if off is not None and off <= on:
+            raise InputError(f"--perturb {spec}: the end must come after the start")
+        if off is not None and pert.is_impulse(resolved):
+            repeat = pert.repeat
+            raise InputError(
+                f"--perturb {spec}: {name}"
+                + (f" with {repeat}={resolved[repeat]:g}" if repeat in resolved else "")
+                + f" is a one-shot impulse, it has no end; give only a start ({name}@{start})"
+                + (f" or {repeat} > 0" if repeat in resolved else "")
+            )
+        if steps is not None and on >= steps:
+            raise InputError(
+                f"--perturb {spec}: starts at {on / rate:g} s, at or after the run's end at "
+                f"{steps / rate:g} s; allowed start: 0 to {(steps - 1) / rate:g} s"
+            )
+        out.append((on, "perturb", {"name": name, "params": resolved}))
+        if off is not None:
+            out.append((off, "perturb", {"name": name, "params": None}))
+    return out
