@@ -13,7 +13,9 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import Qt
+import pyqtgraph as pg
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtWidgets import QCheckBox, QLabel, QPushButton, QWidget
 
 from idt_desk.plugins import discover, register
 from idt_desk.recording import load_recording
@@ -41,11 +43,29 @@ def _windows_on_plot(w: MainWindow) -> int:
     return 0 if x is None else len(x)
 
 
+def _period_labels(w: MainWindow) -> list[str]:
+    """Texts written at the top of the shaded periods (P plot)."""
+    out = []
+    for items in w.plots._regions:
+        for child in items[0].lines[0].childItems():
+            if isinstance(child, pg.InfLineLabel):
+                out.append(child.textItem.toPlainText())
+    return out
+
+
+def _legend_texts(w: MainWindow) -> list[str]:
+    return [label.text for _sample, label in w.plots.legend.items]
+
+
 def test_launch_shows_live_pendulum_windows(qtbot, window):
     assert window.source_combo.currentData() == "pendulum"
+    # Before Start: the empty plots say what to do; the alarm says it is not running.
+    assert window.plots.hint.isVisible() and "Press <b>Start</b>" in window.plots.hint.text()
+    assert window.alarms.idt.state == "idle" and "not running" in window.alarms.idt.text()
     qtbot.mouseClick(window.start_button, Qt.MouseButton.LeftButton)
     assert window.timer.isActive() and window.session.running
     qtbot.waitUntil(lambda: _windows_on_plot(window) > 20, timeout=WAIT)
+    assert not window.plots.hint.isVisible()  # gone once windows arrive
     x, y = window.plots.curves["P"].getData()
     assert np.all(np.diff(x) > 0) and 0.3 < np.nanmean(y) < 0.5
     qtbot.waitUntil(lambda: window.alarms.idt.state in ("ok", "alarm"), timeout=WAIT)
@@ -53,6 +73,52 @@ def test_launch_shows_live_pendulum_windows(qtbot, window):
     assert "Baseline: μ ± 3σ" in window.alarms.calibration.text()
     assert window.view._y is not None  # the pendulum is drawn from live data
     assert "transitions" in window.status.text()
+    # Entropy bands stop at 0 bits; ΔH's may go below.
+    b = window.session.snapshot(1).baseline
+    for key in ("P", "H_f", "H_b"):
+        lo, hi = window.plots.bands[key].getRegion()
+        assert lo == pytest.approx(max(b.band(key)[0], 0.0)) and lo >= 0.0
+        assert hi == pytest.approx(b.band(key)[1])
+    lo = window.plots.bands["dH"].getRegion()[0]
+    assert lo == pytest.approx(b.band("dH")[0]) and lo < 0
+    # One legend for the whole stack, naming every kind of mark.
+    texts = _legend_texts(window)
+    assert {"baseline mean", "baseline ±3σ", "excursion", "perturbation",
+            "impulse (kick)"} <= set(texts)
+    assert all(p.legend is None for p in window.plots.plots.values())
+    assert "H<sub>f</sub>" in window.plots.plots["H_f"].getAxis("left").labelText
+    assert "H<sub>b</sub>" in window.alarms.lights["H_b"].text()
+
+
+def test_alarm_lights_say_their_state(qtbot, window):
+    lights = window.alarms.lights
+    assert window.alarms.idt.text() == "IDT: not running"
+    assert all("waiting" in lt.text() for lt in lights.values())
+    window.speed_combo.setCurrentText("0.1×")
+    window.start_session()
+    qtbot.waitUntil(lambda: "calibrating symbols" in window.alarms.idt.text(), timeout=WAIT)
+    assert window.alarms.idt.state == "idle"
+    assert "Calibrating symbols" in window.plots.hint.text()  # the empty plots say why
+    assert "no baseline yet" in lights["P"].toolTip()
+    window.speed_combo.setCurrentText("max")
+    qtbot.waitUntil(lambda: window.alarms.idt.state != "idle", timeout=WAIT)
+    idt = window.alarms.idt
+    assert idt.text() == ("IDT ALARM" if idt.state == "alarm" else "IDT: no alarm")
+    for key in ("P", "H_f", "H_b", "dH"):
+        light = lights[key]
+        assert light.state in ("ok", "alarm")
+        if light.state == "alarm":  # an excursion says which way
+            assert "▲ high" in light.text() or "▼ low" in light.text()
+            assert "excursion" in light.toolTip()
+        else:
+            assert "ok" in light.text()
+    window.perturb_buttons["sensor_noise"].click()
+    qtbot.waitUntil(lambda: window.alarms.idt.state == "alarm", timeout=WAIT)
+    assert window.alarms.idt.text() == "IDT ALARM"
+    qtbot.waitUntil(lambda: "▲ high" in lights["H_f"].text(), timeout=WAIT)  # noise: H_f up
+    qtbot.waitUntil(lambda: "Sensor noise" in _period_labels(window), timeout=WAIT)
+    window.stop_session()
+    assert "session stopped" in window.alarms.idt.text()
 
 
 def test_perturbation_button_records_an_event_and_shades_the_plot(qtbot, window):
@@ -106,6 +172,169 @@ def test_pause_speed_baseline_and_resymbolise_controls(qtbot, window):
     qtbot.waitUntil(lambda: window.session.snapshot(1).preset["window"] == 150, timeout=WAIT)
 
 
+def test_status_bar_separates_loop_rate_compute_and_frame_rate(qtbot, window):
+    window.speed_combo.setCurrentText("1× (real time)")
+    window.start_session()
+    qtbot.waitUntil(lambda: window.fps_label.text() != "GUI —", timeout=WAIT)
+    assert window.fps_label.text().endswith(" fps")
+    qtbot.waitUntil(lambda: "loop 1," in window.rates.text() or "loop 9" in window.rates.text(),
+                    timeout=WAIT)  # about 1,000 transitions per second at real time
+    assert "compute" in window.rates.text() and "tr/s" in window.rates.text()
+    window.stop_session()
+    # No stale frame rate or loop rate once nothing runs.
+    assert window.fps_label.text() == "GUI —" and "loop —" in window.rates.text()
+    window.reset_session()
+    assert window.fps_label.text() == "GUI —"
+
+
+@pytest.mark.parametrize("speed, label", [(3.0, "3×"), (2.0, "2×"), (0.75, "0.75×"),
+                                          (None, "max")])
+def test_any_speed_is_shown_and_used(qtbot, tmp_path, speed, label):
+    w = MainWindow(speed=speed, record_dir=tmp_path)
+    qtbot.addWidget(w)
+    items = [w.speed_combo.itemText(i) for i in range(w.speed_combo.count())]
+    assert w.speed_combo.currentText() == label and items.count(label) == 1
+    numeric = [w.speeds[t] for t in items if w.speeds[t] is not None]
+    assert numeric == sorted(numeric)  # a new multiple sits in order among the presets
+    assert w.start_session()
+    assert w.session.config.speed == speed
+    qtbot.waitUntil(lambda: w.session.snapshot(1).speed == speed, timeout=WAIT)
+    w.close()
+
+
+def test_a_speed_that_is_not_positive_falls_back_with_a_message(qtbot, tmp_path):
+    w = MainWindow(speed=-2.0, record_dir=tmp_path)
+    qtbot.addWidget(w)
+    assert w.speed_combo.currentText() == "1× (real time)"
+    assert "speed must be a positive multiple" in w.banner.text()
+
+
+def test_kick_with_period_0_is_a_one_shot_marker(qtbot, window):
+    window.start_session()
+    qtbot.waitUntil(lambda: _windows_on_plot(window) > 5, timeout=WAIT)
+    button = window.perturb_buttons["kick"]
+    assert window.perturb_forms["kick"].values()["period"] == 0
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    assert not button.isChecked()  # an impulse, not a state: the button does not stay down
+
+    def pulses():
+        return [e for e in window.session.snapshot(1).events
+                if e["kind"] == "perturbation_pulse"]
+
+    qtbot.waitUntil(lambda: len(pulses()) == 1, timeout=WAIT)
+    qtbot.waitUntil(lambda: len(window.plots._pulses) == 1, timeout=WAIT)
+    line = window.plots._pulses[0][0]
+    assert isinstance(line, pg.InfiniteLine) and line.angle == 90
+    assert line.value() == pytest.approx(pulses()[0]["t"], abs=1e-3)
+    assert not window.plots._regions  # a marker, not a band
+    snap = window.session.snapshot(1)
+    assert "kick" not in snap.active_perturbations and not button.isChecked()
+    # A repeating kick is a state: a toggle and a band.
+    window.perturb_forms["kick"].set_values({"period": 0.5})
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    assert button.isChecked()
+    qtbot.waitUntil(lambda: len(window.plots._regions) == 1, timeout=WAIT)
+    assert _period_labels(window) == ["Kick"]
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "kick" not in window.session.snapshot(1).active_perturbations,
+                    timeout=WAIT)
+    assert len(pulses()) == 1 and len(window.plots._pulses) == 1
+
+
+def test_out_of_range_symbols_show_a_notice_that_recalibrates(qtbot, window):
+    # A big kick takes the pendulum's velocities far outside the calibrated bins.
+    kick = {"d_omega1": 40.0, "d_omega2": -40.0, "period": 0.0}
+    window.start_session(schedule=[(6000, "perturb", {"name": "kick", "params": kick})])
+    bar, notice = window.alarms.out_of_range, window.alarms.notice
+    assert bar.isVisible() and not notice.isVisible()
+    qtbot.waitUntil(lambda: notice.isVisible(), timeout=WAIT)
+    snap = window.session.snapshot(10**6)
+    assert snap.out_of_range_warning is not None
+    assert "no longer covers the data" in window.alarms.notice_text.text()
+    assert "out of calibrated range" in window.alarms.idt.text()
+    before = snap.windows["out_of_range"][snap.windows["end"] <= 6000]
+    assert before.size and np.all(before < 0.05)  # in range before the kick
+    snap = window.session.snapshot(window.history)
+    window.alarms.update_snapshot(snap)
+    frac = snap.windows["out_of_range"][-1]
+    assert snap.out_of_range_warning["fraction"] > 0.05
+    assert bar.value() == round(1000 * frac) and f"{100 * frac:.0f} %" in bar.format()
+    assert f"{snap.out_of_range_warning['fraction']:.0%} of the" in window.alarms.notice_text.text()
+    qtbot.mouseClick(window.alarms.recalibrate_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: any(e["kind"] == "reconfigure"
+                                for e in window.session.snapshot(1).events), timeout=WAIT)
+    qtbot.waitUntil(lambda: not notice.isVisible(), timeout=WAIT)
+    qtbot.waitUntil(lambda: window.alarms.idt.state != "idle", timeout=WAIT)
+    assert window.session.snapshot(1).out_of_range_warning is None
+
+
+def test_undefined_p_is_a_marked_gap_never_ok(qtbot, tmp_path):
+    # A pendulum hanging at rest: every symbol of every window is the same, so P is 0/0.
+    w = MainWindow(speed=None, settings={"theta1": 0.0, "theta2": 0.0}, record_dir=tmp_path)
+    qtbot.addWidget(w)
+    w.show()
+    w.start_session()
+    qtbot.waitUntil(lambda: w.alarms.idt.state != "idle", timeout=WAIT)
+    qtbot.waitUntil(lambda: len(w.plots.undefined.data) > 5, timeout=WAIT)
+    light = w.alarms.lights["P"]
+    assert light.state == "undefined" and "undefined" in light.text()
+    assert w.alarms.undefined.isVisible()
+    assert "Latest window: P undefined" in w.alarms.undefined.text()
+    assert "constant window" in w.alarms.undefined.text()
+    x, y = w.plots.curves["P"].getData()
+    assert np.all(np.isnan(y))  # drawn as a gap
+    marks = w.plots.undefined.data
+    assert set(marks["x"]) <= set(x) and "constant window" in marks["data"][0]
+    assert "P undefined" in _legend_texts(w)
+    assert not w.plots.bands["P"].isVisible()  # no baseline of an undefined metric
+    w.close()
+
+
+def _fits(scroll: QWidget) -> list[str]:
+    """Widgets of the control panel that are cut off or stick out of the visible area."""
+    view = scroll.viewport()
+    bad = []
+    for c in scroll.widget().findChildren(QWidget):
+        if not c.isVisible() or c.width() == 0:
+            continue
+        right = c.mapTo(view, QPoint(c.width(), 0)).x()
+        name = f"{type(c).__name__} {c.objectName()!r} {getattr(c, 'text', lambda: '')()!r}"
+        if right > view.width():
+            bad.append(f"{name} ends at {right} > {view.width()}")
+        if isinstance(c, QPushButton | QCheckBox) and c.text():
+            need = c.fontMetrics().horizontalAdvance(c.text()) + 8
+            if c.width() < need and c.text() != "…":
+                bad.append(f"{name}: {c.width()} px < {need} px of text")
+        elif isinstance(c, QLabel) and not c.wordWrap() and c.text():
+            if c.width() < c.minimumSizeHint().width():
+                bad.append(f"{name}: clipped")
+        elif c.width() < c.minimumSizeHint().width() and not isinstance(c, QLabel):
+            bad.append(f"{name}: {c.width()} < {c.minimumSizeHint().width()}")
+    return bad
+
+
+@pytest.mark.parametrize("name", ["pendulum", "replay", "toy"])
+def test_control_panel_needs_no_horizontal_scrolling(qtbot, tmp_path, name):
+    register(ToySource)
+    w = MainWindow(speed=1.0, record_dir=tmp_path)
+    qtbot.addWidget(w)
+    if name == "toy":
+        w.source_combo.addItem(ToySource.label, "toy")
+        w._entries = discover()
+    w._select_source(name, {})
+    w.show()
+    qtbot.waitExposed(w)
+    assert (w.width(), w.height()) == (1400, 900)
+    scroll = w.controls_scroll
+    qtbot.wait(50)
+    assert scroll.horizontalScrollBar().maximum() == 0
+    assert not scroll.horizontalScrollBar().isVisible()
+    assert _fits(scroll) == []
+    if w.perturb_buttons:  # every perturbation's parameter form is shown and fits
+        assert all(f.isVisible() for f in w.perturb_forms.values())
+    w.close()
+
+
 def test_passive_source_explains_why_modulation_is_disabled(window):
     assert not window.modulate_buttons
     label = window.findChild(type(window.source_info), "modulation_disabled")
@@ -130,6 +359,8 @@ def test_agent_source_gets_generated_modulation_panel(qtbot, window):
                     timeout=WAIT)
     assert window.session.snapshot(1).active_modulations["hold"]["mode"] == "repeat"
     qtbot.waitUntil(lambda: len(window.plots._regions) == 1, timeout=WAIT)  # shaded
+    assert _period_labels(window) == ["Hold"]  # labelled with the modulation's name
+    assert "modulation" in _legend_texts(window)
 
 
 def test_source_errors_show_in_the_banner(qtbot, window):

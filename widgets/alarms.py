@@ -2,124 +2,325 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QGridLayout, QGroupBox, QLabel, QProgressBar, QWidget
+import math
 
-from idt_desk.session import Snapshot
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QFrame,
+    QGridLayout,
+    QGroupBox,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from idt_desk.session import Session, Snapshot, undefined_reason
 
 __all__ = ["AlarmPanel"]
 
 _GREY, _GREEN, _RED = "#b9bec6", "#3aa757", "#d93025"
-_LIGHTS = (("P", "P"), ("H_f", "H_f"), ("H_b", "H_b"), ("dH", "ΔH"), ("reward", "reward"))
+_DARK_GREY = "#7d838c"
+#: (window column, name as rich text, name as plain text)
+_LIGHTS = (("P", "P", "P"), ("H_f", "H<sub>f</sub>", "H_f"), ("H_b", "H<sub>b</sub>", "H_b"),
+           ("dH", "ΔH", "ΔH"), ("reward", "reward", "reward"))
+#: What a component light says in each state (the colour says it too).
+_WORDS = {"idle": "waiting", "ok": "ok", "alarm": "excursion", "undefined": "undefined"}
+#: An excursion says its direction (short enough for five lights side by side).
+_DIRECTION = {1: "▲ high", -1: "▼ low", 0: "excursion"}
+_COLORS = {"idle": _GREY, "ok": _GREEN, "alarm": _RED, "undefined": _DARK_GREY}
+#: Out-of-range fraction above which the symbols no longer describe the data (the core's).
+OUT_OF_RANGE_WARN = Session.OUT_OF_RANGE_WARN
+#: Light chunk colours of the bars (their text stays readable over them).
+_BAR_OK, _BAR_WARN, _BAR_BAD = "#9fd8ab", "#f7d774", "#f29b93"
+#: A bar whose text stays readable over its chunk.
+_BAR = ("QProgressBar {{ border: 1px solid #b9bec6; border-radius: 3px; background: white; "
+        "text-align: center; color: #202124; min-height: 16px; }} "
+        "QProgressBar::chunk {{ background: {color}; border-radius: 2px; }}")
 
 
 class _Light(QLabel):
-    def __init__(self, text: str, big: bool = False, parent: QWidget | None = None) -> None:
-        super().__init__(text, parent)
+    """A coloured label whose text says its state (colour is never the only cue)."""
+
+    def __init__(self, big: bool = False, parent: QWidget | None = None) -> None:
+        super().__init__("", parent)
         self.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.setMinimumHeight(34 if big else 24)
+        self.setTextFormat(Qt.TextFormat.RichText)
+        self.setWordWrap(True)  # a narrow panel wraps the state, never clips it
+        self.setMinimumHeight(34 if big else 38)
         self._big = big
         self.state = ""
-        self.set_state("idle")
 
-    def set_state(self, state: str) -> None:
-        """Idle (grey: no baseline yet), ok (green) or alarm (red)."""
-        if state == self.state:
-            return  # style sheets are costly to re-apply at 30 Hz
-        self.state = state
-        color = {"idle": _GREY, "ok": _GREEN, "alarm": _RED}[state]
-        size = "15px" if self._big else "12px"
-        self.setStyleSheet(
-            f"QLabel {{ background: {color}; color: white; border-radius: 6px; "
-            f"font-weight: bold; font-size: {size}; padding: 2px 6px; }}"
-        )
+    def set_state(self, state: str, text: str, tip: str = "") -> None:
+        """Idle (grey: nothing to compare with yet), ok (green), alarm (red) or undefined."""
+        if state != self.state:  # style sheets are costly to re-apply at 30 Hz
+            self.state = state
+            size = "15px" if self._big else "12px"
+            self.setStyleSheet(
+                f"QLabel {{ background: {_COLORS[state]}; color: white; border-radius: 6px; "
+                f"font-weight: bold; font-size: {size}; padding: 2px 2px; }}"
+            )
+        if text != self.text():
+            self.setText(text)
+        if tip != self.toolTip():
+            self.setToolTip(tip)
+
+
+def _side(values: object, b: object, key: str) -> int:
+    """+1 / -1 when the latest value lies above / below the baseline mean (0: unknown)."""
+    mean = getattr(b, "mean", {}).get(key, math.nan)
+    if values is None or not len(values) or not math.isfinite(mean):
+        return 0
+    v = float(values[-1])
+    return 0 if not math.isfinite(v) else (1 if v > mean else -1)
 
 
 class AlarmPanel(QGroupBox):
-    """Excursion lights, the IDT alarm, latency since the last onset, saturation, calibration."""
+    """Excursion lights, the IDT alarm, latency since the last onset, saturation, calibration.
+
+    ``recalibrate`` is emitted when the user asks to re-calibrate the symbols (from the
+    out-of-range notice).
+    """
+
+    recalibrate = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("IDT alarms", parent)
-        grid = QGridLayout(self)
+        outer = QVBoxLayout(self)
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(4)
+        outer.addLayout(grid)
         self.lights: dict[str, _Light] = {}
-        for col, (key, text) in enumerate(_LIGHTS):
-            light = _Light(text, parent=self)
+        #: Display names of perturbations (name -> label) for the latency line.
+        self.names: dict[str, str] = {}
+        self._names: dict[str, tuple[str, str]] = {}
+        for col, (key, rich, plain) in enumerate(_LIGHTS):
+            light = _Light(parent=self)
             light.setObjectName(f"light_{key}")
             self.lights[key] = light
+            self._names[key] = (rich, plain)
             grid.addWidget(light, 0, col)
-        self.idt = _Light("IDT alarm", big=True, parent=self)
+            grid.setColumnStretch(col, 1)  # equal widths, whatever each light says
+        self.idt = _Light(big=True, parent=self)
         self.idt.setObjectName("light_IDT")
-        self.idt.setToolTip("Union of the P, H_f, H_b and ΔH excursions (paper §10.5)")
-        grid.addWidget(self.idt, 1, 0, 1, len(_LIGHTS))
+        outer.addWidget(self.idt)
         self.latency = QLabel("No perturbation yet", self)
         self.latency.setObjectName("latency")
         self.latency.setWordWrap(True)
-        grid.addWidget(self.latency, 2, 0, 1, len(_LIGHTS))
+        outer.addWidget(self.latency)
         self.saturation = QProgressBar(self)
         self.saturation.setObjectName("saturation")
         self.saturation.setRange(0, 100)
-        self.saturation.setFormat("saturation %p%")
+        self.saturation.setFormat("saturation %p %")
         self.saturation.setToolTip(
-            "Distinct (S, A, S') symbols / W in the latest window. Near 100% every transition "
+            "Distinct (S, A, S') symbols / W in the latest window. Near 100 % every transition "
             "is unique and plug-in entropies saturate (all-unique gives P = 1/3): estimator "
             "artefact, not coupling."
         )
-        grid.addWidget(self.saturation, 3, 0, 1, len(_LIGHTS))
-        self._chunk = ""
+        outer.addWidget(self.saturation)
+        self.out_of_range = QProgressBar(self)
+        self.out_of_range.setObjectName("out_of_range")
+        self.out_of_range.setRange(0, 1000)
+        self.out_of_range.setFormat("out of calibrated range: 0 %")
+        self.out_of_range.setToolTip(
+            "Fraction of the latest window's transitions in which an S, A or S' value fell "
+            "outside the range the symbols were calibrated on (clamped into an edge bin). "
+            f"Above {OUT_OF_RANGE_WARN:.0%} for long, metric changes can be edge-bin "
+            "artefacts rather than a change of coupling: re-calibrate."
+        )
+        outer.addWidget(self.out_of_range)
+        self._chunks = {"saturation": "", "out_of_range": ""}
+        for which in self._chunks:
+            self._chunk(which, _BAR_OK)
+        self.notice = QFrame(self)
+        self.notice.setObjectName("out_of_range_notice")
+        self.notice.setStyleSheet(
+            "QFrame#out_of_range_notice { background: #fff4c2; border: 1px solid #e0b400; "
+            "border-radius: 6px; } QLabel { color: #5c4400; }")
+        nl = QVBoxLayout(self.notice)
+        nl.setContentsMargins(8, 6, 8, 6)
+        self.notice_text = QLabel("", self.notice)
+        self.notice_text.setWordWrap(True)
+        nl.addWidget(self.notice_text)
+        self.recalibrate_button = QPushButton("Re-calibrate symbols", self.notice)
+        self.recalibrate_button.setObjectName("recalibrate")
+        self.recalibrate_button.setToolTip(
+            "Re-symbolise from the data that follows with the current pipeline: new bin "
+            "edges, then a new baseline")
+        self.recalibrate_button.clicked.connect(self.recalibrate.emit)
+        nl.addWidget(self.recalibrate_button)
+        self.notice.hide()
+        outer.addWidget(self.notice)
+        self.undefined = QLabel("", self)
+        self.undefined.setObjectName("undefined")
+        self.undefined.setWordWrap(True)
+        self.undefined.setStyleSheet("QLabel { color: #555b63; }")
+        self.undefined.hide()
+        outer.addWidget(self.undefined)
         self.calibration = QLabel("", self)
         self.calibration.setObjectName("calibration")
         self.calibration.setWordWrap(True)
-        grid.addWidget(self.calibration, 4, 0, 1, len(_LIGHTS))
+        outer.addWidget(self.calibration)
         self.set_reward_visible(False)
+        self.reset()
 
     def set_reward_visible(self, visible: bool) -> None:
         """Show the reward light only for sources with reward."""
         self.lights["reward"].setVisible(visible)
 
     def reset(self) -> None:
-        """Back to the idle look (a new session)."""
-        for light in (*self.lights.values(), self.idt):
-            light.set_state("idle")
+        """Back to the idle look (no session)."""
+        for key in self.lights:
+            self._set_light(key, "idle", "no session running")
+        self.idt.set_state("idle", "IDT: not running",
+                           "The IDT alarm (union of the P, H_f, H_b and ΔH excursions, paper "
+                           "§10.5) lights once a session has a baseline")
         self.latency.setText("No perturbation yet")
         self.saturation.setValue(0)
+        self.out_of_range.setValue(0)
+        self.out_of_range.setFormat("out of calibrated range: —")
+        self.notice.hide()
+        self.undefined.hide()
         self.calibration.setText("")
+
+    def _set_light(self, key: str, state: str, why: str, word: str = "") -> None:
+        rich, plain = self._names[key]
+        word = word or _WORDS[state]
+        self.lights[key].set_state(
+            state, f"{rich}<br><span style='font-size:10px'>{word}</span>",
+            f"{plain}: {_WORDS[state]} — {why}")
 
     def update_snapshot(self, snap: Snapshot) -> None:
         """Refresh from a session snapshot."""
-        ready = snap.baseline is not None
-        for key, light in self.lights.items():
-            light.set_state("idle" if not ready else
-                            ("alarm" if snap.alarm.get(key) else "ok"))
-        self.idt.set_state("idle" if not ready else ("alarm" if snap.alarm.get("IDT") else "ok"))
+        w = snap.windows
+        b = snap.baseline
+        ready = b is not None
+        cal, need = snap.calibration
+        got, want = snap.baseline_progress
+        if cal < need:
+            waiting = f"calibrating symbols ({cal:,}/{need:,} transitions)"
+        else:
+            waiting = f"gathering baseline ({got}/{want} windows)"
+        p = w.get("P")
+        p_undefined = p is not None and len(p) > 0 and math.isnan(float(p[-1]))
+        for key in self.lights:
+            if key == "P" and p_undefined:
+                self._set_light(key, "undefined", "the latest window's P is undefined")
+            elif not ready:
+                self._set_light(key, "idle", f"no baseline yet: {waiting}")
+            elif snap.alarm.get(key):
+                side = _side(w.get(key), b, key)
+                where = {1: "above", -1: "below", 0: "outside"}[side]
+                self._set_light(key, "alarm", f"the latest window is {where} the baseline's "
+                                f"±{b.k:g}σ band", _DIRECTION[side])
+            else:
+                self._set_light(key, "ok", f"the latest window is within ±{b.k:g}σ of the "
+                                           "baseline")
+        note = ""
+        if snap.state in ("stopped", "error"):
+            note = "session stopped"
+        elif snap.out_of_range_warning and ready:
+            # Never let an edge-bin artefact pass for a change of coupling.
+            note = "symbols out of calibrated range: see below"
+        stopped = (f"<br><span style='font-size:11px; font-weight:normal'>{note}</span>"
+                   if note else "")
+        tip = ("Union of the P, H_f, H_b and ΔH excursions (paper §10.5): an alarm when any "
+               "component leaves its baseline band")
+        if not ready:
+            self.idt.set_state("idle", f"IDT: {waiting.split(' (')[0]}{stopped}",
+                               f"{tip}. No verdict yet: {waiting}.")
+        elif snap.alarm.get("IDT"):
+            self.idt.set_state("alarm", f"IDT ALARM{stopped}", tip)
+        else:
+            self.idt.set_state("ok", f"IDT: no alarm{stopped}", tip)
         onset = snap.onset
         if onset is None:
-            self.latency.setText("No perturbation yet")
-        elif onset.get("latency") is not None:
-            self.latency.setText(f"Detected <b>{onset['latency']}</b> windows after the onset "
-                                 f"of <i>{onset['name']}</i>")
+            text = "No perturbation yet"
         else:
-            first = onset.get("first_window")
-            since = "" if first is None else f" ({snap.n_windows - first} windows since)"
-            self.latency.setText(f"<i>{onset['name']}</i> on: not detected yet{since}")
-        u = snap.windows.get("unique_frac")
+            name = self.names.get(onset["name"], onset["name"])
+            if onset.get("latency") is not None:
+                text = (f"Detected <b>{onset['latency']}</b> windows after the onset "
+                        f"of <i>{name}</i>")
+            else:
+                first = onset.get("first_window")
+                since = "" if first is None else f" ({snap.n_windows - first} windows since)"
+                text = f"<i>{name}</i> on: not detected yet{since}"
+        if text != self.latency.text():
+            self.latency.setText(text)
+        u = w.get("unique_frac")
         if u is not None and len(u) and u[-1] == u[-1]:
             pct = round(100 * float(u[-1]))
             self.saturation.setValue(pct)
-            chunk = _RED if pct >= 90 else ("#f4b400" if pct >= 60 else _GREEN)
-            if chunk != self._chunk:
-                self._chunk = chunk
-                self.saturation.setStyleSheet(f"QProgressBar::chunk {{ background: {chunk}; }}")
-        cal, need = snap.calibration
-        pr = snap.preset
+            self._chunk("saturation",
+                        _BAR_BAD if pct >= 90 else (_BAR_WARN if pct >= 60 else _BAR_OK))
+        self._update_out_of_range(snap)
+        self._update_undefined(snap, p_undefined)
         if cal < need:
-            text = f"Symbols: calibrating {cal}/{need} transitions"
+            text = f"Symbols: calibrating {cal:,}/{need:,} transitions"
         else:
+            pr = snap.preset
             text = (f"Symbols: {pr['name']} — {pr['bins']} bins, W = {pr['window']}, "
                     f"stride {pr['stride']}")
-        got, want = snap.baseline_progress
-        if snap.baseline is None:
+        if b is None:
             text += f"<br>Baseline: gathering {got}/{want} windows"
         else:
-            text += f"<br>Baseline: μ ± {snap.baseline.k:g}σ of {snap.baseline.n_windows} windows"
+            text += f"<br>Baseline: μ ± {b.k:g}σ of {b.n_windows} windows"
         if text != self.calibration.text():
             self.calibration.setText(text)
+
+    def _chunk(self, which: str, color: str) -> None:
+        if color != self._chunks[which]:
+            self._chunks[which] = color
+            getattr(self, which).setStyleSheet(_BAR.format(color=color))
+
+    def _update_out_of_range(self, snap: Snapshot) -> None:
+        oor = snap.windows["out_of_range"]
+        if len(oor) and oor[-1] == oor[-1]:
+            frac = float(oor[-1])
+            self.out_of_range.setValue(round(1000 * frac))
+            fmt = f"out of calibrated range: {100 * frac:.0f} %"
+            if 0 < frac < 0.01:
+                fmt = f"out of calibrated range: {100 * frac:.1f} %"
+            if fmt != self.out_of_range.format():
+                self.out_of_range.setFormat(fmt)
+            self._chunk("out_of_range", _BAR_BAD if frac >= 4 * OUT_OF_RANGE_WARN else
+                        (_BAR_WARN if frac >= OUT_OF_RANGE_WARN else _BAR_OK))
+        warning = snap.out_of_range_warning
+        if warning:
+            mean = float(warning["fraction"])
+            latest = f"; latest window: {float(oor[-1]):.0%}" if len(oor) else ""
+            text = (
+                "<b>The symbols' calibrated range no longer covers the data.</b> "
+                f"Over the latest {Session.OUT_OF_RANGE_PERSIST} windows, {mean:.0%} of the "
+                "transitions had a value outside the range the bins were calibrated on, "
+                f"clamped into an edge bin{latest}. Changes of P, H<sub>f</sub> and "
+                "H<sub>b</sub> now may be that artefact, <i>not</i> a change of coupling. "
+                "Re-calibrate to re-symbolise from the data that follows."
+            )
+            if text != self.notice_text.text():
+                self.notice_text.setText(text)
+            self.notice.show()
+        else:
+            self.notice.hide()
+
+    def _update_undefined(self, snap: Snapshot, latest: bool) -> None:
+        n = snap.n_undefined
+        if not latest and not n:
+            self.undefined.hide()
+            return
+        parts = []
+        if latest:
+            parts.append(f"<b>Latest window: P undefined</b> — {self._reason(snap)}")
+        if n:
+            parts.append(f"P undefined in {n:,} window{'s' if n != 1 else ''} so far "
+                         "(grey triangles on the P plot)")
+        text = "<br>".join(parts)
+        if text != self.undefined.text():
+            self.undefined.setText(text)
+        self.undefined.show()
+
+    @staticmethod
+    def _reason(snap: Snapshot) -> str:
+        w = snap.windows
+        return undefined_reason(w, len(w["P"]) - 1) or "P is not a number in this window"

@@ -18,7 +18,25 @@ from PySide6.QtWidgets import (
 
 from idt_desk.source import Param
 
-__all__ = ["ParamForm"]
+__all__ = ["ParamForm", "compact_combo", "compact_form"]
+
+
+def compact_form(layout: QFormLayout) -> QFormLayout:
+    """A form that wraps a field under its label when the panel is too narrow for both.
+
+    The left control panel must never need a horizontal scroll bar.
+    """
+    layout.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+    layout.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+    return layout
+
+
+def compact_combo(combo: QComboBox, chars: int = 12) -> QComboBox:
+    """A combo box whose minimum width does not grow with its longest item."""
+    combo.setSizeAdjustPolicy(
+        QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    combo.setMinimumContentsLength(chars)
+    return combo
 
 
 def _editor(p: Param, parent: QWidget) -> QWidget:
@@ -27,7 +45,7 @@ def _editor(p: Param, parent: QWidget) -> QWidget:
         w = QCheckBox(parent)
         w.setChecked(bool(p.default))
     elif p.choices:
-        w = QComboBox(parent)
+        w = compact_combo(QComboBox(parent))
         w.addItems(list(p.choices))
         w.setCurrentText(str(p.default))
     elif p.kind is int:
@@ -59,7 +77,7 @@ class ParamForm(QWidget):
     def __init__(self, params: Sequence[Param], parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.params = tuple(params)
-        layout = QFormLayout(self)
+        layout = compact_form(QFormLayout(self))
         layout.setContentsMargins(0, 0, 0, 0)
         self.editors: dict[str, QWidget] = {}
         for p in self.params:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -33,7 +34,7 @@ from idt_desk.recording import RecordingError, export_recording, load_recording
 from idt_desk.session import Session, SessionConfig, Snapshot
 from idt_desk.source import Source
 from widgets.alarms import AlarmPanel
-from widgets.forms import ParamForm
+from widgets.forms import ParamForm, compact_combo, compact_form
 from widgets.plots import MetricPlots
 from widgets.views import make_view
 
@@ -56,10 +57,22 @@ def _set_quietly(button: QPushButton, on: bool) -> None:
 
 
 def _speed_label(speed: float | None) -> str:
+    """The speed combo's label of a speed (a preset's, or "3×" for any other multiple)."""
     for label, v in SPEEDS.items():
-        if v == speed:
+        if v == speed or (v is not None and speed is not None and math.isclose(v, speed)):
             return label
-    return "1× (real time)"
+    return f"{speed:g}×"
+
+
+def _rate(per_s: float | None) -> str:
+    """Transitions per second, short: 1,000 / 12.3 k / 1.2 M."""
+    if per_s is None or not math.isfinite(per_s) or per_s <= 0:
+        return "—"
+    if per_s >= 1e6:
+        return f"{per_s / 1e6:.1f} M"
+    if per_s >= 1e4:
+        return f"{per_s / 1e3:.0f} k"
+    return f"{per_s:,.0f}"
 
 
 class MainWindow(QMainWindow):
@@ -72,7 +85,8 @@ class MainWindow(QMainWindow):
     settings
         Initial values of the source's declared settings.
     speed
-        Initial speed (multiple of real time; None = max).
+        Initial speed: any positive multiple of real time (one that is not a preset is
+        added to the speed choices), or None for as fast as possible.
     record_dir
         Folder new recordings are created in.
     history
@@ -99,6 +113,9 @@ class MainWindow(QMainWindow):
         self._error_shown: str | None = None
         self._source_cls: type[Source] | None = None
         self._record_dir = Path(record_dir) if record_dir else Path.home() / "idt-desk-recordings"
+        #: Speed choices: label -> multiple of real time (None = max); SPEEDS plus any other
+        #: speed the window was given.
+        self.speeds: dict[str, float | None] = dict(SPEEDS)
         self.perturb_buttons: dict[str, QPushButton] = {}
         self.perturb_forms: dict[str, ParamForm] = {}
         self.modulate_buttons: dict[str, QPushButton] = {}
@@ -126,9 +143,11 @@ class MainWindow(QMainWindow):
         self._build_record_group()
         self.controls_layout.addStretch(1)
         scroll = QScrollArea(self)
+        scroll.setObjectName("controls_scroll")
         scroll.setWidget(controls)
         scroll.setWidgetResizable(True)
         scroll.setMinimumWidth(360)
+        self.controls_scroll = scroll
 
         self.banner = QLabel("", self)
         self.banner.setObjectName("banner")
@@ -155,21 +174,57 @@ class MainWindow(QMainWindow):
         split.setSizes([380, 720, 320])
         self.setCentralWidget(split)
         self.status = QLabel("idle — choose a source and press Start", self)
-        self.statusBar().addPermanentWidget(self.status, 1)
+        # A normal widget: a temporary message ("exported ...") shows in its place briefly.
+        self.statusBar().addWidget(self.status, 1)
+        self.rates = QLabel("", self)
+        self.rates.setObjectName("rates")
+        self.rates.setToolTip(
+            "<b>loop</b>: transitions per second the loop actually advances (about speed × "
+            "the source's rate at real time).<br><b>compute</b>: transitions per second the "
+            "IDT pipeline can process (its compute throughput; the loop can go no faster "
+            "at max speed).")
+        self.statusBar().addPermanentWidget(self.rates)
+        self.fps_label = QLabel("GUI —", self)
+        self.fps_label.setObjectName("fps")
+        self.fps_label.setToolTip("Frames per second the dashboard redraws (target 30); "
+                                  "— when no session is running")
+        self.fps_label.setMinimumWidth(90)
+        for label in (self.rates, self.fps_label):
+            label.setStyleSheet("QLabel { border-left: 1px solid #b9bec6; padding: 0 8px; }")
+        self.statusBar().addPermanentWidget(self.fps_label)
+        self.alarms.recalibrate.connect(self._recalibrate)
 
         self.timer = QTimer(self)
         self.timer.setInterval(REFRESH_MS)
         self.timer.timeout.connect(self.refresh)
 
-        self.speed_combo.setCurrentText(_speed_label(speed))
+        self.set_speed(speed)
         self._select_source(source, settings or {})
+
+    def set_speed(self, speed: float | None) -> None:
+        """Select a speed (any positive multiple of real time, or None for max).
+
+        A multiple that is not one of the presets is added to the choices, in order.
+        """
+        if speed is not None and not (isinstance(speed, int | float) and speed > 0
+                                      and math.isfinite(speed)):
+            self.show_error(f"speed must be a positive multiple of real time or max, got "
+                            f"{speed!r}; using real time")
+            speed = 1.0
+        label = _speed_label(speed)
+        if label not in self.speeds:
+            self.speeds[label] = float(speed)
+            order = sorted((v, k) for k, v in self.speeds.items() if v is not None)
+            at = [k for _v, k in order].index(label)
+            self.speed_combo.insertItem(at, label)
+        self.speed_combo.setCurrentText(label)
 
     # -- building ---------------------------------------------------------------------------
 
     def _build_source_group(self) -> None:
         box = QGroupBox("Source", self)
         lay = QVBoxLayout(box)
-        self.source_combo = QComboBox(box)
+        self.source_combo = compact_combo(QComboBox(box), 16)
         self.source_combo.setObjectName("source_combo")
         self._entries = discover()
         for name, entry in self._entries.items():
@@ -198,13 +253,14 @@ class MainWindow(QMainWindow):
         self.stop_button = QPushButton("Stop", box)
         self.reset_button = QPushButton("Reset", box)
         for b in (self.start_button, self.pause_button, self.stop_button, self.reset_button):
+            b.setMinimumWidth(60)  # the style's 80 px minimum would widen the panel
             row.addWidget(b)
         self.start_button.clicked.connect(self.start_session)
         self.pause_button.toggled.connect(self._pause_toggled)
         self.stop_button.clicked.connect(self.stop_session)
         self.reset_button.clicked.connect(self.reset_session)
         lay.addLayout(row)
-        form = QFormLayout()
+        form = compact_form(QFormLayout())
         self.speed_combo = QComboBox(box)
         self.speed_combo.addItems(list(SPEEDS))
         self.speed_combo.currentTextChanged.connect(self._speed_changed)
@@ -214,8 +270,8 @@ class MainWindow(QMainWindow):
 
     def _build_symbol_group(self) -> None:
         box = QGroupBox("Symbolisation and baseline", self)
-        form = QFormLayout(box)
-        self.preset_combo = QComboBox(box)
+        form = compact_form(QFormLayout(box))
+        self.preset_combo = compact_combo(QComboBox(box))
         self.preset_combo.addItems([*PRESETS, CUSTOM])
         self.preset_combo.setToolTip("Paper configurations; '(custom)' uses the bins, window "
                                      "and stride below, each variable its own group")
@@ -328,6 +384,7 @@ class MainWindow(QMainWindow):
             self._source_cls = None
             self.source_info.setText(str(exc))
             self.start_button.setEnabled(False)
+            self.plots.show_hint("This source failed to load: choose another one.")
             return
         self._source_cls = cls
         self.start_button.setEnabled(True)
@@ -345,9 +402,37 @@ class MainWindow(QMainWindow):
         self._build_modulations(cls)
         has_reward = bool(getattr(cls, "has_reward", False))
         self.plots.set_reward_visible(has_reward)
+        names = {p.name: p.label for p in (*cls.perturbations, *cls.modulations)}
+        self.alarms.names = names
+        self.plots.set_source(names, has_modulation=bool(cls.modulations),
+                              has_impulse=any(p.impulse for p in cls.perturbations))
+        if self.session is None or not self.session.snapshot(limit=1).n_windows:
+            self.plots.show_hint(self._idle_hint())
         self.alarms.set_reward_visible(has_reward)
         self._set_view(cls.view)
         self._update_buttons()
+        self._fit_controls()
+
+    def _fit_controls(self) -> None:
+        """Keep the control panel at least as wide as its content: no horizontal scrolling."""
+        scroll = self.controls_scroll
+        inner = scroll.widget()
+        inner.layout().activate()
+        need = (inner.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width()
+                + 2 * scroll.frameWidth())
+        scroll.setMinimumWidth(max(360, need))
+
+    def _idle_hint(self, stopped: bool = False) -> str:
+        """What the empty plots say before a session (or after one that made no window)."""
+        cls = self._source_cls
+        if cls is None:
+            return "Choose a source that loads, then press Start."
+        label = cls.label
+        what = label[0].lower() + label[1:] if label[1:2].islower() else label
+        first = "Stopped before the first window. " if stopped else ""
+        return (f"{first}Press <b>Start</b> to run the {what}.<br><small>The first windows "
+                "calibrate the symbols, the next ones the baseline; then the plots show "
+                "P, H<sub>f</sub>, H<sub>b</sub>, ΔH and their alarms.</small>")
 
     def _show_pipeline(self) -> None:
         """Show the session's actual symbolisation (a replay's is the recorded one)."""
@@ -412,7 +497,7 @@ class MainWindow(QMainWindow):
         self.modulate_buttons: dict[str, QPushButton] = {}
         self.modulate_forms: dict[str, ParamForm] = {}
         self.auto_check = QCheckBox("Auto (engage on persistent alarm)", self.modulate_box)
-        self.auto_combo = QComboBox(self.modulate_box)
+        self.auto_combo = compact_combo(QComboBox(self.modulate_box))
         self.auto_persist = self._spin(1, 1000, 3)
         self.auto_release = self._spin(1, 10000, 10)
         for w in (self.auto_combo, self.auto_persist, self.auto_release):
@@ -440,7 +525,7 @@ class MainWindow(QMainWindow):
                              self.modulate_buttons, self.modulate_forms, self._modulate_toggled)
             self.auto_combo.addItem(mod.label, mod.name)
         auto = QGroupBox("Automatic modulation", self.modulate_box)
-        form = QFormLayout(auto)
+        form = compact_form(QFormLayout(auto))
         form.addRow(self.auto_check)
         for w in (self.auto_combo, self.auto_persist, self.auto_release):
             w.show()
@@ -516,7 +601,7 @@ class MainWindow(QMainWindow):
             if cls.name == "replay":
                 pipe = {}  # a replay re-runs the recording's own pipeline
             config = SessionConfig(source=cls.name, settings=settings,
-                                   speed=SPEEDS[self.speed_combo.currentText()], **pipe)
+                                   speed=self.speeds[self.speed_combo.currentText()], **pipe)
             record = self._new_record_path() if self.record_button.isChecked() else None
             session = Session(config, source=source, record=record)
             for at, kind, args in schedule or []:
@@ -538,6 +623,8 @@ class MainWindow(QMainWindow):
         for button in (*self.perturb_buttons.values(), *self.modulate_buttons.values()):
             _set_quietly(button, False)
         self.pause_button.setChecked(False)
+        self._frames, self._fps_t0, self.fps = 0, time.monotonic(), 0.0
+        self.plots.show_hint(f"Starting {cls.label}…")
         self.session.start()
         if self.auto_check.isChecked():
             self._auto_toggled(True)
@@ -559,6 +646,10 @@ class MainWindow(QMainWindow):
     def _session_ended(self) -> None:
         """The worker is gone (stopped, finished or failed): settle the controls."""
         self.timer.stop()
+        self.fps = 0.0  # no frame rate to report: never a stale one
+        self.fps_label.setText("GUI —")
+        if self.session is not None and not self.session.snapshot(limit=1).n_windows:
+            self.plots.show_hint(self._idle_hint(stopped=True))
         if self.record_button.isChecked():
             _set_quietly(self.record_button, False)
             self.record_label.setText(f"recorded: {self.last_recording}")
@@ -569,9 +660,11 @@ class MainWindow(QMainWindow):
         self.stop_session()
         self.session = None
         self.plots.clear_data()
+        self.plots.show_hint(self._idle_hint())
         self.alarms.reset()
         self.hide_error()
-        self.status.setText("idle")
+        self.status.setText("idle — press Start")
+        self.rates.setText("")
         self._update_buttons()
 
     def shutdown(self) -> None:
@@ -618,16 +711,44 @@ class MainWindow(QMainWindow):
 
     def _speed_changed(self, label: str) -> None:
         if self.session is not None and self.session.running:
-            self.session.set_speed(SPEEDS[label])
+            self.session.set_speed(self.speeds[label])
 
     def _perturb_toggled(self, name: str, on: bool) -> None:
+        button = self.perturb_buttons[name]
         if self.session is None or not self.session.running:
             return
         try:
             params = self.perturb_forms[name].values()
+            impulse = on and self.is_impulse(name, params)
             self.session.perturb(name, params, on=on)
         except (ValueError, KeyError) as exc:
             self.show_error(f"{name}: {exc}")
+            if on:
+                _set_quietly(button, False)
+            return
+        if impulse:
+            # A one-shot impulse (a kick with period 0) is an event, not a state: the button
+            # does not stay pressed.
+            _set_quietly(button, False)
+
+    def is_impulse(self, name: str, params: dict[str, Any]) -> bool:
+        """Whether switching perturbation ``name`` on with ``params`` is a one-shot impulse."""
+        if self._source_cls is None:
+            return False
+        spec = next((p for p in self._source_cls.perturbations if p.name == name), None)
+        return spec is not None and spec.is_impulse(params)
+
+    def _recalibrate(self) -> None:
+        """Re-symbolise from the data that follows with the current pipeline (the notice)."""
+        if self.session is None or not self.session.running:
+            return
+        try:
+            self.session.reconfigure()
+        except ValueError as exc:
+            self.show_error(str(exc))
+        else:
+            self.statusBar().showMessage("re-calibrating the symbols from the data that "
+                                         "follows, then a new baseline", 8000)
 
     def _modulate_toggled(self, name: str, on: bool) -> None:
         if self.session is None or not self.session.running:
@@ -728,6 +849,23 @@ class MainWindow(QMainWindow):
 
     # -- the timer --------------------------------------------------------------------------
 
+    def _show_status(self, snap: Snapshot) -> None:
+        speed = "max speed" if not snap.speed else f"{snap.speed:g}× real time"
+        text = (f"{snap.state} — {snap.source} at {speed} — t = {snap.sim_time:.2f} s — "
+                f"{snap.n_transitions:,} transitions, {snap.n_windows:,} windows")
+        if snap.state == "running" and snap.n_transitions == 0:
+            text = ("starting… (the first launch compiles the numba kernels, about 10 s; "
+                    "they are cached afterwards)")
+        running = snap.state in ("running", "paused") and self.session is not None \
+            and self.session.running
+        loop = snap.loop_rate if snap.state == "running" else None
+        rates = (f"loop {_rate(loop)} tr/s  ·  compute {_rate(snap.throughput)} tr/s"
+                 if snap.n_transitions else "")
+        fps = f"GUI {self.fps:.0f} fps" if running and self.fps > 0 else "GUI —"
+        for label, value in ((self.status, text), (self.rates, rates), (self.fps_label, fps)):
+            if label.text() != value:
+                label.setText(value)
+
     def refresh(self) -> None:
         """Pull a snapshot from the session and redraw (the GUI timer's slot)."""
         if self.session is None:
@@ -748,15 +886,7 @@ class MainWindow(QMainWindow):
         if now - self._fps_t0 >= 1.0:
             self.fps = self._frames / (now - self._fps_t0)
             self._frames, self._fps_t0 = 0, now
-        speed = "max" if not snap.speed else f"{snap.speed:g}×"
-        self.status.setText(
-            f"{snap.state} — {snap.source} at {speed} — t = {snap.sim_time:.2f} s — "
-            f"{snap.n_transitions:,} transitions, {snap.n_windows:,} windows — "
-            f"{snap.throughput:,.0f} tr/s — GUI {self.fps:.0f} fps"
-        )
-        if snap.state == "running" and snap.n_transitions == 0:
-            self.status.setText("starting… (the first launch compiles the numba kernels, "
-                                "about 10 s; they are cached afterwards)")
+        self._show_status(snap)
         if snap.error and snap.error != self._error_shown:
             self._error_shown = snap.error
             self.show_error(f"The source stopped with an error: {snap.error}")

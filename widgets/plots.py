@@ -2,39 +2,103 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
 from pyqtgraph import exporters
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QPainter
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QPainter, QPolygonF
 from PySide6.QtSvg import QSvgGenerator
+from PySide6.QtWidgets import QLabel
 
-from idt_desk.session import Snapshot
+from idt_desk.session import Snapshot, undefined_reason
 
-__all__ = ["METRICS", "MetricPlots"]
+__all__ = ["METRICS", "NON_NEGATIVE", "MetricPlots"]
 
-#: (window column, axis label, curve colour)
+#: (window column, axis label (HTML), curve colour)
 METRICS = (
     ("P", "P", (40, 110, 220)),
-    ("H_f", "H_f (bits)", (200, 110, 20)),
-    ("H_b", "H_b (bits)", (130, 60, 180)),
+    ("H_f", "H<sub>f</sub> (bits)", (200, 110, 20)),
+    ("H_b", "H<sub>b</sub> (bits)", (130, 60, 180)),
     ("dH", "ΔH (bits)", (20, 140, 120)),
     ("reward", "reward / step", (120, 120, 120)),
 )
+#: Metrics that cannot be negative: their ±kσ band is clipped at 0 (ΔH and reward may be).
+NON_NEGATIVE = frozenset({"P", "H_f", "H_b"})
 _BAND = (60, 170, 90, 45)
+_MEAN = (60, 140, 70)
+_DOT = (220, 30, 30)
 _PERTURB = (230, 80, 60, 38)
 _MODULATE = (60, 120, 230, 32)
+_PULSE = (200, 60, 40)
+#: Label colours of perturbation and modulation periods (darker than their shading).
+_TEXT = {"perturbation": (170, 45, 35), "modulation": (35, 75, 165), "pulse": _PULSE}
+#: Heights (fraction of the P plot, from its bottom) of the rows of period / impulse names.
+_LABEL_ROWS = (0.93, 0.81, 0.69, 0.57)
+_UNDEFINED = (130, 130, 130)
+#: Shaded periods, impulse markers and undefined-window markers kept on the plots (bounded).
+MAX_PERIODS = 40
+MAX_PULSES = 40
+MAX_UNDEFINED = 500
+#: Smallest y span shown (bits; P is a ratio): a constant metric is not magnified to noise.
+MIN_SPAN = 1e-3
+
+
+class _Swatch(pg.ItemSample):
+    """A legend sample drawn by hand (dashed line, filled box, dot, marker); not clickable."""
+
+    def __init__(self, kind: str, color: tuple[int, ...]) -> None:
+        super().__init__(None)
+        self.kind, self.color = kind, color
+        self.setFixedWidth(22)
+        self.setFixedHeight(16)
+
+    def mouseClickEvent(self, event: Any) -> None:
+        event.ignore()
+
+    def boundingRect(self) -> QRectF:
+        return QRectF(0, 0, 22, 16)
+
+    def paint(self, p: QPainter, *args: Any) -> None:
+        if self.kind == "dash":
+            p.setPen(pg.mkPen(self.color, width=1.5, style=Qt.PenStyle.DashLine))
+            p.drawLine(1, 8, 21, 8)
+        elif self.kind == "box":
+            p.setPen(pg.mkPen(None))
+            p.setBrush(pg.mkBrush(*self.color[:3], max(self.color[3] * 2, 70)))
+            p.drawRect(QRectF(1, 2, 20, 12))
+        elif self.kind == "dot":
+            p.setPen(pg.mkPen(None))
+            p.setBrush(pg.mkBrush(*self.color))
+            p.drawEllipse(QPointF(11, 8), 3, 3)
+        elif self.kind == "vline":
+            p.setPen(pg.mkPen(self.color, width=1.5))
+            p.drawLine(11, 1, 11, 15)
+        elif self.kind == "tri":
+            p.setPen(pg.mkPen(None))
+            p.setBrush(pg.mkBrush(*self.color))
+            p.drawPolygon(QPolygonF([QPointF(6, 14), QPointF(16, 14), QPointF(11, 5)]))
+
+
+class _Legend(pg.LegendItem):
+    """A legend that sits in its own row above the plots (not draggable)."""
+
+    def mouseDragEvent(self, ev: Any) -> None:
+        ev.ignore()
 
 
 class MetricPlots(pg.GraphicsLayoutWidget):
     """The IDT's four metrics (plus reward) against the loop's time, sharing one x axis.
 
     Fed by :meth:`update_snapshot` from the GUI timer; draws the baseline mean and ±kσ band
-    once calibrated, red dots on excursions, and shades perturbation (red) and modulation
-    (blue) periods from the session's events.
+    once calibrated (clipped at 0 for the non-negative P, H_f and H_b), red dots on
+    excursions, shades perturbation (red) and modulation (blue) periods from the session's
+    events with their names, marks one-shot impulses (a kick) with a labelled vertical line,
+    and marks windows whose P is undefined with a grey triangle on the P plot's lower edge.
+    One legend row above the plots explains all of these.
     """
 
     def __init__(self, parent: Any = None) -> None:
@@ -46,8 +110,14 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         self.dots: dict[str, pg.ScatterPlotItem] = {}
         self.bands: dict[str, pg.LinearRegionItem] = {}
         self.means: dict[str, pg.InfiniteLine] = {}
+        self.legend = _Legend(colCount=7, labelTextColor=(60, 60, 60), labelTextSize="8.5pt",
+                              sampleType=_Swatch, horSpacing=4, frame=False)
+        self.legend.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
+        self.addItem(self.legend, row=0, col=0)
+        self._legend_key: tuple = ()
+        self._k = 3.0
         first = None
-        for row, (key, label, color) in enumerate(METRICS):
+        for row, (key, label, color) in enumerate(METRICS, start=1):
             p = self.addPlot(row=row, col=0)
             p.setLabel("left", label)
             p.setClipToView(True)
@@ -69,19 +139,49 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             band.setZValue(-20)
             band.setVisible(False)
             p.addItem(band, ignoreBounds=True)
-            dashed = pg.mkPen((60, 140, 70), width=1, style=Qt.PenStyle.DashLine)
+            dashed = pg.mkPen(_MEAN, width=1, style=Qt.PenStyle.DashLine)
             mean = pg.InfiniteLine(angle=0, pen=dashed)
             mean.setVisible(False)
             p.addItem(mean, ignoreBounds=True)
             curve = p.plot(pen=pg.mkPen(color, width=1))
-            dots = pg.ScatterPlotItem(size=5, pen=None, brush=pg.mkBrush(220, 30, 30))
+            dots = pg.ScatterPlotItem(size=5, pen=None, brush=pg.mkBrush(*_DOT))
             p.addItem(dots)
             self.plots[key], self.curves[key], self.dots[key] = p, curve, dots
             self.bands[key], self.means[key] = band, mean
+        # Windows whose P is undefined: grey triangles on the P plot's lower edge, with the
+        # reason as a tooltip.
+        self.undefined = pg.ScatterPlotItem(size=9, symbol="t1", pen=None,
+                                            brush=pg.mkBrush(*_UNDEFINED), hoverable=True,
+                                            tip=lambda x, y, data: f"t = {x:.2f} s: {data}")
+        self.undefined.setZValue(10)
+        self.plots["P"].addItem(self.undefined, ignoreBounds=True)
+        self._undefined_key: tuple = ()
+        self._reasons: dict[float, str] = {}
         self._yrange: dict[str, tuple[float, float, float]] = {}
         self._regions: list[tuple[pg.LinearRegionItem, ...]] = []
         self._periods_key: tuple = ()
+        self._pulses: list[tuple[pg.InfiniteLine, ...]] = []
+        self._pulses_key: tuple = ()
+        self._label_span = 0.0
+        #: Display names of perturbations and modulations (name -> label) for the plots.
+        self.names: dict[str, str] = {}
+        self._has_modulation = False
+        self._has_impulse = False
+        self._seen_undefined = False
+        self.hint = QLabel("", self)
+        self.hint.setObjectName("plot_hint")
+        self.hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.hint.setWordWrap(True)
+        self.hint.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+        self.hint.setStyleSheet("QLabel { color: #505660; background: rgba(255,255,255,215); "
+                                "border: 1px solid #d6d9de; border-radius: 8px; "
+                                "padding: 14px; font-size: 15px; }")
+        self.hint.hide()
+        self._hint_on = False
         self.set_reward_visible(False)
+        self._update_legend()
+
+    # -- configuration ----------------------------------------------------------------------
 
     def set_reward_visible(self, visible: bool) -> None:
         """Show the reward plot (sources with reward) or hide it."""
@@ -95,6 +195,61 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             else:
                 plot.hideAxis("bottom")
 
+    def set_source(self, names: dict[str, str], has_modulation: bool, has_impulse: bool) -> None:
+        """What the legend and the period labels need to know about the selected source."""
+        self.names = dict(names)
+        self._has_modulation = has_modulation
+        self._has_impulse = has_impulse
+        self._update_legend()
+
+    def show_hint(self, text: str | None) -> None:
+        """A centred message over the (empty) plots: what to do, what is happening."""
+        self._hint_on = bool(text)
+        if not text:
+            if not self.hint.isHidden():
+                self.hint.hide()
+            return
+        if text != self.hint.text():
+            self.hint.setText(text)
+            self._place_hint()
+        if self.hint.isHidden():
+            self._place_hint()
+            self.hint.show()
+
+    def _place_hint(self) -> None:
+        w = min(460, max(self.width() - 40, 100))
+        self.hint.setFixedWidth(w)
+        self.hint.setFixedHeight(self.hint.heightForWidth(w))
+        self.hint.move((self.width() - w) // 2, (self.height() - self.hint.height()) // 2)
+
+    def resizeEvent(self, ev: Any) -> None:
+        """Keep the hint centred."""
+        super().resizeEvent(ev)
+        if getattr(self, "_hint_on", False):  # (pyqtgraph resizes during construction)
+            self._place_hint()
+
+    def _update_legend(self) -> None:
+        entries = [("dash", _MEAN, "baseline mean"),
+                   ("box", _BAND, f"baseline ±{self._k:g}σ"),
+                   ("dot", _DOT, "excursion"),
+                   ("box", _PERTURB, "perturbation")]
+        if self._has_modulation:
+            entries.append(("box", _MODULATE, "modulation"))
+        if self._has_impulse:
+            entries.append(("vline", _PULSE, "impulse (kick)"))
+        if self._seen_undefined:
+            entries.append(("tri", _UNDEFINED, "P undefined"))
+        key = tuple(entries)
+        if key == self._legend_key:
+            return
+        self._legend_key = key
+        self.legend.clear()
+        self.legend.columnCount = len(entries)
+        for kind, color, text in entries:
+            self.legend.addItem(_Swatch(kind, color), text)
+
+    # -- data -------------------------------------------------------------------------------
+
     def clear_data(self) -> None:
         """Forget everything drawn (a new session)."""
         self._yrange.clear()
@@ -104,11 +259,22 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             self.bands[key].setVisible(False)
             self.means[key].setVisible(False)
         self._set_periods([])
+        self._set_pulses([])
+        self.undefined.setData([], [])
+        self._undefined_key = ()
+        self._reasons = {}
+        self._seen_undefined = False
+        self._update_legend()
 
     def update_snapshot(self, snap: Snapshot) -> None:
         """Redraw from a session snapshot (called on the GUI timer)."""
         w = snap.windows
         x = w["t"]
+        b = snap.baseline
+        if b is not None and b.k != self._k:
+            self._k = b.k
+            self._legend_key = ()
+            self._update_legend()
         for key, _label, _color in METRICS:
             if not self.plots[key].isVisible():
                 continue
@@ -118,10 +284,9 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             if flag is not None:
                 hit = flag == 1.0
                 self.dots[key].setData(x[hit], y[hit])
-            b = snap.baseline
-            if b is not None and key in b.mean and np.isfinite(b.std.get(key, np.nan)):
-                lo, hi = b.band(key)
-                self.bands[key].setRegion((lo, hi))
+            band = _band(b, key)
+            if band is not None:
+                self.bands[key].setRegion(band)
                 self.bands[key].setVisible(True)
                 self.means[key].setValue(b.mean[key])
                 self.means[key].setVisible(True)
@@ -130,7 +295,12 @@ class MetricPlots(pg.GraphicsLayoutWidget):
                 self.means[key].setVisible(False)
         now = float(x[-1]) if len(x) else snap.sim_time
         self._set_periods(_periods(snap.switches, now))
+        self._set_pulses(_pulses(snap.switches))
         self._follow(x, w, snap)
+        if self._regions or self._pulses:
+            self._stack_labels()
+        self._set_undefined(w)
+        self.show_hint(None if len(x) else _waiting_text(snap))
 
     def _follow(self, x: np.ndarray, w: dict[str, np.ndarray], snap: Snapshot) -> None:
         """Scroll x to the data; move y ranges only when the data leaves them.
@@ -151,29 +321,68 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             if not y.size:
                 continue
             lo, hi = float(y.min()), float(y.max())
-            b = snap.baseline
-            if b is not None and key in b.mean and np.isfinite(b.std.get(key, np.nan)):
-                blo, bhi = b.band(key)
-                lo, hi = min(lo, blo), max(hi, bhi)
-            span = max(hi - lo, 1e-6 * max(abs(lo), abs(hi), 1e-9))
+            band = _band(snap.baseline, key)
+            if band is not None:
+                lo, hi = min(lo, band[0]), max(hi, band[1])
+            if hi - lo < MIN_SPAN:
+                # A (nearly) constant metric gets a readable range around it, not ±1e-16.
+                mid = 0.5 * (lo + hi)
+                lo = mid - 0.5 * MIN_SPAN
+                if key in NON_NEGATIVE and mid >= 0:
+                    lo = max(lo, 0.0)
+                hi = lo + MIN_SPAN
+            span = max(hi - lo, 1e-6 * max(abs(lo), abs(hi)))
             cur = self._yrange.get(key)
             outside = cur is None or lo < cur[0] or hi > cur[1]
             loose = cur is not None and (cur[1] - cur[0]) > 3.0 * span and now - cur[2] > 0.5
             if outside or loose:
-                new = (lo - 0.1 * span, hi + 0.1 * span, now)
+                bottom = lo - 0.1 * span
+                if key in NON_NEGATIVE and lo >= 0:
+                    bottom = max(bottom, -0.03 * span)  # no empty negative bits below 0
+                new = (bottom, hi + 0.1 * span, now)
                 self._yrange[key] = new
                 plot.setYRange(new[0], new[1], padding=0)
 
-    def _set_periods(self, periods: list[tuple[float, float, str]]) -> None:
+    def _set_undefined(self, w: dict[str, np.ndarray]) -> None:
+        """Grey triangles at the t of windows whose P is undefined (NaN, not calibration)."""
+        p = w["P"]
+        # Windows without a verdict yet still have a defined P; NaN P is the only signal.
+        idx = np.flatnonzero(np.isnan(p) & np.isfinite(w["t"]))[-MAX_UNDEFINED:]
+        yr = self.plots["P"].viewRange()[1]
+        key = (tuple(w["t"][idx].tolist()), tuple(yr))
+        if key == self._undefined_key:
+            return
+        self._undefined_key = key
+        if idx.size and not self._seen_undefined:
+            self._seen_undefined = True
+            self._update_legend()
+        y = yr[0] + 0.06 * (yr[1] - yr[0])
+        ts = w["t"][idx].tolist()
+        # Reasons of windows already marked are kept, not recomputed every frame.
+        cache = {t: self._reasons[t] for t in ts if t in self._reasons}
+        for t, j in zip(ts, idx, strict=True):
+            if t not in cache:
+                cache[t] = self.undefined_reason(w, int(j))
+        self._reasons = cache
+        reasons = [cache[t] for t in ts]
+        self.undefined.setData(w["t"][idx], np.full(idx.size, y), data=reasons)
+
+    @staticmethod
+    def undefined_reason(w: dict[str, np.ndarray], j: int) -> str:
+        """Why window j's P is undefined, in the core's words."""
+        return f"P undefined — {undefined_reason(w, j) or 'not a number'}"
+
+    def _set_periods(self, periods: list[tuple[float, float, str, str]]) -> None:
+        periods = periods[-MAX_PERIODS:]  # bounded: long sessions keep the latest periods
         key = tuple(periods)
         if key == self._periods_key:
             return
         same_shape = len(key) == len(self._periods_key) and all(
-            a[0] == b[0] and a[2] == b[2] for a, b in zip(key, self._periods_key, strict=True))
+            a[0] == b[0] and a[2:] == b[2:] for a, b in zip(key, self._periods_key, strict=True))
         self._periods_key = key
-        if same_shape and len(self._regions) == len(periods[-40:]):
+        if same_shape and len(self._regions) == len(periods):
             # Only open periods grew: move their ends instead of rebuilding the items.
-            for (t0, t1, _k), items in zip(periods[-40:], self._regions, strict=True):
+            for (t0, t1, _k, _n), items in zip(periods, self._regions, strict=True):
                 for r in items:
                     r.setRegion((t0, t1))
             return
@@ -181,16 +390,74 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             for plot, item in zip(self.plots.values(), items, strict=True):
                 plot.removeItem(item)
         self._regions = []
-        for t0, t1, kind in periods[-40:]:  # bounded: long sessions keep the latest periods
+        for t0, t1, kind, name in periods:
             color = _PERTURB if kind == "perturbation" else _MODULATE
             items = []
-            for plot in self.plots.values():
+            for key_, plot in self.plots.items():
                 r = pg.LinearRegionItem((t0, t1), movable=False, brush=pg.mkBrush(*color),
                                         pen=pg.mkPen(None))
                 r.setZValue(-30)
+                if key_ == "P":
+                    # The name at the top of the band, on the top plot only.
+                    pg.InfLineLabel(r.lines[0], text=self.names.get(name, name),
+                                    position=_LABEL_ROWS[0], anchors=[(0, 0.5), (0, 0.5)],
+                                    color=_TEXT[kind], fill=(255, 255, 255, 190))
                 plot.addItem(r, ignoreBounds=True)
                 items.append(r)
             self._regions.append(tuple(items))
+        self._stack_labels(force=True)
+
+    def _set_pulses(self, pulses: list[tuple[float, str]]) -> None:
+        """Vertical lines at one-shot impulses (a kick), labelled with the name on P."""
+        pulses = pulses[-MAX_PULSES:]
+        key = tuple(pulses)
+        if key == self._pulses_key:
+            return
+        self._pulses_key = key
+        for items in self._pulses:
+            for plot, item in zip(self.plots.values(), items, strict=True):
+                plot.removeItem(item)
+        self._pulses = []
+        pen = pg.mkPen(_PULSE, width=1, style=Qt.PenStyle.DashDotLine)
+        for t, name in pulses:
+            items = []
+            for key_, plot in self.plots.items():
+                line = pg.InfiniteLine(pos=t, angle=90, movable=False, pen=pen)
+                line.setZValue(-10)
+                if key_ == "P":
+                    pg.InfLineLabel(line, text=self.names.get(name, name),
+                                    position=_LABEL_ROWS[0], anchors=[(0, 0.5), (0, 0.5)],
+                                    color=_TEXT["pulse"], fill=(255, 255, 255, 190))
+                plot.addItem(line, ignoreBounds=True)
+                items.append(line)
+            self._pulses.append(tuple(items))
+        self._stack_labels(force=True)
+
+    def _stack_labels(self, force: bool = False) -> None:
+        """Put the names of periods and impulses in rows so that none overlaps another.
+
+        Redone when they change, or when the time axis has stretched by a fifth (a label's
+        width in seconds grows with it).
+        """
+        xr = self.plots["P"].viewRange()[0]
+        span = max(xr[1] - xr[0], 1e-9)
+        if not force and abs(span - self._label_span) < 0.2 * self._label_span:
+            return
+        self._label_span = span
+        width_px = max(self.plots["P"].getViewBox().width(), 1.0)
+        labels = []
+        for items in (*self._regions, *self._pulses):
+            line = items[0].lines[0] if isinstance(items[0], pg.LinearRegionItem) else items[0]
+            for child in line.childItems():
+                if isinstance(child, pg.InfLineLabel):
+                    labels.append((line.value(), child))
+        ends = [-np.inf] * len(_LABEL_ROWS)
+        for t, label in sorted(labels, key=lambda x: x[0]):
+            px = label.textItem.boundingRect().width() + 6
+            row = next((k for k, end in enumerate(ends) if t >= end), len(ends) - 1)
+            ends[row] = t + px * span / width_px
+            if label.orthoPos != _LABEL_ROWS[row]:
+                label.setPosition(_LABEL_ROWS[row])
 
     def export(self, path: str) -> None:
         """Save the plots as PNG or SVG (by the file's extension)."""
@@ -209,8 +476,36 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             exporters.ImageExporter(self.ci).export(str(path))
 
 
-def _periods(events: list[dict[str, Any]], now: float) -> list[tuple[float, float, str]]:
-    """(start, end, kind) of every perturbation / modulation period in the event log."""
+def _band(b: Any, key: str) -> tuple[float, float] | None:
+    """The baseline's (lower, upper) band of a metric, lower clipped at 0 where it must be."""
+    if b is None or key not in b.mean or not math.isfinite(b.std.get(key, math.nan)):
+        return None
+    lo, hi = b.band(key)
+    if key in NON_NEGATIVE:
+        lo = max(lo, 0.0)
+    return lo, hi
+
+
+def _waiting_text(snap: Snapshot) -> str:
+    """What the empty plots are waiting for."""
+    if snap.error:
+        return "The source stopped with an error before the first window (see above)."
+    cal, need = snap.calibration
+    if snap.state in ("stopped", "error"):
+        return "Stopped before the first window: press Start to run again."
+    if snap.n_transitions == 0:
+        return "Starting…"
+    paused = " (paused)" if snap.state == "paused" else ""
+    if cal < need:
+        pct = 100 * cal / max(need, 1)
+        return (f"Calibrating symbols: {cal:,} / {need:,} transitions ({pct:.0f} %){paused}"
+                "<br><small>the first windows fix the symbols' bins; the plots start "
+                "when they are done</small>")
+    return f"Waiting for the first window{paused}…"
+
+
+def _periods(events: list[dict[str, Any]], now: float) -> list[tuple[float, float, str, str]]:
+    """(start, end, kind, name) of every perturbation / modulation period in the event log."""
     open_: dict[tuple[str, str], float] = {}
     out = []
     for ev in events:
@@ -220,8 +515,15 @@ def _periods(events: list[dict[str, Any]], now: float) -> list[tuple[float, floa
             if kind == f"{what}_on":
                 open_.setdefault(key, float(ev.get("t", now)))
             elif kind == f"{what}_off" and key in open_:
-                out.append((open_.pop(key), float(ev.get("t", now)), what))
-    for (what, _name), t0 in open_.items():
-        out.append((t0, now, what))
+                out.append((open_.pop(key), float(ev.get("t", now)), what, key[1]))
+    for (what, name), t0 in open_.items():
+        # An onset after the latest window's end: a zero-width period until windows catch up.
+        out.append((t0, max(now, t0), what, name))
     # Round so an open period's growing end does not rebuild items every frame for nothing.
-    return sorted((round(a, 2), round(b, 2), k) for a, b, k in out)
+    return sorted((round(a, 2), round(b, 2), k, n) for a, b, k, n in out)
+
+
+def _pulses(switches: list[dict[str, Any]]) -> list[tuple[float, str]]:
+    """(t, name) of every one-shot impulse (``perturbation_pulse``) among the switches."""
+    return [(round(float(ev["t"]), 3), str(ev.get("name"))) for ev in switches
+            if ev.get("kind") == "perturbation_pulse"]
