@@ -910,7 +910,12 @@ class Session:
                 now = time.perf_counter()
                 if now > t0 and len(b):
                     self._throughput = 0.9 * self._throughput + 0.1 * len(b) / (now - t0)
-                if now - rate_t0 >= 0.5:
+                if rate_n0 == 0 and now - t0 > 0.1:
+                    # A slow first step (kernels loading from numba's cache) is start-up,
+                    # not loop: pace and measure from its end rather than catch up after it.
+                    self._pace_reset = True
+                    rate_t0, rate_n0 = now, self.n_transitions
+                elif now - rate_t0 >= 0.5:
                     self._loop_rate = (self.n_transitions - rate_n0) / (now - rate_t0)
                     rate_t0, rate_n0 = now, self.n_transitions
                 if b.done:
