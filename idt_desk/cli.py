@@ -221,6 +221,14 @@ def _add_reproduce(sub: argparse._SubParsersAction) -> None:
         "pendulum", help="the paper's double-pendulum batches (Tables 1, 2, 8; Figure 5)"))
 
 
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    from sources.gym import train as gym_train
+
+    gym_train.add_arguments(sub.add_parser(
+        "train", help="train a Stable-Baselines3 policy to ship (checkpoints, --resume)",
+        description=gym_train.__doc__.splitlines()[0]))
+
+
 def _run_bench_engine(args: argparse.Namespace) -> int:
     from idt_desk.bench import bench_engine
 
@@ -559,6 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_analyze(sub)
     _add_export(sub)
     _add_reproduce(sub)
+    _add_train(sub)
     _add_sources(sub)
     _add_bench(sub)
     return parser

@@ -733,10 +733,8 @@ class MainWindow(QMainWindow):
 
     def is_impulse(self, name: str, params: dict[str, Any]) -> bool:
         """Whether switching perturbation ``name`` on with ``params`` is a one-shot impulse."""
-        if self._source_cls is None:
-            return False
-        spec = next((p for p in self._source_cls.perturbations if p.name == name), None)
-        return spec is not None and spec.is_impulse(params)
+        return self._source_cls is not None and \
+            self._source_cls.perturbation(name).is_impulse(params)
 
     def _recalibrate(self) -> None:
         """Re-symbolise from the data that follows with the current pipeline (the notice)."""
