@@ -384,6 +384,15 @@ class MetricEngine:
         """Index of the first transition of the next window to finish."""
         return int(self._pos[1])
 
+    def recent(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Copies of the symbols (S, A, S') of the latest ``window`` transitions, oldest first.
+
+        (With stride > window the samples between windows are never stored.)
+        """
+        k = min(self.window, self.n_seen)
+        rows = self._ring[np.arange(self.n_seen - k, self.n_seen) % self.window]
+        return rows[:, 0].copy(), rows[:, 1].copy(), rows[:, 2].copy()
+
     def reset(self) -> None:
         """Forget every transition, as if newly constructed."""
         for arr in (self._keys, self._home, self._counts, self._sums, self._distinct, self._pos):

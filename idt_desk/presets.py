@@ -87,6 +87,12 @@ PRESETS: dict[str, Preset] = {
             bins=3, window=300, stride=50, state_groups=_CHEETAH_S, action_groups=_CHEETAH_A,
             n_state=17, n_action=6,
         ),
+        Preset(
+            "gym",
+            "Any Gymnasium agent: the paper's HalfCheetah numbers (3 bins, W = 300, stride 50) "
+            "with each variable its own group.",
+            bins=3, window=300, stride=50,
+        ),
     )
 }
 

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from idt_desk._agency import agency_conditions
 from idt_desk._engine import MetricEngine
 from idt_desk._monitor import IDT_METRICS, Baseline, Monitor
 from idt_desk._symbolize import Symbolizer
@@ -58,6 +59,8 @@ WINDOW_COLUMNS = (
 PACE_SLICE = 0.02
 #: At maximum speed, chunks of this many ``source.chunk`` per step (fast sources).
 MAX_SPEED_CHUNKS = 40
+#: Wall seconds between two computations of the agency conditions (about 40 ms each: 2 %).
+AGENCY_EVERY = 2.0
 _FLAG_OF = {"P": "x_P", "H_f": "x_H_f", "H_b": "x_H_b", "dH": "x_dH", "IDT": "x_IDT",
             "reward": "x_reward"}
 
@@ -147,6 +150,9 @@ class Snapshot:
     out_of_range_warning: dict[str, Any] | None = None
     #: Windows so far whose P is undefined (see :func:`undefined_reason`).
     n_undefined: int = 0
+    #: The agency conditions of the latest W transitions (``idt_desk._agency``), refreshed
+    #: about once a second; None for a passive source or before the first window.
+    agency: dict[str, Any] | None = None
 
 
 class _WindowRing:
@@ -243,6 +249,8 @@ class Session:
         self._loop_rate = 0.0
         self._n_undefined = 0
         self._impulses: list[str] = []
+        self._agency: dict[str, Any] | None = None
+        self._agency_at = 0.0
         self._window_events: list[tuple[int, str, dict[str, Any]]] = []
         self._listeners: list[Callable[[], None]] = []
         self._build_pipeline()
@@ -409,6 +417,7 @@ class Session:
                 out_of_range_warning=None if self._range_warning is None
                 else dict(self._range_warning),
                 n_undefined=self._n_undefined,
+                agency=self._agency,
             )
 
     # -- pipeline ---------------------------------------------------------------------------
@@ -684,6 +693,16 @@ class Session:
                     self._range_warning = None
                     self._later("symbols_in_range", at=at, fraction=mean)
 
+    def _update_agency(self) -> None:
+        """Choice, effect and asymmetry of the latest W transitions (display only)."""
+        if not self._calibrated or self.engine.n_seen < self.preset.window:
+            return
+        s, a, n = self.engine.recent()
+        result = agency_conditions(s, a, n, draws=100, seed=self.n_transitions)
+        result["window_end"] = self.n_transitions
+        with self._lock:
+            self._agency = result
+
     def _next_window_end(self) -> int:
         """Transition index at which the engine's next window ends."""
         return self._offset + self.engine.next_window_start + self.preset.window
@@ -712,7 +731,8 @@ class Session:
             "source": {"name": self.source.name, "label": self.source.label,
                        "settings": dict(self.source.config), "rate": self.source.rate,
                        "has_reward": self.source.has_reward,
-                       "passive": self.source.passive, "view": self.source.view},
+                       "passive": self.source.passive, "view": self.source.view,
+                       "details": self.source.describe()},
             "preset": self.preset.to_dict(),
             "versions": _versions(),
             "start_index": self.n_transitions,
@@ -918,6 +938,9 @@ class Session:
                 elif now - rate_t0 >= 0.5:
                     self._loop_rate = (self.n_transitions - rate_n0) / (now - rate_t0)
                     rate_t0, rate_n0 = now, self.n_transitions
+                if not src.passive and now - self._agency_at >= AGENCY_EVERY:
+                    self._update_agency()
+                    self._agency_at = time.perf_counter()
                 if b.done:
                     self._event("source_done")
                     break

@@ -296,6 +296,11 @@ class Source(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (files, models, connections)."""
 
+    def describe(self) -> dict[str, Any]:
+        """What a recording should know about the loop beyond its settings (a policy's
+        algorithm, say). Default: nothing."""
+        return {}
+
     def value_ranges(self) -> dict[str, tuple[float, float]]:
         """Ranges the source knows its variables stay within, by variable name.
 

@@ -33,9 +33,10 @@ from idt_desk.presets import PRESETS
 from idt_desk.recording import RecordingError, export_recording, load_recording
 from idt_desk.session import Session, SessionConfig, Snapshot
 from idt_desk.source import Source
+from widgets.agency import AgencyPanel
 from widgets.alarms import AlarmPanel
 from widgets.forms import ParamForm, compact_combo, compact_form
-from widgets.plots import MetricPlots
+from widgets.plots import MetricPlots, ReturnPlot
 from widgets.views import make_view
 
 __all__ = ["SPEEDS", "MainWindow"]
@@ -124,7 +125,10 @@ class MainWindow(QMainWindow):
         self.auto_check.hide()
 
         self.plots = MetricPlots(self)
+        self.returns = ReturnPlot(self)
+        self.returns.hide()
         self.alarms = AlarmPanel(self)
+        self.agency = AgencyPanel(self)
         self.view_box = QGroupBox("System", self)
         self.view_layout = QVBoxLayout(self.view_box)
         self.view: QWidget | None = None
@@ -159,10 +163,12 @@ class MainWindow(QMainWindow):
         cl.setContentsMargins(0, 0, 0, 0)
         cl.addWidget(self.banner)
         cl.addWidget(self.plots, 1)
+        cl.addWidget(self.returns)
 
         right = QWidget(self)
         rl = QVBoxLayout(right)
         rl.addWidget(self.alarms)
+        rl.addWidget(self.agency)
         rl.addWidget(self.view_box, 1)
         right.setMinimumWidth(300)
 
@@ -402,6 +408,9 @@ class MainWindow(QMainWindow):
         self._build_modulations(cls)
         has_reward = bool(getattr(cls, "has_reward", False))
         self.plots.set_reward_visible(has_reward)
+        self.returns.setVisible(has_reward)
+        self.returns.clear_data()
+        self.agency.set_passive(not cls.action_names)
         names = {p.name: p.label for p in (*cls.perturbations, *cls.modulations)}
         self.alarms.names = names
         self.plots.set_source(names, has_modulation=bool(cls.modulations),
@@ -455,6 +464,8 @@ class MainWindow(QMainWindow):
     def _set_view(self, name: str) -> None:
         self._view_name = name
         if self.view is not None:
+            if hasattr(self.view, "close_view"):
+                self.view.close_view()  # stop its render thread, free its renderer
             self.view.setParent(None)
             self.view.deleteLater()
         self.view = make_view(name, self.view_box)
@@ -616,10 +627,14 @@ class MainWindow(QMainWindow):
         if source.view != self._view_name:
             self._set_view(source.view)  # a replay draws what it replays
         self.plots.clear_data()
+        self.returns.clear_data()
         self.alarms.reset()
+        self.agency.set_passive(source.passive)
         self._error_shown = None
         if self.view is not None and hasattr(self.view, "_trace"):
             self.view._trace.clear()
+        if self.view is not None and hasattr(self.view, "reset"):
+            self.view.reset()
         for button in (*self.perturb_buttons.values(), *self.modulate_buttons.values()):
             _set_quietly(button, False)
         self.pause_button.setChecked(False)
@@ -660,8 +675,10 @@ class MainWindow(QMainWindow):
         self.stop_session()
         self.session = None
         self.plots.clear_data()
+        self.returns.clear_data()
         self.plots.show_hint(self._idle_hint())
         self.alarms.reset()
+        self.agency.reset()
         self.hide_error()
         self.status.setText("idle — press Start")
         self.rates.setText("")
@@ -677,6 +694,8 @@ class MainWindow(QMainWindow):
                 # A worker inside a long numba compile cannot be interrupted; it is a daemon
                 # thread and ends with the process.
                 print(f"idt-desk: {exc}", file=sys.stderr)
+        if self.view is not None and hasattr(self.view, "close_view"):
+            self.view.close_view()  # a live view's render thread (the cheetah's)
 
     def closeEvent(self, event: Any) -> None:
         """Join the worker before the window goes."""
@@ -871,6 +890,9 @@ class MainWindow(QMainWindow):
         snap: Snapshot = self.session.snapshot(limit=self.history)
         self.plots.update_snapshot(snap)
         self.alarms.update_snapshot(snap)
+        self.agency.update_snapshot(snap)
+        if not self.returns.isHidden():
+            self.returns.update_info(snap.info)
         # Buttons follow the loop's state (scheduled perturbations, auto modulation).
         for names, buttons in ((snap.active_perturbations, self.perturb_buttons),
                                (snap.active_modulations, self.modulate_buttons)):

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QLabel
 
 from idt_desk.session import Snapshot, undefined_reason
 
-__all__ = ["METRICS", "NON_NEGATIVE", "MetricPlots"]
+__all__ = ["MAX_EPISODES", "METRICS", "NON_NEGATIVE", "MetricPlots", "ReturnPlot"]
 
 #: (window column, axis label (HTML), curve colour)
 METRICS = (
@@ -474,6 +474,64 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             painter.end()
         else:
             exporters.ImageExporter(self.ci).export(str(path))
+
+
+#: Finished episodes shown on the return plot (the latest ones; bounded).
+MAX_EPISODES = 500
+
+
+class ReturnPlot(pg.PlotWidget):
+    """Return of every finished episode (x: episode, y: return), for sources with reward.
+
+    Fed with the source's info (``episode_returns``: [episode, return] pairs of the latest
+    finished episodes); redrawn only when that list changes.
+    """
+
+    def __init__(self, parent: Any = None) -> None:
+        super().__init__(parent, background="w")
+        self.setObjectName("return_plot")
+        p = self.getPlotItem()
+        p.setMenuEnabled(False)
+        p.hideButtons()
+        p.setLabel("left", "return")
+        p.setLabel("bottom", "episode")
+        p.getAxis("left").setWidth(62)  # aligned with the metric plots above
+        for side in ("left", "bottom"):
+            p.getAxis(side).enableAutoSIPrefix(False)
+        p.showGrid(x=False, y=True, alpha=0.15)
+        self.curve = p.plot(pen=pg.mkPen((90, 90, 90), width=1), symbol="o", symbolSize=5,
+                            symbolPen=None, symbolBrush=pg.mkBrush(30, 130, 80))
+        self.setMinimumHeight(120)
+        self.setMaximumHeight(190)
+        self._key: tuple = ()
+        self.clear_data()
+
+    def clear_data(self) -> None:
+        """No episodes (a new session)."""
+        self._key = ()
+        self.curve.setData([], [])
+        self._title("Episode return — no episode finished yet")
+
+    def _title(self, text: str) -> None:
+        self.getPlotItem().setTitle(f"<span style='color:#3c4043; font-size:9pt'>{text}</span>")
+
+    def update_info(self, info: dict[str, Any]) -> None:
+        """Plot ``info["episode_returns"]`` when it has changed."""
+        pairs = info.get("episode_returns")
+        if not pairs:
+            return
+        key = (len(pairs), tuple(pairs[-1]), tuple(pairs[0]))
+        if key == self._key:
+            return
+        self._key = key
+        arr = np.asarray(pairs[-MAX_EPISODES:], dtype=float).reshape(-1, 2)
+        x, y = arr[:, 0], arr[:, 1]
+        # Many episodes: the line alone (dots would blot it out).
+        self.curve.setSymbol("o" if len(x) <= 60 else None)
+        self.curve.setData(x, y)
+        best = float(np.nanmax(y)) if len(y) else math.nan
+        self._title(f"Episode return — last {y[-1]:,.1f}, best {best:,.1f} "
+                    f"({len(x)} episode{'s' if len(x) != 1 else ''})")
 
 
 def _band(b: Any, key: str) -> tuple[float, float] | None:

@@ -1,1 +1,7 @@
-"""Gymnasium + Stable-Baselines3 agents (HalfCheetah by default): training the shipped policies."""
+"""Gymnasium + Stable-Baselines3 agents (HalfCheetah by default): the live source, training."""
+
+from __future__ import annotations
+
+from sources.gym._source import GymSource
+
+__all__ = ["GymSource"]

@@ -1,0 +1,135 @@
+"""Frozen Stable-Baselines3 policies: load any algorithm's zip, act with the source's own RNG.
+
+The algorithm is read from the zip (its hyperparameters name it), a ``VecNormalize``
+statistics file beside it is found and applied, and a stochastic action is drawn from the
+policy's own distribution with a generator the source owns, so two sources with the same seed
+act identically whatever else uses torch's global generator (another session, a test).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FrozenPolicy", "PolicyError", "algorithm_of", "find_vecnormalize"]
+
+
+class PolicyError(ValueError):
+    """A policy file that cannot be used; the message says why in one line."""
+
+
+def algorithm_of(path: Path) -> str:
+    """The SB3 algorithm class name that saved ``path`` (SAC, PPO, A2C, TD3, DDPG, DQN)."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            data = json.loads(z.read("data"))
+    except (zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
+        raise PolicyError(f"{path}: not a Stable-Baselines3 zip ({exc})") from None
+    module = str(data.get("policy_class", {}).get("__module__", ""))
+    for name in ("sac", "td3", "dqn"):
+        if f"stable_baselines3.{name}." in module:
+            if name == "td3" and data.get("policy_delay") == 1 \
+                    and not data.get("target_policy_noise"):
+                return "DDPG"
+            return name.upper()
+    if "stable_baselines3.common.policies" in module:
+        return "PPO" if "clip_range" in data else "A2C"
+    raise PolicyError(f"{path}: saved by an algorithm IDT Desk does not know ({module or '?'})")
+
+
+def find_vecnormalize(path: Path) -> Path | None:
+    """A VecNormalize statistics file beside the zip (``NAME_vecnormalize.pkl``, or
+    ``vecnormalize.pkl`` as the SB3 zoo ships them), or None."""
+    for cand in (path.with_name(f"{path.stem}_vecnormalize.pkl"),
+                 path.with_name("vecnormalize.pkl")):
+        if cand.exists():
+            return cand
+    return None
+
+
+class FrozenPolicy:
+    """An SB3 policy loaded for acting only (no training state), on the CPU.
+
+    Parameters
+    ----------
+    path
+        The SB3 zip.
+    observation_shape, action_low, action_high
+        The environment's spaces, checked against the policy's.
+    """
+
+    def __init__(self, path: str | Path, observation_shape: tuple[int, ...],
+                 action_low: np.ndarray, action_high: np.ndarray) -> None:
+        import stable_baselines3 as sb3
+        import torch
+
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise PolicyError(f"{self.path}: no such policy file")
+        self.algorithm = algorithm_of(self.path)
+        cls = getattr(sb3, self.algorithm)
+        try:
+            model = cls.load(self.path, device="cpu")
+        except Exception as exc:  # a damaged or foreign zip: one line, not a traceback
+            raise PolicyError(f"{self.path}: cannot load as {self.algorithm}: "
+                              f"{type(exc).__name__}: {exc}") from None
+        shape = tuple(model.observation_space.shape or ())
+        if shape != tuple(observation_shape):
+            raise PolicyError(f"{self.path}: the policy expects observations of shape {shape}; "
+                              f"the environment gives {tuple(observation_shape)}")
+        a_shape = tuple(model.action_space.shape or ())
+        if a_shape != tuple(np.shape(action_low)):
+            raise PolicyError(f"{self.path}: the policy acts with shape {a_shape}; "
+                              f"the environment takes {tuple(np.shape(action_low))}")
+        self.model = model
+        self.policy = model.policy.eval()
+        self._torch = torch
+        self.low = np.asarray(action_low, dtype=np.float64)
+        self.high = np.asarray(action_high, dtype=np.float64)
+        self.normalizer: Any = None
+        vn = find_vecnormalize(self.path)
+        if vn is not None:
+            try:
+                with open(vn, "rb") as f:
+                    self.normalizer = pickle.load(f)
+            except Exception as exc:
+                raise PolicyError(f"{vn}: not VecNormalize statistics ({exc})") from None
+            self.normalizer.training = False
+        self.vecnormalize = None if vn is None else str(vn)
+
+    def act(self, obs: np.ndarray, rng: np.random.Generator, deterministic: bool
+            ) -> np.ndarray:
+        """The action for one observation, drawn with ``rng`` unless ``deterministic``."""
+        torch = self._torch
+        x = obs
+        if self.normalizer is not None:
+            x = self.normalizer.normalize_obs(np.asarray(obs, dtype=np.float64))
+        with torch.no_grad():
+            t, _ = self.policy.obs_to_tensor(np.asarray(x, dtype=np.float32))
+            if self.algorithm == "SAC":
+                mean, log_std, _ = self.policy.actor.get_action_dist_params(t)
+                u = mean[0].numpy().astype(np.float64)
+                if not deterministic:
+                    u = u + np.exp(log_std[0].numpy()) * rng.standard_normal(u.shape)
+                return self._unscale(np.tanh(u))
+            if self.algorithm in ("TD3", "DDPG"):
+                return self._unscale(self.policy.actor(t)[0].numpy().astype(np.float64))
+            if self.algorithm in ("PPO", "A2C") and not self.policy.use_sde:
+                dist = self.policy.get_distribution(t).distribution
+                if isinstance(dist, torch.distributions.Normal):
+                    a = dist.mean[0].numpy().astype(np.float64)
+                    if not deterministic:
+                        a = a + dist.stddev[0].numpy() * rng.standard_normal(a.shape)
+                    return np.clip(a, self.low, self.high)
+        # Anything else (discrete actions, gSDE): SB3's own sampling.
+        a, _ = self.model.predict(x, deterministic=deterministic)
+        return np.asarray(a, dtype=np.float64)
+
+    def _unscale(self, a: np.ndarray) -> np.ndarray:
+        """[-1, 1] (tanh-squashed output) to the action bounds."""
+        return self.low + 0.5 * (a + 1.0) * (self.high - self.low)

@@ -1,0 +1,370 @@
+"""A frozen Stable-Baselines3 policy acting in a Gymnasium environment, as a live source.
+
+What is recorded, exactly (one transition per environment step):
+
+- **S** — the observation the policy receives: the environment's observation, then the
+  sensor perturbation (``obs_noise_*``), then the modulations of what the agent sees
+  (dimensionality reduction: chosen groups frozen at their running mean; input filter: an
+  EMA), in that order. A ``VecNormalize`` file beside the policy is applied inside the policy
+  call, after S: S is in the environment's units.
+- **A** — the action applied to the environment: the policy's action (drawn from its own
+  distribution unless ``deterministic``), then Hold, then the actuator perturbation
+  (``act_noise_*``), clipped to the action bounds.
+- **S'** — the next observation through the same pipeline, i.e. the next step's S; at an
+  episode's end, the terminal observation (and the next episode starts afresh: its first S
+  comes from ``reset``, the EMA restarts).
+- reward per step, and the episode index; an ``episode_end`` event carries the return.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from idt_desk.source import DIM_REDUCTION, HOLD, INPUT_FILTER, Batch, Param, Perturbation, Source
+from sources.gym._policy import FrozenPolicy, PolicyError
+
+__all__ = ["HALFCHEETAH_ACTIONS", "HALFCHEETAH_OBS", "GymSource", "default_policy"]
+
+#: HalfCheetah's 17 observations: qpos without rootx, then qvel.
+HALFCHEETAH_OBS = (
+    "rootz", "rooty", "bthigh", "bshin", "bfoot", "fthigh", "fshin", "ffoot",
+    "vx", "vz", "vangle", "bthigh_vel", "bshin_vel", "bfoot_vel", "fthigh_vel", "fshin_vel",
+    "ffoot_vel",
+)
+#: HalfCheetah's 6 torques.
+HALFCHEETAH_ACTIONS = ("bthigh", "bshin", "bfoot", "fthigh", "fshin", "ffoot")
+#: The body-part groups of the cheetah preset, by name (paper §10.3).
+_CHEETAH_GROUPS = {"torso": (0, 1, 8, 9, 10), "back_leg": (2, 3, 4, 11, 12, 13),
+                   "front_leg": (5, 6, 7, 14, 15, 16)}
+#: Where the shipped policies live (in the repository, beside the packages).
+POLICY_DIR = Path(__file__).resolve().parents[2] / "assets" / "policies"
+_MAX_RETURNS = 500
+
+
+def default_policy(env_id: str) -> Path:
+    """The shipped policy for ``env_id``: SAC seed 0 if it ships, else PPO seed 0."""
+    stem = env_id.lower()
+    for name in (f"{stem}-sac-seed0.zip", f"{stem}-ppo-seed0.zip"):
+        if (POLICY_DIR / name).exists():
+            return POLICY_DIR / name
+    if stem.startswith("halfcheetah"):
+        # A v5 policy acts in v4 too: the same 17 observations and 6 torques.
+        for name in ("halfcheetah-v5-sac-seed0.zip", "halfcheetah-v5-ppo-seed0.zip"):
+            if (POLICY_DIR / name).exists():
+                return POLICY_DIR / name
+    raise PolicyError(f"no shipped policy for {env_id} in {POLICY_DIR}: set 'policy' to an SB3 "
+                      "zip (train one with `idt-desk train`)")
+
+
+def _noise(name: str, percent: float, what: str, target: str, label: str) -> Perturbation:
+    return Perturbation(
+        name, label,
+        (Param("percent", percent, "σ", 0.0, 100.0, unit="%",
+               help=f"standard deviation as a percentage of {what}"),),
+        f"Gaussian noise on {'the applied action' if target == 'actuator' else 'the observation'}"
+        f" (paper Table 9), σ = percent % of {what}.",
+        target=target,
+    )
+
+
+def _force(name: str, newtons: float) -> Perturbation:
+    return Perturbation(
+        name, f"Force on torso {newtons:g} N",
+        (Param("force", newtons, "Force", -1000.0, 1000.0, unit="N"),
+         Param("body", "torso", "Body", help="MuJoCo body the force acts on"),
+         Param("direction", "x", "Direction", choices=("x", "y", "z"))),
+        "An external force (MuJoCo xfrc_applied) on a body while on (paper Table 9).",
+    )
+
+
+class GymSource(Source):
+    """A frozen SB3 policy in a Gymnasium environment (HalfCheetah by default)."""
+
+    name = "gym"
+    label = "RL agent (Gymnasium + SB3)"
+    description = (
+        "A frozen Stable-Baselines3 policy acting in MuJoCo HalfCheetah (or any Gymnasium "
+        "env with Box observations): S the observation the policy receives, A the applied "
+        "torques, S' the next observation (paper §5.1, §10)."
+    )
+    has_reward = True
+    chunk = 50
+    presets = ("cheetah", "gym")
+    settings = (
+        Param("env_id", "HalfCheetah-v5", "Environment",
+              help="a Gymnasium id (HalfCheetah-v5, HalfCheetah-v4, ...)"),
+        Param("policy", "", "Policy zip",
+              help="an SB3 zip (any algorithm); empty: the shipped policy for the env"),
+        Param("deterministic", False, "Deterministic",
+              help="act with the policy's mean; off: sample (the paper's 'choice', H(A|S) > 0)"),
+    )
+    perturbations = (
+        _noise("act_noise_1", 1.0, "the action range", "actuator", "Action noise 1 %"),
+        _noise("act_noise_3", 3.0, "the action range", "actuator", "Action noise 3 %"),
+        _noise("act_noise_4", 4.0, "the action range", "actuator", "Action noise 4 %"),
+        _force("force_torso_5N", 5.0),
+        _force("force_torso_10N", 10.0),
+        Perturbation(
+            "gravity_110", "Gravity 110 %",
+            (Param("factor", 1.10, "g factor", 0.1, 10.0),),
+            "Gravity (model.opt.gravity) scaled by a factor; re-applied after every reset.",
+        ),
+        _noise("obs_noise_1", 1.0, "each variable's standard deviation", "sensor",
+               "Observation noise 1 %"),
+        _noise("obs_noise_3", 3.0, "each variable's standard deviation", "sensor",
+               "Observation noise 3 %"),
+    )
+    modulations = (HOLD, INPUT_FILTER, DIM_REDUCTION)
+    view = "cheetah"
+
+    def __init__(self, **settings: Any) -> None:
+        import gymnasium as gym
+
+        super().__init__(**settings)
+        env_id = self.config["env_id"]
+        try:
+            self.env = gym.make(env_id)
+        except Exception as exc:  # unknown id, missing dependency: one line
+            raise ValueError(f"env_id {env_id!r}: {type(exc).__name__}: {exc}") from None
+        try:
+            self._setup(env_id)
+        except Exception:
+            self.env.close()
+            raise
+
+    def _setup(self, env_id: str) -> None:
+        from gymnasium import spaces
+
+        env = self.env
+        obs_space, act_space = env.observation_space, env.action_space
+        if not isinstance(obs_space, spaces.Box) or len(obs_space.shape) != 1:
+            raise ValueError(f"env_id {env_id!r}: observations must be a flat Box, "
+                             f"got {obs_space}")
+        if not isinstance(act_space, spaces.Box) or len(act_space.shape) != 1:
+            raise ValueError(f"env_id {env_id!r}: actions must be a flat Box, got {act_space}")
+        n_obs, n_act = obs_space.shape[0], act_space.shape[0]
+        cheetah = env_id.startswith("HalfCheetah") and (n_obs, n_act) == (17, 6)
+        self.state_names = HALFCHEETAH_OBS if cheetah else tuple(f"obs_{j}" for j in range(n_obs))
+        self.action_names = (tuple(f"torque_{a}" for a in HALFCHEETAH_ACTIONS) if cheetah
+                             else tuple(f"act_{j}" for j in range(n_act)))
+        self.presets = ("cheetah",) if cheetah else ("gym",)
+        self.groups = dict(_CHEETAH_GROUPS) if cheetah else {
+            name: (j,) for j, name in enumerate(self.state_names)}
+        self.rate = 1.0 / float(getattr(env.unwrapped, "dt", 0.05))
+        self.view = "cheetah" if cheetah else ""
+        self.low = np.asarray(act_space.low, dtype=np.float64)
+        self.high = np.asarray(act_space.high, dtype=np.float64)
+        path = Path(self.config["policy"]).expanduser() if self.config["policy"] else \
+            default_policy(env_id)
+        try:
+            self.policy = FrozenPolicy(path, obs_space.shape, self.low, self.high)
+        except PolicyError as exc:
+            raise ValueError(f"policy: {exc}") from None
+        self.config["policy"] = str(path)
+        unwrapped = env.unwrapped
+        self._mj = (unwrapped.model, unwrapped.data) if hasattr(unwrapped, "data") else None
+        self._gravity0 = None if self._mj is None else self._mj[0].opt.gravity.copy()
+        self._rng = np.random.default_rng()
+        self._obs: np.ndarray | None = None  # the next S (policy input)
+        self._ema: np.ndarray | None = None
+        self._prev_action: np.ndarray | None = None
+        self._episode = 0
+        self._episode_step = 0
+        self._return = 0.0
+        self._returns: list[list[float]] = []
+        # Running mean and M2 of the raw observations (Welford): the scale of obs noise and
+        # the value a frozen group is held at.
+        self._n_seen = 0
+        self._mean = np.zeros(n_obs)
+        self._m2 = np.zeros(n_obs)
+        self._frozen: dict[str, tuple[int, ...]] = {}
+        self._frozen_values = np.zeros(n_obs)
+
+    # -- declarations that depend on the env ------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        """The algorithm read from the zip, the normalisation found, the rate and groups."""
+        return {"algorithm": self.policy.algorithm, "policy": str(self.policy.path),
+                "vecnormalize": self.policy.vecnormalize, "rate": self.rate,
+                "groups": {k: list(v) for k, v in self.groups.items()}}
+
+    # -- loop -------------------------------------------------------------------------------
+
+    def reset(self, seed: int | None = None) -> None:
+        """Start the first episode (seeded), and seed the policy's and the noises' draws."""
+        self._rng = np.random.default_rng(seed)
+        self._episode, self._returns = 0, []
+        self._n_seen, self._mean[:], self._m2[:] = 0, 0.0, 0.0
+        self._new_episode(seed)
+
+    def _new_episode(self, seed: int | None = None) -> None:
+        raw, _ = self.env.reset(seed=seed)
+        self._apply_physics()
+        self._episode_step, self._return = 0, 0.0
+        self._ema = None
+        self._prev_action = None
+        self._obs = self._observe(raw)
+
+    def step(self, n: int) -> Batch:
+        """``n`` environment steps of the frozen policy."""
+        if self._obs is None:
+            self.reset()
+        d_s, d_a = len(self.state_names), len(self.action_names)
+        s = np.empty((n, d_s))
+        s2 = np.empty((n, d_s))
+        a = np.empty((n, d_a))
+        r = np.empty(n)
+        ep = np.empty(n, dtype=np.int64)
+        events = []
+        for k in range(n):
+            if self.should_stop():
+                n = k
+                break
+            obs = self._obs
+            action = self._actuate(self.policy.act(obs, self._rng,
+                                                   self.config["deterministic"]))
+            raw, reward, terminated, truncated, _ = self.env.step(action)
+            nxt = self._observe(raw)
+            s[k], a[k], s2[k], r[k], ep[k] = obs, action, nxt, reward, self._episode
+            self._return += float(reward)
+            self._episode_step += 1
+            if terminated or truncated:
+                events.append({"kind": "episode_end", "row": k, "episode": self._episode,
+                               "return": self._return, "length": self._episode_step})
+                self._returns.append([self._episode, self._return])
+                del self._returns[:-_MAX_RETURNS]
+                self._episode += 1
+                self._new_episode()
+            else:
+                self._obs = nxt
+        info = self._info()
+        return Batch(s=s[:n], s_next=s2[:n], a=a[:n], reward=r[:n], episode=ep[:n],
+                     events=events, info=info)
+
+    def close(self) -> None:
+        """Close the environment."""
+        self.env.close()
+
+    # -- the loop's interface: perturbations and modulations ---------------------------------
+
+    def _observe(self, raw: np.ndarray) -> np.ndarray:
+        """Environment observation -> what the policy receives (S)."""
+        raw = np.asarray(raw, dtype=np.float64)
+        self._n_seen += 1
+        delta = raw - self._mean
+        self._mean += delta / self._n_seen
+        self._m2 += delta * (raw - self._mean)
+        x = raw.copy()
+        for name in ("obs_noise_1", "obs_noise_3"):
+            p = self.active_perturbations.get(name)
+            if p is not None:
+                x += self._rng.standard_normal(x.shape) * p["scale"] * (p["percent"] / 100.0)
+        for idx in self._frozen.values():
+            x[list(idx)] = self._frozen_values[list(idx)]
+        f = self.active_modulations.get("input_filter")
+        if f is not None:
+            self._ema = x if self._ema is None else f["alpha"] * x + (1 - f["alpha"]) * self._ema
+            x = self._ema.copy()
+        return x
+
+    def _actuate(self, action: np.ndarray) -> np.ndarray:
+        """Policy action -> applied action (A)."""
+        a = np.asarray(action, dtype=np.float64)
+        hold = self.active_modulations.get("hold")
+        if hold is not None and self._prev_action is not None:
+            mode = hold["mode"]
+            if mode == "repeat" or (mode == "probabilistic"
+                                    and self._rng.random() < hold["probability"]):
+                a = self._prev_action.copy()
+            elif mode == "scale":
+                a = a * hold["scale"]
+        self._prev_action = a.copy()
+        for name in ("act_noise_1", "act_noise_3", "act_noise_4"):
+            p = self.active_perturbations.get(name)
+            if p is not None:
+                a = a + self._rng.standard_normal(a.shape) * (self.high - self.low) \
+                    * (p["percent"] / 100.0)
+        return np.clip(a, self.low, self.high)
+
+    def _apply_physics(self) -> None:
+        """Force and gravity perturbations into MuJoCo (after every reset too)."""
+        if self._mj is None:
+            return
+        model, data = self._mj
+        g = self.active_perturbations.get("gravity_110")
+        model.opt.gravity[:] = self._gravity0 * (g["factor"] if g is not None else 1.0)
+        data.xfrc_applied[:] = 0.0
+        for name in ("force_torso_5N", "force_torso_10N"):
+            p = self.active_perturbations.get(name)
+            if p is not None:
+                axis = "xyz".index(p["direction"])
+                data.xfrc_applied[p["body_id"], axis] += p["force"]
+
+    def set_perturbation(self, name: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        """Switch a perturbation; returns its parameters with what it resolved to."""
+        resolved = super().set_perturbation(name, params)
+        if params is None:
+            self._apply_physics()
+            return resolved
+        if name.startswith("obs_noise"):
+            # σ is a percentage of each variable's standard deviation over the run so far,
+            # frozen at onset (1 before any data).
+            n = self._n_seen
+            scale = np.sqrt(self._m2 / (n - 1)) if n > 1 else np.ones_like(self._mean)
+            resolved["scale"] = np.where(scale > 0, scale, 1.0)
+        elif name.startswith("force"):
+            if self._mj is None:
+                self.active_perturbations.pop(name)
+                raise ValueError(f"{name}: {self.config['env_id']} is not a MuJoCo env")
+            import mujoco
+
+            body = mujoco.mj_name2id(self._mj[0], mujoco.mjtObj.mjOBJ_BODY, resolved["body"])
+            if body < 0:
+                self.active_perturbations.pop(name)
+                raise ValueError(f"{name}: no body {resolved['body']!r} in "
+                                 f"{self.config['env_id']}")
+            resolved["body_id"] = int(body)
+        elif name == "gravity_110" and self._mj is None:
+            self.active_perturbations.pop(name)
+            raise ValueError(f"{name}: {self.config['env_id']} is not a MuJoCo env")
+        self.active_perturbations[name] = resolved
+        self._apply_physics()
+        return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in resolved.items()}
+
+    def set_modulation(self, name: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        """Engage or release a modulation of what the policy sees or the env receives."""
+        if name == "dim_reduction" and params is not None:
+            drop = [g.strip() for g in str(self.modulation(name).resolve(params)["drop"])
+                    .split(",") if g.strip()]
+            unknown = [g for g in drop if g not in self.groups]
+            if unknown:
+                raise ValueError(f"dim_reduction: unknown group(s) {unknown}; known: "
+                                 f"{', '.join(self.groups)}")
+        resolved = super().set_modulation(name, params)
+        if name == "dim_reduction":
+            self._frozen = {} if params is None else {g: self.groups[g] for g in drop}
+            # Frozen at the running mean of the raw observations at the moment of engaging.
+            self._frozen_values = self._mean.copy()
+        elif name == "input_filter":
+            self._ema = None
+        return resolved
+
+    # -- display ----------------------------------------------------------------------------
+
+    def _info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "env_id": self.config["env_id"], "episode": self._episode,
+            "episode_step": self._episode_step, "episode_return": self._return,
+            "episode_returns": [list(x) for x in self._returns],
+        }
+        if self._mj is not None:
+            model, data = self._mj
+            info.update(qpos=data.qpos.copy(), qvel=data.qvel.copy(),
+                        body_xz=data.xpos[:, [0, 2]].copy(),
+                        body_parent=[int(p) for p in model.body_parentid],
+                        forward_velocity=float(data.qvel[0]))
+        return info
+

@@ -1,0 +1,288 @@
+"""The RL parts of the dashboard: cheetah view, episode-return plot, agency panel."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pytestqt")
+pytest.importorskip("gymnasium")
+pytest.importorskip("mujoco")
+
+import gymnasium
+from PySide6.QtGui import QColor
+
+from idt_desk.plugins import discover, register
+from idt_desk.source import Batch, Source
+from widgets.agency import PASSIVE_TEXT, AgencyPanel
+from widgets.main_window import MainWindow
+from widgets.plots import ReturnPlot
+from widgets.views import VIEWS, CheetahView, make_view
+
+ENV = "HalfCheetah-v5"
+WAIT = 30_000
+
+
+def _info(env, episode: int = 0, step: int = 0, ret: float = 0.0,
+          returns: list | None = None) -> dict:
+    """The gym source's info (the interface of issue 8) from a real environment."""
+    u = env.unwrapped
+    m, d = u.model, u.data
+    return {
+        "env_id": ENV, "qpos": d.qpos.copy(), "qvel": d.qvel.copy(),
+        "body_xz": d.xpos[:, [0, 2]].copy(), "body_parent": [int(k) for k in m.body_parentid],
+        "body_names": [m.body(i).name for i in range(m.nbody)],
+        "episode": episode, "episode_step": step, "episode_return": ret,
+        "episode_returns": list(returns or []), "forward_velocity": float(d.qvel[0]),
+    }
+
+
+@pytest.fixture(scope="module")
+def cheetah():
+    env = gymnasium.make(ENV)
+    env.reset(seed=1)
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        env.step(rng.uniform(-1, 1, 6))
+    yield env
+    env.close()
+
+
+def _render_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name == "idt-render" and t.is_alive()]
+
+
+def _points(curve) -> int:
+    x, _y = curve.getData()
+    return 0 if x is None else len(x)
+
+
+def _non_blank(img) -> int:
+    """How many distinct colours a QImage has on a coarse grid (1: blank)."""
+    return len({img.pixelColor(x, y).rgb() for x in range(0, img.width(), 7)
+                for y in range(0, img.height(), 7)})
+
+
+def test_cheetah_view_is_registered(qtbot):
+    assert VIEWS["cheetah"] is CheetahView
+    view = make_view("cheetah")
+    qtbot.addWidget(view)
+    assert isinstance(view, CheetahView)
+
+
+def test_skeleton_draws_every_body_from_its_parent(qtbot, monkeypatch, cheetah):
+    monkeypatch.setenv("IDT_DESK_RENDER", "skeleton")
+    view = CheetahView()
+    qtbot.addWidget(view)
+    view.resize(320, 260)
+    view.show()
+    info = _info(cheetah, episode=2, step=40, ret=-3.5)
+    view.update_info(info)
+    assert view.worker is None and not _render_threads()  # forced skeleton: no thread
+    xz, parent = info["body_xz"], info["body_parent"]
+    # HalfCheetah: world, torso, three bodies per leg; world's child (the torso) has no line.
+    assert len(xz) == 8
+    assert len(view.segments) == 6
+    for (i, j), (a, b) in zip(view.segment_ids, view.segments, strict=True):
+        assert j == parent[i] and i > 0 and j > 0
+        assert a == pytest.approx(tuple(xz[i])) and b == pytest.approx(tuple(xz[j]))
+    assert {i for i, _ in view.segment_ids} == set(range(2, 8))
+    assert view.centre_x == pytest.approx(xz[1, 0])  # the camera follows the torso
+    assert "skeleton" in view.caption.text() and "IDT_DESK_RENDER" in view.caption.text()
+    assert "episode 2" in view.text.text() and "return -3.5" in view.text.text()
+    img = view.canvas.grab().toImage()
+    assert _non_blank(img) > 3
+    # The back leg's colour is drawn.
+    colours = {img.pixelColor(x, y).name() for x in range(img.width())
+               for y in range(img.height())}
+    assert QColor(200, 95, 40).name() in colours
+
+
+def test_render_delivers_frames_and_stops_its_thread(qtbot, cheetah):
+    view = CheetahView(render=True)
+    qtbot.addWidget(view)
+    view.resize(340, 300)
+    view.show()
+    env = cheetah
+    rng = np.random.default_rng(1)
+    t0 = time.monotonic()
+
+    def step_and_check() -> bool:
+        env.step(rng.uniform(-1, 1, 6))
+        view.update_info(_info(env))
+        return view.mode in ("render", "failed")
+
+    qtbot.waitUntil(step_and_check, timeout=WAIT)
+    if view.mode == "failed":
+        reason = view.caption_reason
+        view.close_view()
+        print(f"no OpenGL context could be created: {reason}")
+        pytest.skip(f"no OpenGL context could be created: {reason}")
+    print(f"first frame after {time.monotonic() - t0:.1f} s ({view.worker.backend})")
+    assert view.image is not None and view.image.width() == 320
+    assert _non_blank(view.image) > 20  # a rendered scene, not a blank image
+    assert view.caption.text().startswith(f"MuJoCo render ({view.worker.backend})")
+    first = view.frames_shown
+    for _ in range(20):  # new states become new frames
+        env.step(rng.uniform(-1, 1, 6))
+        view.update_info(_info(env))
+        qtbot.wait(35)
+    assert view.frames_shown > first
+    worker = view.worker
+    assert worker.thread.name == "idt-render" and worker.thread.is_alive()
+    view.close_view()
+    assert not worker.thread.is_alive() and worker.state == "stopped"
+    assert not _render_threads()
+
+
+def test_no_gl_falls_back_to_the_skeleton_with_the_reason(qtbot, monkeypatch, cheetah):
+    # A backend that cannot exist here stands for "no GL".
+    monkeypatch.setenv("IDT_DESK_RENDER", "cgl")
+    view = CheetahView(render=True)
+    qtbot.addWidget(view)
+    view.show()
+    view.update_info(_info(cheetah))
+    qtbot.waitUntil(lambda: (view.update_info(_info(cheetah)), view.mode)[1] == "failed",
+                    timeout=WAIT)
+    assert view.caption.text().startswith("skeleton: no OpenGL: cgl")
+    assert view.worker is None and not _render_threads()
+    assert len(view.segments) == 6  # still drawn
+
+
+def test_return_plot_shows_episode_returns(qtbot):
+    plot = ReturnPlot()
+    qtbot.addWidget(plot)
+    assert _points(plot.curve) == 0
+    assert "no episode finished yet" in plot.getPlotItem().titleLabel.text
+    pairs = [[0, -120.5], [1, 30.25], [2, 410.0]]
+    plot.update_info({"episode_returns": pairs})
+    x, y = plot.curve.getData()
+    assert list(x) == [0, 1, 2] and list(y) == [-120.5, 30.25, 410.0]
+    assert "last 410.0" in plot.getPlotItem().titleLabel.text
+    # Unchanged list: not redrawn.
+    plot.curve.setData([9], [9])
+    plot.update_info({"episode_returns": [list(p) for p in pairs]})
+    assert list(plot.curve.getData()[0]) == [9]
+    # Bounded: the latest 500.
+    many = [[k, float(k)] for k in range(800)]
+    plot.update_info({"episode_returns": many})
+    x, _y = plot.curve.getData()
+    assert len(x) == 500 and x[0] == 300 and x[-1] == 799
+    plot.clear_data()
+    assert _points(plot.curve) == 0
+
+
+def _agency(holds=(True, True, False)) -> dict:
+    out = {"window_end": 12_000, "draws": 200}
+    for key, h, v in zip(("choice", "effect", "asymmetry"), holds, (2.41, 0.35, 0.004),
+                         strict=True):
+        out[key] = {"value": v, "null_mean": 0.01, "null_std": 0.002,
+                    "p": 0.005 if h else 0.4, "holds": h}
+    return out
+
+
+def test_agency_panel_fills_table5(qtbot):
+    panel = AgencyPanel()
+    qtbot.addWidget(panel)
+    panel.set_passive(False)
+    panel.show()
+    assert panel.table.isVisible() and not panel.passive_label.isVisible()
+    panel.update_snapshot(SimpleNamespace())  # no agency attribute yet
+    assert panel.rows["choice"][3].text() == "…"
+    panel.update_snapshot(SimpleNamespace(agency=_agency()))
+    rows = {k: [w.text() for w in ws] for k, ws in panel.rows.items()}
+    assert "H(A|S)" in rows["choice"][0] and "MI(A;S'|S)" in rows["effect"][0]
+    assert "|ΔH|" in rows["asymmetry"][0]
+    assert rows["choice"][1] == "2.410" and rows["choice"][2] == "0.010 ± 0.002"
+    assert rows["choice"][3] == rows["effect"][3] == "yes, p < 0.01"
+    assert rows["asymmetry"][3] == "not distinguishable"
+    assert "#3aa757" in panel.rows["choice"][3].styleSheet()  # green
+    assert "#b9bec6" in panel.rows["asymmetry"][3].styleSheet()  # grey
+    assert "2 of 3 conditions hold" in panel.footer.text()
+    assert "12,000" in panel.footer.text() and "200 shuffles" in panel.footer.text()
+    panel.update_snapshot(SimpleNamespace(agency=_agency((True, True, True))))
+    assert panel.rows["asymmetry"][3].text() == "yes, p < 0.01"
+    assert "3 of 3" in panel.footer.text()
+
+
+class FakeCheetah(Source):
+    """HalfCheetah under random actions, with the gym source's info and episode ends."""
+
+    name = "fake_cheetah"
+    label = "Fake cheetah"
+    description = "HalfCheetah-v5 under random actions (tests)."
+    state_names = ("rootz", "rooty")
+    action_names = ("a0",)
+    has_reward = True
+    rate = 20.0
+    chunk = 20
+    view = "cheetah"
+    EPISODE = 60
+
+    def reset(self, seed: int | None = None) -> None:
+        self.env = gymnasium.make(ENV)
+        self.obs, _ = self.env.reset(seed=seed)
+        self.rng = np.random.default_rng(seed)
+        self.episode, self.step_i, self.ret, self.returns = 0, 0, 0.0, []
+
+    def step(self, n: int) -> Batch:
+        s, a, s2, r, ep, events = [], [], [], [], [], []
+        for i in range(n):
+            act = self.rng.uniform(-1, 1, 6)
+            obs, rew, term, trunc, _ = self.env.step(act)
+            s.append(self.obs[:2].copy())
+            a.append(act[:1])
+            s2.append(obs[:2].copy())
+            r.append(rew)
+            ep.append(self.episode)
+            self.ret += rew
+            self.step_i += 1
+            self.obs = obs
+            if term or trunc or self.step_i >= self.EPISODE:
+                events.append({"kind": "episode_end", "row": i, "episode": self.episode,
+                               "return": self.ret, "length": self.step_i})
+                self.returns.append([self.episode, self.ret])
+                self.episode, self.step_i, self.ret = self.episode + 1, 0, 0.0
+                self.obs, _ = self.env.reset()
+        info = _info(self.env, self.episode, self.step_i, self.ret, self.returns[-500:])
+        return Batch(np.array(s), np.array(s2), np.array(a), np.array(r), np.array(ep),
+                     events=events, info=info)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def test_window_with_cheetah_source(qtbot, tmp_path):
+    register(FakeCheetah)
+    w = MainWindow(source="pendulum", speed=None, record_dir=tmp_path)
+    qtbot.addWidget(w)
+    w.show()
+    # The pendulum: passive, no return plot.
+    assert w.agency.passive_label.isVisible() and not w.agency.table.isVisible()
+    assert w.agency.passive_label.text() == PASSIVE_TEXT
+    assert "no choice or effect" in w.agency.passive_label.text()
+    assert w.returns.isHidden()
+    w._entries = discover()
+    w.source_combo.addItem(FakeCheetah.label, FakeCheetah.name)
+    w._select_source(FakeCheetah.name, {})
+    assert isinstance(w.view, CheetahView)
+    assert not w.returns.isHidden() and w.agency.table.isVisible()
+    w.window_spin.setValue(100)
+    w.stride_spin.setValue(20)
+    assert w.start_session()
+    qtbot.waitUntil(lambda: _points(w.returns.curve) >= 3, timeout=WAIT)
+    x, y = w.returns.curve.getData()
+    assert list(x[:3]) == [0, 1, 2] and np.all(np.isfinite(y))
+    qtbot.waitUntil(lambda: w.view.mode in ("render", "failed"), timeout=WAIT)
+    assert len(w.view.segments) == 6 or w.view.mode == "render"
+    w.stop_session()
+    # The agency panel reads snap.agency where the session has it.
+    w.agency.update_snapshot(SimpleNamespace(agency=_agency()))
+    assert w.agency.rows["effect"][3].text() == "yes, p < 0.01"
+    w.close()
+    assert not w.timer.isActive() and not w.session.running
+    assert not _render_threads()  # the view's thread is gone with the window

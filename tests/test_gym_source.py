@@ -1,0 +1,221 @@
+"""The RL source: a frozen SB3 policy in HalfCheetah; each perturbation and modulation does
+what it names; shipped policies load offline and reach their cards' returns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("stable_baselines3")
+pytest.importorskip("mujoco")
+
+from idt_desk.recording import load_recording
+from idt_desk.session import Session, SessionConfig, run_headless
+from idt_desk.source import check_source
+from sources.gym import GymSource
+from sources.gym._policy import PolicyError, algorithm_of
+from sources.gym._source import POLICY_DIR, _CHEETAH_GROUPS
+from sources.gym.train import evaluate, train
+
+SHIPPED = sorted(POLICY_DIR.glob("*.zip"))
+
+
+@pytest.fixture(scope="module")
+def tiny_policy(tmp_path_factory) -> Path:
+    """A barely trained PPO policy: enough to act, made here (nothing is downloaded)."""
+    out = tmp_path_factory.mktemp("policy")
+    return train("ppo", 7, 2048, out, checkpoint_dir=out / "ckpt", eval_episodes=1)
+
+
+def _source(policy: Path, **kw) -> GymSource:
+    src = GymSource(policy=str(policy), **kw)
+    src.reset(seed=5)
+    return src
+
+
+def _true_obs(src: GymSource) -> np.ndarray:
+    """What HalfCheetah observes now (qpos without rootx, then qvel)."""
+    data = src.env.unwrapped.data
+    return np.concatenate([data.qpos[1:], data.qvel]).astype(np.float64)
+
+
+@pytest.mark.parametrize("policy", [*SHIPPED, None], ids=lambda p: p.stem if p else "tiny")
+def test_check_source_passes(policy, tiny_policy):
+    check_source(GymSource, {"policy": str(policy or tiny_policy)}, n=60)
+
+
+def test_algorithm_is_read_from_the_zip(tiny_policy, tmp_path):
+    assert algorithm_of(tiny_policy) == "PPO"
+    bad = tmp_path / "bad.zip"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(PolicyError, match="not a Stable-Baselines3 zip"):
+        algorithm_of(bad)
+
+
+@pytest.mark.parametrize(("settings", "needle"), [
+    ({"policy": "/no/such/policy.zip"}, "no such policy file"),
+    ({"env_id": "NoSuchEnv-v0"}, "env_id 'NoSuchEnv-v0'"),
+    ({"env_id": "Pendulum-v1"}, "expects observations of shape"),
+])
+def test_bad_settings_give_one_line(settings, needle, tiny_policy):
+    settings = {"policy": str(tiny_policy), **settings}
+    with pytest.raises(ValueError, match=needle) as info:
+        GymSource(**settings)
+    assert "\n" not in str(info.value)
+
+
+def test_transitions_chain_within_episodes_and_restart_at_their_end(tiny_policy):
+    src = _source(tiny_policy)
+    b = src.step(1100)
+    same = b.episode[1:] == b.episode[:-1]
+    np.testing.assert_array_equal(b.s[1:][same], b.s_next[:-1][same])
+    ends = [e for e in b.events if e["kind"] == "episode_end"]
+    assert [e["row"] for e in ends] == [999] and ends[0]["length"] == 1000
+    assert ends[0]["return"] == pytest.approx(b.reward[:1000].sum())
+    assert b.episode[999] == 0 and b.episode[1000] == 1
+    src.close()
+
+
+def test_action_noise_is_a_percentage_of_the_action_range(tiny_policy):
+    src = _source(tiny_policy, deterministic=True)
+    src.set_perturbation("act_noise_4", {})
+    b = src.step(400)
+    clean = np.array([np.clip(src.policy.act(s, src._rng, True), -1, 1) for s in b.s])
+    resid = (b.a - clean)[np.abs(b.a).max(axis=1) < 0.999]  # rows clipping did not touch
+    assert np.std(resid) == pytest.approx(0.04 * 2.0, rel=0.15)
+    src.set_perturbation("act_noise_4", None)
+    b = src.step(50)
+    clean = np.array([src.policy.act(s, src._rng, True) for s in b.s])
+    np.testing.assert_allclose(b.a, np.clip(clean, -1, 1))
+    src.close()
+
+
+def test_observation_noise_is_a_percentage_of_each_variables_std(tiny_policy):
+    src = _source(tiny_policy)
+    src.step(600)  # the running standard deviation needs data
+    params = src.set_perturbation("obs_noise_3", {})
+    scale = np.asarray(params["scale"])
+    assert scale.shape == (17,) and np.all(scale > 0)
+    resid = []
+    for _ in range(300):
+        b = src.step(1)
+        resid.append((b.s_next[0] - _true_obs(src)) / scale)
+    assert np.std(resid) == pytest.approx(0.03, rel=0.1)
+    src.set_perturbation("obs_noise_3", None)
+    b = src.step(1)
+    np.testing.assert_allclose(b.s_next[0], _true_obs(src))
+    src.close()
+
+
+def test_force_pushes_the_torso_along_x(tiny_policy):
+    a, b = _source(tiny_policy, deterministic=True), _source(tiny_policy, deterministic=True)
+    b.set_perturbation("force_torso_10N", {})
+    torso = b.env.unwrapped.model.body("torso").id
+    assert b.env.unwrapped.data.xfrc_applied[torso, 0] == 10.0
+    va = a.step(40).s_next[:, 8]  # vx, the torso's forward velocity
+    vb = b.step(40).s_next[:, 8]
+    # One step of 10 N on the whole cheetah: dv ~ F dt / M (contacts take some of it).
+    model = b.env.unwrapped.model
+    expected = 10.0 * b.env.unwrapped.dt / model.body_mass.sum()
+    assert 0.5 * expected < vb[0] - va[0] < 2.0 * expected
+    assert vb.mean() > va.mean()
+    b.set_perturbation("force_torso_10N", None)
+    assert not b.env.unwrapped.data.xfrc_applied.any()
+    a.close()
+    b.close()
+
+
+def test_gravity_is_scaled_and_survives_a_reset(tiny_policy):
+    src = _source(tiny_policy)
+    g0 = src.env.unwrapped.model.opt.gravity.copy()
+    src.set_perturbation("gravity_110", {})
+    np.testing.assert_allclose(src.env.unwrapped.model.opt.gravity, 1.1 * g0)
+    src.step(1001)  # through an episode end and its reset
+    np.testing.assert_allclose(src.env.unwrapped.model.opt.gravity, 1.1 * g0)
+    src.set_perturbation("gravity_110", None)
+    np.testing.assert_allclose(src.env.unwrapped.model.opt.gravity, g0)
+    src.close()
+
+
+def test_hold_modulations_change_the_applied_action(tiny_policy):
+    src = _source(tiny_policy, deterministic=True)
+    src.step(5)
+    src.set_modulation("hold", {"mode": "repeat"})
+    b = src.step(30)
+    assert np.all(b.a == b.a[0])
+    src.set_modulation("hold", {"mode": "scale", "scale": 0.25})
+    b = src.step(30)
+    clean = np.array([src.policy.act(s, src._rng, True) for s in b.s])
+    np.testing.assert_allclose(b.a, np.clip(0.25 * clean, -1, 1))
+    src.close()
+
+
+def test_input_filter_smooths_what_the_policy_sees(tiny_policy):
+    src = _source(tiny_policy)
+    src.step(3)
+    src.set_modulation("input_filter", {"alpha": 0.2})
+    prev = src.step(1).s_next[0]
+    for _ in range(20):
+        seen = src.step(1).s_next[0]
+        np.testing.assert_allclose(seen, 0.2 * _true_obs(src) + 0.8 * prev, atol=1e-12)
+        prev = seen
+    src.close()
+
+
+def test_dim_reduction_freezes_groups_at_their_running_mean(tiny_policy):
+    src = _source(tiny_policy)
+    src.step(200)
+    mean = src._mean.copy()
+    src.set_modulation("dim_reduction", {"drop": "torso,front_leg"})
+    b = src.step(50)
+    idx = list(_CHEETAH_GROUPS["torso"] + _CHEETAH_GROUPS["front_leg"])
+    np.testing.assert_allclose(b.s[1:, idx], np.broadcast_to(mean[idx], (49, len(idx))))
+    back = list(_CHEETAH_GROUPS["back_leg"])
+    assert np.ptp(b.s[:, back], axis=0).min() > 0  # the rest still moves
+    with pytest.raises(ValueError, match="unknown group"):
+        src.set_modulation("dim_reduction", {"drop": "tail"})
+    src.close()
+
+
+def test_auto_engages_and_releases_on_a_scripted_alarm(tiny_policy, tmp_path):
+    """The controller acts on the IDT alarm; here the alarm is scripted window by window."""
+    cfg = SessionConfig(speed=None, calibration_windows=2, baseline_windows=3,
+                        auto={"modulation": "hold", "params": {"mode": "repeat"},
+                              "persist": 2, "release": 3})
+    session = Session(cfg, source=GymSource(policy=str(tiny_policy)), record=tmp_path / "r")
+    # Windows the monitor sees: 3 baseline ones, then judged ones: 2 quiet, 4 alarmed, quiet.
+    script = iter([False] * 3 + [False] * 2 + [True] * 4 + [False] * 200)
+    real_update = session.monitor.update
+
+    def scripted(windows):
+        flags = real_update(windows)
+        flags["IDT"] = np.array([next(script) for _ in range(len(flags["IDT"]))])
+        return flags
+
+    session.monitor.update = scripted  # type: ignore[method-assign]
+    snap = run_headless(session, steps=300 + 50 * 20)
+    assert snap.error is None
+    rec = load_recording(tmp_path / "r")
+    mods = rec.events[rec.events["kind"].str.startswith("modulation_")]
+    assert mods["kind"].tolist() == ["modulation_on", "modulation_off"]
+    ends = rec.windows["end"].to_numpy()
+    # Judged windows start at index 2 + 3; engaged at the 2nd alarmed one, released at the
+    # 3rd quiet one after them: each at the end of that window.
+    assert mods["i"].tolist() == [ends[5 + 3], ends[5 + 6 + 2]]
+    # While engaged the applied action is held (repeat mode) at the last one before.
+    on, off = mods["i"].tolist()
+    a = rec.transitions[[f"a_{j}" for j in range(6)]].to_numpy()
+    assert np.all(a[on:off] == a[on - 1]) and not np.all(a[off:off + 10] == a[on - 1])
+
+
+@pytest.mark.parametrize("policy", SHIPPED, ids=lambda p: p.stem)
+def test_shipped_policy_reaches_its_cards_return(policy):
+    card = json.loads(policy.with_suffix(".json").read_text())
+    r = card["return_stochastic"]
+    got = evaluate(GymSource(policy=str(policy)).policy.model, card["env_id"], 2,
+                   seed=123, deterministic=False)
+    # Two episodes against the card's ten: within 3 card σ or 15 % of the mean.
+    assert abs(np.mean(got) - r["mean"]) <= max(3 * r["std"], 0.15 * abs(r["mean"]))
