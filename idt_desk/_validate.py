@@ -25,8 +25,9 @@ __all__ = [
     "check_limit",
     "check_out_dir",
     "key_values",
+    "parse_auto",
     "parse_speed",
-    "schedule_perturbations",
+    "schedule_switches",
 ]
 
 #: Allowed ranges (inclusive) of the pipeline's integer options. The upper bounds keep one
@@ -194,66 +195,99 @@ def build_source(name: str, settings: Iterable[str] | None) -> Any:
         raise InputError(f"--source {name}: {msg}") from None
 
 
-def _seconds(spec: str, text: str) -> float:
+def _seconds(spec: str, text: str, option: str = "--perturb") -> float:
     try:
         v = float(text)
     except ValueError:
         v = math.nan
     if not (math.isfinite(v) and v >= 0):
         raise InputError(
-            f"--perturb {spec}: times must be seconds >= 0, e.g. sensor_noise@10-20, got {text!r}"
+            f"{option} {spec}: times must be seconds >= 0, e.g. NAME@10-20, got {text!r}"
         )
     return v
 
 
-def schedule_perturbations(
-    specs: Iterable[str], source: Any, steps: int | None = None
+def schedule_switches(
+    specs: Iterable[str], source: Any, steps: int | None = None, kind: str = "perturb"
 ) -> list[tuple[int, str, dict]]:
     """Parse ``NAME[:k=v,...]@START[-END]`` (seconds of the loop's time) into a schedule.
 
-    Returns ``(transition, "perturb", {"name", "params"})`` commands; ``params`` None
-    switches off. With ``steps`` (the run's length) a perturbation that starts at or after
-    the run's end is refused.
+    ``kind`` is ``perturb`` (``--perturb``: a declared perturbation) or ``modulate``
+    (``--modulate``: a declared modulation). Returns ``(transition, kind, {"name",
+    "params"})`` commands; ``params`` None switches off. With ``steps`` (the run's length) a
+    switch that starts at or after the run's end is refused.
     """
+    option = f"--{kind}"
+    what = "perturbation" if kind == "perturb" else "modulation"
+    declared = source.perturbations if kind == "perturb" else source.modulations
     out = []
     rate = float(source.rate)
     for spec in specs:
         head, sep, when = spec.partition("@")
         if not sep:
-            raise InputError(f"--perturb {spec}: give a start time, e.g. sensor_noise@10-20")
-        name, _, params = (x.strip() for x in head.partition(":"))
-        try:
-            pert = type(source).perturbation(name)
-        except KeyError:
-            known = ", ".join(p.name for p in source.perturbations) or "none"
+            raise InputError(f"{option} {spec}: give a start time, e.g. NAME@10-20")
+        name, given = _name_and_params(spec, head, option)
+        decl = next((d for d in declared if d.name == name), None)
+        if decl is None:
+            known = ", ".join(d.name for d in declared) or "none"
             raise InputError(
-                f"--perturb {spec}: {source.name} has no perturbation {name!r}; known: {known}"
-            ) from None
-        given = key_values([p for p in params.split(",") if p.strip()], f"--perturb {spec}:")
-        resolved = pert.resolve(_check_params(pert.params, given, f"--perturb {spec}:",
-                                              f"perturbation {name}"))
+                f"{option} {spec}: {source.name} has no {what} {name!r}; known: {known}")
+        resolved = decl.resolve(_check_params(decl.params, given, f"{option} {spec}:",
+                                              f"{what} {name}"))
         # START[-END]; a dash inside a number (1e-3) is not the separator.
         cut = next((k for k in range(1, len(when)) if when[k] == "-"
                     and when[k - 1] not in "eE"), len(when))
         start, dash, end = when[:cut], when[cut:cut + 1], when[cut + 1:]
-        on = round(_seconds(spec, start) * rate)
-        off = round(_seconds(spec, end) * rate) if dash else None
+        on = round(_seconds(spec, start, option) * rate)
+        off = round(_seconds(spec, end, option) * rate) if dash else None
         if off is not None and off <= on:
-            raise InputError(f"--perturb {spec}: the end must come after the start")
-        if off is not None and pert.is_impulse(resolved):
-            repeat = pert.repeat
+            raise InputError(f"{option} {spec}: the end must come after the start")
+        if off is not None and kind == "perturb" and decl.is_impulse(resolved):
+            repeat = decl.repeat
             raise InputError(
-                f"--perturb {spec}: {name}"
+                f"{option} {spec}: {name}"
                 + (f" with {repeat}={resolved[repeat]:g}" if repeat in resolved else "")
                 + f" is a one-shot impulse, it has no end; give only a start ({name}@{start})"
                 + (f" or {repeat} > 0" if repeat in resolved else "")
             )
         if steps is not None and on >= steps:
             raise InputError(
-                f"--perturb {spec}: starts at {on / rate:g} s, at or after the run's end at "
+                f"{option} {spec}: starts at {on / rate:g} s, at or after the run's end at "
                 f"{steps / rate:g} s; allowed start: 0 to {(steps - 1) / rate:g} s"
             )
-        out.append((on, "perturb", {"name": name, "params": resolved}))
+        out.append((on, kind, {"name": name, "params": resolved}))
         if off is not None:
-            out.append((off, "perturb", {"name": name, "params": None}))
+            out.append((off, kind, {"name": name, "params": None}))
     return out
+
+
+def _name_and_params(spec: str, head: str, option: str) -> tuple[str, dict[str, str]]:
+    name, _, params = (x.strip() for x in head.partition(":"))
+    return name, key_values([p for p in params.split(",") if p.strip()], f"{option} {spec}:")
+
+
+def parse_auto(spec: str | None, source: Any) -> dict[str, Any] | None:
+    """Parse ``--auto NAME[:k=v,...]`` into the Auto controller's configuration.
+
+    The modulation, its parameters, and ``persist`` / ``release`` (windows; defaults 3, 10).
+    """
+    if spec is None:
+        return None
+    name, given = _name_and_params(spec, spec, "--auto")
+    decl = next((m for m in source.modulations if m.name == name), None)
+    if decl is None:
+        known = ", ".join(m.name for m in source.modulations) or "none (a passive source)"
+        raise InputError(f"--auto {spec}: {source.name} has no modulation {name!r}; "
+                         f"known: {known}")
+    counts = {k: given.pop(k) for k in ("persist", "release") if k in given}
+    auto: dict[str, Any] = {"modulation": name, "persist": 3, "release": 10}
+    for key, raw in counts.items():
+        try:
+            auto[key] = int(raw)
+        except ValueError:
+            auto[key] = -1
+        if auto[key] < 1:
+            raise InputError(f"--auto {spec}: {key}={raw}: must be an integer >= 1 (windows)")
+    auto["params"] = decl.resolve(_check_params(decl.params, given, f"--auto {spec}:",
+                                                f"modulation {name}"))
+    return auto

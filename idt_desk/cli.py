@@ -20,8 +20,9 @@ from idt_desk._validate import (
     check_limit,
     check_out_dir,
     key_values,
+    parse_auto,
     parse_speed,
-    schedule_perturbations,
+    schedule_switches,
 )
 
 __all__ = ["main"]
@@ -278,7 +279,7 @@ def _steps(args: argparse.Namespace, rate: float) -> int | None:
 
 
 def _build_session(args: argparse.Namespace, source, speed: float | None,
-                   record: Path | None):
+                   record: Path | None, auto: dict | None = None):
     from idt_desk.presets import PRESETS
     from idt_desk.session import Session, SessionConfig
 
@@ -294,7 +295,7 @@ def _build_session(args: argparse.Namespace, source, speed: float | None,
         stride=args.stride, calibration_windows=args.calibration_windows,
         baseline_windows=args.baseline_windows, k=args.k,
         correction=None if args.correction == "none" else args.correction,
-        speed=speed, seed=args.seed,
+        speed=speed, seed=args.seed, auto=auto,
     )
     try:
         return Session(config, source=source, record=record)
@@ -322,6 +323,13 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
                    help="multiple of real time (> 0), or 'max' (default) for as fast as possible")
     p.add_argument("--perturb", action="append", default=[], metavar="SPEC",
                    help="schedule a perturbation: NAME[:k=v,...]@START[-END] in seconds")
+    p.add_argument("--modulate", action="append", default=[], metavar="SPEC",
+                   help="schedule a modulation: NAME[:k=v,...]@START[-END] in seconds "
+                   "(hold, input_filter, dim_reduction)")
+    p.add_argument("--auto", metavar="NAME[:k=v,...]",
+                   help="Auto controller: engage this modulation when the IDT alarm persists "
+                   "(persist=N windows, default 3) and release it after release=M quiet ones "
+                   "(default 10), e.g. hold:mode=repeat,persist=3,release=10")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(func=_run_run)
 
@@ -398,8 +406,10 @@ def _run_run(args: argparse.Namespace) -> int:
     source = build_source(args.source, args.set)
     try:
         steps = _steps(args, source.rate)
-        schedule = schedule_perturbations(args.perturb, source, steps)
-        session = _build_session(args, source, speed, args.record)
+        schedule = [*schedule_switches(args.perturb, source, steps, "perturb"),
+                    *schedule_switches(args.modulate, source, steps, "modulate")]
+        auto = parse_auto(args.auto, source)
+        session = _build_session(args, source, speed, args.record, auto)
     except InputError:
         source.close()
         raise
@@ -544,7 +554,7 @@ def _run_gui(args: argparse.Namespace) -> int:
                          "from the session's start)")
     source = build_source(args.source, args.set)
     try:
-        schedule = schedule_perturbations(args.perturb, source)
+        schedule = schedule_switches(args.perturb, source)
     finally:
         source.close()
     settings = {k: source.config[k] for k in key_values(args.set, "--set")}

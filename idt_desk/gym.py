@@ -391,6 +391,12 @@ class IDTMonitor(gymnasium.Wrapper):
         Symbols are calibrated on the first this-many windows' transitions.
     correction
         None (plug-in entropies) or ``"miller-madow"``.
+    block
+        Transitions are symbolised and pushed in blocks of at least this many, each ending
+        at a window end. None: ``stride``, so ``info["idt"]`` changes on the very step that
+        finishes a window. Larger blocks cost less per step (the symbolisers' cost is mostly
+        per call), and ``info["idt"]`` then lags by up to ``block`` steps; the windows are
+        the same.
 
     Raises
     ------
@@ -419,13 +425,14 @@ class IDTMonitor(gymnasium.Wrapper):
         stride: int | None = None,
         calibration_windows: int = 20,
         correction: str | None = None,
+        block: int | None = None,
     ) -> None:
         super().__init__(env)
         self.preset = resolve_preset(preset, env.observation_space, env.action_space,
                                      bins, window, stride)
         self._stream = _Stream(
             self.preset, _SpaceCodec(env.observation_space, "observation"),
-            _SpaceCodec(env.action_space, "action"), calibration_windows, correction)
+            _SpaceCodec(env.action_space, "action"), calibration_windows, correction, block)
         self._obs: Any = None
         self._done = False
         #: Episode index of the current episode (0 after the first ``reset``).
@@ -504,7 +511,7 @@ class _IDTCallbackImpl:
 
     Parameters
     ----------
-    preset, bins, window, stride, calibration_windows, correction
+    preset, bins, window, stride, calibration_windows, correction, block
         As :class:`IDTMonitor`; checked against the training env's spaces when training
         starts.
     every
@@ -534,6 +541,7 @@ class _IDTCallbackImpl:
         stride: int | None = None,
         calibration_windows: int = 20,
         correction: str | None = None,
+        block: int | None = None,
         every: int | None = None,
         metrics: Sequence[str] = LOGGED_METRICS,
         verbose: int = 0,
@@ -549,6 +557,7 @@ class _IDTCallbackImpl:
         self._options = {"preset": preset, "bins": bins, "window": window, "stride": stride}
         self._calibration_windows = calibration_windows
         self._correction = correction
+        self._block = block
         self.every = every
         self.metrics = tuple(metrics)
         self.preset: Preset | None = None
@@ -585,7 +594,7 @@ class _IDTCallbackImpl:
             self._streams = [
                 _Stream(self.preset, _SpaceCodec(venv.observation_space, "observation"),
                         _SpaceCodec(venv.action_space, "action"), self._calibration_windows,
-                        self._correction)
+                        self._correction, self._block)
                 for _ in range(venv.num_envs)
             ]
             self._episodes = [0] * venv.num_envs

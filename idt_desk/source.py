@@ -297,8 +297,10 @@ class Source(ABC):
         """Release resources (files, models, connections)."""
 
     def describe(self) -> dict[str, Any]:
-        """What a recording should know about the loop beyond its settings (a policy's
-        algorithm, say). Default: nothing."""
+        """What a recording should know about the loop beyond its settings.
+
+        A policy's algorithm, say. Default: nothing.
+        """
         return {}
 
     def value_ranges(self) -> dict[str, tuple[float, float]]:

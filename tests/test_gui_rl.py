@@ -93,7 +93,8 @@ def test_skeleton_draws_every_body_from_its_parent(qtbot, monkeypatch, cheetah):
     assert {i for i, _ in view.segment_ids} == set(range(2, 8))
     assert view.centre_x == pytest.approx(xz[1, 0])  # the camera follows the torso
     assert "skeleton" in view.caption.text() and "IDT_DESK_RENDER" in view.caption.text()
-    assert "episode 2" in view.text.text() and "return -3.5" in view.text.text()
+    assert view.text.text() == "episode 2 · step 40\nreturn -3.5 · v = " \
+        f"{info['forward_velocity']:+.2f} m/s"
     img = view.canvas.grab().toImage()
     assert _non_blank(img) > 3
     # The back leg's colour is drawn.
@@ -192,21 +193,47 @@ def test_agency_panel_fills_table5(qtbot):
     panel.show()
     assert panel.table.isVisible() and not panel.passive_label.isVisible()
     panel.update_snapshot(SimpleNamespace())  # no agency attribute yet
+    panel.update_snapshot(SimpleNamespace(agency=None))
     assert panel.rows["choice"][3].text() == "…"
     panel.update_snapshot(SimpleNamespace(agency=_agency()))
     rows = {k: [w.text() for w in ws] for k, ws in panel.rows.items()}
     assert "H(A|S)" in rows["choice"][0] and "MI(A;S'|S)" in rows["effect"][0]
     assert "|ΔH|" in rows["asymmetry"][0]
-    assert rows["choice"][1] == "2.410" and rows["choice"][2] == "0.010 ± 0.002"
+    assert rows["choice"][1] == "2.410 bits" and rows["choice"][2] == "null 0.010 ± 0.002"
     assert rows["choice"][3] == rows["effect"][3] == "yes, p < 0.01"
     assert rows["asymmetry"][3] == "not distinguishable"
     assert "#3aa757" in panel.rows["choice"][3].styleSheet()  # green
     assert "#b9bec6" in panel.rows["asymmetry"][3].styleSheet()  # grey
-    assert "2 of 3 conditions hold" in panel.footer.text()
-    assert "12,000" in panel.footer.text() and "200 shuffles" in panel.footer.text()
+    assert "2 of 3" in panel.footer.text()
+    assert "12,000" in panel.footer.text() and "200 draws" in panel.footer.text()
     panel.update_snapshot(SimpleNamespace(agency=_agency((True, True, True))))
     assert panel.rows["asymmetry"][3].text() == "yes, p < 0.01"
     assert "3 of 3" in panel.footer.text()
+    panel.reset()
+    assert panel.rows["effect"][1].text() == "—" and panel.rows["effect"][3].text() == "…"
+
+
+def test_agency_panel_reads_the_core_conditions(qtbot):
+    """The core's own output (exact choice, shuffled effect, bootstrapped asymmetry)."""
+    from idt_desk._agency import agency_conditions
+
+    rng = np.random.default_rng(0)
+    s = rng.integers(0, 4, 1000)
+    a = rng.integers(0, 3, 1000)
+    n = (s + a) % 5  # the action decides the outcome: choice and effect hold
+    agency = agency_conditions(s, a, n, draws=50, seed=1)
+    agency["window_end"] = 5000
+    panel = AgencyPanel()
+    qtbot.addWidget(panel)
+    panel.set_passive(False)
+    panel.update_snapshot(SimpleNamespace(agency=agency))
+    rows = {k: [w.text() for w in ws] for k, ws in panel.rows.items()}
+    assert rows["choice"][3] == "yes (exact)" and rows["choice"][2].startswith("exact")
+    assert rows["effect"][3].startswith("yes, p < ")
+    assert rows["effect"][2].startswith("null ")
+    assert rows["asymmetry"][2].startswith("bootstrap ΔH ")
+    assert float(rows["effect"][1].split()[0]) == pytest.approx(agency["effect"]["value"],
+                                                                abs=5e-4)
 
 
 class FakeCheetah(Source):

@@ -17,7 +17,7 @@ from idt_desk.session import Session, SessionConfig, run_headless
 from idt_desk.source import check_source
 from sources.gym import GymSource
 from sources.gym._policy import PolicyError, algorithm_of
-from sources.gym._source import POLICY_DIR, _CHEETAH_GROUPS
+from sources.gym._source import _CHEETAH_GROUPS, POLICY_DIR
 from sources.gym.train import evaluate, train
 
 SHIPPED = sorted(POLICY_DIR.glob("*.zip"))
@@ -219,3 +219,34 @@ def test_shipped_policy_reaches_its_cards_return(policy):
                    seed=123, deterministic=False)
     # Two episodes against the card's ten: within 3 card σ or 15 % of the mean.
     assert abs(np.mean(got) - r["mean"]) <= max(3 * r["std"], 0.15 * abs(r["mean"]))
+
+
+def test_run_schedules_modulations_and_auto_from_the_command_line(tiny_policy, tmp_path,
+                                                                   capsys):
+    from idt_desk.cli import main
+
+    rec = tmp_path / "rec"
+    rc = main(["run", "--source", "gym", "--set", f"policy={tiny_policy}", "--steps", "500",
+               "--quiet", "--record", str(rec), "--modulate", "hold:mode=repeat@10-20",
+               "--auto", "input_filter:alpha=0.5,persist=4,release=6"])
+    assert rc == 0
+    r = load_recording(rec)
+    mods = r.events[r.events["kind"].str.startswith("modulation_")]
+    manual = mods[mods["auto"] == False]  # noqa: E712 - a column of booleans
+    assert manual[["kind", "i"]].values.tolist() == [["modulation_on", 200],
+                                                     ["modulation_off", 400]]
+    assert r.config["session"]["auto"] == {"modulation": "input_filter", "persist": 4,
+                                           "release": 6, "params": {"alpha": 0.5}}
+    a = r.transitions[[f"a_{j}" for j in range(6)]].to_numpy()
+    assert np.all(a[200:400] == a[199])
+    for argv, needle in (
+        (["--auto", "hold:persist=0"], "persist=0: must be an integer >= 1"),
+        (["--modulate", "tilt@1"], "has no modulation 'tilt'"),
+        (["--modulate", "hold:mode=sideways@1"], "must be one of repeat, scale, probabilistic"),
+    ):
+        rc = main(["run", "--source", "gym", "--set", f"policy={tiny_policy}", "--steps", "100",
+                   "--quiet", *argv])
+        err = capsys.readouterr().err
+        assert rc == 2 and needle in err and "Traceback" not in err
+    assert main(["run", "--steps", "100", "--quiet", "--modulate", "hold@0"]) == 2
+    assert "no modulation 'hold'" in capsys.readouterr().err

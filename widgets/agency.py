@@ -19,6 +19,7 @@ CONDITIONS = (
     ("asymmetry", "Asymmetry", "|ΔH|",
      "Asymmetry: forward and backward predictability differ; |ΔH| = |H_f − H_b| > 0 bits."),
 )
+#: Verdict badges: yes (green), not distinguishable (grey), no data yet.
 _YES = "QLabel { background: #3aa757; color: white; border-radius: 5px; padding: 1px 4px; }"
 _NO = "QLabel { background: #b9bec6; color: #202124; border-radius: 5px; padding: 1px 4px; }"
 _WAIT = "QLabel { color: #6b7079; padding: 1px 4px; }"
@@ -34,13 +35,41 @@ def _bits(x: Any) -> str:
     return "—" if not math.isfinite(v) else f"{v:.3f}"
 
 
+def _verdict_text(c: dict[str, Any]) -> tuple[str, str]:
+    """(state, text) of one condition: yes (holds), no, or waiting (no data)."""
+    if not c:
+        return "waiting", "…"
+    if not c.get("holds"):
+        return "no", "not distinguishable"
+    p = c.get("p")
+    if isinstance(p, int | float) and math.isfinite(p):
+        for level in (0.001, 0.01, 0.05):
+            if p < level:
+                return "yes", f"yes, p < {level:g}"
+        return "yes", f"yes, p = {p:.2f}"
+    return "yes", "yes (exact)"
+
+
+def _null_text(key: str, c: dict[str, Any]) -> str:
+    """The reference the value is tested against, by the test's method."""
+    method = str(c.get("method", ""))
+    mean, sd = c.get("null_mean"), c.get("null_std")
+    if method.startswith("exact"):
+        return "exact: 0 iff no choice"
+    if mean is None or _bits(mean) == "—":
+        return ""
+    if "bootstrap" in method:
+        return f"bootstrap ΔH {float(mean):+.3f} ± {_bits(sd)}"
+    return f"null {_bits(mean)} ± {_bits(sd)}"
+
+
 class AgencyPanel(QGroupBox):
-    """A row per agency condition: value (bits), shuffle null mean ± sd, verdict.
+    """A row per agency condition: value (bits), its null (or bootstrap), the verdict.
 
     Fed by :meth:`update_snapshot` from the GUI timer with ``snap.agency`` (None for a
     passive source or before the first window; else {"choice", "effect", "asymmetry":
-    {value, null_mean, null_std, p, holds}, "window_end", "draws"}). A passive source says
-    so instead of the table. Labels change only when their text does.
+    {value, null_mean, null_std, p, holds[, method]}, "window_end", "draws"}). A passive
+    source says so instead of the table. Labels change only when their text does.
     """
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -58,25 +87,31 @@ class AgencyPanel(QGroupBox):
         grid = QGridLayout(self.table)
         grid.setContentsMargins(0, 0, 0, 0)
         grid.setHorizontalSpacing(6)
-        grid.setVerticalSpacing(2)
-        for col, head in enumerate(("condition", "bits", "shuffle null", "≠ 0 ?")):
-            h = QLabel(f"<span style='color:#6b7079; font-size:10px'>{head}</span>", self.table)
-            grid.addWidget(h, 0, col)
+        grid.setVerticalSpacing(1)
         #: key -> (condition, value, null, verdict) labels
         self.rows: dict[str, tuple[QLabel, QLabel, QLabel, QLabel]] = {}
-        for row, (key, name, formula, tip) in enumerate(CONDITIONS, start=1):
-            cond = QLabel(f"{name} <span style='color:#6b7079'>{formula}</span>", self.table)
+        for k, (key, name, formula, tip) in enumerate(CONDITIONS):
+            row = 2 * k
+            cond = QLabel(f"<b>{name}</b><br><span style='color:#5f6368'>{formula}</span>",
+                          self.table)
             cond.setToolTip(tip)
             value = QLabel("—", self.table)
-            value.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            value.setObjectName(f"agency_value_{key}")
+            value.setToolTip(f"{formula} of the latest window, in bits")
             null = QLabel("", self.table)
+            null.setObjectName(f"agency_null_{key}")
+            null.setStyleSheet("QLabel { color: #6b7079; font-size: 10px; }")
             verdict = QLabel("", self.table)
             verdict.setObjectName(f"agency_verdict_{key}")
             verdict.setAlignment(Qt.AlignmentFlag.AlignCenter)
-            for col, w in enumerate((cond, value, null, verdict)):
-                grid.addWidget(w, row, col)
+            verdict.setWordWrap(True)
+            verdict.setMinimumWidth(84)
+            grid.addWidget(cond, row, 0, 2, 1)
+            grid.addWidget(value, row, 1)
+            grid.addWidget(null, row + 1, 1)
+            grid.addWidget(verdict, row, 2, 2, 1)
             self.rows[key] = (cond, value, null, verdict)
-        grid.setColumnStretch(0, 1)
+        grid.setColumnStretch(1, 1)
         outer.addWidget(self.table)
         self.footer = QLabel("", self)
         self.footer.setObjectName("agency_footer")
@@ -84,7 +119,7 @@ class AgencyPanel(QGroupBox):
         self.footer.setStyleSheet("QLabel { color: #6b7079; font-size: 10px; }")
         outer.addWidget(self.footer)
         self._verdicts: dict[str, str] = {}
-        self._key: Any = object()
+        self._key: Any = None
         self.passive = True
         self.set_passive(True)
 
@@ -95,18 +130,16 @@ class AgencyPanel(QGroupBox):
 
     def reset(self) -> None:
         """No session / a new one: the passive message, or the table waiting for a window."""
-        self._key = object()
+        self._key = None
         self.passive_label.setVisible(self.passive)
         self.table.setVisible(not self.passive)
+        self.footer.setVisible(not self.passive)
         for key, (_c, value, null, verdict) in self.rows.items():
             self._text(value, "—")
             self._text(null, "")
             self._verdict(key, verdict, "waiting", "…")
-        self._text(self.footer, "" if self.passive else
-                   "Filled in from the first window: the shuffle null (actions permuted "
-                   "within the window) decides whether each value is distinguishable "
-                   "from 0.")
-        self.footer.setVisible(not self.passive)
+        self._text(self.footer, "Filled in from the first window, from the stream's own "
+                                "symbols: is each value distinguishable from 0?")
 
     @staticmethod
     def _text(label: QLabel, text: str) -> None:
@@ -120,41 +153,36 @@ class AgencyPanel(QGroupBox):
         self._text(label, text)
 
     def update_snapshot(self, snap: Any) -> None:
-        """Refresh from a snapshot (``snap.agency``; absent means none yet)."""
+        """Refresh from a snapshot (``snap.agency``; absent or None means none yet)."""
         agency = getattr(snap, "agency", None)
         if not agency:
             return  # none yet (or a passive source): what reset() shows stays
-        key = tuple(sorted((k, tuple(sorted(v.items())) if isinstance(v, dict) else v)
-                           for k, v in agency.items()))
+        key = (agency.get("window_end"), *(tuple(sorted((agency.get(k) or {}).items()))
+                                            for k, *_ in CONDITIONS))
         if key == self._key:
             return
         self._key = key
-        # Data wins: a source with an action channel in a replay shows its table too.
+        # Data wins: a replay of an agent's recording shows its table too.
         self.passive_label.hide()
         self.table.show()
         self.footer.show()
         for k, (_c, value, null, verdict) in self.rows.items():
             c = agency.get(k) or {}
-            self._text(value, _bits(c.get("value")))
-            mean, sd = _bits(c.get("null_mean")), _bits(c.get("null_std"))
-            self._text(null, f"{mean} ± {sd}" if mean != "—" else "—")
+            self._text(value, f"{_bits(c.get('value'))} bits" if c else "—")
+            self._text(null, _null_text(k, c))
+            state, text = _verdict_text(c)
+            self._verdict(k, verdict, state, text)
             p = c.get("p")
-            ptxt = f"p = {float(p):.2f}" if isinstance(p, int | float) and math.isfinite(p) \
-                else ""
-            if c.get("holds"):
-                self._verdict(k, verdict, "yes", "yes, p < 0.01")
-                tip = f"Distinguishable from 0 against the shuffle null ({ptxt})"
-            elif c:
-                self._verdict(k, verdict, "no", "not distinguishable")
-                tip = f"Within the shuffle null ({ptxt}; needs p < 0.01 and a value > 0)"
-            else:
-                self._verdict(k, verdict, "waiting", "…")
-                tip = ""
+            ptxt = f"p = {float(p):.3f}" if isinstance(p, int | float) and math.isfinite(p) \
+                else "exact test"
+            method = c.get("method", "shuffle null")
+            tip = {"yes": f"Distinguishable from 0 ({method}, {ptxt})",
+                   "no": f"Not distinguishable from 0 ({method}, {ptxt})"}.get(state, "")
             if verdict.toolTip() != tip:
                 verdict.setToolTip(tip)
         held = sum(bool((agency.get(k) or {}).get("holds")) for k, *_ in CONDITIONS)
         end, draws = agency.get("window_end"), agency.get("draws")
-        where = f"window ending at transition {int(end):,}" if end is not None else \
-            "latest window"
-        shuffles = f", {int(draws)} shuffles" if draws else ""
-        self._text(self.footer, f"{held} of 3 conditions hold — {where}{shuffles}")
+        where = f"the W transitions up to {int(end):,}" if end is not None else \
+            "the latest window"
+        shuffles = f"; {int(draws)} draws" if draws else ""
+        self._text(self.footer, f"<b>{held} of 3</b> conditions hold on {where}{shuffles}")

@@ -505,6 +505,8 @@ class CheetahView(QWidget):
         lay.setSpacing(2)
         self.text = QLabel("waiting for data", self)
         self.text.setObjectName("cheetah_text")
+        self.text.setMinimumWidth(1)  # never widens the column; two short lines
+        self.text.setMinimumHeight(2 * self.text.fontMetrics().lineSpacing())
         self.canvas = _CheetahCanvas(self)
         self.caption = QLabel("", self)
         self.caption.setObjectName("cheetah_caption")
@@ -568,16 +570,18 @@ class CheetahView(QWidget):
 
     @staticmethod
     def _describe(info: dict[str, Any]) -> str:
-        parts = []
+        """Two short lines: episode and step; running return and forward velocity."""
+        first, second = [], []
         if "episode" in info:
-            parts.append(f"episode {int(info['episode'])}")
+            first.append(f"episode {int(info['episode'])}")
         if "episode_step" in info:
-            parts.append(f"step {int(info['episode_step'])}")
+            first.append(f"step {int(info['episode_step'])}")
         if "episode_return" in info:
-            parts.append(f"return {float(info['episode_return']):,.1f}")
+            second.append(f"return {float(info['episode_return']):,.1f}")
         if "forward_velocity" in info:
-            parts.append(f"v = {float(info['forward_velocity']):+.2f} m/s")
-        return " · ".join(parts) or "waiting for data"
+            second.append(f"v = {float(info['forward_velocity']):+.2f} m/s")
+        lines = [" · ".join(x) for x in (first, second) if x]
+        return "\n".join(lines) or "waiting for data"
 
     # -- the render thread ------------------------------------------------------------------
 

@@ -43,8 +43,10 @@ def algorithm_of(path: Path) -> str:
 
 
 def find_vecnormalize(path: Path) -> Path | None:
-    """A VecNormalize statistics file beside the zip (``NAME_vecnormalize.pkl``, or
-    ``vecnormalize.pkl`` as the SB3 zoo ships them), or None."""
+    """A VecNormalize statistics file beside the zip, or None.
+
+    ``NAME_vecnormalize.pkl``, or ``vecnormalize.pkl`` as the SB3 zoo ships them.
+    """
     for cand in (path.with_name(f"{path.stem}_vecnormalize.pkl"),
                  path.with_name("vecnormalize.pkl")):
         if cand.exists():
