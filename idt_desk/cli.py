@@ -190,8 +190,13 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 
     pendulum_bench.add_arguments(
         bsub.add_parser("pendulum", help="pendulum integrator vs scipy solve_ivp"))
-    g = bsub.add_parser("gui", help="GUI frame rate with the pendulum at maximum speed")
+    from sources.gym import bench as gym_bench
+
+    gym_bench.add_arguments(bsub.add_parser(
+        "rl", help="RL loop steps/s bare, with the IDT, and with the IDT and a recording"))
+    g = bsub.add_parser("gui", help="GUI frame rate with a source at maximum speed")
     g.add_argument("--seconds", type=float, default=10.0)
+    g.add_argument("--source", default="pendulum", help="source to run (default pendulum)")
     g.set_defaults(func=_run_bench_gui)
     m = bsub.add_parser("memory", help="RSS over a long headless run (flat memory)")
     m.add_argument("--seconds", type=float, default=1800.0, help="wall seconds (default 1800)")
@@ -202,7 +207,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
 def _run_bench_gui(args: argparse.Namespace) -> int:
     from idt_desk.gui_main import bench_gui
 
-    bench_gui(seconds=args.seconds)
+    bench_gui(seconds=args.seconds, source=args.source)
     return 0
 
 

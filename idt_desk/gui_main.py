@@ -61,8 +61,9 @@ def run_gui(
     return int(rc)
 
 
-def bench_gui(seconds: float = 10.0, print_fn: Any = print) -> dict[str, float]:
-    """Frames per second of the GUI timer, pendulum at maximum speed vs at real time.
+def bench_gui(seconds: float = 10.0, print_fn: Any = print, source: str = "pendulum"
+              ) -> dict[str, float]:
+    """Frames per second of the GUI timer, a source at maximum speed vs at real time.
 
     The real window and its 30 Hz QTimer run for ``seconds`` each way; every timer tick
     pulls a snapshot and repaints. Offscreen when there is no display.
@@ -78,7 +79,7 @@ def bench_gui(seconds: float = 10.0, print_fn: Any = print) -> dict[str, float]:
     app = QApplication.instance() or QApplication(["idt-desk"])
     results: dict[str, float] = {}
     for label, speed in (("real time (1x)", 1.0), ("maximum speed", None)):
-        win = MainWindow(speed=speed)
+        win = MainWindow(source=source, speed=speed)
         win.show()
         win.start_session()
         count = {"n": 0}
@@ -105,7 +106,7 @@ def bench_gui(seconds: float = 10.0, print_fn: Any = print) -> dict[str, float]:
         rate = (win.session.snapshot(limit=1).n_transitions - n0) / dt
         win.close()
         results[label] = fps
-        print_fn(f"{label:>16}: GUI timer {fps:5.1f} frames/s (target >= 25), pendulum "
+        print_fn(f"{label:>16}: GUI timer {fps:5.1f} frames/s (target >= 25), {source} "
                  f"{rate:,.0f} transitions/s")
     ratio = results["maximum speed"] / results["real time (1x)"]
     print_fn(f"frame rate at maximum speed / at real time: {ratio:.2f}")

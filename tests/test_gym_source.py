@@ -65,6 +65,10 @@ def test_bad_settings_give_one_line(settings, needle, tiny_policy):
     with pytest.raises(ValueError, match=needle) as info:
         GymSource(**settings)
     assert "\n" not in str(info.value)
+    from idt_desk.cli import main
+
+    argv = [a for k, v in settings.items() for a in ("--set", f"{k}={v}")]
+    assert main(["run", "--source", "gym", "--steps", "10", "--quiet", *argv]) == 2
 
 
 def test_transitions_chain_within_episodes_and_restart_at_their_end(tiny_policy):

@@ -1,0 +1,89 @@
+"""What the IDT costs an RL loop at maximum speed, measured against the bare loop in one run.
+
+``idt-desk bench rl``: steps per second of the frozen policy acting in HalfCheetah
+
+- **bare**: the source's own loop (policy forward pass + environment step + the observation
+  and action pipeline), no session;
+- **IDT**: the same loop through a session at maximum speed (symbolisation, metric engine,
+  monitor, agency panel);
+- **IDT + recording**: the same, writing a recording.
+
+The three are measured in rounds, interleaved, and the best round of each is kept, so machine
+noise hits all three alike; the ratios are what the bench reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+__all__ = ["add_arguments", "bench_rl", "run"]
+
+
+def _bare(policy: str, steps: int) -> float:
+    from sources.gym import GymSource
+
+    src = GymSource(policy=policy)
+    src.reset(seed=0)
+    src.step(50)  # warm-up: first forward pass, first MuJoCo step
+    t0 = time.perf_counter()
+    done = 0
+    while done < steps:
+        done += len(src.step(min(GymSource.chunk, steps - done)))
+    dt = time.perf_counter() - t0
+    src.close()
+    return steps / dt
+
+
+def _session(policy: str, steps: int, record: Path | None) -> float:
+    from idt_desk.session import Session, SessionConfig, run_headless
+    from sources.gym import GymSource
+
+    session = Session(SessionConfig(speed=None), source=GymSource(policy=policy), record=record)
+    t0 = time.perf_counter()
+    snap = run_headless(session, steps=steps, interval=0.05)
+    dt = time.perf_counter() - t0
+    if snap.error:
+        raise RuntimeError(snap.error)
+    return steps / dt
+
+
+def bench_rl(policy: str = "", steps: int = 6000, rounds: int = 3, print_fn=print
+             ) -> dict[str, float]:
+    """Steps/s of the bare loop, with the IDT, and with the IDT and a recording."""
+    from sources.gym._source import default_policy
+
+    policy = policy or str(default_policy("HalfCheetah-v5"))
+    best = {"bare": 0.0, "IDT": 0.0, "IDT + recording": 0.0}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            best["bare"] = max(best["bare"], _bare(policy, steps))
+            best["IDT"] = max(best["IDT"], _session(policy, steps, None))
+            best["IDT + recording"] = max(
+                best["IDT + recording"], _session(policy, steps, Path(tmp) / f"rec{r}"))
+    print_fn(f"policy {policy}, {steps:,} steps x {rounds} rounds (best round each)")
+    for label, v in best.items():
+        print_fn(f"{label:>16}: {v:8,.0f} steps/s   ({v / best['bare']:.3f} of bare)")
+    cost = 1.0 - best["IDT + recording"] / best["bare"]
+    print_fn(f"IDT and recording together cost {100 * cost:.1f} % of the bare loop's speed")
+    return best
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``idt-desk bench rl`` options to ``parser`` (and ``func=run``)."""
+    parser.add_argument("--policy", default="", help="SB3 zip (default: the shipped one)")
+    parser.add_argument("--steps", type=int, default=6000, help="steps per measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (best kept)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``idt-desk bench rl`` from parsed arguments."""
+    from idt_desk._validate import check_int
+
+    check_int("--steps", args.steps, 500, 10**7)
+    check_int("--rounds", args.rounds, 1, 100)
+    bench_rl(args.policy, args.steps, args.rounds)
+    return 0
