@@ -32,10 +32,13 @@ windows' transitions, W + (calibration_windows - 1) * stride of them, are buffer
 state symboliser is fitted on their S rows and the action symboliser on their A rows
 (z-score and bin edges frozen; a Discrete space's bins are its n values), then all of them
 are symbolised and pushed to the engine, which gives the first ``calibration_windows``
-windows at once. From then on transitions are buffered and symbolised + pushed in one block
-each time a window ends (every ``stride`` transitions), which keeps the per-step cost to a
-few row copies. Later values outside the calibrated range go to the edge bins and are
-counted per window in ``out_of_range``.
+windows at once; until then ``info["idt"]`` is absent. From then on transitions are copied
+into a buffer and symbolised + pushed in one block each time a window ends (every ``stride``
+transitions), so ``info["idt"]`` changes on the step that finishes a window. Symbolising
+costs mostly per call, not per row: a block of 50 costs about what one transition would.
+``block=`` makes blocks longer (less overhead per step, ``info["idt"]`` lagging by up to
+that many steps; the windows are the same). Later values outside the calibrated range go
+to the edge bins and are counted per window in ``out_of_range``.
 
 Angles: a preset with ``angle_mode="wrap"`` wraps its ``angles`` to (-pi, pi] with bins over
 the whole circle; ``"unwrap"`` and ``"none"`` use the values as the env gives them (a stream
@@ -118,10 +121,10 @@ class _SpaceCodec:
             if self.dim < 1:
                 raise ValueError(f"the {role} space {space} has no variables")
         else:
-            raise ValueError(
-                f"IDT metrics need a Box or Discrete {role} space, got {space}; flatten it "
-                f"first (e.g. gymnasium.wrappers.Flatten{role.capitalize()})"
-            )
+            hint = ("flatten it first (gymnasium.wrappers.FlattenObservation)"
+                    if role == "observation" else "wrap the env to act through one")
+            raise ValueError(f"IDT metrics need a Box or Discrete {role} space, got {space}; "
+                             f"{hint}")
 
     def bins(self, preset_bins: int) -> int:
         """Bins per variable: a Discrete space's n values are each their own bin."""
@@ -308,6 +311,12 @@ class _Stream:
             return None
         return self._flush()
 
+    def flush(self) -> dict[str, np.ndarray] | None:
+        """Symbolise and push what is buffered (after calibration); return new windows."""
+        if not self.calibrated or self._k == 0:
+            return None
+        return self._flush()
+
     def _flush(self) -> dict[str, np.ndarray] | None:
         k, self._k = self._k, 0
         s = self._s[:k].reshape(k, -1)
@@ -346,7 +355,8 @@ class _Stream:
         return table
 
     def windows(self) -> dict[str, np.ndarray]:
-        """Every window so far, as columns (copies)."""
+        """Every window finished so far (buffered transitions flushed), as columns (copies)."""
+        self.flush()
         return self._windows.arrays()
 
 
@@ -414,6 +424,11 @@ class IDTMonitor(gymnasium.Wrapper):
     itself, e.g. Gymnasium's next-step autoreset) records no transition: the obs returned
     starts the next episode.
 
+    A vector env is monitored by wrapping each of its envs, e.g.
+    ``gymnasium.make_vec(id, n, wrappers=[IDTMonitor])`` or SB3's
+    ``make_vec_env(id, n, wrapper_class=IDTMonitor)``; for training, ``IDTCallback`` does
+    this from SB3's side.
+
     """
 
     def __init__(
@@ -455,7 +470,11 @@ class IDTMonitor(gymnasium.Wrapper):
 
     @property
     def windows(self) -> pd.DataFrame:
-        """Every window so far, one row each, columns :data:`IDT_COLUMNS` (a copy)."""
+        """Every window finished so far, one row each, columns :data:`IDT_COLUMNS` (a copy).
+
+        With ``block`` > ``stride`` the transitions still buffered are symbolised first, so
+        the last rows may be newer than ``info["idt"]``.
+        """
         return _frame(self._stream.windows())
 
     @property
@@ -581,6 +600,9 @@ class _IDTCallbackImpl:
 
     def windows(self, env: int = 0) -> pd.DataFrame:
         """Every window so far of training env ``env``, columns :data:`IDT_COLUMNS`."""
+        table = self._streams[env].flush()  # with block > stride, windows not yet logged
+        if table is not None:
+            self._log(table)
         return _frame(self._streams[env].windows())
 
     # -- SB3 hooks --------------------------------------------------------------------------
@@ -634,7 +656,7 @@ class _IDTCallbackImpl:
         self._prev = new_obs
         if self.every is not None and self.num_timesteps - self._last_dump >= self.every:
             self._last_dump = self.num_timesteps
-            if self._n_windows:
+            if any(key.startswith("idt/") for key in self.logger.name_to_value):
                 self.logger.dump(self.num_timesteps)
         return True
 

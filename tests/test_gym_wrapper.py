@@ -117,10 +117,14 @@ def test_pendulum_box_action_overrides_equal_offline(block):
     ref = _offline(log, W + (cw - 1) * stride, W, stride, bins, discrete_action=False,
                    correction="miller-madow")
     _assert_windows_equal(env.windows, ref)
-    if block is not None:
-        # Blocks of >= 500 transitions: info["idt"] changes less often, with the same windows.
-        ends = {v["end"] for v in log.idt if v is not None}
-        assert len(ends) < len(ref["end"]) and ends <= set(ref["end"].tolist())
+    ends = {v["end"] for v in log.idt if v is not None}
+    if block is None:
+        assert ends == set(ref["end"][cw - 1:].tolist())  # every window, on its last step
+    else:
+        # Blocks of >= 500 transitions: info["idt"] changes less often and lags; `windows`
+        # (flushing what is buffered) still has every window.
+        assert len(ends) < len(ref["end"]) - cw + 1 and ends <= set(ref["end"].tolist())
+        assert log.idt[-1]["end"] < ref["end"][-1]
 
 
 def _spy(env: IDTMonitor) -> list[tuple]:
@@ -234,9 +238,11 @@ def test_sb3_callback_logs_idt_and_matches_the_wrapper(tmp_path):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        model = PPO("MlpPolicy", venv, n_steps=256, seed=0, device="cpu")
+        # One epoch of one batch per rollout: the test is about the rollouts, not learning.
+        model = PPO("MlpPolicy", venv, n_steps=256, batch_size=512, n_epochs=1, seed=0,
+                    device="cpu")
         model.set_logger(configure(str(tmp_path), ["csv"]))
-        model.learn(total_timesteps=4096, callback=callback)
+        model.learn(total_timesteps=3072, callback=callback)
     finally:
         torch.set_num_threads(threads)
 
@@ -245,7 +251,7 @@ def test_sb3_callback_logs_idt_and_matches_the_wrapper(tmp_path):
         monitor = venv.envs[i]
         assert isinstance(monitor, IDTMonitor)
         got, want = callback.windows(i), monitor.windows
-        assert len(got) >= 30
+        assert len(got) >= 20
         pd.testing.assert_frame_equal(got, want, check_exact=True)
 
     progress = pd.read_csv(tmp_path / "progress.csv")
