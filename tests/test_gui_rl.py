@@ -21,7 +21,7 @@ from idt_desk.source import Batch, Source
 from widgets.agency import PASSIVE_TEXT, AgencyPanel
 from widgets.main_window import MainWindow
 from widgets.plots import ReturnPlot
-from widgets.views import VIEWS, CheetahView, make_view
+from widgets.views import RENDER_PIXELS, VIEWS, CheetahView, make_view
 
 ENV = "HalfCheetah-v5"
 WAIT = 30_000
@@ -124,7 +124,12 @@ def test_render_delivers_frames_and_stops_its_thread(qtbot, cheetah):
         print(f"no OpenGL context could be created: {reason}")
         pytest.skip(f"no OpenGL context could be created: {reason}")
     print(f"first frame after {time.monotonic() - t0:.1f} s ({view.worker.backend})")
-    assert view.image is not None and view.image.width() == 320
+    assert view.image is not None
+    w, h = view.worker.rendered_size
+    assert (view.image.width(), view.image.height()) == (w, h)
+    assert w * h == pytest.approx(RENDER_PIXELS, rel=0.1)  # about 320 × 240 pixels
+    aspect = view.canvas.width() / view.canvas.height()
+    assert w / h == pytest.approx(min(max(aspect, 0.75), 2.0), rel=0.05)  # the view's shape
     assert _non_blank(view.image) > 20  # a rendered scene, not a blank image
     assert view.caption.text().startswith(f"MuJoCo render ({view.worker.backend})")
     first = view.frames_shown

@@ -128,3 +128,14 @@ def test_round_trips_through_a_dict():
     sym = Symbolizer(4, bins=[3, 4, 5, 6], groups=[[0, 1], [3]], circular=[1]).fit(x)
     back = Symbolizer.from_dict(sym.to_dict())
     np.testing.assert_array_equal(back.transform(x), sym.transform(x))
+
+
+def test_one_weighted_sum_equals_the_composite_of_group_composites():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(500, 7))
+    for groups, bins in (([[0, 3], [1, 2, 6], [5]], 4), (None, [2, 3, 4, 5, 2, 3, 4])):
+        sym = Symbolizer(7, bins, groups).fit(x)
+        d = sym.digits(x)
+        slow = combine_digits(sym.group_symbols(x), sym.group_radices())
+        np.testing.assert_array_equal(sym.transform(x), slow)
+        assert slow.max() < sym.alphabet_size and d.shape == (500, 7)

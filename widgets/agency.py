@@ -20,9 +20,11 @@ CONDITIONS = (
      "Asymmetry: forward and backward predictability differ; |ΔH| = |H_f − H_b| > 0 bits."),
 )
 #: Verdict badges: yes (green), not distinguishable (grey), no data yet.
-_YES = "QLabel { background: #3aa757; color: white; border-radius: 5px; padding: 1px 4px; }"
-_NO = "QLabel { background: #b9bec6; color: #202124; border-radius: 5px; padding: 1px 4px; }"
-_WAIT = "QLabel { color: #6b7079; padding: 1px 4px; }"
+_YES = ("QLabel { background: #3aa757; color: white; border-radius: 5px; padding: 1px 5px; "
+        "font-size: 11px; }")
+_NO = ("QLabel { background: #b9bec6; color: #202124; border-radius: 5px; padding: 1px 5px; "
+       "font-size: 11px; }")
+_WAIT = "QLabel { color: #6b7079; padding: 1px 5px; font-size: 11px; }"
 PASSIVE_TEXT = ("<b>Passive system</b>: no action, so no choice or effect "
                 "(Table 5's physical systems).")
 
@@ -104,12 +106,10 @@ class AgencyPanel(QGroupBox):
             verdict = QLabel("", self.table)
             verdict.setObjectName(f"agency_verdict_{key}")
             verdict.setAlignment(Qt.AlignmentFlag.AlignCenter)
-            verdict.setWordWrap(True)
-            verdict.setMinimumWidth(84)
             grid.addWidget(cond, row, 0, 2, 1)
             grid.addWidget(value, row, 1)
-            grid.addWidget(null, row + 1, 1)
-            grid.addWidget(verdict, row, 2, 2, 1)
+            grid.addWidget(verdict, row, 2)
+            grid.addWidget(null, row + 1, 1, 1, 2)
             self.rows[key] = (cond, value, null, verdict)
         grid.setColumnStretch(1, 1)
         outer.addWidget(self.table)

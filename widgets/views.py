@@ -21,8 +21,12 @@ __all__ = ["RENDER_ENV", "VIEWS", "CheetahView", "PendulumView", "StateView", "m
 #: Environment variable choosing the cheetah's drawing: ``skeleton`` (never render), a GL
 #: backend (``egl``, ``osmesa``, ``glfw``, ``cgl``: only that one), or ``auto`` / unset.
 RENDER_ENV = "IDT_DESK_RENDER"
-#: Size (width, height) of the MuJoCo render, and its frame-rate cap.
+#: Size (width, height) of the MuJoCo render before the view says its shape; the view
+#: then asks for its own aspect ratio at the same number of pixels (320 × 240); frame-rate cap.
 RENDER_SIZE = (320, 240)
+RENDER_PIXELS = 320 * 240
+#: Largest render (width and height): the offscreen buffer's size.
+RENDER_MAX = 640
 RENDER_FPS = 30.0
 _GL_BACKENDS = ("egl", "osmesa", "glfw", "cgl")
 _GL_OFF = ("disable", "disabled", "off", "false", "0")
@@ -190,11 +194,14 @@ class OffscreenRenderer:
     shadows, reflections and multisampling are off (about 10 times faster at 320×240).
     """
 
-    def __init__(self, model: Any, width: int, height: int) -> None:
+    def __init__(self, model: Any, width: int = RENDER_MAX, height: int = RENDER_MAX) -> None:
         import mujoco
 
         self.mujoco = mujoco
         self.model, self.width, self.height = model, width, height
+        # The offscreen buffer holds the largest image asked for; each render uses part of it.
+        model.vis.global_.offwidth = max(int(model.vis.global_.offwidth), width)
+        model.vis.global_.offheight = max(int(model.vis.global_.offheight), height)
         self.ctx: Any = None
         self.con: Any = None
         reasons = []
@@ -226,8 +233,6 @@ class OffscreenRenderer:
         self.perturb = mujoco.MjvPerturb()
         self.full_quality = not self.software
         self.set_quality(self.full_quality)
-        self.rect = mujoco.MjrRect(0, 0, width, height)
-        self.rgb = np.empty((height, width, 3), np.uint8)
 
     def set_quality(self, full: bool) -> None:
         """Shadows and reflections on (full) or off (cheap)."""
@@ -236,15 +241,18 @@ class OffscreenRenderer:
         self.scene.flags[flags.mjRND_SHADOW] = full
         self.scene.flags[flags.mjRND_REFLECTION] = full
 
-    def render(self, data: Any, camera: Any) -> np.ndarray:
+    def render(self, data: Any, camera: Any, width: int, height: int) -> np.ndarray:
         """An RGB image (height, width, 3), top row first, of ``data`` seen from ``camera``."""
         mj = self.mujoco
+        width, height = min(width, self.width), min(height, self.height)
         self.ctx.make_current()
         mj.mjv_updateScene(self.model, data, self.option, self.perturb, camera,
                            mj.mjtCatBit.mjCAT_ALL, self.scene)
-        mj.mjr_render(self.rect, self.scene, self.con)
-        mj.mjr_readPixels(self.rgb, None, self.rect, self.con)
-        return np.ascontiguousarray(self.rgb[::-1])
+        rect = mj.MjrRect(0, 0, width, height)
+        mj.mjr_render(rect, self.scene, self.con)
+        rgb = np.empty((height, width, 3), np.uint8)
+        mj.mjr_readPixels(rgb, None, rect, self.con)
+        return np.ascontiguousarray(rgb[::-1])
 
     def close(self) -> None:
         """Free the MuJoCo render context and the GL context (on the thread that made them)."""
@@ -282,7 +290,9 @@ class RenderWorker:
 
     def __init__(self, env_id: str, size: tuple[int, int] = RENDER_SIZE,
                  fps: float = RENDER_FPS, model_loader: Any = load_model) -> None:
-        self.env_id, self.size, self.interval = env_id, size, 1.0 / fps
+        self.env_id, self.size, self.interval = env_id, tuple(size), 1.0 / fps
+        #: Size of the newest frame.
+        self.rendered_size = (0, 0)
         self._load = model_loader
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -312,6 +322,10 @@ class RenderWorker:
                              None if qvel is None else np.array(qvel, dtype=float))
         self._wake.set()
 
+    def set_size(self, width: int, height: int) -> None:
+        """Size of the next frames (at most RENDER_MAX each way)."""
+        self.size = (max(16, min(int(width), RENDER_MAX)), max(16, min(int(height), RENDER_MAX)))
+
     def latest(self) -> tuple[int, np.ndarray | None]:
         """(frame number, newest finished frame)."""
         with self._lock:
@@ -337,7 +351,7 @@ class RenderWorker:
             model = self._load(self.env_id)
             if self._stop.is_set():
                 return
-            renderer = OffscreenRenderer(model, *self.size)
+            renderer = OffscreenRenderer(model)
             self.backend = renderer.backend
             data = mujoco.MjData(model)
             camera = _tracking_camera(mujoco, model)
@@ -373,7 +387,11 @@ class RenderWorker:
                 m = min(len(qvel), data.qvel.size)
                 data.qvel[:m] = qvel[:m]
             mujoco.mj_forward(renderer.model, data)
-            frame = renderer.render(data, camera)
+            w, h = self.size
+            # A narrow (tall) image sees less across: step back to keep the body in view.
+            camera.distance = CAMERA_DISTANCE * max(1.0, math.sqrt((4 / 3) / (w / h)))
+            frame = renderer.render(data, camera, w, h)
+            self.rendered_size = (frame.shape[1], frame.shape[0])
             dt = time.perf_counter() - t0
             with self._lock:
                 self._frame = frame
@@ -393,13 +411,17 @@ class RenderWorker:
             self._stop.wait(max(self.interval - dt, dt))
 
 
+#: The tracking camera's distance (m) at a 4:3 image.
+CAMERA_DISTANCE = 3.2
+
+
 def _tracking_camera(mujoco: Any, model: Any) -> Any:
     """A side camera that follows the torso (or the first body)."""
     cam = mujoco.MjvCamera()
     cam.type = mujoco.mjtCamera.mjCAMERA_TRACKING
     torso = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, "torso")
     cam.trackbodyid = torso if torso > 0 else min(1, model.nbody - 1)
-    cam.distance = 3.2
+    cam.distance = CAMERA_DISTANCE
     cam.azimuth = 90.0
     cam.elevation = -12.0
     return cam
@@ -416,6 +438,18 @@ class _CheetahCanvas(QWidget):
         super().__init__(view)
         self.v = view
         self.setMinimumSize(220, 160)
+
+    def render_size(self) -> tuple[int, int]:
+        """The render size for this canvas: its aspect (0.75 to 2), RENDER_PIXELS pixels."""
+        aspect = min(max(self.width() / max(self.height(), 1), 0.75), 2.0)
+        h = math.sqrt(RENDER_PIXELS / aspect)
+        return int(round(aspect * h / 4) * 4), int(round(h / 4) * 4)
+
+    def resizeEvent(self, event: Any) -> None:
+        """Ask the renderer for frames of the new shape."""
+        super().resizeEvent(event)
+        if self.v.worker is not None:
+            self.v.worker.set_size(*self.render_size())
 
     def paintEvent(self, event: Any) -> None:
         """Draw the frame (scaled, aspect kept) or the skeleton."""
@@ -440,14 +474,16 @@ class _CheetahCanvas(QWidget):
             p.setPen(QPen(QColor(120, 120, 120)))
             p.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, "waiting for data")
             return
-        # Camera follows the torso: a 3.2 m wide window, the ground a fifth up from the bottom.
+        # Camera follows the torso: at least 2.6 m across and 1.6 m up, z = 0.45 m (about the
+        # torso's height) in the middle.
         cx = v.centre_x
-        scale = min(w / 3.2, h / 1.9)
-        gy = h * 0.8
+        scale = min(w / 2.6, h / 1.6)
+        gy = h / 2 + 0.45 * scale
 
         def pt(x: float, z: float) -> QPointF:
             return QPointF(w / 2 + scale * (x - cx), gy - scale * z)
 
+        p.fillRect(QRectF(0, gy, w, h - gy), QColor(236, 237, 240))
         p.setPen(QPen(QColor(150, 150, 150), 2))
         p.drawLine(QPointF(0, gy), QPointF(w, gy))
         p.setPen(QPen(QColor(175, 175, 175), 1))
@@ -461,7 +497,8 @@ class _CheetahCanvas(QWidget):
             # The torso's own segments (to the hips) dark, each leg in its colour.
             name = v.body_names[i] if i < len(v.body_names) and j != root else ""
             color = _SKEL.get(name[:1], _SKEL[""])
-            p.setPen(QPen(color, 5, Qt.PenStyle.SolidLine, Qt.PenCapStyle.RoundCap))
+            p.setPen(QPen(color, max(4.0, 0.05 * scale), Qt.PenStyle.SolidLine,
+                          Qt.PenCapStyle.RoundCap))
             p.drawLine(pt(*a), pt(*b))
         p.setPen(Qt.PenStyle.NoPen)
         p.setBrush(QBrush(QColor(30, 30, 30)))
@@ -539,7 +576,7 @@ class CheetahView(QWidget):
             if self.worker is not None and self.worker.env_id != env_id:
                 self._stop_worker()
             if self.worker is None and self.mode != "failed":
-                self.worker = RenderWorker(str(env_id))
+                self.worker = RenderWorker(str(env_id), self.canvas.render_size())
                 self.worker.start()
                 self.poll.start()
             if self.worker is not None and (self._qpos is None or
@@ -613,7 +650,7 @@ class CheetahView(QWidget):
     def _set_caption(self) -> None:
         wk = self.worker
         if self.mode == "render" and wk is not None:
-            w, h = wk.size
+            w, h = wk.rendered_size
             fps = f" · {wk.fps:.0f} frames/s" if wk.fps > 0 else ""
             text = f"MuJoCo render ({wk.backend}) · {w}×{h}{fps}"
             tip = (f"Rendered offscreen on its own thread from a copy of the state "
