@@ -18,6 +18,7 @@ What is recorded, exactly (one transition per environment step):
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,24 @@ _CHEETAH_GROUPS = {"torso": (0, 1, 8, 9, 10), "back_leg": (2, 3, 4, 11, 12, 13),
 #: Where the shipped policies live (in the repository, beside the packages).
 POLICY_DIR = Path(__file__).resolve().parents[2] / "assets" / "policies"
 _MAX_RETURNS = 500
+
+
+_log = logging.getLogger("sources.gym")
+
+
+def _route_mujoco_warnings() -> None:
+    """MuJoCo warnings to Python logging instead of stderr and a MUJOCO_LOG.TXT in the cwd.
+
+    Gymnasium's HalfCheetah XML uses a compiler attribute MuJoCo 4 deprecates; that one is
+    logged at debug level, every other MuJoCo warning (instabilities...) as a warning.
+    """
+    import mujoco
+
+    def warn(message: str) -> None:
+        level = logging.DEBUG if "settotalmass" in message else logging.WARNING
+        _log.log(level, "MuJoCo: %s", message)
+
+    mujoco.set_mju_user_warning(warn)
 
 
 def default_policy(env_id: str) -> Path:
@@ -125,6 +144,7 @@ class GymSource(Source):
 
         super().__init__(**settings)
         env_id = self.config["env_id"]
+        _route_mujoco_warnings()
         try:
             self.env = gym.make(env_id)
         except Exception as exc:  # unknown id, missing dependency: one line

@@ -134,6 +134,9 @@ def train(
     import stable_baselines3 as sb3
     import torch
 
+    from sources.gym._source import _route_mujoco_warnings
+
+    _route_mujoco_warnings()
     torch.set_num_threads(threads)
     cls = getattr(sb3, ALGOS[algo])
     name = policy_name(env_id, algo, seed)
