@@ -214,6 +214,12 @@ def test_agency_panel_fills_table5(qtbot):
     panel.update_snapshot(SimpleNamespace(agency=_agency((True, True, True))))
     assert panel.rows["asymmetry"][3].text() == "yes, p < 0.01"
     assert "3 of 3" in panel.footer.text()
+    assert "Saturation" not in panel.footer.text()
+    # A saturated window: the panel says why nothing can hold there.
+    zero = {k: {"value": 0.0, "null_mean": 0.0, "null_std": 0.0, "p": 1.0, "holds": False}
+            for k in ("choice", "effect", "asymmetry")}
+    panel.update_snapshot(SimpleNamespace(agency=zero, windows={"unique_frac": np.ones(3)}))
+    assert "0 of 3" in panel.footer.text() and "Saturation 100%" in panel.footer.text()
     panel.reset()
     assert panel.rows["effect"][1].text() == "—" and panel.rows["effect"][3].text() == "…"
 

@@ -25,6 +25,8 @@ _YES = ("QLabel { background: #3aa757; color: white; border-radius: 5px; padding
 _NO = ("QLabel { background: #b9bec6; color: #202124; border-radius: 5px; padding: 1px 5px; "
        "font-size: 11px; }")
 _WAIT = "QLabel { color: #6b7079; padding: 1px 5px; font-size: 11px; }"
+#: Saturation (distinct transitions / W) above which the panel says why nothing can hold.
+SATURATED = 0.95
 PASSIVE_TEXT = ("<b>Passive system</b>: no action, so no choice or effect "
                 "(Table 5's physical systems).")
 
@@ -35,6 +37,14 @@ def _bits(x: Any) -> str:
     except (TypeError, ValueError):
         return "—"
     return "—" if not math.isfinite(v) else f"{v:.3f}"
+
+
+def _saturation(snap: Any) -> float | None:
+    """The latest window's distinct (S, A, S') fraction, rounded (None: unknown)."""
+    u = (getattr(snap, "windows", None) or {}).get("unique_frac")
+    if u is None or not len(u) or not math.isfinite(float(u[-1])):
+        return None
+    return round(float(u[-1]), 2)
 
 
 def _verdict_text(c: dict[str, Any]) -> tuple[str, str]:
@@ -157,8 +167,9 @@ class AgencyPanel(QGroupBox):
         agency = getattr(snap, "agency", None)
         if not agency:
             return  # none yet (or a passive source): what reset() shows stays
-        key = (agency.get("window_end"), *(tuple(sorted((agency.get(k) or {}).items()))
-                                            for k, *_ in CONDITIONS))
+        sat = _saturation(snap)
+        key = (agency.get("window_end"), sat, *(tuple(sorted((agency.get(k) or {}).items()))
+                                                 for k, *_ in CONDITIONS))
         if key == self._key:
             return
         self._key = key
@@ -185,4 +196,17 @@ class AgencyPanel(QGroupBox):
         where = f"the W transitions up to {int(end):,}" if end is not None else \
             "the latest window"
         shuffles = f"; {int(draws)} draws" if draws else ""
-        self._text(self.footer, f"<b>{held} of 3</b> conditions hold on {where}{shuffles}")
+        text = f"<b>{held} of 3</b> conditions hold on {where}{shuffles}"
+        if sat is not None and sat >= SATURATED:
+            text += (f"<br><span style='color:#8a5a00'>Saturation {sat:.0%}: nearly all "
+                     "transitions distinct; the estimates cannot show choice or effect "
+                     "here (estimator limit).</span>")
+            tip = ("Nearly every (S, A, S') of the window is distinct: plug-in entropies "
+                   "saturate, so H(A|S) and MI(A;S'|S) are near 0 whatever the policy does. "
+                   "An estimator limit, not a finding: fewer bins, a larger window or "
+                   "dimensionality reduction.")
+        else:
+            tip = ""
+        self._text(self.footer, text)
+        if self.footer.toolTip() != tip:
+            self.footer.setToolTip(tip)

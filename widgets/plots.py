@@ -518,9 +518,10 @@ class ReturnPlot(pg.PlotWidget):
     def update_info(self, info: dict[str, Any]) -> None:
         """Plot ``info["episode_returns"]`` when it has changed."""
         pairs = info.get("episode_returns")
-        if not pairs:
+        if pairs is None or len(pairs) == 0:
             return
-        key = (len(pairs), tuple(pairs[-1]), tuple(pairs[0]))
+        key = (len(pairs), tuple(np.asarray(pairs[-1]).tolist()),
+               tuple(np.asarray(pairs[0]).tolist()))
         if key == self._key:
             return
         self._key = key
