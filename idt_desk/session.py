@@ -59,8 +59,8 @@ WINDOW_COLUMNS = (
 PACE_SLICE = 0.02
 #: At maximum speed, chunks of this many ``source.chunk`` per step (fast sources).
 MAX_SPEED_CHUNKS = 40
-#: Wall seconds between two computations of the agency conditions (about 40 ms each: 2 %).
-AGENCY_EVERY = 2.0
+#: Wall seconds between two computations of the agency conditions (about 40 ms each: <1 %).
+AGENCY_EVERY = 5.0
 _FLAG_OF = {"P": "x_P", "H_f": "x_H_f", "H_b": "x_H_b", "dH": "x_dH", "IDT": "x_IDT",
             "reward": "x_reward"}
 

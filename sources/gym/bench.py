@@ -8,8 +8,9 @@
   monitor, agency panel);
 - **IDT + recording**: the same, writing a recording.
 
-The three are measured in rounds, interleaved, and the best round of each is kept, so machine
-noise hits all three alike; the ratios are what the bench reports.
+After a warm-up session (numba's kernels load once per process), the three are measured in
+rounds, interleaved, and the best round of each is kept, so machine noise hits all three
+alike; the ratios are what the bench reports.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ def bench_rl(policy: str = "", steps: int = 6000, rounds: int = 3, print_fn=prin
     policy = policy or str(default_policy("HalfCheetah-v5"))
     best = {"bare": 0.0, "IDT": 0.0, "IDT + recording": 0.0}
     with tempfile.TemporaryDirectory() as tmp:
+        # Warm-up: loading the numba kernels from their cache (about 1 s) is start-up, not
+        # a cost per step.
+        _session(policy, 1500, Path(tmp) / "warm-up")
         for r in range(rounds):
             best["bare"] = max(best["bare"], _bare(policy, steps))
             best["IDT"] = max(best["IDT"], _session(policy, steps, None))
