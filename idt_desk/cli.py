@@ -535,6 +535,8 @@ def _add_gui(sub: argparse._SubParsersAction) -> None:
                    help="folder for recordings; with --start, record from the start")
     p.add_argument("--perturb", action="append", default=[], metavar="SPEC",
                    help="with --start, schedule a perturbation: NAME[:k=v,...]@START[-END] (s)")
+    p.add_argument("--modulate", action="append", default=[], metavar="SPEC",
+                   help="with --start, schedule a modulation: NAME[:k=v,...]@START[-END] (s)")
     p.add_argument("--screenshot", type=Path, help="save a PNG of the window, then quit")
     p.add_argument("--quit-after", type=float, default=None,
                    help="seconds before the screenshot / quitting")
@@ -554,12 +556,14 @@ def _run_gui(args: argparse.Namespace) -> int:
         check_out_dir(args.screenshot.parent, "--screenshot")
         if args.screenshot.is_dir():
             raise InputError(f"--screenshot {args.screenshot}: is a directory; give a file")
-    if args.perturb and not args.start:
-        raise InputError(f"--perturb {args.perturb[0]}: needs --start (scheduled times count "
-                         "from the session's start)")
+    for option, specs in (("--perturb", args.perturb), ("--modulate", args.modulate)):
+        if specs and not args.start:
+            raise InputError(f"{option} {specs[0]}: needs --start (scheduled times count "
+                             "from the session's start)")
     source = build_source(args.source, args.set)
     try:
-        schedule = schedule_switches(args.perturb, source)
+        schedule = [*schedule_switches(args.perturb, source),
+                    *schedule_switches(args.modulate, source, kind="modulate")]
     finally:
         source.close()
     settings = {k: source.config[k] for k in key_values(args.set, "--set")}
