@@ -647,7 +647,11 @@ class Session:
                 self._alarm[m] = bool(flags[m][judged[-1]] == 1.0)
         onset = self._onset
         if onset is not None and onset["latency"] is None:
+            # Windows that hold perturbed transitions: ending after the onset and, once it is
+            # off, starting before it went off.
             seen = judged[ends[judged] > onset["i"]]
+            if onset.get("off_i") is not None:
+                seen = seen[table["start"][seen] < onset["off_i"]]
             if seen.size and onset["first_window"] is None:
                 onset["first_window"] = self._ring.total + int(seen[0])
             hits = seen[flags["IDT"][seen] == 1.0]
@@ -656,6 +660,11 @@ class Session:
         if self._auto is not None:
             for j, what in self._auto.update(idt):
                 self._auto_switch(what, int(ends[judged[j]]), int(table["start"][judged[j]]))
+
+    def _onset_off(self, name: str | None, i: int) -> None:
+        """The perturbation latency is measured from has gone off at transition ``i``."""
+        if self._onset is not None and self._onset["name"] == name:
+            self._onset["off_i"] = i
 
     def _auto_switch(self, what: str, at: int, window_start: int) -> None:
         name = self._auto.modulation
@@ -776,6 +785,7 @@ class Session:
                 else:
                     self._event("perturbation_on", name=name, params=resolved)
             else:
+                self._onset_off(name, self.n_transitions)
                 self._event("perturbation_off", name=name)
         elif kind == "modulate":
             name, params = args["name"], args["params"]
@@ -863,6 +873,8 @@ class Session:
             if kind in ("perturbation_on", "perturbation_pulse"):
                 self._onset = {"name": fields.get("name"), "i": i, "first_window": None,
                                "latency": None}
+            elif kind == "perturbation_off":
+                self._onset_off(fields.get("name"), i)
             self._event(kind, at=i, **fields)
 
     def _run(self) -> None:

@@ -214,3 +214,29 @@ def test_auto_modulation_switches_at_the_window_that_triggered_it():
     np.testing.assert_array_equal(p_max, p_slow)
     ends = set(session.snapshot(limit=1000).windows["end"].astype(int))
     assert all(i in ends for _, i in sw_max)
+
+
+def test_an_alarm_after_a_perturbation_went_off_is_not_its_detection():
+    """Latency counts only windows holding perturbed transitions."""
+    session = Session(SessionConfig(speed=None, bins=4, window=40, stride=10,
+                                    calibration_windows=2, baseline_windows=5),
+                      source=ToySource())
+    session.schedule(400, "perturb", name="obs_noise", params={"sigma": 0.0})
+    session.schedule(500, "perturb", name="obs_noise", params=None)
+    real_update = session.monitor.update
+    seen = [2]  # the monitor sees windows from index 2 on (after 2 calibration windows)
+
+    def alarm_late(windows):
+        flags = real_update(windows)
+        k = np.arange(seen[0], seen[0] + len(flags["IDT"]))
+        seen[0] += len(k)
+        # Alarm only in windows that start after the perturbation went off (start = 10 k).
+        flags["IDT"] = 10 * k >= 520
+        return flags
+
+    session.monitor.update = alarm_late  # type: ignore[method-assign]
+    run_headless(session, steps=1000)
+    snap = session.snapshot(1)
+    assert snap.alarm["IDT"]  # the late alarm did fire...
+    onset = snap.onset  # ...but it is not the perturbation's detection
+    assert onset["i"] == 400 and onset["off_i"] == 500 and onset["latency"] is None

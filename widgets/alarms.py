@@ -239,12 +239,16 @@ class AlarmPanel(QGroupBox):
             text = "No perturbation yet"
         else:
             name = self.names.get(onset["name"], onset["name"])
+            first = onset.get("first_window")
             if onset.get("latency") is not None:
-                text = (f"Detected <b>{onset['latency']}</b> windows after the onset "
+                n = onset["latency"]
+                text = (f"Detected <b>{n}</b> window{'s' if n != 1 else ''} after the onset "
                         f"of <i>{name}</i>")
+            elif onset.get("off_i") is not None:
+                text = f"<i>{name}</i> is off again: not detected while it was on"
             else:
-                first = onset.get("first_window")
-                since = "" if first is None else f" ({snap.n_windows - first} windows since)"
+                n = None if first is None else snap.n_windows - first
+                since = "" if n is None else f" ({n} window{'s' if n != 1 else ''} since)"
                 text = f"<i>{name}</i> on: not detected yet{since}"
         if text != self.latency.text():
             self.latency.setText(text)

@@ -608,6 +608,8 @@ class MainWindow(QMainWindow):
         try:
             settings = self.settings_form.values()
             source = cls(**settings)
+            # Show what the source resolved (the RL source's default policy, say).
+            self.settings_form.set_values(source.config)
             pipe = self._pipeline()
             if cls.name == "replay":
                 pipe = {}  # a replay re-runs the recording's own pipeline

@@ -530,6 +530,9 @@ class ReturnPlot(pg.PlotWidget):
         # Many episodes: the line alone (dots would blot it out).
         self.curve.setSymbol("o" if len(x) <= 60 else None)
         self.curve.setData(x, y)
+        # Episodes are whole numbers: ticks on integers, about eight of them.
+        step = max(1, math.ceil((x[-1] - x[0] + 1) / 8))
+        self.getPlotItem().getAxis("bottom").setTickSpacing(step, step)
         best = float(np.nanmax(y)) if len(y) else math.nan
         self._title(f"Episode return — last {y[-1]:,.1f}, best {best:,.1f} "
                     f"({len(x)} episode{'s' if len(x) != 1 else ''})")

@@ -291,6 +291,8 @@ class RenderWorker:
     def __init__(self, env_id: str, size: tuple[int, int] = RENDER_SIZE,
                  fps: float = RENDER_FPS, model_loader: Any = load_model) -> None:
         self.env_id, self.size, self.interval = env_id, tuple(size), 1.0 / fps
+        #: Draw a planar runner's x modulo FLOOR_PERIOD (its first joint is the root slide).
+        self.wrap_x = env_id.lower().startswith("halfcheetah")
         #: Size of the newest frame.
         self.rendered_size = (0, 0)
         self._load = model_loader
@@ -383,6 +385,11 @@ class RenderWorker:
             t0 = time.perf_counter()
             n = min(len(qpos), data.qpos.size)
             data.qpos[:n] = qpos[:n]
+            if self.wrap_x:
+                # The floor is a finite plane (±40 m for HalfCheetah) and an episode runs
+                # ~90 m: draw the body over the floor's tiles (the scene does not depend on
+                # x), not in the void beyond its edge.
+                data.qpos[0] = math.remainder(float(data.qpos[0]), FLOOR_PERIOD)
             if qvel is not None:
                 m = min(len(qvel), data.qvel.size)
                 data.qvel[:m] = qvel[:m]
@@ -410,6 +417,10 @@ class RenderWorker:
             # At most `fps` frames a second, and never more than half of one core.
             self._stop.wait(max(self.interval - dt, dt))
 
+
+#: HalfCheetah's floor is an 80 m plane with its checker texture repeated 60 times: 20 m is a
+#: whole number of repeats (15), so x drawn modulo 20 m keeps the pattern continuous.
+FLOOR_PERIOD = 80.0 / 60.0 * 15
 
 #: The tracking camera's distance (m) at a 4:3 image.
 CAMERA_DISTANCE = 3.2
