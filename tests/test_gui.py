@@ -234,7 +234,7 @@ def test_kick_with_period_0_is_a_one_shot_marker(qtbot, window):
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
     assert button.isChecked()
     qtbot.waitUntil(lambda: len(window.plots._regions) == 1, timeout=WAIT)
-    assert _period_labels(window) == ["Kick"]
+    assert _period_labels(window) == ["Kick · period=0.5"]  # a repeating kick: a band
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: "kick" not in window.session.snapshot(1).active_perturbations,
                     timeout=WAIT)
@@ -359,7 +359,8 @@ def test_agent_source_gets_generated_modulation_panel(qtbot, window):
                     timeout=WAIT)
     assert window.session.snapshot(1).active_modulations["hold"]["mode"] == "repeat"
     qtbot.waitUntil(lambda: len(window.plots._regions) == 1, timeout=WAIT)  # shaded
-    assert _period_labels(window) == ["Hold"]  # labelled with the modulation's name
+    # Labelled with the modulation's name and the parameter that differs from its default.
+    assert _period_labels(window) == ["Hold · mode=repeat"]
     assert "modulation" in _legend_texts(window)
 
 

@@ -324,3 +324,26 @@ def test_window_with_cheetah_source(qtbot, tmp_path):
     w.close()
     assert not w.timer.isActive() and not w.session.running
     assert not _render_threads()  # the view's thread is gone with the window
+
+
+def test_band_labels_name_the_parameters_that_differ_from_the_declared_ones(qtbot):
+    from widgets.plots import MetricPlots, _periods
+
+    plots = MetricPlots()
+    qtbot.addWidget(plots)
+    plots.set_source({"act_noise_1": "Action noise 1 %", "hold": "Hold"}, True, False,
+                     defaults={"act_noise_1": {"percent": 1.0},
+                               "hold": {"mode": "scale", "scale": 0.5, "probability": 0.5}})
+    events = [
+        {"kind": "perturbation_on", "name": "act_noise_1", "t": 1.0,
+         "params": {"percent": 5.0, "scale": [1.0, 2.0]}},
+        {"kind": "perturbation_off", "name": "act_noise_1", "t": 2.0},
+        {"kind": "modulation_on", "name": "hold", "t": 3.0,
+         "params": {"mode": "repeat", "scale": 0.5, "probability": 0.5}},
+    ]
+    periods = _periods(events, now=4.0)
+    assert [p[:4] for p in periods] == [(1.0, 2.0, "perturbation", "act_noise_1"),
+                                        (3.0, 4.0, "modulation", "hold")]
+    labels = [plots._label(p[3], p[4]) for p in periods]
+    assert labels == ["Action noise 1 % · percent=5", "Hold · mode=repeat"]
+    assert plots._label("hold", (("mode", "scale"),)) == "Hold"

@@ -413,8 +413,11 @@ class MainWindow(QMainWindow):
         self.agency.set_passive(not cls.action_names)
         names = {p.name: p.label for p in (*cls.perturbations, *cls.modulations)}
         self.alarms.names = names
-        self.plots.set_source(names, has_modulation=bool(cls.modulations),
-                              has_impulse=any(p.impulse for p in cls.perturbations))
+        self.plots.set_source(
+            names, has_modulation=bool(cls.modulations),
+            has_impulse=any(p.impulse for p in cls.perturbations),
+            defaults={d.name: {q.name: q.default for q in d.params}
+                      for d in (*cls.perturbations, *cls.modulations)})
         if self.session is None or not self.session.snapshot(limit=1).n_windows:
             self.plots.show_hint(self._idle_hint())
         self.alarms.set_reward_visible(has_reward)

@@ -165,6 +165,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         self._label_span = 0.0
         #: Display names of perturbations and modulations (name -> label) for the plots.
         self.names: dict[str, str] = {}
+        self.defaults: dict[str, dict[str, Any]] = {}
         self._has_modulation = False
         self._has_impulse = False
         self._seen_undefined = False
@@ -195,9 +196,15 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             else:
                 plot.hideAxis("bottom")
 
-    def set_source(self, names: dict[str, str], has_modulation: bool, has_impulse: bool) -> None:
-        """What the legend and the period labels need to know about the selected source."""
+    def set_source(self, names: dict[str, str], has_modulation: bool, has_impulse: bool,
+                   defaults: dict[str, dict[str, Any]] | None = None) -> None:
+        """What the legend and the period labels need to know about the selected source.
+
+        ``defaults`` (declared parameter defaults by perturbation / modulation name) lets a
+        band's label name the parameters that differ from them ("Hold · mode=repeat").
+        """
         self.names = dict(names)
+        self.defaults = dict(defaults or {})
         self._has_modulation = has_modulation
         self._has_impulse = has_impulse
         self._update_legend()
@@ -382,7 +389,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         self._periods_key = key
         if same_shape and len(self._regions) == len(periods):
             # Only open periods grew: move their ends instead of rebuilding the items.
-            for (t0, t1, _k, _n), items in zip(periods, self._regions, strict=True):
+            for (t0, t1, *_), items in zip(periods, self._regions, strict=True):
                 for r in items:
                     r.setRegion((t0, t1))
             return
@@ -390,7 +397,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             for plot, item in zip(self.plots.values(), items, strict=True):
                 plot.removeItem(item)
         self._regions = []
-        for t0, t1, kind, name in periods:
+        for t0, t1, kind, name, params in periods:
             color = _PERTURB if kind == "perturbation" else _MODULATE
             items = []
             for key_, plot in self.plots.items():
@@ -399,13 +406,21 @@ class MetricPlots(pg.GraphicsLayoutWidget):
                 r.setZValue(-30)
                 if key_ == "P":
                     # The name at the top of the band, on the top plot only.
-                    pg.InfLineLabel(r.lines[0], text=self.names.get(name, name),
+                    pg.InfLineLabel(r.lines[0], text=self._label(name, params),
                                     position=_LABEL_ROWS[0], anchors=[(0, 0.5), (0, 0.5)],
                                     color=_TEXT[kind], fill=(255, 255, 255, 190))
                 plot.addItem(r, ignoreBounds=True)
                 items.append(r)
             self._regions.append(tuple(items))
         self._stack_labels(force=True)
+
+    def _label(self, name: str, params: tuple[tuple[str, Any], ...]) -> str:
+        """A band's label: the name, and the parameters that differ from the declared ones."""
+        default = self.defaults.get(name, {})
+        changed = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in params
+                   if k in default and v != default[k]]
+        label = self.names.get(name, name)
+        return f"{label} · {', '.join(changed)}" if changed else label
 
     def _set_pulses(self, pulses: list[tuple[float, str]]) -> None:
         """Vertical lines at one-shot impulses (a kick), labelled with the name on P."""
@@ -566,23 +581,30 @@ def _waiting_text(snap: Snapshot) -> str:
     return f"Waiting for the first window{paused}…"
 
 
-def _periods(events: list[dict[str, Any]], now: float) -> list[tuple[float, float, str, str]]:
-    """(start, end, kind, name) of every perturbation / modulation period in the event log."""
-    open_: dict[tuple[str, str], float] = {}
+def _periods(events: list[dict[str, Any]], now: float
+             ) -> list[tuple[float, float, str, str, tuple]]:
+    """(start, end, kind, name, params) of every perturbation / modulation period.
+
+    From the event log; ``params`` are the switch-on event's scalar parameters, sorted.
+    """
+    open_: dict[tuple[str, str], tuple[float, tuple]] = {}
     out = []
     for ev in events:
         kind = ev.get("kind", "")
         for what in ("perturbation", "modulation"):
             key = (what, str(ev.get("name")))
-            if kind == f"{what}_on":
-                open_.setdefault(key, float(ev.get("t", now)))
+            if kind == f"{what}_on" and key not in open_:
+                params = tuple(sorted((k, v) for k, v in (ev.get("params") or {}).items()
+                                      if isinstance(v, bool | int | float | str)))
+                open_[key] = (float(ev.get("t", now)), params)
             elif kind == f"{what}_off" and key in open_:
-                out.append((open_.pop(key), float(ev.get("t", now)), what, key[1]))
-    for (what, name), t0 in open_.items():
+                t0, params = open_.pop(key)
+                out.append((t0, float(ev.get("t", now)), what, key[1], params))
+    for (what, name), (t0, params) in open_.items():
         # An onset after the latest window's end: a zero-width period until windows catch up.
-        out.append((t0, max(now, t0), what, name))
+        out.append((t0, max(now, t0), what, name, params))
     # Round so an open period's growing end does not rebuild items every frame for nothing.
-    return sorted((round(a, 2), round(b, 2), k, n) for a, b, k, n in out)
+    return sorted((round(a, 2), round(b, 2), k, n, p) for a, b, k, n, p in out)
 
 
 def _pulses(switches: list[dict[str, Any]]) -> list[tuple[float, str]]:
