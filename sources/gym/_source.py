@@ -18,6 +18,7 @@ What is recorded, exactly (one transition per environment step):
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -64,16 +65,26 @@ def _route_mujoco_warnings() -> None:
 
 
 def default_policy(env_id: str) -> Path:
-    """The shipped policy for ``env_id``: SAC seed 0 if it ships, else PPO seed 0."""
-    stem = env_id.lower()
-    for name in (f"{stem}-sac-seed0.zip", f"{stem}-ppo-seed0.zip"):
-        if (POLICY_DIR / name).exists():
-            return POLICY_DIR / name
-    if stem.startswith("halfcheetah"):
-        # A v5 policy acts in v4 too: the same 17 observations and 6 torques.
-        for name in ("halfcheetah-v5-sac-seed0.zip", "halfcheetah-v5-ppo-seed0.zip"):
-            if (POLICY_DIR / name).exists():
-                return POLICY_DIR / name
+    """The shipped policy for ``env_id`` whose model card reports the best stochastic return.
+
+    A HalfCheetah-v5 policy also serves HalfCheetah-v4 (the same 17 observations and 6
+    torques).
+    """
+    stems = [env_id.lower()]
+    if stems[0].startswith("halfcheetah"):
+        stems.append("halfcheetah-v5")
+    for stem in stems:
+        best: tuple[float, Path] | None = None
+        for card in sorted(POLICY_DIR.glob(f"{stem}-*.json")):
+            zip_path = card.with_suffix(".zip")
+            try:
+                score = float(json.loads(card.read_text())["return_stochastic"]["mean"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if zip_path.exists() and (best is None or score > best[0]):
+                best = (score, zip_path)
+        if best is not None:
+            return best[1]
     raise PolicyError(f"no shipped policy for {env_id} in {POLICY_DIR}: set 'policy' to an SB3 "
                       "zip (train one with `idt-desk train`)")
 
