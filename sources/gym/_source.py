@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from idt_desk.presets import PRESETS
 from idt_desk.source import DIM_REDUCTION, HOLD, INPUT_FILTER, Batch, Param, Perturbation, Source
 from sources.gym._policy import FrozenPolicy, PolicyError
 
@@ -39,8 +40,8 @@ HALFCHEETAH_OBS = (
 #: HalfCheetah's 6 torques.
 HALFCHEETAH_ACTIONS = ("bthigh", "bshin", "bfoot", "fthigh", "fshin", "ffoot")
 #: The body-part groups of the cheetah preset, by name (paper §10.3).
-_CHEETAH_GROUPS = {"torso": (0, 1, 8, 9, 10), "back_leg": (2, 3, 4, 11, 12, 13),
-                   "front_leg": (5, 6, 7, 14, 15, 16)}
+_CHEETAH_GROUPS = dict(zip(("torso", "back_leg", "front_leg"), PRESETS["cheetah"].state_groups,
+                           strict=True))
 #: Where the shipped policies live (in the repository, beside the packages).
 POLICY_DIR = Path(__file__).resolve().parents[2] / "assets" / "policies"
 _MAX_RETURNS = 500
