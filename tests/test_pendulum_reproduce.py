@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 
 from idt_desk._io import InputError
+from idt_desk.experiment import DASK_MISSING
 from sources.pendulum.bench import bench_pendulum
 from sources.pendulum.reproduce import (
-    DASK_MISSING,
     ReproduceConfig,
     add_arguments,
     format_tables,

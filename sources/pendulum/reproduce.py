@@ -46,12 +46,9 @@ package). The same seed gives bit-identical per-run numbers whatever the executo
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import math
-import multiprocessing
-import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,7 +59,13 @@ import pandas as pd
 from idt_desk._engine import sliding_metrics
 from idt_desk._io import InputError, Trajectory
 from idt_desk._validate import check_int, check_out_dir
-from idt_desk.analyze import summarize, summary_document, symbolize_trajectory, write_summary
+from idt_desk.analyze import summarize, summary_document, symbolize_trajectory
+from idt_desk.experiment import (
+    default_workers,
+    executor_description,
+    run_tasks,
+    write_report,
+)
 from idt_desk.presets import Preset, get_preset
 from sources.pendulum._dynamics import (
     VALID_DRIFT,
@@ -109,8 +112,6 @@ SUMMARY_METRICS = (*RUN_METRICS, "FTLE")
 #: Upper bounds of ``--runs`` and ``--seconds`` (a run's trajectory is held in memory).
 MAX_RUNS = 1_000_000
 MAX_SECONDS = 3600.0
-
-DASK_MISSING = "install the dask extra: pip install 'idt-desk[dask]'"
 
 # The paper's published values, copied from its text: Table 1 (P across runs), Table 2
 # (H_f = H(S'|S), H_b = H(S|S'), dH) and Table 8 (FTLE and P, mean and std), per batch.
@@ -171,13 +172,6 @@ _METRIC_LABELS = {
 # ---------------------------------------------------------------------------------------------
 # Configuration, tasks and per-run results
 # ---------------------------------------------------------------------------------------------
-
-
-def _default_workers() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -255,7 +249,7 @@ class ReproduceConfig:
     def to_dict(self, preset: Preset | None = None) -> dict[str, Any]:
         """JSON-able description (with the preset and the fixed simulation settings)."""
         preset = preset or get_preset(self.preset_name)
-        workers = None if self.scheduler else (self.workers or _default_workers())
+        workers = None if self.scheduler else (self.workers or default_workers())
         return {
             "batch": self.batch,
             "preset": preset.to_dict(),
@@ -426,53 +420,6 @@ def simulate_run(task: RunTask) -> RunResult:
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# Execution
-# ---------------------------------------------------------------------------------------------
-
-
-def _is_dask(executor: object) -> bool:
-    return type(executor).__module__.split(".")[0] == "distributed"
-
-
-def _dask_client(address: str) -> Any:
-    try:
-        from distributed import Client
-    except ImportError:
-        raise InputError(DASK_MISSING) from None
-    try:
-        return Client(address, timeout="20s")
-    except (OSError, TimeoutError, ValueError) as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise InputError(f"cannot connect to the Dask scheduler at {address}: {msg}") from None
-
-
-def _execute(executor: Any, tasks: list[RunTask], progress: bool) -> list[RunResult]:
-    from tqdm.auto import tqdm
-
-    if _is_dask(executor):
-        from distributed import as_completed as dask_as_completed
-
-        # pure=False: never reuse a cached result under a content-hashed key.
-        futures = [executor.submit(simulate_run, t, pure=False) for t in tasks]
-        done: Iterable[Any] = dask_as_completed(futures)
-    else:
-        futures = [executor.submit(simulate_run, t) for t in tasks]
-        done = concurrent.futures.as_completed(futures)
-    results = []
-    try:
-        with tqdm(total=len(tasks), disable=not progress, desc="pendulum runs",
-                  unit="run") as bar:
-            for fut in done:
-                results.append(fut.result())
-                bar.update(1)
-    except BaseException:
-        for fut in futures:
-            fut.cancel()
-        raise
-    return sorted(results, key=lambda r: r.run)
-
-
 @dataclass
 class ReproduceResult:
     """A finished reproduction.
@@ -584,25 +531,9 @@ def reproduce(
     preset = config.validate()
     tasks = make_tasks(config)
     t0 = time.perf_counter()
-    owned = None
-    if executor is None:
-        if config.scheduler:
-            executor = owned = _dask_client(config.scheduler)
-        else:
-            workers = min(config.workers or _default_workers(), len(tasks))
-            # spawn: safe whatever threads the caller has (a GUI, a Dask client, tqdm's
-            # monitor); numba's on-disk cache keeps the workers' start cheap.
-            executor = owned = concurrent.futures.ProcessPoolExecutor(
-                max_workers=workers, mp_context=multiprocessing.get_context("spawn")
-            )
-    try:
-        results = _execute(executor, tasks, progress)
-    finally:
-        if owned is not None:
-            if _is_dask(owned):
-                owned.close()  # not shutdown(): that would stop a shared scheduler
-            else:
-                owned.shutdown(wait=True, cancel_futures=True)
+    results = run_tasks(simulate_run, tasks, executor=executor, workers=config.workers,
+                        scheduler=config.scheduler, progress=progress, desc="pendulum runs",
+                        unit="run")
     wall = time.perf_counter() - t0
     summary = _summary(config, preset, results, wall)
     table = pd.DataFrame([r.row() for r in results])
@@ -649,7 +580,7 @@ def format_tables(summary: dict[str, Any]) -> str:
     pre = cfg["preset"]
     ours = f"this run, batch {batch} ({summary['valid_runs']} valid runs)"
     theirs = f"paper, {ordinal} batch"
-    where = cfg["scheduler"] or f"{cfg['workers']} worker process(es)"
+    where = executor_description(cfg["workers"], cfg["scheduler"])
     lines = [
         f"# Double pendulum, batch {batch}: reproduction of the paper's Tables 1, 2 and 8",
         "",
@@ -777,19 +708,14 @@ def write_outputs(result: ReproduceResult, out: Path) -> list[Path]:
         The files written.
 
     """
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "runs.csv", out / "summary.json", out / "table.md", out / "ftle_vs_p.png"]
-    result.runs.to_csv(paths[0], index=False)
-    write_summary(result.summary, paths[1])
-    paths[2].write_text(format_tables(result.summary))
     cfg = result.config
-    plot_ftle_vs_p(
-        result.runs, paths[3],
-        f"Double pendulum batch {cfg.batch}: {result.summary['valid_runs']} runs × "
-        f"{cfg.seconds:g} s (cf. the paper's Figure 5)",
+    title = (f"Double pendulum batch {cfg.batch}: {result.summary['valid_runs']} runs × "
+             f"{cfg.seconds:g} s (cf. the paper's Figure 5)")
+    return write_report(
+        out, rows=result.runs, rows_name="runs.csv", summary=result.summary,
+        markdown=format_tables(result.summary),
+        figure=lambda path: plot_ftle_vs_p(result.runs, path, title), figure_name="ftle_vs_p.png",
     )
-    return paths
 
 
 # ---------------------------------------------------------------------------------------------
@@ -839,7 +765,7 @@ def run(args: argparse.Namespace, print_fn: Callable[[str], None] = print) -> in
     result = reproduce(config, progress=not args.no_progress)
     print_fn(format_tables(result.summary).rstrip("\n"))
     s = result.summary
-    where = config.scheduler or f"{s['config']['workers']} worker process(es)"
+    where = executor_description(s["config"]["workers"], config.scheduler)
     print_fn("")
     print_fn(
         f"wall time: {result.wall_seconds:.1f} s for {s['runs']} runs × {config.seconds:g} s "

@@ -1,0 +1,206 @@
+"""Running a reproduction's independent tasks, and writing what it found.
+
+Every ``idt-desk reproduce ...`` command is a list of small, picklable tasks (a pendulum run,
+a group of cheetah trials) and a function that does one. :func:`run_tasks` executes them
+
+- on local worker processes (a spawn-context ``ProcessPoolExecutor``, one per core by
+  default), or
+- on a Dask cluster (``scheduler="tcp://host:8786"``; the workers must be able to import
+  this package and the source's), or
+- on any executor the caller passes (anything with ``submit(fn, arg)`` returning futures; a
+  ``dask.distributed.Client`` is recognised),
+
+with a progress bar, and returns the results in task order whatever order they finished in.
+:func:`write_report` writes the outputs every reproduction has: a per-row CSV, the shared
+``summary.json`` layout (:func:`idt_desk.analyze.summary_document`), a Markdown table and a
+figure.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from idt_desk._io import InputError
+
+__all__ = ["DASK_MISSING", "dask_client", "default_workers", "executor_description", "run_tasks",
+           "write_report"]
+
+DASK_MISSING = "install the dask extra: pip install 'idt-desk[dask]'"
+
+
+def default_workers() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _is_dask(executor: object) -> bool:
+    return type(executor).__module__.split(".")[0] == "distributed"
+
+
+def dask_client(address: str) -> Any:
+    """A ``dask.distributed.Client`` to ``address``.
+
+    Raises
+    ------
+    InputError
+        Dask is not installed, or the scheduler does not answer.
+
+    """
+    try:
+        from distributed import Client
+    except ImportError:
+        raise InputError(DASK_MISSING) from None
+    try:
+        return Client(address, timeout="20s")
+    except (OSError, TimeoutError, ValueError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"cannot connect to the Dask scheduler at {address}: {msg}") from None
+
+
+def run_tasks(
+    fn: Callable[[Any], Any],
+    tasks: Sequence[Any],
+    *,
+    executor: Any | None = None,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    progress: bool = True,
+    desc: str = "tasks",
+    unit: str = "task",
+    weight: Callable[[Any], int] | None = None,
+) -> list[Any]:
+    """``[fn(t) for t in tasks]``, run in parallel, with a progress bar.
+
+    Parameters
+    ----------
+    fn
+        A module-level function (it is pickled by reference).
+    tasks
+        Its arguments, one per call.
+    executor
+        Runs the calls and is left open. By default one is made and closed at the end,
+        pending calls cancelled on an error or Ctrl-C.
+    workers
+        Processes of the default ``ProcessPoolExecutor`` (spawn context; default: all cores).
+    scheduler
+        Address of a Dask scheduler: a ``Client`` to it is the default executor instead.
+    progress, desc, unit
+        The tqdm bar on stderr.
+    weight
+        How many ``unit`` one task counts for on the bar (default 1).
+
+    Returns
+    -------
+    list
+        The results, in the order of ``tasks``.
+
+    Raises
+    ------
+    InputError
+        Dask missing (``scheduler``) or an unreachable scheduler.
+
+    """
+    from tqdm.auto import tqdm
+
+    tasks = list(tasks)
+    if not tasks:
+        return []
+    owned = None
+    if executor is None:
+        if scheduler:
+            executor = owned = dask_client(scheduler)
+        else:
+            # spawn: safe whatever threads the caller has (a GUI, a Dask client, tqdm's
+            # monitor); numba's on-disk cache keeps the workers' start cheap.
+            executor = owned = concurrent.futures.ProcessPoolExecutor(
+                max_workers=min(workers or default_workers(), len(tasks)),
+                mp_context=multiprocessing.get_context("spawn"),
+            )
+    try:
+        if _is_dask(executor):
+            from distributed import as_completed as dask_as_completed
+
+            # pure=False: never reuse a cached result under a content-hashed key.
+            futures = [executor.submit(fn, t, pure=False) for t in tasks]
+            done: Iterable[Any] = dask_as_completed(futures)
+        else:
+            futures = [executor.submit(fn, t) for t in tasks]
+            done = concurrent.futures.as_completed(futures)
+        index = {id(f): j for j, f in enumerate(futures)}
+        results: list[Any] = [None] * len(tasks)
+        total = sum(weight(t) for t in tasks) if weight else len(tasks)
+        try:
+            with tqdm(total=total, disable=not progress, desc=desc, unit=unit) as bar:
+                for fut in done:
+                    j = index[id(fut)]
+                    results[j] = fut.result()
+                    bar.update(weight(tasks[j]) if weight else 1)
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise
+        return results
+    finally:
+        if owned is not None:
+            if _is_dask(owned):
+                owned.close()  # not shutdown(): that would stop a shared scheduler
+            else:
+                owned.shutdown(wait=True, cancel_futures=True)
+
+
+def executor_description(workers: int | None, scheduler: str | None) -> str:
+    """Where tasks run, in words (for tables and summaries)."""
+    return scheduler or f"{workers or default_workers()} worker process(es)"
+
+
+def write_report(
+    out: Path,
+    *,
+    rows: Any,
+    rows_name: str,
+    summary: dict[str, Any],
+    markdown: str,
+    figure: Callable[[Path], None] | None = None,
+    figure_name: str = "figure.png",
+) -> list[Path]:
+    """Write a reproduction's outputs into ``out`` (created if needed).
+
+    Parameters
+    ----------
+    out
+        The output folder.
+    rows, rows_name
+        The per-row table (a pandas DataFrame) and its file name: a CSV, without the index.
+    summary
+        A :func:`~idt_desk.analyze.summary_document`: ``out/summary.json``.
+    markdown
+        The table beside the paper's values: ``out/table.md``.
+    figure, figure_name
+        A function that draws the figure into the path it is given, and the file name.
+
+    Returns
+    -------
+    list of pathlib.Path
+        The files written.
+
+    """
+    from idt_desk.analyze import write_summary
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / rows_name, out / "summary.json", out / "table.md"]
+    rows.to_csv(paths[0], index=False)
+    write_summary(summary, paths[1])
+    paths[2].write_text(markdown)
+    if figure is not None:
+        paths.append(out / figure_name)
+        figure(paths[-1])
+    return paths
