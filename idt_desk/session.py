@@ -878,15 +878,62 @@ class Session:
                 self._onset_off(fields.get("name"), i)
             self._event(kind, at=i, **fields)
 
+    # -- one step of the loop, for the worker thread and for drivers that step many sources
+    # together (``reproduce cheetah``): begin(), then plan() / the source steps / advance(),
+    # then end().
+
+    def begin(self) -> None:
+        """Open the recording asked for, reset the source (seeded) and log the start."""
+        if self._pending_record is not None:
+            self._open_recorder(self._pending_record)
+            self._pending_record = None
+        self.source.reset(seed=self.config.seed)
+        self._event("session_start", source=self.source.name, settings=dict(self.source.config),
+                    pipeline=self._pipeline_dict())
+
+    def plan(self, n: int) -> int:
+        """Apply the scheduled commands that are due; how many steps the source may take now.
+
+        ``n`` is cut at the next scheduled command, at the end of calibration, at the next
+        window end while Auto is on (a switch acts right after the window that made it) and
+        at ``limit``. 0: the limit is reached.
+        """
+        while self._schedule and self._schedule[0][0] <= self.n_transitions:
+            _, kind, args = self._schedule.pop(0)
+            self._apply(kind, args)
+        if self._schedule:
+            n = min(n, self._schedule[0][0] - self.n_transitions)
+        if not self._calibrated:
+            # Calibration asks the source for its value ranges: at its exact transition.
+            n = min(n, self._offset + self._calib_needed - self.n_transitions)
+        elif self._auto is not None:
+            n = min(n, self._next_window_end() - self.n_transitions)
+        if self.limit is not None:
+            n = min(n, self.limit - self.n_transitions)
+            if n <= 0:
+                return 0
+        return max(1, n)
+
+    def advance(self, b: Batch) -> None:
+        """Take in what the source returned for the steps :meth:`plan` allowed."""
+        for name in self._impulses:  # applied by that step: off again, silently
+            self.source.set_perturbation(name, None)
+        self._impulses.clear()
+        if b.info:
+            with self._lock:
+                self._info.update(b.info)
+        self._source_events(b, before=True)
+        self._process(b)
+        self._source_events(b, before=False)
+
+    def end(self) -> None:
+        """Close the source and the recording (the worker thread does this when it stops)."""
+        self._finish()
+
     def _run(self) -> None:
         src = self.source
         try:
-            if self._pending_record is not None:
-                self._open_recorder(self._pending_record)
-                self._pending_record = None
-            src.reset(seed=self.config.seed)
-            self._event("session_start", source=src.name, settings=dict(src.config),
-                        pipeline=self._pipeline_dict())
+            self.begin()
             self._pace_reset = True
             rate_t0, rate_n0 = time.perf_counter(), 0
             while not self._stop.is_set():
@@ -914,32 +961,12 @@ class Session:
                     # As fast as possible: big slices keep the worker's Python (GIL-holding)
                     # overhead per transition low; each still takes only ~10 ms.
                     n = src.chunk * MAX_SPEED_CHUNKS if src.rate >= 100 else src.chunk
-                while self._schedule and self._schedule[0][0] <= self.n_transitions:
-                    _, kind, args = self._schedule.pop(0)
-                    self._apply(kind, args)
-                if self._schedule:
-                    n = min(n, self._schedule[0][0] - self.n_transitions)
-                if not self._calibrated:
-                    # Calibration asks the source for its value ranges: at its exact transition.
-                    n = min(n, self._offset + self._calib_needed - self.n_transitions)
-                elif self._auto is not None:
-                    # A switch the controller makes acts right after the window that made it.
-                    n = min(n, self._next_window_end() - self.n_transitions)
-                if self.limit is not None:
-                    n = min(n, self.limit - self.n_transitions)
-                    if n <= 0:
-                        break
+                n = self.plan(n)
+                if n == 0:
+                    break
                 t0 = time.perf_counter()
-                b = src.step(max(1, n))
-                for name in self._impulses:  # applied by that step: off again, silently
-                    src.set_perturbation(name, None)
-                self._impulses.clear()
-                if b.info:
-                    with self._lock:
-                        self._info.update(b.info)
-                self._source_events(b, before=True)
-                self._process(b)
-                self._source_events(b, before=False)
+                b = src.step(n)
+                self.advance(b)
                 now = time.perf_counter()
                 if now > t0 and len(b):
                     self._throughput = 0.9 * self._throughput + 0.1 * len(b) / (now - t0)
