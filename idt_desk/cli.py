@@ -8,7 +8,7 @@ import math
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from idt_desk._validate import (
     parse_speed,
     schedule_switches,
 )
+from idt_desk.plugins import CommandEntry, PluginLoadError, discover_commands
 
 __all__ = ["main"]
 
@@ -178,7 +179,8 @@ def _check_fits_file(args: argparse.Namespace, preset, traj) -> None:
                       [preset.angles] if preset.angles else None, n_s, "state")
 
 
-def _add_bench(sub: argparse._SubParsersAction) -> None:
+def _add_bench(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """``bench`` and its core children; sources add theirs as ``bench.NAME`` commands."""
     p = sub.add_parser("bench", help="speed benchmarks with same-run baselines")
     bsub = p.add_subparsers(dest="what", required=True)
     e = bsub.add_parser("engine", help="metric engine vs a numpy np.unique recount")
@@ -186,14 +188,6 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--window", type=int, default=300)
     e.add_argument("--repeats", type=int, default=3)
     e.set_defaults(func=_run_bench_engine)
-    from sources.pendulum import bench as pendulum_bench
-
-    pendulum_bench.add_arguments(
-        bsub.add_parser("pendulum", help="pendulum integrator vs scipy solve_ivp"))
-    from sources.gym import bench as gym_bench
-
-    gym_bench.add_arguments(bsub.add_parser(
-        "rl", help="RL loop steps/s bare, with the IDT, and with the IDT and a recording"))
     g = bsub.add_parser("gui", help="GUI frame rate with a source at maximum speed")
     g.add_argument("--seconds", type=float, default=10.0)
     g.add_argument("--source", default="pendulum", help="source to run (default pendulum)")
@@ -202,6 +196,7 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--seconds", type=float, default=1800.0, help="wall seconds (default 1800)")
     m.add_argument("--source", default="pendulum")
     m.set_defaults(func=_run_bench_memory)
+    return bsub
 
 
 def _run_bench_gui(args: argparse.Namespace) -> int:
@@ -218,21 +213,65 @@ def _run_bench_memory(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_reproduce(sub: argparse._SubParsersAction) -> None:
-    from sources.pendulum import reproduce as pendulum_reproduce
-
+def _add_reproduce(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """``reproduce``: no core children; sources add theirs as ``reproduce.NAME`` commands."""
     p = sub.add_parser("reproduce", help="reproduce the paper's tables")
-    rsub = p.add_subparsers(dest="what", required=True)
-    pendulum_reproduce.add_arguments(rsub.add_parser(
-        "pendulum", help="the paper's double-pendulum batches (Tables 1, 2, 8; Figure 5)"))
+    return p.add_subparsers(dest="what", required=True)
 
 
-def _add_train(sub: argparse._SubParsersAction) -> None:
-    from sources.gym import train as gym_train
+def _add_commands(
+    sub: argparse._SubParsersAction, parents: dict[str, argparse._SubParsersAction]
+) -> dict[str, str]:
+    """Add every command contributed through the ``idt_desk.commands`` entry points.
 
-    gym_train.add_arguments(sub.add_parser(
-        "train", help="train a Stable-Baselines3 policy to ship (checkpoints, --resume)",
-        description=gym_train.__doc__.splitlines()[0]))
+    ``GROUP.NAME`` goes under the core parent ``GROUP`` (a key of ``parents``), a bare
+    ``NAME`` at top level. A command whose module fails to import (or whose
+    ``add_arguments`` raises or sets no ``func``) is still added: its help says why, and
+    running it, with any arguments, reports the reason and exits 2.
+
+    Returns
+    -------
+    dict
+        The skipped entry-point names and why (a clash with a core command, a parent command
+        the core does not have, a malformed name), for ``idt-desk sources``. Their modules
+        are never imported.
+    """
+    skipped: dict[str, str] = {}
+    for name, entry in discover_commands().items():
+        target = sub if entry.parent is None else parents.get(entry.parent)
+        if target is None:
+            skipped[name] = (f"no core command {entry.parent!r} to add it to "
+                             f"(parents: {', '.join(sorted(parents))})")
+            continue
+        if not entry.leaf or "." in entry.leaf:
+            skipped[name] = "not a valid command name (NAME or GROUP.NAME)"
+            continue
+        if entry.leaf in target.choices:
+            where = entry.leaf if entry.parent is None else f"{entry.parent} {entry.leaf}"
+            skipped[name] = f"clashes with the command 'idt-desk {where}'"
+            continue
+        p = target.add_parser(entry.leaf, help=entry.help, description=entry.description)
+        if entry.error is None:
+            try:
+                entry.load().add_arguments(p)
+                if not callable(p.get_default("func")):
+                    entry.fail(f"{entry.value}.add_arguments(parser) sets no func")
+            except Exception as exc:  # a broken plugin is reported, never raised
+                entry.fail(exc)
+        if entry.error is not None:
+            p.description = f"failed to load: {entry.error}"
+            p.set_defaults(func=_failed_command(entry), failed_command=name)
+    return skipped
+
+
+def _failed_command(entry: CommandEntry) -> Callable[[argparse.Namespace], int]:
+    """The ``func`` of a command that failed to load: raise its load error (exit 2)."""
+
+    def run(args: argparse.Namespace) -> int:
+        entry.load()  # raises CommandLoadError with the reason
+        return 2
+
+    return run
 
 
 def _run_bench_engine(args: argparse.Namespace) -> int:
@@ -497,9 +536,11 @@ def _run_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_sources(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sources", help="list registered sources, their settings and buttons")
-    p.set_defaults(func=_run_sources)
+def _add_sources(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser("sources", help="list registered sources, their settings and buttons, "
+                                       "and the commands sources contribute")
+    p.set_defaults(func=_run_sources, skipped_commands={})
+    return p
 
 
 def _run_sources(args: argparse.Namespace) -> int:
@@ -519,6 +560,14 @@ def _run_sources(args: argparse.Namespace) -> int:
             print(f"    perturbation {pert.name} ({pert.target}): {ps}")
         mods = ", ".join(m.name for m in cls.modulations) or "none (passive)"
         print(f"    modulations: {mods}; presets: {', '.join(cls.presets) or '-'}")
+    print("commands (entry points idt_desk.commands):")
+    for name, entry in discover_commands().items():
+        if name in args.skipped_commands:
+            print(f"    {name}: SKIPPED ({entry.value}): {args.skipped_commands[name]}")
+        elif entry.error is not None:
+            print(f"    {name}: FAILED TO LOAD ({entry.value}): {entry.error}")
+        else:
+            print(f"    {name}: {entry.value}")
     return 0
 
 
@@ -585,10 +634,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_analyze(sub)
     _add_export(sub)
-    _add_reproduce(sub)
-    _add_train(sub)
-    _add_sources(sub)
-    _add_bench(sub)
+    parents = {"reproduce": _add_reproduce(sub)}
+    sources = _add_sources(sub)
+    parents["bench"] = _add_bench(sub)
+    sources.set_defaults(skipped_commands=_add_commands(sub, parents))
     return parser
 
 
@@ -598,12 +647,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("--") and argv[0] not in ("--help", "-h")):
         argv = ["gui", "--start", *argv]  # plain `idt-desk` starts the pendulum at once
-    args = parser.parse_args(argv)
-    from idt_desk.plugins import SourceLoadError
+    args, extra = parser.parse_known_args(argv)
+    if extra and getattr(args, "failed_command", None) is None:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")  # as parse_args does
 
     try:
         return int(args.func(args) or 0)
-    except (InputError, KeyError, SourceLoadError) as exc:
+    except (InputError, KeyError, PluginLoadError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"idt-desk {args.command}: error: {msg}", file=sys.stderr)
         return 2

@@ -73,6 +73,7 @@ def test_the_cli_lists_load_failures(monkeypatch, capsys):
     finally:
         monkeypatch.undo()
         discover(refresh=True)
+        plugins.discover_commands(refresh=True)  # the patch above served every group
 
 
 class _Broken(Source):

@@ -20,7 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["add_arguments", "bench_rl", "run"]
+__all__ = ["HELP", "add_arguments", "bench_rl", "run"]
+
+#: ``idt-desk bench rl``'s one-line help.
+HELP = "RL loop steps/s bare, with the IDT, and with the IDT and a recording"
 
 
 def _bare(policy: str, steps: int) -> float:

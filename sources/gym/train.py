@@ -20,7 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ALGOS", "add_arguments", "evaluate", "policy_name", "train"]
+__all__ = ["ALGOS", "HELP", "add_arguments", "evaluate", "policy_name", "train"]
+
+#: ``idt-desk train``'s one-line help.
+HELP = "train a Stable-Baselines3 policy to ship (checkpoints, --resume)"
 
 #: The algorithms ``train`` offers (SB3 class names by command-line name).
 ALGOS = {"sac": "SAC", "ppo": "PPO"}

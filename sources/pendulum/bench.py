@@ -21,7 +21,10 @@ import numpy as np
 
 from sources.pendulum._dynamics import PendulumParams, integrate
 
-__all__ = ["add_arguments", "bench_pendulum", "run"]
+__all__ = ["HELP", "add_arguments", "bench_pendulum", "run"]
+
+#: ``idt-desk bench pendulum``'s one-line help.
+HELP = "pendulum integrator vs scipy solve_ivp"
 
 _Y0 = np.array([2.0, 2.5, 0.0, 0.0])
 _G = 9.81

@@ -95,6 +95,9 @@ __all__ = [
 ]
 
 #: ``--batch`` -> preset name (``idt_desk.PRESETS``).
+#: ``idt-desk reproduce pendulum``'s one-line help.
+HELP = "the paper's double-pendulum batches (Tables 1, 2, 8; Figure 5)"
+
 BATCH_PRESETS = {1: "pendulum", 2: "pendulum-batch2"}
 
 #: ``--masses`` choices.
