@@ -27,8 +27,8 @@ from typing import Any
 
 from idt_desk._io import InputError
 
-__all__ = ["DASK_MISSING", "dask_client", "default_workers", "executor_description", "run_tasks",
-           "write_report"]
+__all__ = ["DASK_MISSING", "betainc", "dask_client", "default_workers", "executor_description",
+           "paired_t_test", "run_tasks", "write_report"]
 
 DASK_MISSING = "install the dask extra: pip install 'idt-desk[dask]'"
 
@@ -204,3 +204,84 @@ def write_report(
         paths.append(out / figure_name)
         figure(paths[-1])
     return paths
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics the reproductions report
+# ---------------------------------------------------------------------------------------------
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularised incomplete beta (modified Lentz)."""
+    tiny, eps = 1e-300, 1e-15
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 10_000):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < eps:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function I_x(a, b), for a, b > 0 and 0 <= x <= 1."""
+    import math
+
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    ln = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+          + a * math.log(x) + b * math.log1p(-x))
+    front = math.exp(ln)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def paired_t_test(x: Sequence[float], y: Sequence[float]) -> dict[str, float | int | None]:
+    """Student's paired t-test of ``x`` against ``y`` (two-sided), over pairs both finite.
+
+    Returns ``{"t", "p", "n", "df", "mean_difference"}``; t and p are None with fewer than
+    two pairs, and when every difference is the same (no spread) t is ±inf (p = 0) or, when
+    they are all 0, None (p = 1).
+    """
+    import math
+
+    import numpy as np
+
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    ok = np.isfinite(x) & np.isfinite(y)
+    d = x[ok] - y[ok]
+    n = int(d.size)
+    out: dict[str, float | int | None] = {"t": None, "p": None, "n": n, "df": max(n - 1, 0),
+                                          "mean_difference": float(d.mean()) if n else None}
+    if n < 2:
+        return out
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    if sd == 0.0:
+        if mean != 0.0:
+            out.update(t=math.copysign(math.inf, mean), p=0.0)
+        else:
+            out.update(p=1.0)
+        return out
+    t = mean / (sd / math.sqrt(n))
+    df = n - 1
+    out.update(t=t, p=betainc(df / 2.0, 0.5, df / (df + t * t)))
+    return out

@@ -253,6 +253,7 @@ class Session:
         self._agency_at = 0.0
         self._window_events: list[tuple[int, str, dict[str, Any]]] = []
         self._listeners: list[Callable[[], None]] = []
+        self._event_listeners: list[Callable[[dict[str, Any]], None]] = []
         self._build_pipeline()
         source.should_stop = self._stop.is_set
 
@@ -276,6 +277,13 @@ class Session:
     def add_listener(self, fn: Callable[[], None]) -> None:
         """Call ``fn()`` (from the worker thread, data-less) when new windows arrive."""
         self._listeners.append(fn)
+
+    def add_event_listener(self, fn: Callable[[dict[str, Any]], None]) -> None:
+        """Call ``fn(event)`` with every event as it is logged (in the loop's thread).
+
+        The event log a snapshot holds is bounded; a listener sees all of them.
+        """
+        self._event_listeners.append(fn)
 
     def start(self) -> None:
         """Start the worker thread."""
@@ -729,6 +737,8 @@ class Session:
                 self._switches.append(ev)
         if self._recorder is not None:
             self._recorder.add_event(ev)
+        for fn in self._event_listeners:
+            fn(ev)
 
     def _command(self, kind: str, **args: Any) -> None:
         self._commands.put((kind, args))

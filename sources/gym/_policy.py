@@ -103,34 +103,58 @@ class FrozenPolicy:
                 raise PolicyError(f"{vn}: not VecNormalize statistics ({exc})") from None
             self.normalizer.training = False
         self.vecnormalize = None if vn is None else str(vn)
+        from stable_baselines3.common.distributions import DiagGaussianDistribution
+
+        #: PPO / A2C with a diagonal Gaussian (no gSDE): sampled here with the source's RNG.
+        self._gaussian = (self.algorithm in ("PPO", "A2C") and not self.policy.use_sde
+                          and isinstance(self.policy.action_dist, DiagGaussianDistribution))
 
     def act(self, obs: np.ndarray, rng: np.random.Generator, deterministic: bool
             ) -> np.ndarray:
         """The action for one observation, drawn with ``rng`` unless ``deterministic``."""
+        return self.act_many(np.asarray(obs)[None], [rng], deterministic)[0]
+
+    def act_many(self, obs: np.ndarray, rngs: list[np.random.Generator], deterministic: bool
+                 ) -> np.ndarray:
+        """Actions for a batch of observations (one forward pass); row i draws with rngs[i].
+
+        Each row's noise comes from its own generator, so an environment acts the same
+        whether it is stepped alone or in a batch with others (up to the last bits of the
+        batched matrix product).
+        """
+        from stable_baselines3.common.policies import BaseModel
+
         torch = self._torch
-        x = obs
+        x = np.asarray(obs, dtype=np.float64)
         if self.normalizer is not None:
-            x = self.normalizer.normalize_obs(np.asarray(obs, dtype=np.float64))
+            x = self.normalizer.normalize_obs(x)
+
+        def noise(shape: tuple[int, ...]) -> np.ndarray:
+            return np.stack([g.standard_normal(shape[1:]) for g in rngs])
+
         with torch.no_grad():
             t, _ = self.policy.obs_to_tensor(np.asarray(x, dtype=np.float32))
             if self.algorithm == "SAC":
                 mean, log_std, _ = self.policy.actor.get_action_dist_params(t)
-                u = mean[0].numpy().astype(np.float64)
+                u = mean.numpy().astype(np.float64)
                 if not deterministic:
-                    u = u + np.exp(log_std[0].numpy()) * rng.standard_normal(u.shape)
+                    u = u + np.exp(log_std.numpy()) * noise(u.shape)
                 return self._unscale(np.tanh(u))
             if self.algorithm in ("TD3", "DDPG"):
-                return self._unscale(self.policy.actor(t)[0].numpy().astype(np.float64))
-            if self.algorithm in ("PPO", "A2C") and not self.policy.use_sde:
-                dist = self.policy.get_distribution(t).distribution
-                if isinstance(dist, torch.distributions.Normal):
-                    a = dist.mean[0].numpy().astype(np.float64)
-                    if not deterministic:
-                        a = a + dist.stddev[0].numpy() * rng.standard_normal(a.shape)
-                    return np.clip(a, self.low, self.high)
+                return self._unscale(self.policy.actor(t).numpy().astype(np.float64))
+            if self._gaussian:
+                # The diagonal Gaussian's mean and σ without building a torch Distribution
+                # (its argument checks cost more than the network): get_distribution's path.
+                pol = self.policy
+                features = BaseModel.extract_features(pol, t, pol.pi_features_extractor)
+                mean = pol.action_net(pol.mlp_extractor.forward_actor(features))
+                a = mean.numpy().astype(np.float64)
+                if not deterministic:
+                    a = a + np.exp(pol.log_std.detach().numpy().astype(np.float64)) * noise(a.shape)
+                return np.clip(a, self.low, self.high)
         # Anything else (discrete actions, gSDE): SB3's own sampling.
         a, _ = self.model.predict(x, deterministic=deterministic)
-        return np.asarray(a, dtype=np.float64)
+        return np.asarray(a, dtype=np.float64).reshape(len(x), -1)
 
     def _unscale(self, a: np.ndarray) -> np.ndarray:
         """[-1, 1] (tanh-squashed output) to the action bounds."""

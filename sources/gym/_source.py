@@ -29,7 +29,8 @@ from idt_desk.presets import PRESETS
 from idt_desk.source import DIM_REDUCTION, HOLD, INPUT_FILTER, Batch, Param, Perturbation, Source
 from sources.gym._policy import FrozenPolicy, PolicyError
 
-__all__ = ["HALFCHEETAH_ACTIONS", "HALFCHEETAH_OBS", "GymSource", "default_policy"]
+__all__ = ["HALFCHEETAH_ACTIONS", "HALFCHEETAH_OBS", "GymSource", "default_policy",
+           "step_together"]
 
 #: HalfCheetah's 17 observations: qpos without rootx, then qvel.
 HALFCHEETAH_OBS = (
@@ -244,39 +245,41 @@ class GymSource(Source):
 
     def step(self, n: int) -> Batch:
         """``n`` environment steps of the frozen policy."""
+        return step_together([self], n)[0]
+
+    def _open_steps(self, n: int) -> None:
+        """Buffers for the next ``n`` transitions."""
         if self._obs is None:
             self.reset()
         d_s, d_a = len(self.state_names), len(self.action_names)
-        s = np.empty((n, d_s))
-        s2 = np.empty((n, d_s))
-        a = np.empty((n, d_a))
-        r = np.empty(n)
-        ep = np.empty(n, dtype=np.int64)
-        events = []
-        for k in range(n):
-            if self.should_stop():
-                n = k
-                break
-            obs = self._obs
-            action = self._actuate(self.policy.act(obs, self._rng,
-                                                   self.config["deterministic"]))
-            raw, reward, terminated, truncated, _ = self.env.step(action)
-            nxt = self._observe(raw)
-            s[k], a[k], s2[k], r[k], ep[k] = obs, action, nxt, reward, self._episode
-            self._return += float(reward)
-            self._episode_step += 1
-            if terminated or truncated:
-                events.append({"kind": "episode_end", "row": k, "episode": self._episode,
-                               "return": self._return, "length": self._episode_step})
-                self._returns.append([self._episode, self._return])
-                del self._returns[:-_MAX_RETURNS]
-                self._episode += 1
-                self._new_episode()
-            else:
-                self._obs = nxt
-        info = self._info()
+        self._buf = (np.empty((n, d_s)), np.empty((n, d_a)), np.empty((n, d_s)), np.empty(n),
+                     np.empty(n, dtype=np.int64), [])
+
+    def _take_step(self, k: int, policy_action: np.ndarray) -> None:
+        """Row ``k``: apply the policy's action (through Hold and actuator noise), step."""
+        s, a, s2, r, ep, events = self._buf
+        obs = self._obs
+        action = self._actuate(policy_action)
+        raw, reward, terminated, truncated, _ = self.env.step(action)
+        nxt = self._observe(raw)
+        s[k], a[k], s2[k], r[k], ep[k] = obs, action, nxt, reward, self._episode
+        self._return += float(reward)
+        self._episode_step += 1
+        if terminated or truncated:
+            events.append({"kind": "episode_end", "row": k, "episode": self._episode,
+                           "return": self._return, "length": self._episode_step})
+            self._returns.append([self._episode, self._return])
+            del self._returns[:-_MAX_RETURNS]
+            self._episode += 1
+            self._new_episode()
+        else:
+            self._obs = nxt
+
+    def _close_steps(self, n: int, info: bool = True) -> Batch:
+        s, a, s2, r, ep, events = self._buf
+        del self._buf
         return Batch(s=s[:n], s_next=s2[:n], a=a[:n], reward=r[:n], episode=ep[:n],
-                     events=events, info=info)
+                     events=events, info=self._info() if info else {})
 
     def close(self) -> None:
         """Close the environment."""
@@ -402,3 +405,28 @@ class GymSource(Source):
                         forward_velocity=float(data.qvel[0]))
         return info
 
+
+
+def step_together(sources: list[GymSource], n: int, info: bool = True) -> list[Batch]:
+    """``n`` steps of every source in lockstep, one batched forward pass per policy per step.
+
+    Sources that share a :class:`FrozenPolicy` object (and ``deterministic``) are served by
+    one call of :meth:`FrozenPolicy.act_many`; each keeps its own environment, generator,
+    perturbations and modulations, so what each records is what it would record stepped
+    alone. ``info=False`` leaves out the per-batch display data (body positions...).
+    """
+    groups: dict[tuple[int, bool], list[GymSource]] = {}
+    for src in sources:
+        src._open_steps(n)
+        groups.setdefault((id(src.policy), bool(src.config["deterministic"])), []).append(src)
+    done = n
+    for k in range(n):
+        if any(src.should_stop() for src in sources):
+            done = k
+            break
+        for (_, deterministic), group in groups.items():
+            obs = np.stack([src._obs for src in group])
+            actions = group[0].policy.act_many(obs, [src._rng for src in group], deterministic)
+            for src, action in zip(group, actions, strict=True):
+                src._take_step(k, action)
+    return [src._close_steps(done, info) for src in sources]

@@ -1,0 +1,762 @@
+"""Reproduce the paper's RL results (§5.1, §10; Tables 3 and 4) and measure closing the loop.
+
+``idt-desk reproduce cheetah`` evaluates frozen policies in HalfCheetah with each of the
+paper's eight perturbations (Table 9) switched on at the start of episode ``onset``, and asks
+whether the IDT (P, H_f, H_b, ΔH, and their union) and the reward see it, and how soon.
+
+One trial (a policy, a perturbation, optionally an Auto modulation)
+----------------------------------------------------------------
+1. The live source (:class:`~sources.gym.GymSource`, stochastic policy) runs ``episodes``
+   episodes of ``L`` steps (the env's time limit: 1000 for HalfCheetah) through a
+   :class:`~idt_desk.session.Session`, seeded with ``seed``: every trial of a policy shares
+   its pre-onset steps exactly (same environment, same policy noise). The perturbation is
+   switched on at transition ``T0 = (onset − 1) · L``, the first step of episode ``onset``,
+   and stays on. Trials of one policy step in lockstep, one batched forward pass per step.
+2. The paper's pipeline on the recorded (S, A, S'): each variable z-scored and cut into 3
+   equal-width bins, both calibrated on the **pre-onset transitions only** (the data a
+   deployed monitor has; calibrating on the whole run would let the perturbed data shape the
+   bins), the body-part groups of the ``cheetah`` preset, windows of 300 steps every 50.
+3. Baseline: mean and σ (ddof 1) of each metric over the windows wholly before ``T0``; a
+   window is an excursion when it is more than 3σ from the mean; detection is any excursion
+   at or after the first window that holds a perturbed step, latency the number of windows
+   from that window to the first excursion (0: at once; NaN: never). The reward detector is
+   the mean reward per window, judged the same way. ``IDT`` is the union of the four.
+   Cohen's d of each metric: (mean over post-onset windows − baseline mean) / baseline σ.
+4. ``none`` is a control trial: no perturbation. Its "detections" are false alarms of the
+   rule above, the rate against which every detection rate must be read.
+
+Across trials
+-------------
+- **Seeds** are the policies (the paper: 21 trained seeds). A seed's detection rate for a
+  detector is the fraction of its perturbation trials it detects; ``summary.json`` gives the
+  mean ± std (ddof 1) over the included seeds, the paired t-test of IDT against reward over
+  the same seeds, and median latencies over every included trial (never-detected trials are
+  NaN and left out of the median; their count is reported).
+- **Exclusion rule** (fixed before any result was seen, after the paper's "unstable baseline
+  variance"): a seed is excluded from the detection statistics when the coefficient of
+  variation (σ / |mean|, ddof 1) of its pre-onset episode returns exceeds ``max_baseline_cv``
+  (default 0.25): such an agent has no one stationary gait to calibrate a threshold on. The
+  baseline P and ΔH (Table 3) are over every seed.
+
+Closing the loop (``--auto``)
+-----------------------------
+Each named modulation adds, per policy and perturbation, the same trial with the session's
+Auto controller on: the symbols calibrated on the first third of the pre-onset steps, the
+monitor's baseline on the second third, and from then on a persistent IDT alarm engages the
+modulation and its absence releases it (``persist`` / ``release`` windows). Engagements in the
+last pre-onset third are false engagements. The report compares, against the open-loop trial:
+mean episode return after the onset, mean P over post-onset windows, engagements, latency of
+the first engagement after the onset (windows, counted as detection latency is) and the
+fraction of post-onset steps modulated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from idt_desk._io import InputError
+from idt_desk._validate import check_float, check_int, check_out_dir
+
+__all__ = [
+    "HELP",
+    "PAPER",
+    "CheetahConfig",
+    "Trial",
+    "TrialGroup",
+    "add_arguments",
+    "analyze_trial",
+    "format_tables",
+    "make_groups",
+    "reproduce",
+    "run",
+    "run_group",
+    "summarize_trials",
+]
+
+#: ``idt-desk reproduce cheetah``'s one-line help.
+HELP = "the paper's RL results: Table 3 baseline, detection coverage, Table 4 latency"
+
+#: The paper's numbers (§5.1.2-5.1.4, Tables 3 and 4).
+PAPER: dict[str, Any] = {
+    "baseline_P": {"mean": 0.33, "std": 0.02},
+    "baseline_dH": {"mean": -0.56, "std": 0.22},
+    "pendulum_P": 0.48,
+    "detection_rate": {"IDT": {"mean": 0.893, "std": 0.151},
+                       "reward": {"mean": 0.440, "std": 0.261}},
+    "t_test": {"t": 7.95, "p": "< 1e-6", "n": 21},
+    "median_latency": {"IDT": 42, "P": 74, "dH": 67, "H_f": 69, "H_b": 75, "reward": 184},
+    "trials": 168,
+    "seeds": {"SAC": 11, "PPO": 10, "excluded": 5},
+}
+
+#: Detectors, in the order of the paper's Table 4.
+DETECTORS = ("IDT", "P", "dH", "H_f", "H_b", "reward")
+_COMPONENTS = ("P", "H_f", "H_b", "dH")
+#: The control trial: no perturbation.
+CONTROL = "none"
+_LABEL = {"IDT": "IDT", "P": "P", "dH": "ΔH", "H_f": "H_f", "H_b": "H_b", "reward": "Rewards"}
+
+
+def _perturbation_names() -> tuple[str, ...]:
+    from sources.gym._source import GymSource
+
+    return tuple(p.name for p in GymSource.perturbations)
+
+
+def _shipped_policies() -> tuple[str, ...]:
+    from sources.gym._source import POLICY_DIR
+
+    return tuple(str(p) for p in sorted(POLICY_DIR.glob("halfcheetah-v5-*.zip")))
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration and tasks
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheetahConfig:
+    """What to reproduce (the command line's options; see the module docstring)."""
+
+    policies: tuple[str, ...] = ()
+    perturbations: tuple[str, ...] = ()
+    control: bool = True
+    episodes: int = 50
+    onset: int = 15
+    env_id: str = "HalfCheetah-v5"
+    seed: int = 0
+    auto: tuple[str, ...] = ()
+    max_baseline_cv: float = 0.25
+    k: float = 3.0
+    workers: int | None = None
+    scheduler: str | None = None
+    out: Path | None = None
+
+    def resolved(self) -> CheetahConfig:
+        """Defaults filled in (every shipped policy, every perturbation) and checked.
+
+        Raises
+        ------
+        InputError
+            An unknown perturbation or modulation, a missing policy file, bad counts.
+
+        """
+        from dataclasses import replace
+
+        from idt_desk._validate import parse_auto
+        from sources.gym._source import GymSource
+
+        known = _perturbation_names()
+        perts = self.perturbations or known
+        unknown = [p for p in perts if p not in known and p != CONTROL]
+        if unknown:
+            raise InputError(f"--perturbations: unknown {unknown}; known: {', '.join(known)}")
+        policies = self.policies or _shipped_policies()
+        if not policies:
+            raise InputError("no policies: pass --policies PATH,... (train one with "
+                             "`idt-desk train`)")
+        missing = [p for p in policies if not Path(p).expanduser().is_file()]
+        if missing:
+            raise InputError(f"--policies: no such file: {', '.join(missing)}")
+        check_int("--episodes", self.episodes, 2, 10_000)
+        check_int("--onset", self.onset, 2, self.episodes)
+        check_int("--seed", self.seed, 0, 2**63 - 1)
+        check_int("--workers", self.workers, 1)
+        check_float("--max-baseline-cv", self.max_baseline_cv, 0.0)
+        check_float("--k", self.k, 0.0, lo_open=True)
+        for spec in self.auto:
+            parse_auto(spec, GymSource)
+        check_out_dir(self.out, "--out")
+        return replace(self, policies=tuple(str(Path(p).expanduser()) for p in policies),
+                       perturbations=tuple(dict.fromkeys(perts)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form, with the fixed protocol settings."""
+        d = asdict(self)
+        d["out"] = None if self.out is None else str(self.out)
+        d.update(window=300, stride=50, bins=3, preset="cheetah",
+                 symbol_calibration="pre-onset transitions of each trial",
+                 baseline="windows wholly before the onset", std_ddof=1)
+        return d
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial: the perturbation switched on at the onset, and the Auto spec ('' for none)."""
+
+    perturbation: str
+    auto: str = ""
+
+
+@dataclass(frozen=True)
+class TrialGroup:
+    """The trials of one policy, stepped together (the unit of work sent to an executor)."""
+
+    policy: str
+    trials: tuple[Trial, ...]
+    env_id: str
+    episodes: int
+    onset: int
+    seed: int
+    k: float
+
+
+def make_groups(config: CheetahConfig) -> list[TrialGroup]:
+    """One group per policy: each perturbation (and the control), open loop then each Auto."""
+    perts = ((CONTROL,) if config.control and CONTROL not in config.perturbations else ()) \
+        + tuple(config.perturbations)
+    trials = tuple(Trial(p, a) for a in ("", *config.auto) for p in perts)
+    return [TrialGroup(p, trials, config.env_id, config.episodes, config.onset, config.seed,
+                       config.k) for p in config.policies]
+
+
+# ---------------------------------------------------------------------------------------------
+# One group of trials
+# ---------------------------------------------------------------------------------------------
+
+
+def _card(policy: str) -> dict[str, Any]:
+    try:
+        return json.loads(Path(policy).with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def analyze_trial(
+    s: np.ndarray, a: np.ndarray, s_next: np.ndarray, reward: np.ndarray, onset: int,
+    preset: Any, k: float = 3.0,
+) -> dict[str, Any]:
+    """The paper's detection on one trial's transitions (module docstring, steps 2-3).
+
+    Returns per detector ``detected_*``, ``latency_*`` and ``d_*`` (Cohen's d), the baseline
+    means and σ of P and ΔH, post-onset means of P and ΔH, the window count and the fraction
+    of post-onset transitions outside the calibrated range.
+    """
+    from idt_desk._engine import sliding_metrics, window_means
+    from idt_desk._monitor import IDT_METRICS, detect
+    from idt_desk._symbolize import Symbolizer
+
+    sym_s = Symbolizer(s.shape[1], preset.bins, preset.state_groups)
+    sym_a = Symbolizer(a.shape[1], preset.bins, preset.action_groups)
+    sym_s.fit(s[:onset])
+    sym_a.fit(a[:onset])
+    both, out_sn = sym_s.symbolize(np.concatenate([s, s_next]))
+    n = len(s)
+    a_sym, out_a = sym_a.symbolize(a)
+    outside = out_sn[:n] | out_sn[n:] | out_a
+    w = sliding_metrics(both[:n], both[n:], a_sym, preset.window, preset.stride)
+    w = dict(w)
+    w["reward"] = window_means(reward, w["start"], preset.window)
+    metrics = (*IDT_METRICS, "reward")
+    det = detect(w, window=preset.window, onset=onset, k=k, metrics=metrics)
+    j0 = det.onset_index
+    row: dict[str, Any] = {"windows": len(w["start"]), "baseline_windows": j0}
+    for m in DETECTORS:
+        lat = det.latency[m]
+        row[f"detected_{m}"] = not math.isnan(lat)
+        row[f"latency_{m}"] = lat
+    for m in metrics:
+        x = np.asarray(w[m], dtype=np.float64)
+        post = x[j0:]
+        post = post[np.isfinite(post)]
+        mu, sd = det.baseline.mean[m], det.baseline.std[m]
+        row[f"d_{m}"] = (float(post.mean()) - mu) / sd if post.size and sd > 0 else math.nan
+    for m in ("P", "dH"):
+        row[f"baseline_{m}"] = det.baseline.mean[m]
+        row[f"baseline_{m}_std"] = det.baseline.std[m]
+        x = np.asarray(w[m], dtype=np.float64)[j0:]
+        row[f"post_{m}"] = float(np.nanmean(x)) if np.isfinite(x).any() else math.nan
+    row["out_of_range_post"] = float(outside[onset:].mean()) if n > onset else math.nan
+    return row
+
+
+def _auto_config(spec: str) -> dict[str, Any] | None:
+    from idt_desk._validate import parse_auto
+    from sources.gym._source import GymSource
+
+    return parse_auto(spec, GymSource) if spec else None
+
+
+def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
+    """Run a policy's trials together; one result row per trial (in ``task.trials`` order).
+
+    A trial that fails is returned with its ``error`` set, not raised.
+    """
+    import torch
+
+    from idt_desk.presets import PRESETS
+    from idt_desk.session import Session, SessionConfig
+    from sources.gym._source import GymSource, step_together
+
+    # One torch thread per worker process (one process per core): a small MLP gains nothing
+    # from more, and with every core busy extra threads spin (measured: 10 ms per layer).
+    torch.set_num_threads(1)
+    t_start = time.perf_counter()
+    card = _card(task.policy)
+    sources: list[GymSource] = []
+    try:
+        for _ in task.trials:
+            src = GymSource(env_id=task.env_id, policy=task.policy)
+            if sources:  # one policy object: one batched forward pass serves them all
+                src.policy = sources[0].policy
+            sources.append(src)
+    except Exception:
+        for src in sources:
+            src.close()
+        raise
+    first = sources[0]
+    steps_per_episode = first.env.spec.max_episode_steps if first.env.spec else None
+    if not steps_per_episode:
+        raise InputError(f"{task.env_id}: needs a time limit (episodes of fixed length)")
+    preset = PRESETS[first.presets[0]]
+    onset = (task.onset - 1) * steps_per_episode
+    total = task.episodes * steps_per_episode
+    # Auto: symbols on the first third of the pre-onset steps, baseline on the second.
+    third = onset // 3
+    calib = max(1, (third - preset.window) // preset.stride + 1)
+    base = max(2, third // preset.stride)
+    sessions, logs, data = [], [], []
+    for trial, src in zip(task.trials, sources, strict=True):
+        cfg = SessionConfig(source="gym", settings=dict(src.config), preset=preset.name,
+                            calibration_windows=calib, baseline_windows=base, k=task.k,
+                            speed=None, seed=task.seed, history=16,
+                            auto=_auto_config(trial.auto))
+        session = Session(cfg, source=src)
+        session.limit = total
+        if trial.perturbation != CONTROL:
+            session.schedule(onset, "perturb", name=trial.perturbation, params={})
+        log: list[dict[str, Any]] = []
+        session.add_event_listener(lambda ev, log=log: log.append(ev) if ev["kind"] in (
+            "episode_end", "modulation_on", "modulation_off", "perturbation_on") else None)
+        sessions.append(session)
+        logs.append(log)
+        data.append([])
+    try:
+        for session in sessions:
+            session.begin()
+        while True:
+            n = min(session.plan(chunk) for session in sessions)
+            if n == 0:
+                break
+            for session, batch, parts in zip(sessions, step_together(sources, n, info=False),
+                                             data, strict=True):
+                session.advance(batch)
+                parts.append((batch.s, batch.a, batch.s_next, batch.reward))
+    finally:
+        for session in sessions:
+            session.end()
+    wall = time.perf_counter() - t_start
+    rows = []
+    for trial, log, parts in zip(task.trials, logs, data, strict=True):
+        s, a, s2, r = (np.concatenate([p[j] for p in parts]) for j in range(4))
+        row: dict[str, Any] = {
+            "policy": Path(task.policy).stem, "algorithm": card.get("algorithm", ""),
+            "policy_seed": card.get("seed"), "perturbation": trial.perturbation,
+            "auto": trial.auto, "env_seed": task.seed, "onset_step": onset, "steps": len(s),
+            "error": "",
+        }
+        try:
+            row.update(analyze_trial(s, a, s2, r, onset, preset, task.k))
+        except Exception as exc:  # reported per trial, the others stand
+            row["error"] = f"{type(exc).__name__}: {exc}"
+        returns = [(ev["episode"], ev["return"]) for ev in log if ev["kind"] == "episode_end"]
+        pre = np.array([x for e, x in returns if e < task.onset - 1])
+        post = np.array([x for e, x in returns if e >= task.onset - 1])
+        row["return_pre"] = float(pre.mean()) if pre.size else math.nan
+        row["return_pre_cv"] = (float(pre.std(ddof=1) / abs(pre.mean()))
+                                if pre.size > 1 and pre.mean() != 0 else math.nan)
+        row["return_post"] = float(post.mean()) if post.size else math.nan
+        row.update(_engagements(log, onset, total, preset.window, preset.stride))
+        row["group_wall_seconds"] = wall
+        rows.append(row)
+    return rows
+
+
+def _engagements(log: list[dict[str, Any]], onset: int, total: int, window: int,
+                 stride: int) -> dict[str, Any]:
+    """The Auto controller's switches: before and after the onset, latency, time engaged."""
+    on = [ev["i"] for ev in log if ev["kind"] == "modulation_on" and ev.get("auto")]
+    off = [ev["i"] for ev in log if ev["kind"] == "modulation_off" and ev.get("auto")]
+    engaged = 0
+    for start in on:
+        stop = next((i for i in off if i > start), total)
+        engaged += max(0, min(stop, total) - max(start, onset))
+    after = [i for i in on if i >= onset]
+    # A switch acts at the end of the window that made it; the window that first holds a
+    # perturbed step ends ``stride`` after the onset (latency 0, as for detection).
+    latency = (after[0] - onset) / stride - 1 if after else math.nan
+    return {"engagements_pre": sum(i < onset for i in on), "engagements_post": len(after),
+            "engage_latency": latency,
+            "engaged_fraction_post": engaged / (total - onset) if total > onset else math.nan}
+
+
+# ---------------------------------------------------------------------------------------------
+# Across trials
+# ---------------------------------------------------------------------------------------------
+
+
+def _ms(x: Sequence[float]) -> dict[str, float | None]:
+    x = np.asarray(x, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    return {"mean": float(x.mean()) if x.size else None,
+            "std": float(x.std(ddof=1)) if x.size > 1 else None, "n": int(x.size)}
+
+
+def summarize_trials(rows: Any, config: CheetahConfig, wall: float) -> dict[str, Any]:
+    """The ``summary.json`` content from the per-trial table (a DataFrame)."""
+    from idt_desk.analyze import summary_document
+    from idt_desk.experiment import paired_t_test
+
+    ok = rows[rows["error"] == ""]
+    open_loop = ok[ok["auto"] == ""]
+    seeds = list(dict.fromkeys(open_loop["policy"]))
+    # Exclusion rule (module docstring): pre-onset return CV of the seed's open-loop trials.
+    cv = open_loop.groupby("policy")["return_pre_cv"].first()
+    excluded = {p: float(cv[p]) for p in seeds if not (cv[p] <= config.max_baseline_cv)}
+    included = [p for p in seeds if p not in excluded]
+    perturbed = open_loop[(open_loop["perturbation"] != CONTROL)
+                          & open_loop["policy"].isin(included)]
+    control = open_loop[(open_loop["perturbation"] == CONTROL) & open_loop["policy"].isin(included)]
+    per_seed = perturbed.groupby("policy")[[f"detected_{m}" for m in DETECTORS]].mean()
+    rate = {m: _ms(per_seed[f"detected_{m}"].to_numpy()) for m in DETECTORS}
+    latency = {}
+    for m in DETECTORS:
+        lat = perturbed[f"latency_{m}"].to_numpy(dtype=np.float64)
+        latency[m] = {"median": float(np.nanmedian(lat)) if np.isfinite(lat).any() else None,
+                      "detected_trials": int(np.isfinite(lat).sum()),
+                      "never_detected_trials": int((~np.isfinite(lat)).sum())}
+    d = {m: _ms(perturbed[f"d_{m}"].to_numpy()) for m in (*_COMPONENTS, "reward")}
+    by_pert = {}
+    for name, part in perturbed.groupby("perturbation", sort=False):
+        by_pert[name] = {
+            "trials": len(part),
+            "detection_rate": {m: float(part[f"detected_{m}"].mean()) for m in DETECTORS},
+            "median_latency": {m: (float(np.nanmedian(part[f"latency_{m}"]))
+                                   if part[f"latency_{m}"].notna().any() else None)
+                               for m in DETECTORS},
+            "cohens_d": {m: float(part[f"d_{m}"].mean()) for m in (*_COMPONENTS, "reward")},
+        }
+    baseline = open_loop.groupby("policy")[["baseline_P", "baseline_dH"]].first()
+    summary = summary_document(
+        {m: _ms(baseline[f"baseline_{m}"].to_numpy()) for m in ("P", "dH")},
+        notes=[
+            "Seeds are policies. Detection rate per seed: fraction of its perturbation trials "
+            "detected; mean ± std (ddof 1) over included seeds.",
+            f"Exclusion rule, fixed beforehand: pre-onset episode-return CV > "
+            f"{config.max_baseline_cv:g}.",
+            "Median latency in windows after the first window holding a perturbed step, over "
+            "detected trials (never-detected trials are NaN, counted apart).",
+            "The control trial ('none') has no perturbation: its detection rate is the false "
+            "alarm rate of the 3-sigma rule over the post-onset windows.",
+        ],
+        config=config.to_dict(),
+        baseline_P=_ms(baseline["baseline_P"].to_numpy()),
+        baseline_dH=_ms(baseline["baseline_dH"].to_numpy()),
+        seeds=seeds,
+        included_seeds=included,
+        exclusions=[{"policy": p, "return_pre_cv": c,
+                     "rule": f"return_pre_cv > {config.max_baseline_cv:g}"}
+                    for p, c in excluded.items()],
+        trials=len(perturbed),
+        detection_rate=rate,
+        false_alarm_rate={m: (float(control[f"detected_{m}"].mean()) if len(control) else None)
+                          for m in DETECTORS},
+        median_latency=latency,
+        t_test_IDT_vs_reward=paired_t_test(per_seed["detected_IDT"].to_numpy(),
+                                           per_seed["detected_reward"].to_numpy()),
+        cohens_d=d,
+        by_perturbation=by_pert,
+        closed_loop=_closed_loop(ok),
+        errors=[f"{r.policy} {r.perturbation} {r.auto}: {r.error}"
+                for r in rows.itertuples() if r.error],
+        wall_seconds=wall,
+        paper=PAPER,
+    )
+    return summary
+
+
+def _closed_loop(ok: Any) -> list[dict[str, Any]]:
+    """Per perturbation and Auto modulation, against the same open-loop trials."""
+    out = []
+    autos = [a for a in dict.fromkeys(ok["auto"]) if a]
+    open_loop = ok[ok["auto"] == ""].set_index(["policy", "perturbation"])
+    for auto in autos:
+        for pert, part in ok[ok["auto"] == auto].groupby("perturbation", sort=False):
+            ref = open_loop.loc[[(p, pert) for p in part["policy"]]]
+            out.append({
+                "auto": auto, "perturbation": pert, "trials": len(part),
+                "return_post_open": float(ref["return_post"].mean()),
+                "return_post_auto": float(part["return_post"].mean()),
+                "P_post_open": float(ref["post_P"].mean()),
+                "P_post_auto": float(part["post_P"].mean()),
+                "engaged_trials": int((part["engaged_fraction_post"] > 0).sum()),
+                "engage_latency_median": (float(np.nanmedian(part["engage_latency"]))
+                                          if part["engage_latency"].notna().any() else None),
+                "engaged_fraction_post": float(part["engaged_fraction_post"].mean()),
+                "false_engagements_pre": int(part["engagements_pre"].sum()),
+            })
+    return out
+
+
+@dataclass
+class CheetahResult:
+    """A finished reproduction: the per-trial table, the summary and the wall time."""
+
+    config: CheetahConfig
+    trials: Any
+    summary: dict[str, Any]
+    wall_seconds: float
+    files: list[Path] = field(default_factory=list)
+
+
+def reproduce(config: CheetahConfig, *, executor: Any | None = None, progress: bool = True
+              ) -> CheetahResult:
+    """Run every trial (grouped per policy) through the shared executor and summarise.
+
+    Raises
+    ------
+    InputError
+        Bad settings, Dask missing, or an unreachable scheduler.
+
+    """
+    import pandas as pd
+
+    from idt_desk.experiment import run_tasks
+
+    config = config.resolved()
+    groups = make_groups(config)
+    t0 = time.perf_counter()
+    results = run_tasks(run_group, groups, executor=executor, workers=config.workers,
+                        scheduler=config.scheduler, progress=progress, desc="cheetah trials",
+                        unit="trial", weight=lambda g: len(g.trials))
+    wall = time.perf_counter() - t0
+    rows = pd.DataFrame([r for group in results for r in group])
+    summary = summarize_trials(rows, config, wall)
+    result = CheetahResult(config, rows, summary, wall)
+    if config.out is not None:
+        result.files = write_outputs(result, Path(config.out))
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Outputs
+# ---------------------------------------------------------------------------------------------
+
+
+def _f(v: Any, digits: int = 3) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    return f"{v:.{digits}g}" if isinstance(v, float) else str(v)
+
+
+def _pm(ms: dict[str, Any], digits: int = 3) -> str:
+    if ms.get("mean") is None:
+        return "—"
+    return f"{ms['mean']:.{digits}f}" + ("" if ms.get("std") is None
+                                         else f" ± {ms['std']:.{digits}f}")
+
+
+def format_tables(summary: dict[str, Any]) -> str:
+    """Markdown laid out like the paper's Tables 3 and 4, the paper's values beside ours."""
+    cfg = summary["config"]
+    paper = summary["paper"]
+    n_seeds, n_inc = len(summary["seeds"]), len(summary["included_seeds"])
+    lines = [
+        "# HalfCheetah: reproduction of the paper's §5.1 (Tables 3 and 4)",
+        "",
+        f"{n_seeds} policies (seeds), {summary['trials']} perturbation trials on "
+        f"{n_inc} included seeds; {cfg['episodes']} episodes per trial, perturbation on from "
+        f"episode {cfg['onset']}; windows W = 300, stride 50, 3 bins, 3σ. Wall time "
+        f"{summary['wall_seconds']:.0f} s.",
+        "",
+        "## Table 3 — Bi-predictability across physical and agentic systems",
+        "",
+        "| System | P | ΔH |",
+        "|---|---|---|",
+        f"| Double pendulum (paper) | {paper['pendulum_P']} | ≈ 0 |",
+        f"| Half-Cheetah baseline (paper) | {paper['baseline_P']['mean']} ± "
+        f"{paper['baseline_P']['std']} | {paper['baseline_dH']['mean']} ± "
+        f"{paper['baseline_dH']['std']} |",
+        f"| Half-Cheetah baseline (this run, {summary['baseline_P']['n']} seeds) | "
+        f"{_pm(summary['baseline_P'])} | {_pm(summary['baseline_dH'])} |",
+        "",
+        "## Detection coverage (§5.1.3)",
+        "",
+        "| Detector | Detection rate, paper | Detection rate, this run | False alarms "
+        "(control, no perturbation) | Cohen's d (mean over trials) |",
+        "|---|---|---|---|---|",
+    ]
+    for m in DETECTORS:
+        pr = paper["detection_rate"].get(m)
+        pr_text = f"{pr['mean']:.1%} ± {pr['std']:.1%}" if pr else "—"
+        r = summary["detection_rate"][m]
+        ours = "—" if r["mean"] is None else (
+            f"{r['mean']:.1%}" + ("" if r["std"] is None else f" ± {r['std']:.1%}"))
+        fa = summary["false_alarm_rate"][m]
+        d = summary["cohens_d"].get(m)
+        lines.append(f"| {_LABEL[m]} | {pr_text} | {ours} | "
+                     f"{'—' if fa is None else f'{fa:.0%}'} | "
+                     f"{'—' if not d else _pm(d, 2)} |")
+    t = summary["t_test_IDT_vs_reward"]
+    lines += [
+        "",
+        f"Paired t-test, IDT against reward detection over seeds: paper t = "
+        f"{paper['t_test']['t']}, p {paper['t_test']['p']} (n = {paper['t_test']['n']}); "
+        f"this run t = {_f(t['t'])}, p = {_f(t['p'])} (n = {t['n']}).",
+        "",
+        "## Table 4 — Detection latency (median windows after perturbation onset)",
+        "",
+        "| Metric | Paper | This run | Trials detected |",
+        "|---|---|---|---|",
+    ]
+    for m in DETECTORS:
+        lat = summary["median_latency"][m]
+        lines.append(f"| {_LABEL[m]} | {paper['median_latency'][m]} | {_f(lat['median'])} | "
+                     f"{lat['detected_trials']} of "
+                     f"{lat['detected_trials'] + lat['never_detected_trials']} |")
+    if summary["exclusions"]:
+        lines += ["", "Excluded seeds (" + summary["exclusions"][0]["rule"] + "): " + ", ".join(
+            f"{e['policy']} (CV {e['return_pre_cv']:.2f})" for e in summary["exclusions"]) + "."]
+    else:
+        lines += ["", "No seed excluded (rule: pre-onset return CV > "
+                  f"{cfg['max_baseline_cv']:g})."]
+    lines += ["", "## By perturbation", "",
+              "| Perturbation | Trials | IDT | P | ΔH | H_f | H_b | Reward | IDT latency | "
+              "Reward latency |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, b in summary["by_perturbation"].items():
+        rates = " | ".join(f"{b['detection_rate'][m]:.0%}" for m in DETECTORS)
+        lines.append(f"| {name} | {b['trials']} | {rates} | "
+                     f"{_f(b['median_latency']['IDT'])} | {_f(b['median_latency']['reward'])} |")
+    if summary["closed_loop"]:
+        lines += ["", "## Closing the loop (Auto modulation from the IDT alarm)", "",
+                  "| Auto | Perturbation | Return after onset, open → auto | P after onset, "
+                  "open → auto | Engaged (trials) | Engage latency (windows) | Time engaged | "
+                  "False engagements before onset |", "|---|---|---|---|---|---|---|---|"]
+        for c in summary["closed_loop"]:
+            lines.append(
+                f"| {c['auto']} | {c['perturbation']} | {c['return_post_open']:.0f} → "
+                f"{c['return_post_auto']:.0f} | {c['P_post_open']:.3f} → "
+                f"{c['P_post_auto']:.3f} | {c['engaged_trials']} of {c['trials']} | "
+                f"{_f(c['engage_latency_median'])} | {c['engaged_fraction_post']:.0%} | "
+                f"{c['false_engagements_pre']} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_summary(summary: dict[str, Any], path: Path) -> None:
+    """Detection rate (± std over seeds) and median latency per detector, the paper's marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+    x = np.arange(len(DETECTORS))
+    rate = summary["detection_rate"]
+    means = [rate[m]["mean"] or 0.0 for m in DETECTORS]
+    stds = [rate[m]["std"] or 0.0 for m in DETECTORS]
+    colours = ["tab:blue" if m != "reward" else "tab:red" for m in DETECTORS]
+    ax1.bar(x, means, yerr=stds, color=colours, alpha=0.8, capsize=3, label="this run")
+    fa = [summary["false_alarm_rate"][m] for m in DETECTORS]
+    if any(v is not None for v in fa):
+        ax1.scatter(x, [np.nan if v is None else v for v in fa], marker="_", s=400,
+                    color="black", label="false alarms (control)", zorder=3)
+    for j, m in enumerate(DETECTORS):
+        p = summary["paper"]["detection_rate"].get(m)
+        if p:
+            ax1.errorbar(j + 0.25, p["mean"], yerr=p["std"], fmt="D", color="grey",
+                         capsize=3, label="paper" if m == "IDT" else None)
+    ax1.set_xticks(x, [_LABEL[m] for m in DETECTORS])
+    ax1.set_ylim(0, 1.05)
+    ax1.set_ylabel("detection rate (mean over seeds)")
+    ax1.legend(fontsize=8, loc="lower right")
+    lat = [summary["median_latency"][m]["median"] for m in DETECTORS]
+    ax2.bar(x, [np.nan if v is None else v for v in lat], color=colours, alpha=0.8,
+            label="this run")
+    ax2.scatter(x + 0.25, [summary["paper"]["median_latency"][m] for m in DETECTORS],
+                marker="D", color="grey", label="paper (Table 4)")
+    ax2.set_xticks(x, [_LABEL[m] for m in DETECTORS])
+    ax2.set_ylabel("median latency (windows after onset)")
+    ax2.legend(fontsize=8)
+    fig.suptitle(f"HalfCheetah: {summary['trials']} perturbation trials, "
+                 f"{len(summary['included_seeds'])} seeds (cf. the paper's §5.1)", fontsize=10)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_outputs(result: CheetahResult, out: Path) -> list[Path]:
+    """``trials.csv``, ``summary.json``, ``table.md`` and ``detection.png`` into ``out``."""
+    from idt_desk.experiment import write_report
+
+    return write_report(out, rows=result.trials, rows_name="trials.csv",
+                        summary=result.summary, markdown=format_tables(result.summary),
+                        figure=lambda path: plot_summary(result.summary, path),
+                        figure_name="detection.png")
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------------
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``idt-desk reproduce cheetah`` options (and ``func=run``)."""
+    parser.description = (
+        "Evaluate frozen policies in HalfCheetah with each of the paper's perturbations from "
+        "episode --onset, and report detection by P, H_f, H_b, dH, their union (IDT) and "
+        "reward, beside the paper's Tables 3 and 4. Writes trials.csv, summary.json, "
+        "table.md and detection.png into --out."
+    )
+    parser.add_argument("--policies", type=_names, default=(), metavar="PATH,PATH",
+                        help="SB3 zips (default: every shipped HalfCheetah policy)")
+    parser.add_argument("--perturbations", type=_names, default=(), metavar="NAME,NAME",
+                        help="Table 9 perturbations (default: all eight)")
+    parser.add_argument("--no-control", action="store_true",
+                        help="skip the control trial without a perturbation")
+    parser.add_argument("--episodes", type=int, default=50, help="episodes per trial (50)")
+    parser.add_argument("--onset", type=int, default=15,
+                        help="episode the perturbation starts at (15)")
+    parser.add_argument("--env-id", default="HalfCheetah-v5")
+    parser.add_argument("--seed", type=int, default=0, help="environment and noise seed (0)")
+    parser.add_argument("--auto", action="append", default=[], metavar="NAME[:k=v,...]",
+                        help="also run every trial with Auto engaging this modulation "
+                             "(hold, input_filter or dim_reduction, with parameters and "
+                             "persist/release windows as `run --auto`); repeat for more")
+    parser.add_argument("--max-baseline-cv", type=float, default=0.25,
+                        help="exclude seeds whose pre-onset return CV exceeds this (0.25)")
+    parser.add_argument("--k", type=float, default=3.0, help="threshold in σ (3)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="worker processes (default: all cores)")
+    parser.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                        help="run on a Dask scheduler, e.g. tcp://host:8786")
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, print_fn: Callable[[str], None] = print) -> int:
+    """Run ``idt-desk reproduce cheetah`` from parsed arguments; print the tables."""
+    config = CheetahConfig(
+        policies=args.policies, perturbations=args.perturbations,
+        control=not args.no_control, episodes=args.episodes, onset=args.onset,
+        env_id=args.env_id, seed=args.seed, auto=tuple(args.auto),
+        max_baseline_cv=args.max_baseline_cv, k=args.k, workers=args.workers,
+        scheduler=args.scheduler, out=args.out,
+    )
+    result = reproduce(config, progress=not args.no_progress)
+    print_fn(format_tables(result.summary).rstrip("\n"))
+    print_fn("")
+    print_fn("wrote " + ", ".join(str(p) for p in result.files))
+    return 0
