@@ -118,43 +118,62 @@ class FrozenPolicy:
                  ) -> np.ndarray:
         """Actions for a batch of observations (one forward pass); row i draws with rngs[i].
 
-        Each row's noise comes from its own generator, so an environment acts the same
-        whether it is stepped alone or in a batch with others (up to the last bits of the
-        batched matrix product).
+        Each row's noise comes from its own generator. Identical observations are computed
+        once (a batched matrix product gives a row's last bits by its place in the batch), so
+        environments in the same state act identically, and exactly as one stepped alone;
+        distinct rows may differ from stepping alone in their last bits.
+        """
+        x = np.asarray(obs, dtype=np.float64)
+        if self.normalizer is not None:
+            x = self.normalizer.normalize_obs(x)
+        if len(x) > 1:
+            uniq, inverse = np.unique(x, axis=0, return_inverse=True)
+            if len(uniq) < len(x):
+                x = uniq
+        else:
+            inverse = None
+        kind, u, log_std = self._forward(x)
+        if kind == "predict":  # anything else (discrete actions, gSDE): SB3's own sampling
+            a, _ = self.model.predict(x, deterministic=deterministic)
+            u, kind = np.asarray(a, dtype=np.float64).reshape(len(x), -1), "clip"
+        if inverse is not None and len(x) < len(obs):
+            u = u[inverse.ravel()]
+            if log_std is not None and log_std.ndim == 2:  # SAC: σ per row
+                log_std = log_std[inverse.ravel()]
+        if log_std is not None and not deterministic:
+            u = u + np.exp(log_std) * np.stack([g.standard_normal(u.shape[1:]) for g in rngs])
+        if kind == "squash":
+            return self._unscale(np.tanh(u))
+        if kind == "unscale":
+            return self._unscale(u)
+        return np.clip(u, self.low, self.high)
+
+    def _forward(self, x: np.ndarray) -> tuple[str, np.ndarray, np.ndarray | None]:
+        """The policy's output for normalised observations ``x``.
+
+        How to map it to actions (``squash``: tanh then the bounds; ``unscale``: the bounds;
+        ``clip``), the mean, and the log σ of its Gaussian (None: deterministic by design).
         """
         from stable_baselines3.common.policies import BaseModel
 
         torch = self._torch
-        x = np.asarray(obs, dtype=np.float64)
-        if self.normalizer is not None:
-            x = self.normalizer.normalize_obs(x)
-
-        def noise(shape: tuple[int, ...]) -> np.ndarray:
-            return np.stack([g.standard_normal(shape[1:]) for g in rngs])
-
         with torch.no_grad():
             t, _ = self.policy.obs_to_tensor(np.asarray(x, dtype=np.float32))
             if self.algorithm == "SAC":
                 mean, log_std, _ = self.policy.actor.get_action_dist_params(t)
-                u = mean.numpy().astype(np.float64)
-                if not deterministic:
-                    u = u + np.exp(log_std.numpy()) * noise(u.shape)
-                return self._unscale(np.tanh(u))
+                return ("squash", mean.numpy().astype(np.float64),
+                        log_std.numpy().astype(np.float64))
             if self.algorithm in ("TD3", "DDPG"):
-                return self._unscale(self.policy.actor(t).numpy().astype(np.float64))
+                return "unscale", self.policy.actor(t).numpy().astype(np.float64), None
             if self._gaussian:
                 # The diagonal Gaussian's mean and σ without building a torch Distribution
                 # (its argument checks cost more than the network): get_distribution's path.
                 pol = self.policy
                 features = BaseModel.extract_features(pol, t, pol.pi_features_extractor)
                 mean = pol.action_net(pol.mlp_extractor.forward_actor(features))
-                a = mean.numpy().astype(np.float64)
-                if not deterministic:
-                    a = a + np.exp(pol.log_std.detach().numpy().astype(np.float64)) * noise(a.shape)
-                return np.clip(a, self.low, self.high)
-        # Anything else (discrete actions, gSDE): SB3's own sampling.
-        a, _ = self.model.predict(x, deterministic=deterministic)
-        return np.asarray(a, dtype=np.float64).reshape(len(x), -1)
+                return ("clip", mean.numpy().astype(np.float64),
+                        pol.log_std.detach().numpy().astype(np.float64))
+        return "predict", np.empty((len(x), 0)), None
 
     def _unscale(self, a: np.ndarray) -> np.ndarray:
         """[-1, 1] (tanh-squashed output) to the action bounds."""

@@ -1,0 +1,252 @@
+"""``idt-desk reproduce cheetah``: tiny end-to-end runs (local processes and Dask), the
+statistics against hand-computed values, lockstep stepping against stepping alone."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("stable_baselines3")
+pytest.importorskip("mujoco")
+
+from idt_desk._io import InputError
+from idt_desk._reference import reference_metrics
+from idt_desk._symbolize import Symbolizer
+from idt_desk.cli import main
+from idt_desk.experiment import paired_t_test
+from idt_desk.presets import PRESETS
+from sources.gym import GymSource
+from sources.gym._source import POLICY_DIR, step_together
+from sources.gym.reproduce import (
+    DETECTORS,
+    CheetahConfig,
+    _engagements,
+    analyze_trial,
+    reproduce,
+    summarize_trials,
+)
+
+POLICY = str(POLICY_DIR / "halfcheetah-v5-ppo-seed0.zip")
+#: One policy, one perturbation and the control, 3 episodes, the perturbation from the 2nd.
+TINY = CheetahConfig(policies=(POLICY,), perturbations=("force_torso_10N",), episodes=3,
+                     onset=2, workers=1)
+_WALL = ("group_wall_seconds",)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cheetah")
+    return reproduce(replace(TINY, out=out), progress=False), out
+
+
+def test_tiny_reproduction_writes_every_output(tiny_run):
+    result, out = tiny_run
+    trials = pd.read_csv(out / "trials.csv", keep_default_na=False, na_values=[""])
+    assert list(trials["perturbation"]) == ["none", "force_torso_10N"]
+    assert (trials["steps"] == 3000).all() and (trials["onset_step"] == 1000).all()
+    assert (trials["windows"] == 55).all() and (trials["baseline_windows"] == 15).all()
+    # Both trials share their pre-onset steps exactly (same seed, stepped together), so their
+    # baselines are the same numbers; after the onset the push changes the run.
+    a, b = result.trials.iloc[0], result.trials.iloc[1]
+    assert a["baseline_P"] == b["baseline_P"] and a["return_pre"] == b["return_pre"]
+    assert a["return_post"] != b["return_post"]
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("baseline_P", "baseline_dH", "detection_rate", "median_latency",
+                "t_test_IDT_vs_reward", "cohens_d", "exclusions", "config"):
+        assert key in summary
+    assert summary["baseline_P"]["mean"] == pytest.approx(a["baseline_P"])
+    assert 0.0 < summary["baseline_P"]["mean"] < 1.0
+    table = (out / "table.md").read_text()
+    assert "0.33 ± 0.02" in table and "| IDT | 42 |" in table and "Rewards" in table
+    assert (out / "detection.png").stat().st_size > 10_000
+
+
+def test_dask_local_cluster_gives_the_process_pool_results(tiny_run):
+    distributed = pytest.importorskip("distributed")
+    result, _ = tiny_run
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        dask = reproduce(TINY, executor=client, progress=False)
+    pd.testing.assert_frame_equal(dask.trials.drop(columns=list(_WALL)),
+                                  result.trials.drop(columns=list(_WALL)))
+
+
+def test_bad_settings_are_input_errors(tmp_path):
+    with pytest.raises(InputError, match="unknown"):
+        reproduce(replace(TINY, perturbations=("wind",)), progress=False)
+    with pytest.raises(InputError, match="no such file"):
+        reproduce(replace(TINY, policies=(str(tmp_path / "x.zip"),)), progress=False)
+    with pytest.raises(InputError, match="--onset"):
+        reproduce(replace(TINY, onset=5), progress=False)
+    with pytest.raises(InputError, match="no modulation"):
+        reproduce(replace(TINY, auto=("brake",)), progress=False)
+    assert main(["reproduce", "cheetah", "--episodes", "1", "--out", str(tmp_path)]) == 2
+
+
+def test_auto_engages_the_modulation_and_it_shows_in_the_actions():
+    # k = 0.5: the Auto controller's alarm is on nearly all the time, so Hold engages.
+    cfg = replace(TINY, perturbations=("act_noise_4",), control=False, k=0.5,
+                  auto=("hold:mode=scale,scale=0.25,persist=1,release=50",))
+    result = reproduce(cfg, progress=False)
+    open_loop, closed = result.trials.iloc[0], result.trials.iloc[1]
+    assert closed["auto"].startswith("hold") and open_loop["auto"] == ""
+    assert closed["engaged_fraction_post"] > 0.5
+    assert open_loop["engaged_fraction_post"] == 0.0
+    (row,) = result.summary["closed_loop"]
+    assert row["perturbation"] == "act_noise_4" and row["trials"] == 1
+    assert row["return_post_open"] == pytest.approx(open_loop["return_post"])
+    assert row["return_post_auto"] == pytest.approx(closed["return_post"])
+    # Torques scaled to a quarter: the cheetah gains far less than the open-loop one.
+    assert closed["return_post"] < open_loop["return_post"]
+
+
+def _sources(seeds):
+    sources = [GymSource(policy=POLICY) for _ in seeds]
+    for src, seed in zip(sources, seeds, strict=True):
+        src.policy = sources[0].policy
+        src.reset(seed=seed)
+    return sources
+
+
+def test_lockstep_steps_each_source_as_it_would_step_alone():
+    (src,) = _sources([3])
+    alone = src.step(300)
+    src.close()
+    # Sources in the same state act exactly as one stepped alone (identical rows are
+    # computed once), each drawing its own noise.
+    same = _sources([3, 3])
+    b = step_together(same, 300)
+    for s in same:
+        s.close()
+    for j in (0, 1):
+        np.testing.assert_array_equal(b[j].a, alone.a)
+        np.testing.assert_array_equal(b[j].s_next, alone.s_next)
+    # Distinct states share one forward pass: the same actions up to the last bits.
+    mixed = _sources([3, 3, 4])
+    m = step_together(mixed, 3)
+    (other,) = _sources([4])
+    o = other.step(3)
+    for s in [*mixed, other]:
+        s.close()
+    np.testing.assert_array_equal(m[0].a, m[1].a)
+    np.testing.assert_allclose(m[0].a, alone.a[:3], atol=1e-5)
+    np.testing.assert_allclose(m[2].a, o.a, atol=1e-5)
+    assert not np.allclose(m[2].a, m[0].a)
+
+
+def test_analyze_trial_matches_a_hand_count():
+    """Detection, latency and Cohen's d against np.unique recounts (idt_desk._reference)."""
+    rng = np.random.default_rng(0)
+    n, onset = 3000, 1500
+    s = rng.normal(size=(n, 17))
+    a = rng.normal(size=(n, 6))
+    s_next = np.roll(s, -1, axis=0) + 0.1 * rng.normal(size=(n, 17))
+    a[onset:] += 0.8 * s[onset:, :6]  # after the onset, actions couple to the state
+    reward = rng.normal(size=n)
+    reward[onset + 400:] += 3.0
+    preset = PRESETS["cheetah"]
+    row = analyze_trial(s, a, s_next, reward, onset, preset, k=3.0)
+    sym_s = Symbolizer(17, 3, preset.state_groups).fit(s[:onset])
+    sym_a = Symbolizer(6, 3, preset.action_groups).fit(a[:onset])
+    ref = reference_metrics(sym_s.transform(s), sym_s.transform(s_next), sym_a.transform(a),
+                            300, 50)
+    starts = ref["start"]
+    ref["reward"] = np.array([reward[i:i + 300].mean() for i in starts])
+    j0 = int(np.argmax(starts + 300 > onset))
+    assert row["baseline_windows"] == j0 == 25
+    idt_hits = np.zeros(len(starts), dtype=bool)
+    for m in ("P", "H_f", "H_b", "dH", "reward"):
+        x = ref[m]
+        mu, sd = x[:j0].mean(), x[:j0].std(ddof=1)
+        hits = np.abs(x - mu) > 3 * sd
+        if m != "reward":
+            idt_hits |= hits
+        post = np.flatnonzero(hits[j0:])
+        assert row[f"latency_{m}"] == (post[0] if post.size else pytest.approx(math.nan,
+                                                                             nan_ok=True))
+        assert row[f"d_{m}"] == pytest.approx((x[j0:].mean() - mu) / sd, rel=1e-9)
+    post = np.flatnonzero(idt_hits[j0:])
+    assert row["detected_IDT"] and row["latency_IDT"] == post[0]
+    assert row["detected_reward"] and row["latency_reward"] <= 8  # a step of 3σ in reward
+
+
+def _rows(detect: dict[str, list[tuple[bool, float]]], cv: dict[str, float]) -> pd.DataFrame:
+    """Synthetic per-trial rows: per seed a control trial and perturbation trials."""
+    rows = []
+    for seed, trials in detect.items():
+        for j, (idt, rew) in enumerate([(False, False), *trials]):
+            r = {"policy": seed, "perturbation": "none" if j == 0 else f"p{j}", "auto": "",
+                 "error": "", "return_pre_cv": cv[seed], "baseline_P": 0.3 + 0.01 * j,
+                 "baseline_dH": -0.5, "return_post": 1000.0, "post_P": 0.3,
+                 "engagements_pre": 0, "engagements_post": 0, "engage_latency": math.nan,
+                 "engaged_fraction_post": 0.0}
+            for m in DETECTORS:
+                hit = idt if m in ("IDT", "P") else (rew if m == "reward" else False)
+                r[f"detected_{m}"] = hit
+                r[f"latency_{m}"] = 10.0 * j if hit else math.nan
+                r[f"d_{m}"] = float(j)
+            rows.append(r)
+    return pd.DataFrame(rows)
+
+
+def test_summary_statistics_match_hand_computed_values():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    T, F = True, False
+    detect = {
+        "a": [(T, F), (T, T), (T, F), (F, F)],   # IDT 3/4, reward 1/4
+        "b": [(T, T), (T, T), (F, F), (T, F)],   # 3/4, 2/4
+        "c": [(T, F), (T, F), (T, F), (T, F)],   # 4/4, 0/4
+        "d": [(F, F), (F, F), (F, F), (F, F)],   # unstable: excluded by the CV rule
+    }
+    rows = _rows(detect, {"a": 0.05, "b": 0.1, "c": 0.25, "d": 0.4})
+    s = summarize_trials(rows, CheetahConfig(max_baseline_cv=0.25), wall=1.0)
+    assert s["included_seeds"] == ["a", "b", "c"]
+    assert s["exclusions"] == [{"policy": "d", "return_pre_cv": 0.4,
+                                "rule": "return_pre_cv > 0.25"}]
+    idt, rew = np.array([0.75, 0.75, 1.0]), np.array([0.25, 0.5, 0.0])
+    assert s["detection_rate"]["IDT"]["mean"] == pytest.approx(idt.mean())
+    assert s["detection_rate"]["IDT"]["std"] == pytest.approx(idt.std(ddof=1))
+    assert s["detection_rate"]["reward"]["mean"] == pytest.approx(rew.mean())
+    ref = scipy_stats.ttest_rel(idt, rew)
+    assert s["t_test_IDT_vs_reward"]["t"] == pytest.approx(ref.statistic)
+    assert s["t_test_IDT_vs_reward"]["p"] == pytest.approx(ref.pvalue)
+    # Latency 10·j for a trial j that is detected; the median over detected trials only.
+    lat = [10.0 * j for seed in "abc" for j, (hit, _) in enumerate(detect[seed], 1) if hit]
+    assert s["median_latency"]["IDT"]["median"] == pytest.approx(np.median(lat))
+    assert s["median_latency"]["IDT"]["never_detected_trials"] == 2
+    assert s["median_latency"]["reward"]["detected_trials"] == 3
+    assert s["cohens_d"]["P"]["mean"] == pytest.approx(2.5)  # d = j over j = 1..4
+    assert s["false_alarm_rate"]["IDT"] == 0.0
+    assert s["trials"] == 12
+
+
+def test_paired_t_test_against_scipy_and_edge_cases():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(4)
+    for n in (2, 3, 7, 40):
+        x, y = rng.random(n), rng.random(n)
+        ref = scipy_stats.ttest_rel(x, y)
+        got = paired_t_test(x, y)
+        assert got["t"] == pytest.approx(ref.statistic, rel=1e-10)
+        assert got["p"] == pytest.approx(ref.pvalue, rel=1e-8)
+    assert paired_t_test([1.0], [0.0])["t"] is None
+    assert paired_t_test([1, 2, 3], [0, 1, 2])["t"] == math.inf
+    assert paired_t_test([1, 2], [1, 2])["p"] == 1.0
+    assert paired_t_test([1, 2, np.nan], [0, 0, 5])["n"] == 2
+
+
+def test_engagement_accounting():
+    log = [{"kind": "modulation_on", "i": 800, "auto": True},
+           {"kind": "modulation_off", "i": 1200, "auto": True},
+           {"kind": "modulation_on", "i": 1300, "auto": True},
+           {"kind": "modulation_on", "i": 900, "auto": False}]
+    e = _engagements(log, onset=1000, total=2000, window=300, stride=50)
+    assert e["engagements_pre"] == 1 and e["engagements_post"] == 1
+    assert e["engage_latency"] == (1300 - 1000) / 50 - 1
+    assert e["engaged_fraction_post"] == pytest.approx((200 + 700) / 1000)
