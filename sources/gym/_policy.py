@@ -103,10 +103,14 @@ class FrozenPolicy:
                 raise PolicyError(f"{vn}: not VecNormalize statistics ({exc})") from None
             self.normalizer.training = False
         self.vecnormalize = None if vn is None else str(vn)
+        from gymnasium import spaces
         from stable_baselines3.common.distributions import DiagGaussianDistribution
 
+        #: A flat Box observation: the networks take it as a float tensor, no preprocessing.
+        self._flat = isinstance(model.observation_space, spaces.Box) and len(shape) == 1
         #: PPO / A2C with a diagonal Gaussian (no gSDE): sampled here with the source's RNG.
-        self._gaussian = (self.algorithm in ("PPO", "A2C") and not self.policy.use_sde
+        self._gaussian = (self._flat and self.algorithm in ("PPO", "A2C")
+                          and not self.policy.use_sde
                           and isinstance(self.policy.action_dist, DiagGaussianDistribution))
 
     def act(self, obs: np.ndarray, rng: np.random.Generator, deterministic: bool
@@ -126,20 +130,22 @@ class FrozenPolicy:
         x = np.asarray(obs, dtype=np.float64)
         if self.normalizer is not None:
             x = self.normalizer.normalize_obs(x)
+        inverse = None
         if len(x) > 1:
-            uniq, inverse = np.unique(x, axis=0, return_inverse=True)
-            if len(uniq) < len(x):
-                x = uniq
-        else:
-            inverse = None
+            first: dict[bytes, int] = {}
+            inverse = np.array([first.setdefault(row.tobytes(), len(first)) for row in x])
+            if len(first) < len(x):
+                x = x[np.unique(inverse, return_index=True)[1]]
+            else:
+                inverse = None
         kind, u, log_std = self._forward(x)
         if kind == "predict":  # anything else (discrete actions, gSDE): SB3's own sampling
             a, _ = self.model.predict(x, deterministic=deterministic)
             u, kind = np.asarray(a, dtype=np.float64).reshape(len(x), -1), "clip"
-        if inverse is not None and len(x) < len(obs):
-            u = u[inverse.ravel()]
+        if inverse is not None:
+            u = u[inverse]
             if log_std is not None and log_std.ndim == 2:  # SAC: σ per row
-                log_std = log_std[inverse.ravel()]
+                log_std = log_std[inverse]
         if log_std is not None and not deterministic:
             u = u + np.exp(log_std) * np.stack([g.standard_normal(u.shape[1:]) for g in rngs])
         if kind == "squash":
@@ -154,11 +160,11 @@ class FrozenPolicy:
         How to map it to actions (``squash``: tanh then the bounds; ``unscale``: the bounds;
         ``clip``), the mean, and the log σ of its Gaussian (None: deterministic by design).
         """
-        from stable_baselines3.common.policies import BaseModel
-
         torch = self._torch
+        if not self._flat:
+            return "predict", np.empty((len(x), 0)), None
         with torch.no_grad():
-            t, _ = self.policy.obs_to_tensor(np.asarray(x, dtype=np.float32))
+            t = torch.from_numpy(np.asarray(x, dtype=np.float32))
             if self.algorithm == "SAC":
                 mean, log_std, _ = self.policy.actor.get_action_dist_params(t)
                 return ("squash", mean.numpy().astype(np.float64),
@@ -169,8 +175,8 @@ class FrozenPolicy:
                 # The diagonal Gaussian's mean and σ without building a torch Distribution
                 # (its argument checks cost more than the network): get_distribution's path.
                 pol = self.policy
-                features = BaseModel.extract_features(pol, t, pol.pi_features_extractor)
-                mean = pol.action_net(pol.mlp_extractor.forward_actor(features))
+                mean = pol.action_net(pol.mlp_extractor.forward_actor(
+                    pol.pi_features_extractor(t)))
                 return ("clip", mean.numpy().astype(np.float64),
                         pol.log_std.detach().numpy().astype(np.float64))
         return "predict", np.empty((len(x), 0)), None

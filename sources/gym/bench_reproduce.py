@@ -1,0 +1,109 @@
+"""How fast ``reproduce cheetah`` steps trials, against a plain SB3 loop, in one run.
+
+``idt-desk bench reproduce`` measures trial steps per second of
+
+- **plain**: one environment and ``model.predict`` in a loop (what an evaluation script
+  does), no IDT at all;
+- **lockstep**: :func:`sources.gym.reproduce.run_group` on one policy's trials (the control
+  and the eight perturbations by default): one batched forward pass per step for all of
+  them, each trial through its own session (symbols, metric engine, monitor) and then the
+  paper's per-trial analysis.
+
+Both run in this process with one torch thread, interleaved in rounds after a warm-up; the
+best round of each is kept, so machine noise hits both alike. The ratio is the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+__all__ = ["HELP", "add_arguments", "bench_reproduce", "run"]
+
+#: ``idt-desk bench reproduce``'s one-line help.
+HELP = "reproduce cheetah's lockstep trials vs a plain one-env model.predict loop (steps/s)"
+
+
+def _plain(policy: str, steps: int, seed: int = 0) -> float:
+    import gymnasium as gym
+    import stable_baselines3 as sb3
+
+    from sources.gym._policy import algorithm_of
+
+    model = getattr(sb3, algorithm_of(policy)).load(policy, device="cpu")
+    env = gym.make("HalfCheetah-v5")
+    obs, _ = env.reset(seed=seed)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        action, _ = model.predict(obs, deterministic=False)
+        obs, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            obs, _ = env.reset()
+    dt = time.perf_counter() - t0
+    env.close()
+    return steps / dt
+
+
+def _lockstep(policy: str, trials: int, episodes: int) -> float:
+    from sources.gym.reproduce import CONTROL, Trial, TrialGroup, _perturbation_names, run_group
+
+    names = (CONTROL, *_perturbation_names())
+    group = TrialGroup(policy, tuple(Trial(names[j % len(names)]) for j in range(trials)),
+                       "HalfCheetah-v5", episodes, 2, 0, 3.0)
+    t0 = time.perf_counter()
+    rows = run_group(group)
+    dt = time.perf_counter() - t0
+    errors = [r["error"] for r in rows if r["error"]]
+    if errors:
+        raise RuntimeError(errors[0])
+    return sum(r["steps"] for r in rows) / dt
+
+
+def bench_reproduce(policy: str = "", trials: int = 9, episodes: int = 2, rounds: int = 2,
+                    print_fn=print) -> dict[str, float]:
+    """Best-of-``rounds`` trial steps/s of the plain loop and of the lockstep trials."""
+    import torch
+
+    from sources.gym._source import default_policy
+
+    torch.set_num_threads(1)
+    policy = policy or str(default_policy("HalfCheetah-v5"))
+    steps = episodes * 1000
+    print_fn(f"policy {policy}; lockstep: {trials} trials × {episodes} episodes per round; "
+             f"plain: {steps} steps per round; one torch thread")
+    _plain(policy, 200)  # warm-up: first forward pass, numba kernels, MuJoCo
+    _lockstep(policy, 2, 2)
+    best = {"plain": 0.0, "lockstep": 0.0}
+    for r in range(rounds):
+        plain = _plain(policy, steps)
+        lock = _lockstep(policy, trials, episodes)
+        best["plain"], best["lockstep"] = max(best["plain"], plain), max(best["lockstep"], lock)
+        print_fn(f"round {r + 1}: plain {plain:,.0f} steps/s, lockstep {lock:,.0f} "
+                 f"trial steps/s ({lock / plain:.2f}x)")
+    ratio = best["lockstep"] / best["plain"]
+    print_fn(f"best: plain model.predict loop {best['plain']:,.0f} steps/s; lockstep trials "
+             f"(IDT and analysis included) {best['lockstep']:,.0f} trial steps/s: "
+             f"{ratio:.2f}x")
+    return {**best, "ratio": ratio}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``idt-desk bench reproduce`` options (and ``func=run``)."""
+    parser.description = __doc__.splitlines()[0]
+    parser.add_argument("--policy", default="", help="SB3 zip (default: the shipped default)")
+    parser.add_argument("--trials", type=int, default=9,
+                        help="trials stepped together (default 9: control + 8)")
+    parser.add_argument("--episodes", type=int, default=2, help="episodes per trial (2)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``idt-desk bench reproduce``."""
+    from idt_desk._validate import check_int
+
+    check_int("--trials", args.trials, 1, 512)
+    check_int("--episodes", args.episodes, 2, 100)
+    check_int("--rounds", args.rounds, 1, 100)
+    bench_reproduce(args.policy, args.trials, args.episodes, args.rounds)
+    return 0
