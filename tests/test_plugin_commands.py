@@ -191,12 +191,16 @@ def test_the_built_in_commands_come_from_the_entry_points():
     entries = plugins.discover_commands(refresh=True)
     assert {name: e.value for name, e in entries.items()} == {
         "bench.pendulum": "sources.pendulum.bench",
+        "bench.reproduce": "sources.gym.bench_reproduce",
         "bench.rl": "sources.gym.bench",
+        "reproduce.cheetah": "sources.gym.reproduce",
         "reproduce.pendulum": "sources.pendulum.reproduce",
         "train": "sources.gym.train",
     }
     for argv, option in ((["reproduce", "pendulum"], "--batch"), (["train"], "--algo"),
-                         (["bench", "rl"], "--rounds"), (["bench", "pendulum"], "--seconds")):
+                         (["bench", "rl"], "--rounds"), (["bench", "pendulum"], "--seconds"),
+                         (["reproduce", "cheetah"], "--perturbations"),
+                         (["bench", "reproduce"], "--trials")):
         rc, out, err = _call([*argv, "--help"])
         assert rc == 0, err
         assert f"usage: idt-desk {' '.join(argv)}" in out and option in out
