@@ -76,6 +76,7 @@ __all__ = [
     "analyze_trial",
     "format_tables",
     "make_groups",
+    "plot_summary",
     "reproduce",
     "run",
     "run_group",
@@ -414,7 +415,6 @@ def _ms(x: Sequence[float]) -> dict[str, float | None]:
 def summarize_trials(rows: Any, config: CheetahConfig, wall: float) -> dict[str, Any]:
     """The ``summary.json`` content from the per-trial table (a DataFrame)."""
     from idt_desk.analyze import summary_document
-    from idt_desk.experiment import paired_t_test
 
     ok = rows[rows["error"] == ""]
     open_loop = ok[ok["auto"] == ""]
@@ -423,28 +423,6 @@ def summarize_trials(rows: Any, config: CheetahConfig, wall: float) -> dict[str,
     cv = open_loop.groupby("policy")["return_pre_cv"].first()
     excluded = {p: float(cv[p]) for p in seeds if not (cv[p] <= config.max_baseline_cv)}
     included = [p for p in seeds if p not in excluded]
-    perturbed = open_loop[(open_loop["perturbation"] != CONTROL)
-                          & open_loop["policy"].isin(included)]
-    control = open_loop[(open_loop["perturbation"] == CONTROL) & open_loop["policy"].isin(included)]
-    per_seed = perturbed.groupby("policy")[[f"detected_{m}" for m in DETECTORS]].mean()
-    rate = {m: _ms(per_seed[f"detected_{m}"].to_numpy()) for m in DETECTORS}
-    latency = {}
-    for m in DETECTORS:
-        lat = perturbed[f"latency_{m}"].to_numpy(dtype=np.float64)
-        latency[m] = {"median": float(np.nanmedian(lat)) if np.isfinite(lat).any() else None,
-                      "detected_trials": int(np.isfinite(lat).sum()),
-                      "never_detected_trials": int((~np.isfinite(lat)).sum())}
-    d = {m: _ms(perturbed[f"d_{m}"].to_numpy()) for m in (*_COMPONENTS, "reward")}
-    by_pert = {}
-    for name, part in perturbed.groupby("perturbation", sort=False):
-        by_pert[name] = {
-            "trials": len(part),
-            "detection_rate": {m: float(part[f"detected_{m}"].mean()) for m in DETECTORS},
-            "median_latency": {m: (float(np.nanmedian(part[f"latency_{m}"]))
-                                   if part[f"latency_{m}"].notna().any() else None)
-                               for m in DETECTORS},
-            "cohens_d": {m: float(part[f"d_{m}"].mean()) for m in (*_COMPONENTS, "reward")},
-        }
     baseline = open_loop.groupby("policy")[["baseline_P", "baseline_dH"]].first()
     summary = summary_document(
         {m: _ms(baseline[f"baseline_{m}"].to_numpy()) for m in ("P", "dH")},
@@ -466,15 +444,8 @@ def summarize_trials(rows: Any, config: CheetahConfig, wall: float) -> dict[str,
         exclusions=[{"policy": p, "return_pre_cv": c,
                      "rule": f"return_pre_cv > {config.max_baseline_cv:g}"}
                     for p, c in excluded.items()],
-        trials=len(perturbed),
-        detection_rate=rate,
-        false_alarm_rate={m: (float(control[f"detected_{m}"].mean()) if len(control) else None)
-                          for m in DETECTORS},
-        median_latency=latency,
-        t_test_IDT_vs_reward=paired_t_test(per_seed["detected_IDT"].to_numpy(),
-                                           per_seed["detected_reward"].to_numpy()),
-        cohens_d=d,
-        by_perturbation=by_pert,
+        **_detection(open_loop, included),
+        all_seeds=_detection(open_loop, seeds),
         closed_loop=_closed_loop(ok),
         errors=[f"{r.policy} {r.perturbation} {r.auto}: {r.error}"
                 for r in rows.itertuples() if r.error],
@@ -482,6 +453,43 @@ def summarize_trials(rows: Any, config: CheetahConfig, wall: float) -> dict[str,
         paper=PAPER,
     )
     return summary
+
+
+def _detection(open_loop: Any, seeds: list[str]) -> dict[str, Any]:
+    """Detection statistics over the open-loop trials of ``seeds``."""
+    from idt_desk.experiment import paired_t_test
+
+    mine = open_loop[open_loop["policy"].isin(seeds)]
+    perturbed = mine[mine["perturbation"] != CONTROL]
+    control = mine[mine["perturbation"] == CONTROL]
+    per_seed = perturbed.groupby("policy")[[f"detected_{m}" for m in DETECTORS]].mean()
+    latency = {}
+    for m in DETECTORS:
+        lat = perturbed[f"latency_{m}"].to_numpy(dtype=np.float64)
+        latency[m] = {"median": float(np.nanmedian(lat)) if np.isfinite(lat).any() else None,
+                      "detected_trials": int(np.isfinite(lat).sum()),
+                      "never_detected_trials": int((~np.isfinite(lat)).sum())}
+    by_pert = {}
+    for name, part in perturbed.groupby("perturbation", sort=False):
+        by_pert[name] = {
+            "trials": len(part),
+            "detection_rate": {m: float(part[f"detected_{m}"].mean()) for m in DETECTORS},
+            "median_latency": {m: (float(np.nanmedian(part[f"latency_{m}"]))
+                                   if part[f"latency_{m}"].notna().any() else None)
+                               for m in DETECTORS},
+            "cohens_d": {m: float(part[f"d_{m}"].mean()) for m in (*_COMPONENTS, "reward")},
+        }
+    return {
+        "trials": len(perturbed),
+        "detection_rate": {m: _ms(per_seed[f"detected_{m}"].to_numpy()) for m in DETECTORS},
+        "false_alarm_rate": {m: (float(control[f"detected_{m}"].mean()) if len(control)
+                                 else None) for m in DETECTORS},
+        "median_latency": latency,
+        "t_test_IDT_vs_reward": paired_t_test(per_seed["detected_IDT"].to_numpy(),
+                                              per_seed["detected_reward"].to_numpy()),
+        "cohens_d": {m: _ms(perturbed[f"d_{m}"].to_numpy()) for m in (*_COMPONENTS, "reward")},
+        "by_perturbation": by_pert,
+    }
 
 
 def _closed_loop(ok: Any) -> list[dict[str, Any]]:
@@ -573,8 +581,9 @@ def format_tables(summary: dict[str, Any]) -> str:
     lines = [
         "# HalfCheetah: reproduction of the paper's §5.1 (Tables 3 and 4)",
         "",
-        f"{n_seeds} policies (seeds), {summary['trials']} perturbation trials on "
-        f"{n_inc} included seeds; {cfg['episodes']} episodes per trial, perturbation on from "
+        f"{n_seeds} policies (seeds), {summary['all_seeds']['trials']} perturbation trials "
+        f"({summary['trials']} on the {n_inc} included seeds); {cfg['episodes']} episodes per "
+        f"trial, perturbation on from "
         f"episode {cfg['onset']}; windows W = 300, stride 50, 3 bins, 3σ. Wall time "
         f"{summary['wall_seconds']:.0f} s.",
         "",
@@ -591,51 +600,60 @@ def format_tables(summary: dict[str, Any]) -> str:
         "",
         "## Detection coverage (§5.1.3)",
         "",
-        "| Detector | Detection rate, paper | Detection rate, this run | False alarms "
-        "(control, no perturbation) | Cohen's d (mean over trials) |",
-        "|---|---|---|---|---|",
+        f"Included seeds: {n_inc} of {n_seeds} (exclusion rule: pre-onset return CV > "
+        f"{cfg['max_baseline_cv']:g}, fixed before the first full run"
+        + ("; excluded: " + ", ".join(f"{e['policy']} (CV {e['return_pre_cv']:.2f})"
+                                      for e in summary["exclusions"]) if summary["exclusions"]
+           else "") + "). The control trial has no perturbation: its 'detections' are the "
+        "false alarms of the 3σ rule.",
+        "",
+        "| Detector | Paper | This run, included seeds | This run, all seeds | False alarms "
+        "(control), all seeds | Cohen's d, all seeds |",
+        "|---|---|---|---|---|---|",
     ]
+    every = summary["all_seeds"]
+
+    def rate(r: dict[str, Any]) -> str:
+        return "—" if r["mean"] is None else (
+            f"{r['mean']:.1%}" + ("" if r["std"] is None else f" ± {r['std']:.1%}"))
+
     for m in DETECTORS:
         pr = paper["detection_rate"].get(m)
         pr_text = f"{pr['mean']:.1%} ± {pr['std']:.1%}" if pr else "—"
-        r = summary["detection_rate"][m]
-        ours = "—" if r["mean"] is None else (
-            f"{r['mean']:.1%}" + ("" if r["std"] is None else f" ± {r['std']:.1%}"))
-        fa = summary["false_alarm_rate"][m]
-        d = summary["cohens_d"].get(m)
-        lines.append(f"| {_LABEL[m]} | {pr_text} | {ours} | "
+        fa = every["false_alarm_rate"][m]
+        d = every["cohens_d"].get(m)
+        lines.append(f"| {_LABEL[m]} | {pr_text} | {rate(summary['detection_rate'][m])} | "
+                     f"{rate(every['detection_rate'][m])} | "
                      f"{'—' if fa is None else f'{fa:.0%}'} | "
                      f"{'—' if not d else _pm(d, 2)} |")
-    t = summary["t_test_IDT_vs_reward"]
+    lines += ["", f"Paired t-test, IDT against reward detection over seeds: paper t = "
+              f"{paper['t_test']['t']}, p {paper['t_test']['p']} (n = {paper['t_test']['n']})"]
+    for label, block in (("included seeds", summary), ("all seeds", every)):
+        t = block["t_test_IDT_vs_reward"]
+        lines[-1] += f"; {label} t = {_f(t['t'])}, p = {_f(t['p'])} (n = {t['n']})"
+    lines[-1] += "."
     lines += [
-        "",
-        f"Paired t-test, IDT against reward detection over seeds: paper t = "
-        f"{paper['t_test']['t']}, p {paper['t_test']['p']} (n = {paper['t_test']['n']}); "
-        f"this run t = {_f(t['t'])}, p = {_f(t['p'])} (n = {t['n']}).",
         "",
         "## Table 4 — Detection latency (median windows after perturbation onset)",
         "",
-        "| Metric | Paper | This run | Trials detected |",
-        "|---|---|---|---|",
+        "| Metric | Paper | Included seeds | All seeds | Trials detected, all seeds |",
+        "|---|---|---|---|---|",
     ]
     for m in DETECTORS:
-        lat = summary["median_latency"][m]
+        lat, lat_all = summary["median_latency"][m], every["median_latency"][m]
         lines.append(f"| {_LABEL[m]} | {paper['median_latency'][m]} | {_f(lat['median'])} | "
-                     f"{lat['detected_trials']} of "
-                     f"{lat['detected_trials'] + lat['never_detected_trials']} |")
-    if summary["exclusions"]:
-        lines += ["", "Excluded seeds (" + summary["exclusions"][0]["rule"] + "): " + ", ".join(
-            f"{e['policy']} (CV {e['return_pre_cv']:.2f})" for e in summary["exclusions"]) + "."]
-    else:
-        lines += ["", "No seed excluded (rule: pre-onset return CV > "
-                  f"{cfg['max_baseline_cv']:g})."]
-    lines += ["", "## By perturbation", "",
+                     f"{_f(lat_all['median'])} | {lat_all['detected_trials']} of "
+                     f"{lat_all['detected_trials'] + lat_all['never_detected_trials']} |")
+    lines += ["", "## By perturbation (all seeds)", "",
               "| Perturbation | Trials | IDT | P | ΔH | H_f | H_b | Reward | IDT latency | "
-              "Reward latency |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for name, b in summary["by_perturbation"].items():
+              "Reward latency | d(P) | d(ΔH) | d(reward) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, b in every["by_perturbation"].items():
         rates = " | ".join(f"{b['detection_rate'][m]:.0%}" for m in DETECTORS)
+        d = b["cohens_d"]
         lines.append(f"| {name} | {b['trials']} | {rates} | "
-                     f"{_f(b['median_latency']['IDT'])} | {_f(b['median_latency']['reward'])} |")
+                     f"{_f(b['median_latency']['IDT'])} | {_f(b['median_latency']['reward'])} | "
+                     f"{d['P']:.2f} | {d['dH']:.2f} | {d['reward']:.2f} |")
     if summary["closed_loop"]:
         lines += ["", "## Closing the loop (Auto modulation from the IDT alarm)", "",
                   "| Auto | Perturbation | Return after onset, open → auto | P after onset, "
@@ -659,13 +677,20 @@ def plot_summary(summary: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+    every = summary["all_seeds"]
     x = np.arange(len(DETECTORS))
-    rate = summary["detection_rate"]
+    rate = every["detection_rate"]
     means = [rate[m]["mean"] or 0.0 for m in DETECTORS]
     stds = [rate[m]["std"] or 0.0 for m in DETECTORS]
     colours = ["tab:blue" if m != "reward" else "tab:red" for m in DETECTORS]
-    ax1.bar(x, means, yerr=stds, color=colours, alpha=0.8, capsize=3, label="this run")
-    fa = [summary["false_alarm_rate"][m] for m in DETECTORS]
+    ax1.bar(x, means, yerr=stds, color=colours, alpha=0.8, capsize=3,
+            label=f"this run, all {len(summary['seeds'])} seeds")
+    inc = summary["detection_rate"]
+    if summary["included_seeds"] and len(summary["included_seeds"]) < len(summary["seeds"]):
+        ax1.scatter(x - 0.25, [inc[m]["mean"] for m in DETECTORS], marker="o",
+                    facecolors="none", edgecolors="black",
+                    label=f"{len(summary['included_seeds'])} included seeds")
+    fa = [every["false_alarm_rate"][m] for m in DETECTORS]
     if any(v is not None for v in fa):
         ax1.scatter(x, [np.nan if v is None else v for v in fa], marker="_", s=400,
                     color="black", label="false alarms (control)", zorder=3)
@@ -675,10 +700,10 @@ def plot_summary(summary: dict[str, Any], path: Path) -> None:
             ax1.errorbar(j + 0.25, p["mean"], yerr=p["std"], fmt="D", color="grey",
                          capsize=3, label="paper" if m == "IDT" else None)
     ax1.set_xticks(x, [_LABEL[m] for m in DETECTORS])
-    ax1.set_ylim(0, 1.05)
+    ax1.set_ylim(0, 1.25)
     ax1.set_ylabel("detection rate (mean over seeds)")
-    ax1.legend(fontsize=8, loc="lower right")
-    lat = [summary["median_latency"][m]["median"] for m in DETECTORS]
+    ax1.legend(fontsize=8, loc="upper right")
+    lat = [every["median_latency"][m]["median"] for m in DETECTORS]
     ax2.bar(x, [np.nan if v is None else v for v in lat], color=colours, alpha=0.8,
             label="this run")
     ax2.scatter(x + 0.25, [summary["paper"]["median_latency"][m] for m in DETECTORS],
@@ -686,8 +711,8 @@ def plot_summary(summary: dict[str, Any], path: Path) -> None:
     ax2.set_xticks(x, [_LABEL[m] for m in DETECTORS])
     ax2.set_ylabel("median latency (windows after onset)")
     ax2.legend(fontsize=8)
-    fig.suptitle(f"HalfCheetah: {summary['trials']} perturbation trials, "
-                 f"{len(summary['included_seeds'])} seeds (cf. the paper's §5.1)", fontsize=10)
+    fig.suptitle(f"HalfCheetah: {every['trials']} perturbation trials on "
+                 f"{len(summary['seeds'])} seeds (cf. the paper's §5.1)", fontsize=10)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
