@@ -86,6 +86,10 @@ def test_bad_settings_are_input_errors(tmp_path):
         reproduce(replace(TINY, onset=5), progress=False)
     with pytest.raises(InputError, match="no modulation"):
         reproduce(replace(TINY, auto=("brake",)), progress=False)
+    with pytest.raises(InputError, match="groups to freeze"):  # freezing nothing: no trial
+        reproduce(replace(TINY, auto=("dim_reduction",)), progress=False)
+    with pytest.raises(InputError, match="unknown group"):
+        reproduce(replace(TINY, auto=("dim_reduction:drop=tail",)), progress=False)
     assert main(["reproduce", "cheetah", "--episodes", "1", "--out", str(tmp_path)]) == 2
 
 

@@ -154,7 +154,7 @@ class CheetahConfig:
         from dataclasses import replace
 
         from idt_desk._validate import parse_auto
-        from sources.gym._source import GymSource
+        from sources.gym._source import _CHEETAH_GROUPS, GymSource
 
         known = _perturbation_names()
         perts = self.perturbations or known
@@ -175,7 +175,18 @@ class CheetahConfig:
         check_float("--max-baseline-cv", self.max_baseline_cv, 0.0)
         check_float("--k", self.k, 0.0, lo_open=True)
         for spec in self.auto:
-            parse_auto(spec, GymSource)
+            auto = parse_auto(spec, GymSource)
+            if auto["modulation"] != "dim_reduction":
+                continue
+            drop = [g.strip() for g in str(auto["params"]["drop"]).split(",") if g.strip()]
+            unknown = [g for g in drop if g not in _CHEETAH_GROUPS]
+            if unknown and self.env_id.startswith("HalfCheetah"):
+                raise InputError(f"--auto {spec}: unknown group(s) {unknown}; known: "
+                                 f"{', '.join(_CHEETAH_GROUPS)}")
+            if not drop:
+                raise InputError(f"--auto {spec}: name the observation groups to freeze, e.g. "
+                                 "dim_reduction:drop=front_leg (groups: torso, back_leg, "
+                                 "front_leg)")
         check_out_dir(self.out, "--out")
         return replace(self, policies=tuple(str(Path(p).expanduser()) for p in policies),
                        perturbations=tuple(dict.fromkeys(perts)))
