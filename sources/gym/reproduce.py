@@ -11,7 +11,8 @@ One trial (a policy, a perturbation, optionally an Auto modulation)
    :class:`~idt_desk.session.Session`, seeded with ``seed``: every trial of a policy shares
    its pre-onset steps exactly (same environment, same policy noise). The perturbation is
    switched on at transition ``T0 = (onset − 1) · L``, the first step of episode ``onset``,
-   and stays on. Trials of one policy step in lockstep, one batched forward pass per step.
+   and stays on. Trials of one policy and loop setting step in lockstep, one batched
+   forward pass per step.
 2. The paper's pipeline on the recorded (S, A, S'): each variable z-scored and cut into 3
    equal-width bins, both calibrated on the **pre-onset transitions only** (the data a
    deployed monitor has; calibrating on the whole run would let the perturbed data shape the
@@ -223,12 +224,16 @@ class TrialGroup:
 
 
 def make_groups(config: CheetahConfig) -> list[TrialGroup]:
-    """One group per policy: each perturbation (and the control), open loop then each Auto."""
+    """One group per policy and Auto setting (open loop first): each perturbation, control.
+
+    A group's trials step together; groups are the tasks the executor spreads over cores
+    (and the progress bar counts), so they are kept to one loop setting each.
+    """
     perts = ((CONTROL,) if config.control and CONTROL not in config.perturbations else ()) \
         + tuple(config.perturbations)
-    trials = tuple(Trial(p, a) for a in ("", *config.auto) for p in perts)
-    return [TrialGroup(p, trials, config.env_id, config.episodes, config.onset, config.seed,
-                       config.k) for p in config.policies]
+    return [TrialGroup(p, tuple(Trial(name, a) for name in perts), config.env_id,
+                       config.episodes, config.onset, config.seed, config.k)
+            for p in config.policies for a in ("", *config.auto)]
 
 
 # ---------------------------------------------------------------------------------------------
