@@ -708,8 +708,8 @@ def plot_summary(summary: dict[str, Any], path: Path) -> None:
                     label=f"{len(summary['included_seeds'])} included seeds")
     fa = [every["false_alarm_rate"][m] for m in DETECTORS]
     if any(v is not None for v in fa):
-        ax1.scatter(x, [np.nan if v is None else v for v in fa], marker="_", s=400,
-                    color="black", label="false alarms (control)", zorder=3)
+        ax1.scatter(x - 0.3, [np.nan if v is None else v for v in fa], marker="x", s=50,
+                    color="black", label="false alarms (control trial)", zorder=3)
     for j, m in enumerate(DETECTORS):
         p = summary["paper"]["detection_rate"].get(m)
         if p:
