@@ -175,6 +175,7 @@ def test_analyze_trial_matches_a_hand_count():
         assert row[f"latency_{m}"] == (post[0] if post.size else pytest.approx(math.nan,
                                                                              nan_ok=True))
         assert row[f"d_{m}"] == pytest.approx((x[j0:].mean() - mu) / sd, rel=1e-9)
+        assert row[f"excursion_frac_{m}"] == pytest.approx(hits[j0:].mean())
     post = np.flatnonzero(idt_hits[j0:])
     assert row["detected_IDT"] and row["latency_IDT"] == post[0]
     assert row["detected_reward"] and row["latency_reward"] <= 8  # a step of 3σ in reward
@@ -193,6 +194,7 @@ def _rows(detect: dict[str, list[tuple[bool, float]]], cv: dict[str, float]) -> 
             for m in DETECTORS:
                 hit = idt if m in ("IDT", "P") else (rew if m == "reward" else False)
                 r[f"detected_{m}"] = hit
+                r[f"excursion_frac_{m}"] = 0.1 * j
                 r[f"latency_{m}"] = 10.0 * j if hit else math.nan
                 r[f"d_{m}"] = float(j)
             rows.append(r)
@@ -227,6 +229,8 @@ def test_summary_statistics_match_hand_computed_values():
     assert s["median_latency"]["reward"]["detected_trials"] == 3
     assert s["cohens_d"]["P"]["mean"] == pytest.approx(2.5)  # d = j over j = 1..4
     assert s["false_alarm_rate"]["IDT"] == 0.0
+    assert s["excursion_fraction"]["IDT"] == {"perturbed": pytest.approx(0.25),
+                                              "control": 0.0}  # 0.1·j over j = 1..4
     assert s["trials"] == 12
 
 

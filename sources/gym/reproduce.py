@@ -281,6 +281,8 @@ def analyze_trial(
         lat = det.latency[m]
         row[f"detected_{m}"] = not math.isnan(lat)
         row[f"latency_{m}"] = lat
+        # How much of the post-onset time is in excursion: graded, unlike the first crossing.
+        row[f"excursion_frac_{m}"] = float(np.mean(det.flags[m][j0:]))
     for m in metrics:
         x = np.asarray(w[m], dtype=np.float64)
         post = x[j0:]
@@ -500,6 +502,11 @@ def _detection(open_loop: Any, seeds: list[str]) -> dict[str, Any]:
         "detection_rate": {m: _ms(per_seed[f"detected_{m}"].to_numpy()) for m in DETECTORS},
         "false_alarm_rate": {m: (float(control[f"detected_{m}"].mean()) if len(control)
                                  else None) for m in DETECTORS},
+        "excursion_fraction": {
+            m: {"perturbed": (float(perturbed[f"excursion_frac_{m}"].mean()) if len(perturbed)
+                              else None),
+                "control": (float(control[f"excursion_frac_{m}"].mean()) if len(control)
+                            else None)} for m in DETECTORS},
         "median_latency": latency,
         "t_test_IDT_vs_reward": paired_t_test(per_seed["detected_IDT"].to_numpy(),
                                               per_seed["detected_reward"].to_numpy()),
@@ -624,14 +631,19 @@ def format_tables(summary: dict[str, Any]) -> str:
         "false alarms of the 3σ rule.",
         "",
         "| Detector | Paper | This run, included seeds | This run, all seeds | False alarms "
-        "(control), all seeds | Cohen's d, all seeds |",
-        "|---|---|---|---|---|---|",
+        "(control), all seeds | Post-onset windows in excursion, perturbed / control | "
+        "Cohen's d, all seeds |",
+        "|---|---|---|---|---|---|---|",
     ]
     every = summary["all_seeds"]
 
     def rate(r: dict[str, Any]) -> str:
         return "—" if r["mean"] is None else (
             f"{r['mean']:.1%}" + ("" if r["std"] is None else f" ± {r['std']:.1%}"))
+
+    def frac(block: dict[str, Any], m: str) -> str:
+        e = block["excursion_fraction"][m]
+        return " / ".join("—" if e[k] is None else f"{e[k]:.1%}" for k in ("perturbed", "control"))
 
     for m in DETECTORS:
         pr = paper["detection_rate"].get(m)
@@ -640,7 +652,7 @@ def format_tables(summary: dict[str, Any]) -> str:
         d = every["cohens_d"].get(m)
         lines.append(f"| {_LABEL[m]} | {pr_text} | {rate(summary['detection_rate'][m])} | "
                      f"{rate(every['detection_rate'][m])} | "
-                     f"{'—' if fa is None else f'{fa:.0%}'} | "
+                     f"{'—' if fa is None else f'{fa:.0%}'} | {frac(every, m)} | "
                      f"{'—' if not d else _pm(d, 2)} |")
     lines += ["", f"Paired t-test, IDT against reward detection over seeds: paper t = "
               f"{paper['t_test']['t']}, p {paper['t_test']['p']} (n = {paper['t_test']['n']})"]
