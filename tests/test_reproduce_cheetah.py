@@ -25,9 +25,12 @@ from sources.gym._source import POLICY_DIR, step_together
 from sources.gym.reproduce import (
     DETECTORS,
     CheetahConfig,
+    Trial,
+    TrialGroup,
     _engagements,
     analyze_trial,
     reproduce,
+    run_group,
     summarize_trials,
 )
 
@@ -258,3 +261,28 @@ def test_engagement_accounting():
     assert e["engagements_pre"] == 1 and e["engagements_post"] == 1
     assert e["engage_latency"] == (1300 - 1000) / 50 - 1
     assert e["engaged_fraction_post"] == pytest.approx((200 + 700) / 1000)
+
+
+def test_a_group_that_fails_is_reported_not_raised(monkeypatch):
+    import sources.gym._source as source_module
+
+    real, calls = source_module.step_together, []
+
+    def unstable(sources, n, info=True):
+        calls.append(n)
+        if len(calls) == 2:
+            raise FloatingPointError("MuJoCo went unstable")
+        return real(sources, n, info)
+
+    monkeypatch.setattr(source_module, "step_together", unstable)
+    group = TrialGroup(POLICY, (Trial("none"), Trial("act_noise_4")), "HalfCheetah-v5", 3, 2,
+                       0, 3.0)
+    rows = run_group(group)
+    assert [r["error"] for r in rows] == ["FloatingPointError: MuJoCo went unstable"] * 2
+    assert [r["steps"] for r in rows] == [calls[0]] * 2  # what was stepped before it failed
+    good = _rows({"a": [(True, False)]}, {"a": 0.1})
+    s = summarize_trials(pd.concat([good, pd.DataFrame(rows)], ignore_index=True),
+                         CheetahConfig(), wall=1.0)
+    assert s["seeds"] == ["a"] and s["trials"] == 1
+    assert s["errors"] == [f"halfcheetah-v5-ppo-seed0 {p} : FloatingPointError: MuJoCo went "
+                           "unstable" for p in ("none", "act_noise_4")]

@@ -308,7 +308,9 @@ def _auto_config(spec: str) -> dict[str, Any] | None:
 def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
     """Run a policy's trials together; one result row per trial (in ``task.trials`` order).
 
-    A trial that fails is returned with its ``error`` set, not raised.
+    A trial whose analysis fails, or every trial of a group whose stepping fails (they step
+    together), is returned with its ``error`` set, not raised: the other groups' results
+    stand, and ``summary.json`` lists the errors.
     """
     import torch
 
@@ -335,6 +337,8 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
     first = sources[0]
     steps_per_episode = first.env.spec.max_episode_steps if first.env.spec else None
     if not steps_per_episode:
+        for src in sources:
+            src.close()
         raise InputError(f"{task.env_id}: needs a time limit (episodes of fixed length)")
     preset = PRESETS[first.presets[0]]
     onset = (task.onset - 1) * steps_per_episode
@@ -359,6 +363,7 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
         sessions.append(session)
         logs.append(log)
         data.append([])
+    failure = ""
     try:
         for session in sessions:
             session.begin()
@@ -370,19 +375,24 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
                                              data, strict=True):
                 session.advance(batch)
                 parts.append((batch.s, batch.a, batch.s_next, batch.reward))
+    except Exception as exc:  # the group's trials are reported failed; other groups go on
+        failure = f"{type(exc).__name__}: {exc}"
     finally:
         for session in sessions:
             session.end()
     wall = time.perf_counter() - t_start
     rows = []
     for trial, log, parts in zip(task.trials, logs, data, strict=True):
-        s, a, s2, r = (np.concatenate([p[j] for p in parts]) for j in range(4))
         row: dict[str, Any] = {
             "policy": Path(task.policy).stem, "algorithm": card.get("algorithm", ""),
             "policy_seed": card.get("seed"), "perturbation": trial.perturbation,
-            "auto": trial.auto, "env_seed": task.seed, "onset_step": onset, "steps": len(s),
-            "error": "",
+            "auto": trial.auto, "env_seed": task.seed, "onset_step": onset,
+            "steps": sum(len(p[0]) for p in parts), "error": failure,
         }
+        if failure:
+            rows.append(row)
+            continue
+        s, a, s2, r = (np.concatenate([p[j] for p in parts]) for j in range(4))
         try:
             row.update(analyze_trial(s, a, s2, r, onset, preset, task.k))
         except Exception as exc:  # reported per trial, the others stand
