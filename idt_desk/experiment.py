@@ -19,8 +19,10 @@ figure.
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import multiprocessing
 import os
+import pickle
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -76,6 +78,8 @@ def run_tasks(
     desc: str = "tasks",
     unit: str = "task",
     weight: Callable[[Any], int] | None = None,
+    resume_dir: Path | None = None,
+    key: Callable[[Any], str] | None = None,
 ) -> list[Any]:
     """``[fn(t) for t in tasks]``, run in parallel, with a progress bar.
 
@@ -96,6 +100,11 @@ def run_tasks(
         The tqdm bar on stderr.
     weight
         How many ``unit`` one task counts for on the bar (default 1).
+    resume_dir, key
+        Each result is saved in ``resume_dir`` as it arrives (``<key(task)>.pkl``, written
+        atomically), and a task whose result is already there is not run again: an
+        interrupted run, run again, does only what is left. ``key`` must change whenever
+        anything the result depends on does (default: a hash of the pickled task).
 
     Returns
     -------
@@ -111,8 +120,19 @@ def run_tasks(
     from tqdm.auto import tqdm
 
     tasks = list(tasks)
-    if not tasks:
-        return []
+    results: list[Any] = [None] * len(tasks)
+    saved: dict[int, Path] = {}
+    if resume_dir is not None:
+        resume_dir = Path(resume_dir)
+        resume_dir.mkdir(parents=True, exist_ok=True)
+        for j, t in enumerate(tasks):
+            saved[j] = resume_dir / f"{(key or _task_key)(t)}.pkl"
+            if saved[j].exists():
+                with open(saved[j], "rb") as f:
+                    results[j] = pickle.load(f)
+    todo = [j for j in range(len(tasks)) if not (j in saved and saved[j].exists())]
+    if not todo:
+        return results
     owned = None
     if executor is None:
         if scheduler:
@@ -121,7 +141,7 @@ def run_tasks(
             # spawn: safe whatever threads the caller has (a GUI, a Dask client, tqdm's
             # monitor); numba's on-disk cache keeps the workers' start cheap.
             executor = owned = concurrent.futures.ProcessPoolExecutor(
-                max_workers=min(workers or default_workers(), len(tasks)),
+                max_workers=min(workers or default_workers(), len(todo)),
                 mp_context=multiprocessing.get_context("spawn"),
             )
     try:
@@ -129,19 +149,28 @@ def run_tasks(
             from distributed import as_completed as dask_as_completed
 
             # pure=False: never reuse a cached result under a content-hashed key.
-            futures = [executor.submit(fn, t, pure=False) for t in tasks]
+            futures = [executor.submit(fn, tasks[j], pure=False) for j in todo]
             done: Iterable[Any] = dask_as_completed(futures)
         else:
-            futures = [executor.submit(fn, t) for t in tasks]
+            futures = [executor.submit(fn, tasks[j]) for j in todo]
             done = concurrent.futures.as_completed(futures)
-        index = {id(f): j for j, f in enumerate(futures)}
-        results: list[Any] = [None] * len(tasks)
-        total = sum(weight(t) for t in tasks) if weight else len(tasks)
+        index = {id(f): j for f, j in zip(futures, todo, strict=True)}
+
+        def count(js: Iterable[int]) -> int:
+            return sum(weight(tasks[j]) for j in js) if weight else len(list(js))
+
         try:
-            with tqdm(total=total, disable=not progress, desc=desc, unit=unit) as bar:
+            with tqdm(total=count(range(len(tasks))), initial=count(set(range(len(tasks)))
+                                                                    - set(todo)),
+                      disable=not progress, desc=desc, unit=unit) as bar:
                 for fut in done:
                     j = index[id(fut)]
                     results[j] = fut.result()
+                    if j in saved:
+                        tmp = saved[j].with_suffix(".tmp")
+                        with open(tmp, "wb") as f:
+                            pickle.dump(results[j], f)
+                        os.replace(tmp, saved[j])
                     bar.update(weight(tasks[j]) if weight else 1)
         except BaseException:
             for fut in futures:
@@ -154,6 +183,10 @@ def run_tasks(
                 owned.close()  # not shutdown(): that would stop a shared scheduler
             else:
                 owned.shutdown(wait=True, cancel_futures=True)
+
+
+def _task_key(task: Any) -> str:
+    return hashlib.sha256(pickle.dumps(task)).hexdigest()[:24]
 
 
 def executor_description(workers: int | None, scheduler: str | None) -> str:

@@ -286,3 +286,16 @@ def test_a_group_that_fails_is_reported_not_raised(monkeypatch):
     assert s["seeds"] == ["a"] and s["trials"] == 1
     assert s["errors"] == [f"halfcheetah-v5-ppo-seed0 {p} : FloatingPointError: MuJoCo went "
                            "unstable" for p in ("none", "act_noise_4")]
+
+
+def test_an_interrupted_run_resumes_from_its_finished_groups(tiny_run, monkeypatch):
+    result, out = tiny_run
+    assert len(list((out / "groups").glob("*.pkl"))) == 1  # one policy, open loop: one group
+    import sources.gym.reproduce as module
+
+    def must_not_run(group):
+        raise AssertionError("a finished group was run again")
+
+    monkeypatch.setattr(module, "run_group", must_not_run)
+    again = reproduce(replace(TINY, out=out), progress=False, executor=None)
+    pd.testing.assert_frame_equal(again.trials, result.trials)

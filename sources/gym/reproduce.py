@@ -559,9 +559,22 @@ class CheetahResult:
     files: list[Path] = field(default_factory=list)
 
 
+def _group_key(group: TrialGroup) -> str:
+    """What a group's results depend on: its settings and the policy file's bytes."""
+    import hashlib
+    import pickle
+
+    h = hashlib.sha256(pickle.dumps(group))
+    h.update(Path(group.policy).read_bytes())
+    return h.hexdigest()[:24]
+
+
 def reproduce(config: CheetahConfig, *, executor: Any | None = None, progress: bool = True
               ) -> CheetahResult:
     """Run every trial (grouped per policy) through the shared executor and summarise.
+
+    With ``out`` set, each finished group's rows are kept in ``out/groups/``: run the same
+    command again after an interruption and only the groups left are run.
 
     Raises
     ------
@@ -578,7 +591,9 @@ def reproduce(config: CheetahConfig, *, executor: Any | None = None, progress: b
     t0 = time.perf_counter()
     results = run_tasks(run_group, groups, executor=executor, workers=config.workers,
                         scheduler=config.scheduler, progress=progress, desc="cheetah trials",
-                        unit="trial", weight=lambda g: len(g.trials))
+                        unit="trial", weight=lambda g: len(g.trials),
+                        resume_dir=None if config.out is None else Path(config.out) / "groups",
+                        key=_group_key)
     wall = time.perf_counter() - t0
     rows = pd.DataFrame([r for group in results for r in group])
     summary = summarize_trials(rows, config, wall)
