@@ -4,8 +4,6 @@ never a traceback (property-based); clean Ctrl-C / SIGTERM; progress line; summa
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
-import io
 import itertools
 import json
 import os
@@ -25,26 +23,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import idt_desk.gui_main
-from idt_desk.cli import _progress_text, main
+from idt_desk.cli import _progress_text
 from idt_desk.recording import load_recording
 from idt_desk.session import Session, SessionConfig, run_headless
+
+from .cli_call import call as _call
 
 ROOT = Path(__file__).parent.parent
 #: Our one-line error: the option first (or, for a bad file, the file's path).
 ERROR_LINE = re.compile(r"^idt-desk (\w+): error: (--[\w-]+|\S+)")
 _counter = itertools.count()
-
-
-def _call(argv: list[str]) -> tuple[int, str, str]:
-    """main(argv) in-process: (exit code, stdout, stderr). Any other exception escapes."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(argv)
-        except SystemExit as exc:  # argparse: 2 for a usage error, 0 for --help
-            rc = exc.code
-    return rc, out.getvalue(), err.getvalue()
-
 
 def _assert_clean_exit(rc: int, err: str, command: str) -> None:
     """Exit 0 or 2, no traceback; a 2 of ours is exactly one line naming an option."""

@@ -4,8 +4,6 @@ command line, names that clash with the core and are skipped, and the four built
 
 from __future__ import annotations
 
-import contextlib
-import io
 import subprocess
 import sys
 import textwrap
@@ -14,7 +12,8 @@ from importlib.metadata import EntryPoint
 import pytest
 
 from idt_desk import plugins
-from idt_desk.cli import main
+
+from .cli_call import call as _call
 
 TOY = '''
 """A toy command contributed by a test plugin."""
@@ -88,18 +87,6 @@ TOY_COMMANDS = {
 
 BROKEN_MESSAGE = ("idt-desk bench: error: command 'bench.broken' (idt_broken_cmd) failed to "
                   "load: ImportError: needs the frobnicator")
-
-
-def _call(argv: list[str]) -> tuple[int, str, str]:
-    """main(argv) in-process: (exit code, stdout, stderr). Any other exception escapes."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(argv)
-        except SystemExit as exc:  # argparse: 2 for a usage error, 0 for --help
-            rc = exc.code
-    return rc, out.getvalue(), err.getvalue()
-
 
 @pytest.fixture
 def toy_plugin(tmp_path, monkeypatch):

@@ -406,7 +406,6 @@ class GymSource(Source):
         return info
 
 
-
 def step_together(sources: list[GymSource], n: int, info: bool = True) -> list[Batch]:
     """``n`` steps of every source in lockstep, one batched forward pass per policy per step.
 
