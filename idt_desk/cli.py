@@ -382,6 +382,10 @@ class _Interrupted(Exception):
     """Raised in the main thread, outside any join, once SIGINT/SIGTERM has arrived."""
 
 
+class _SourcePaused(Exception):
+    """The source paused the loop (a dialogue's server failed): headless, that ends the run."""
+
+
 @contextmanager
 def _deferred_signals() -> Iterator[list[int]]:
     """SIGINT and SIGTERM only note themselves in the yielded list while the block runs.
@@ -472,15 +476,25 @@ def _run_run(args: argparse.Namespace) -> int:
                 bar.set_postfix_str(_progress_text(snap))
             if received:  # outside any join: run_headless's finally stops the session
                 raise _Interrupted
+            if snap.state == "paused" and getattr(snap, "paused_reason", None):
+                raise _SourcePaused(snap.paused_reason)
 
+        paused = None
         try:
             snap = run_headless(session, steps=steps, progress=progress)
         except _Interrupted:
             snap = session.snapshot(limit=1)
+        except _SourcePaused as exc:
+            snap, paused = session.snapshot(limit=1), str(exc)
         finally:
             if bar is not None:
                 bar.close()
-        return _report_run(args, snap, received)
+        code = _report_run(args, snap, received)
+        if paused is not None and code == 0:
+            # What was made is recorded (the partial reply in a source_paused event).
+            print(f"idt-desk run: {paused}", file=sys.stderr)
+            return 2
+        return code
 
 
 def _report_run(args: argparse.Namespace, snap, received: list[int]) -> int:

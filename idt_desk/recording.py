@@ -9,6 +9,11 @@ A recording is a directory::
       windows.csv        one row per metric window: start, end, P, H_f, H_b, dH, ... flags
       events.jsonl       one JSON object per event: perturbation/modulation on/off, alarms,
                          calibration, notes, errors
+      turns.jsonl        a dialogue's texts, one JSON object per turn (``i``, ``turn``,
+                         ``prompt``, ``reply``, ``next_prompt``, ``context_start``, whether
+                         injected, backend, model, options); turns a recording started
+                         mid-dialogue needs for later contexts come first with
+                         ``history: true`` and no ``i`` (sources with ``metric_path = "turns"``)
 
 Each table is plain CSV (``pd.read_csv(path / "transitions.csv")``) and the transitions use
 the column names ``idt-desk analyze`` reads. Rows are appended in whole lines with one
@@ -120,6 +125,29 @@ class _Table:
         os.close(self._fd)
 
 
+class _JsonLines:
+    """An append-only JSON-lines file written in whole lines (events, a dialogue's turns)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self._pending: list[str] = []
+
+    def append(self, row: Mapping[str, Any]) -> None:
+        self._pending.append(json.dumps(_json_safe(dict(row))) + "\n")
+
+    def flush(self) -> None:
+        if self._pending:
+            data = "".join(self._pending).encode()
+            self._pending.clear()
+            while data:
+                data = data[os.write(self._fd, data):]
+
+    def close(self) -> None:
+        self.flush()
+        os.close(self._fd)
+
+
 def _csv_lines(block: np.ndarray) -> bytes:
     """Rows of floats as CSV lines without a header (``nan`` for NaN)."""
     import pyarrow as pa
@@ -147,6 +175,8 @@ class Recorder:
         Columns of the windows table.
     flush_seconds
         Longest time between flushes to the operating system.
+    turns
+        Also write turns.jsonl (a dialogue's texts).
     """
 
     def __init__(
@@ -157,6 +187,7 @@ class Recorder:
         action_names: Sequence[str],
         window_columns: Sequence[str],
         flush_seconds: float = 0.5,
+        turns: bool = False,
     ) -> None:
         self.path = Path(path)
         if (self.path / "config.json").exists():
@@ -177,14 +208,13 @@ class Recorder:
         self.write_config()
         self._transitions = _Table(self.path / "transitions.csv", cols)
         self._windows = _Table(self.path / "windows.csv", window_columns)
-        self._events_fd = os.open(
-            self.path / "events.jsonl", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644
-        )
-        self._events: list[str] = []
+        self._events = _JsonLines(self.path / "events.jsonl")
+        self._turns = _JsonLines(self.path / "turns.jsonl") if turns else None
         self._last_flush = time.monotonic()
         self.n_transitions = 0
         self.n_windows = 0
         self.n_events = 0
+        self.n_turns = 0
         self.closed = False
 
     @property
@@ -244,8 +274,17 @@ class Recorder:
         """Append one event (a JSON object; ``kind`` required)."""
         if "kind" not in event:
             raise ValueError("an event needs a 'kind'")
-        self._events.append(json.dumps(_json_safe(dict(event))) + "\n")
+        self._events.append(event)
         self.n_events += 1
+        self._maybe_flush()
+
+    def add_turns(self, turns: Sequence[Mapping[str, Any]]) -> None:
+        """Append a dialogue's turns (their texts and settings) to turns.jsonl."""
+        if self._turns is None:
+            raise ValueError("this recording was opened without turns")
+        for turn in turns:
+            self._turns.append(turn)
+            self.n_turns += not turn.get("history")
         self._maybe_flush()
 
     def _maybe_flush(self) -> None:
@@ -256,11 +295,9 @@ class Recorder:
         """Hand everything pending to the operating system."""
         self._transitions.flush()
         self._windows.flush()
-        if self._events:
-            data = "".join(self._events).encode()
-            self._events.clear()
-            while data:
-                data = data[os.write(self._events_fd, data):]
+        if self._turns is not None:
+            self._turns.flush()
+        self._events.flush()
         self._last_flush = time.monotonic()
 
     def close(self, **config_updates: Any) -> None:
@@ -270,9 +307,12 @@ class Recorder:
         self.flush()
         self._transitions.close()
         self._windows.close()
-        os.close(self._events_fd)
+        self._events.close()
+        counts = {"n_turns": self.n_turns} if self._turns is not None else {}
+        if self._turns is not None:
+            self._turns.close()
         self.write_config(n_transitions=self.n_transitions, n_windows=self.n_windows,
-                          n_events=self.n_events, complete=True, **config_updates)
+                          n_events=self.n_events, complete=True, **counts, **config_updates)
         self.closed = True
 
 
@@ -291,6 +331,8 @@ class Recording:
     events: pd.DataFrame
     warnings: list[str]
     complete: bool = False
+    #: A dialogue's turns (turns.jsonl), oldest first; None when the recording has none.
+    turns: list[dict[str, Any]] | None = None
 
     @property
     def state_names(self) -> list[str]:
@@ -425,19 +467,19 @@ def load_recording(path: str | Path) -> Recording:
     for col in ("start", "end"):
         if col in windows and windows[col].notna().all():
             windows[col] = windows[col].astype(np.int64)
-    events_rows = []
-    ev_path = path / "events.jsonl"
-    for k, line in enumerate(_read_lines(ev_path, issues["events.jsonl"]).split(b"\n")):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            row = None
-        if not isinstance(row, dict) or "kind" not in row:
-            raise RecordingError(f"{ev_path}: line {k + 1}: not a JSON event") from None
-        events_rows.append(row)
-    events = pd.DataFrame(events_rows)
+    events = pd.DataFrame(_read_json_lines(path / "events.jsonl", issues["events.jsonl"],
+                                           "kind", "a JSON event"))
+    turns = None
+    if (path / "turns.jsonl").exists():
+        issues["turns.jsonl"] = []
+        turns = _read_json_lines(path / "turns.jsonl", issues["turns.jsonl"], "turn",
+                                 "a JSON turn")
+        if config.get("complete"):
+            got = sum(not t.get("history") for t in turns)
+            promised = config.get("n_turns")
+            if isinstance(promised, int) and got != promised:
+                issues["turns.jsonl"].append(
+                    f"holds {got:,} turns but config.json promises {promised:,}")
     closed = bool(config.get("complete", False))
     if closed:
         # What the closing Recorder promised: the row counts, and the session's last event.
@@ -461,7 +503,23 @@ def load_recording(path: str | Path) -> Recording:
     complete = closed and not warnings
     if not closed:
         warnings.append("the session did not close this recording (killed or crashed)")
-    return Recording(path, config, transitions, windows, events, warnings, complete)
+    return Recording(path, config, transitions, windows, events, warnings, complete, turns)
+
+
+def _read_json_lines(path: Path, issues: list[str], key: str, what: str) -> list[dict]:
+    """The JSON objects of a JSON-lines file, each required to have ``key``."""
+    rows = []
+    for k, line in enumerate(_read_lines(path, issues).split(b"\n")):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if not isinstance(row, dict) or key not in row:
+            raise RecordingError(f"{path}: line {k + 1}: not {what}") from None
+        rows.append(row)
+    return rows
 
 
 def export_recording(
@@ -475,13 +533,14 @@ def export_recording(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name in ("transitions", "windows", "events"):
-        df = getattr(rec, name)
+    names = ["transitions", "windows", "events"] + (["turns"] if rec.turns is not None else [])
+    for name in names:
+        df = pd.DataFrame(rec.turns) if name == "turns" else getattr(rec, name)
         p = out / f"{name}.{fmt}"
         if fmt == "csv":
             df.to_csv(p, index=False)
         else:
-            if name == "events":
+            if name in ("events", "turns"):
                 # Parameters are nested dicts: store them as JSON text in Parquet.
                 df = df.copy()
                 for col in df.columns:

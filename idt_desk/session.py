@@ -45,7 +45,8 @@ from idt_desk._symbolize import Symbolizer
 from idt_desk.controller import AutoController
 from idt_desk.presets import PRESETS, Preset
 from idt_desk.recording import Recorder
-from idt_desk.source import Batch, Source
+from idt_desk.source import Batch, Source, SourcePaused
+from idt_desk.tokens import TOKENIZER, DialogueMetrics, load_tokenizer
 
 __all__ = ["WINDOW_COLUMNS", "Session", "SessionConfig", "Snapshot", "undefined_reason"]
 
@@ -111,6 +112,13 @@ class SessionConfig:
     #: A full preset (``Preset.to_dict()``) used instead of looking ``preset`` up by name; a
     #: replay sets it to the recorded one.
     preset_spec: dict[str, Any] | None = None
+    #: The metric stage, set from the source: "windows" (symbols over sliding windows; the
+    #: preset, calibration and window settings apply) or "turns" (token counts per turn;
+    #: ``tokenizer`` applies, no calibration, the baseline is the first ``baseline_windows``
+    #: turns).
+    metric_path: str = "windows"
+    #: Tokenizer of the "turns" path (``idt_desk.tokens.load_tokenizer``); None: the default.
+    tokenizer: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -153,6 +161,8 @@ class Snapshot:
     #: The agency conditions of the latest W transitions (``idt_desk._agency``), refreshed
     #: every ``AGENCY_EVERY`` seconds; None for a passive source or before the first window.
     agency: dict[str, Any] | None = None
+    #: Why the source paused the loop (``SourcePaused``), until it is resumed.
+    paused_reason: str | None = None
 
 
 class _WindowRing:
@@ -222,6 +232,18 @@ class Session:
             # A replay re-runs the pipeline exactly as it was recorded.
             for key, value in overrides.items():
                 setattr(self.config, key, value)
+        self.config.metric_path = source.metric_path
+        if source.metric_path not in ("windows", "turns"):
+            raise ValueError(f"source {source.name}: metric_path must be 'windows' or 'turns', "
+                             f"not {source.metric_path!r}")
+        self._turn_path = source.metric_path == "turns"
+        #: The dialogue so far (turn path): every turn's texts, which later turns' contexts
+        #: and a recording started mid-dialogue need. It outlives pipeline rebuilds.
+        self._dialogue: DialogueMetrics | None = None
+        self._turn_log: list[dict[str, Any]] = []
+        if self._turn_path:
+            self.config.tokenizer = self.config.tokenizer or TOKENIZER
+            self._dialogue = DialogueMetrics(load_tokenizer(self.config.tokenizer))
         self._lock = threading.Lock()
         self._commands: queue.Queue = queue.Queue()
         self._stop = threading.Event()
@@ -254,8 +276,10 @@ class Session:
         self._window_events: list[tuple[int, str, dict[str, Any]]] = []
         self._listeners: list[Callable[[], None]] = []
         self._event_listeners: list[Callable[[dict[str, Any]], None]] = []
+        self._paused_reason: str | None = None
         self._build_pipeline()
         source.should_stop = self._stop.is_set
+        source.publish = self._publish
 
     # -- public API (any thread) ------------------------------------------------------------
 
@@ -426,6 +450,7 @@ class Session:
                 else dict(self._range_warning),
                 n_undefined=self._n_undefined,
                 agency=self._agency,
+                paused_reason=self._paused_reason,
             )
 
     # -- pipeline ---------------------------------------------------------------------------
@@ -472,6 +497,23 @@ class Session:
         c = self.config
         self.preset = self._resolve_preset(self._pipeline_dict())
         self._preset_dict = self.preset.to_dict()  # snapshots are taken 30 times a second
+        metrics = (*IDT_METRICS, "reward") if self.source.has_reward else IDT_METRICS
+        self.monitor = Monitor(c.baseline_windows, c.k, metrics)
+        self._offset = self.n_transitions  # transition index of the engine's sample 0
+        self._n_pipeline_windows = 0  # windows since this pipeline was built
+        self._tail = np.empty((0, 3))
+        self._range_recent: deque[float] = deque(maxlen=self.OUT_OF_RANGE_PERSIST)
+        self._range_warning: dict[str, Any] | None = None
+        auto = c.auto
+        self._auto = None if auto is None else AutoController(
+            auto["modulation"], dict(auto.get("params", {})), int(auto.get("persist", 3)),
+            int(auto.get("release", 10)))
+        if self._turn_path:
+            # Token counts need no symbols: nothing to calibrate, one row per turn.
+            self._sym_s = self._sym_a = self.engine = None
+            self._calibrated, self._calib_needed, self._n_calib_buffered = True, 0, 0
+            self._calib = []
+            return
         ds = len(self.source.state_names)
         circular = self.preset.angles if self.preset.angle_mode == "wrap" else ()
         self._sym_s = Symbolizer(ds, self.preset.bins, self.preset.state_groups,
@@ -482,23 +524,13 @@ class Session:
                                      self.preset.action_groups, names=self.source.action_names)
         self.engine = MetricEngine(self.preset.window, self.preset.stride,
                                    has_action=not self.source.passive, correction=c.correction)
-        metrics = (*IDT_METRICS, "reward") if self.source.has_reward else IDT_METRICS
-        self.monitor = Monitor(c.baseline_windows, c.k, metrics)
         self._calibrated = False
         self._calib_needed = self.preset.window + (c.calibration_windows - 1) * self.preset.stride
         self._calib: list[Batch] = []
         self._n_calib_buffered = 0
-        self._offset = self.n_transitions  # transition index of the engine's sample 0
-        self._n_pipeline_windows = 0  # windows since this pipeline was built
-        # Per-transition columns of recent transitions: loop time, reward, and whether a value
-        # was clamped into an edge bin. Windows take their end time and means from them.
-        self._tail = np.empty((0, 3))
-        self._range_recent: deque[float] = deque(maxlen=self.OUT_OF_RANGE_PERSIST)
-        self._range_warning: dict[str, Any] | None = None
-        auto = c.auto
-        self._auto = None if auto is None else AutoController(
-            auto["modulation"], dict(auto.get("params", {})), int(auto.get("persist", 3)),
-            int(auto.get("release", 10)))
+        # _tail (above): per-transition columns of recent transitions: loop time, reward, and
+        # whether a value was clamped into an edge bin. Windows take their end time and means
+        # from them.
 
     def _symbolise(self, b: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray | None,
                                             np.ndarray]:
@@ -533,6 +565,11 @@ class Session:
         t = b.t if b.t is not None else (i0 + 1 + np.arange(n)) / self.source.rate
         if self._recorder is not None:
             self._recorder.add_transitions(i0, t, b.s, b.a, b.s_next, b.reward, b.episode)
+            if self._turn_path:
+                turns = b.turns or ()
+                self._recorder.add_turns([t for t in turns if t.get("history")])
+                self._recorder.add_turns([{"i": i0 + j, **t} for j, t in enumerate(
+                    t for t in turns if not t.get("history"))])
         r = b.reward if b.reward is not None else np.full(n, np.nan)
         block = np.column_stack([t, r, np.zeros(n)])
         # Keep what the next windows need (during calibration, every buffered transition:
@@ -541,6 +578,9 @@ class Session:
         self._tail = np.concatenate([self._tail, block])[-keep:]
         self.n_transitions += n
         self._sim_time = float(t[-1])
+        if self._turn_path:
+            self._feed_turns(b, i0, t)
+            return
         if not self._calibrated:
             self._calib.append(b)
             self._n_calib_buffered += n
@@ -593,6 +633,39 @@ class Session:
         table["out_of_range"] = means[:, 1]
         if self.source.has_reward:
             table["reward"] = means[:, 0]
+        self._emit(table, k)
+
+    def _feed_turns(self, b: Batch, i0: int, t: np.ndarray) -> None:
+        """The turn path: one metric row per transition from its texts' token counts."""
+        table = self._dialogue.push(b.turns or [])
+        # A replay's first batch may lead with history turns (texts of earlier contexts).
+        turns = [turn for turn in b.turns or [] if not turn.get("history")]
+        if len(turns) != len(b):
+            raise ValueError(f"{self.source.name}: a batch of {len(b)} transitions carries "
+                             f"{len(turns)} turns")
+        k = len(b)
+        table["start"] = i0 + np.arange(k, dtype=np.float64)
+        table["end"] = table["start"] + 1
+        table["t"] = np.asarray(t, dtype=np.float64)
+        table["out_of_range"] = np.zeros(k)
+        if self.source.has_reward:
+            table["reward"] = np.asarray(b.reward, dtype=np.float64)
+        self._emit(table, k)
+        rows = [{**turn, "i": i0 + j, "P": float(table["P"][j]), "dH": float(table["dH"][j]),
+                 "H_b": float(table["H_b"][j]), "alarm": table["x_IDT"][j] == 1.0}
+                for j, turn in enumerate(turns)]
+        self._turn_log.extend(rows)
+        with self._lock:
+            # Replaced, never mutated: a snapshot's shallow copy stays consistent.
+            self._info["transcript"] = tuple(self._turn_log[-self.config.history:])
+
+    def _publish(self, info: Mapping[str, Any]) -> None:
+        """A source's display state during a long step (``Source.publish``)."""
+        with self._lock:
+            self._info.update(info)
+
+    def _emit(self, table: dict[str, np.ndarray], k: int) -> None:
+        """New metric rows (either path): judged, logged, kept, recorded, announced."""
         self._n_undefined += int(np.isnan(table["P"]).sum())
         self._judge(table, k)
         self._watch_range(table)
@@ -619,7 +692,8 @@ class Session:
         """
         first = self._n_pipeline_windows
         self._n_pipeline_windows += k
-        skip = min(max(self.config.calibration_windows - first, 0), k)
+        calibration = 0 if self._turn_path else self.config.calibration_windows
+        skip = min(max(calibration - first, 0), k)
         got, need = self.monitor.baseline_progress
         gathering = 0 if self.monitor.baseline is not None else need - got
         judged = k - skip
@@ -713,7 +787,8 @@ class Session:
 
     def _update_agency(self) -> None:
         """Choice, effect and asymmetry of the latest W transitions (display only)."""
-        if not self._calibrated or self.engine.n_seen < self.preset.window:
+        if self.engine is None or not self._calibrated or \
+                self.engine.n_seen < self.preset.window:
             return
         s, a, n = self.engine.recent()
         result = agency_conditions(s, a, n, draws=100, seed=self.n_transitions)
@@ -723,6 +798,8 @@ class Session:
 
     def _next_window_end(self) -> int:
         """Transition index at which the engine's next window ends."""
+        if self._turn_path:
+            return self.n_transitions + 1
         return self._offset + self.engine.next_window_start + self.preset.window
 
     # -- worker -----------------------------------------------------------------------------
@@ -757,8 +834,16 @@ class Session:
             "versions": _versions(),
             "start_index": self.n_transitions,
         }
+        if self._turn_path:
+            cfg["tokenizer"] = self._dialogue.tokenizer.describe()
         self._recorder = Recorder(path, cfg, self.source.state_names, self.source.action_names,
-                                  WINDOW_COLUMNS)
+                                  WINDOW_COLUMNS, turns=self._turn_path)
+        if self._turn_log:
+            # Started mid-dialogue: the turns later contexts still hold, so a replay can
+            # rebuild them (they give no metric rows of their own).
+            keep = ("turn", "prompt", "reply", "next_prompt", "context_start")
+            self._recorder.add_turns([{**{k: r[k] for k in keep if k in r}, "history": True}
+                                      for r in self._turn_log])
         self._event("recording_start", path=str(path),
                     pipeline={**self._pipeline_dict(), "preset": None,
                               "preset_spec": self.preset.to_dict()},
@@ -773,6 +858,7 @@ class Session:
             self._event("pause")
         elif kind == "resume":
             self._state = "running"
+            self._paused_reason = None
             self._resume.set()
             self._pace_reset = True
             self._event("resume")
@@ -975,7 +1061,11 @@ class Session:
                 if n == 0:
                     break
                 t0 = time.perf_counter()
-                b = src.step(n)
+                try:
+                    b = src.step(n)
+                except SourcePaused as exc:
+                    self._source_paused(exc)
+                    continue
                 self.advance(b)
                 now = time.perf_counter()
                 if now > t0 and len(b):
@@ -1008,6 +1098,14 @@ class Session:
                 pass
         finally:
             self._finish()
+
+    def _source_paused(self, exc: SourcePaused) -> None:
+        """The source cannot go on for now: pause, keep what it made, wait for a resume."""
+        self._state = "paused"
+        self._resume.clear()
+        self._paused_reason = str(exc)
+        self._loop_rate = 0.0
+        self._event("source_paused", message=str(exc), **exc.record)
 
     def _finish(self) -> None:
         try:

@@ -6,13 +6,20 @@ declarations; the GUI builds its panels from the declarations, never by hand per
 
 - declarations: ``name``, ``label``, ``state_names``, ``action_names`` (empty = passive),
   ``has_reward``, ``rate`` (transitions per second of the loop's own time), ``settings``,
-  ``perturbations``, ``modulations``, ``presets``, ``view``;
+  ``perturbations``, ``modulations``, ``presets``, ``view``, ``metric_path``;
 - methods: ``reset(seed)``, ``step(n) -> Batch``, ``set_perturbation(name, params)``,
   ``set_modulation(name, params)``, ``close()``; optionally ``value_ranges()``.
 
 The session calls ``step`` in small chunks from its worker thread and checks its stop flag
 between chunks; a source whose single step can take long (a dialogue turn) checks
-``self.should_stop()`` inside it.
+``self.should_stop()`` inside it, shows its progress through ``self.publish(info)`` and, when
+its backend fails part-way, raises :class:`SourcePaused`: the session pauses with what was
+made so far kept, and the next ``step`` after a resume carries on.
+
+The metric stage is the source's choice (``metric_path``): ``"windows"`` (symbols of the
+numeric S, A, S' over sliding windows: pendulum, RL) or ``"turns"`` (one row per transition
+from the token counts of the texts in ``Batch.turns``: a dialogue, ``idt_desk.tokens``). Both
+give the session one table of the same columns.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ __all__ = [
     "Perturbation",
     "Source",
     "SourceCheckError",
+    "SourcePaused",
     "check_source",
 ]
 
@@ -204,9 +212,25 @@ class Batch:
     info: dict[str, Any] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     done: bool = False
+    #: One mapping of texts per transition, for a ``metric_path = "turns"`` source (see
+    #: ``idt_desk.tokens.DialogueMetrics`` for the keys the metrics read); recorded as is.
+    turns: list[dict[str, Any]] | None = None
 
     def __len__(self) -> int:
         return int(self.s.shape[0])
+
+
+class SourcePaused(Exception):
+    """Raised by ``step`` when the loop cannot go on for now (a dialogue's server failed).
+
+    The session pauses (it does not stop) and logs a ``source_paused`` event with the message
+    and ``record`` (what the failed step had made, e.g. a partial reply, kept and marked);
+    after a resume it calls ``step`` again and the source carries on where it was.
+    """
+
+    def __init__(self, message: str, record: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.record = dict(record or {})
 
 
 class Source(ABC):
@@ -229,12 +253,17 @@ class Source(ABC):
     presets: ClassVar[tuple[str, ...]] = ()
     #: Which live view draws this source (``widgets`` maps names to views), or "".
     view: str = ""
+    #: "windows" (symbols over sliding windows) or "turns" (token counts per transition).
+    metric_path: ClassVar[str] = "windows"
 
     def __init__(self, **settings: Any) -> None:
         self.config: dict[str, Any] = _resolve(self.settings, settings, f"source {self.name}")
         self.active_perturbations: dict[str, dict[str, Any]] = {}
         self.active_modulations: dict[str, dict[str, Any]] = {}
         self.should_stop: Callable[[], bool] = lambda: False
+        #: Hand display state to consumers during a long step (the session sets it): the
+        #: mapping is merged into the snapshot's ``info``.
+        self.publish: Callable[[Mapping[str, Any]], None] = lambda info: None
 
     @property
     def passive(self) -> bool:

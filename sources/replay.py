@@ -46,6 +46,17 @@ class ReplaySource(Source):
         self.has_reward = bool(src.get("has_reward", False))
         self.rate = float(src.get("rate", 1000.0)) or 1000.0
         self.view = str(src.get("view", ""))
+        session = rec.config.get("session", {})
+        self.metric_path = str(session.get("metric_path", "windows"))
+        self._tokenizer = session.get("tokenizer")
+        _metric = ("i", "P", "dH", "H_b", "alarm")
+        self._turns = [] if rec.turns is None else [
+            {k: v for k, v in turn.items() if k not in _metric} for turn in rec.turns]
+        self._history = [t for t in self._turns if t.get("history")]
+        self._turns = [t for t in self._turns if not t.get("history")]
+        if self.metric_path == "turns" and len(self._turns) != len(rec.transitions):
+            raise ValueError(f"replay: {rec.path} holds {len(rec.transitions)} transitions "
+                             f"but {len(self._turns)} turns")
         tr = rec.transitions
         ds, da = len(self.state_names), len(self.action_names)
         self._s = tr[[f"s_{j}" for j in range(ds)]].to_numpy(np.float64)
@@ -81,7 +92,9 @@ class ReplaySource(Source):
         self._next_event = 0
 
     def pipeline_overrides(self) -> dict[str, Any] | None:
-        """The pipeline configuration the recording started with."""
+        """The pipeline configuration the recording started with (and its tokenizer)."""
+        if self._tokenizer:
+            return {**(self._pipeline0 or {}), "tokenizer": self._tokenizer}
         return self._pipeline0
 
     def value_ranges(self) -> dict[str, tuple[float, float]]:
@@ -112,6 +125,8 @@ class ReplaySource(Source):
             reward=None if self._r is None else self._r[sl],
             episode=None if self._ep is None else self._ep[sl],
             t=self._t[sl], events=events, done=hi >= len(self._s),
+            turns=None if self.metric_path != "turns" else
+            [*(self._history if lo == 0 else ()), *self._turns[sl]],
             info={**self._view_info, "replay_progress": hi / max(len(self._s), 1),
                   **({"y": self._n[hi - 1].copy(), "time": float(self._t[hi - 1])}
                      if hi > lo else {})},
