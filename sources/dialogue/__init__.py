@@ -1,0 +1,5 @@
+"""The LLM dialogue source: a student and a teacher, per-turn token metrics (paper §5.2)."""
+
+from sources.dialogue._source import DialogueSource
+
+__all__ = ["DialogueSource"]

@@ -1,0 +1,124 @@
+"""What the teacher is told, what the student is told, and the injected perturbations.
+
+The paper's teachers were large hosted models. A 135M-parameter teacher asked the same thing
+every turn repeats the same question, so each turn's instruction varies two things in a fixed,
+seeded-free rotation: the *angle* of the question (per style) and the *facet* of the topic it
+asks about. Coprime strides over the two lists give a sequence that repeats only after
+len(angles) x len(facets) turns.
+"""
+
+from __future__ import annotations
+
+STYLES = ("varied", "deep", "natural")
+
+#: The paper's three baseline teacher styles (§11.1): tests 3, 4 and 8.
+TEACHER_SYSTEM = {
+    "varied": (
+        "You are a teacher questioning a student about {topic}. Ask exactly one short "
+        "question, one or two sentences, and change the kind of question every time: "
+        "definitions, examples, comparisons, causes, predictions. Never repeat a question."
+    ),
+    "deep": (
+        "You are a teacher exploring {topic} in depth with a student. Ask exactly one short "
+        "question, one or two sentences, that builds on the student's last answer and goes "
+        "one level deeper into the details. Never repeat a question."
+    ),
+    "natural": (
+        "You are a friendly teacher having a natural conversation with a student about "
+        "{topic}. React to the student's answer in a few words, then ask exactly one short "
+        "follow-up question. Keep it to two sentences. Never repeat a question."
+    ),
+}
+
+#: How a question is asked, per style.
+ANGLES = {
+    "varied": (
+        "ask for a definition", "ask for a concrete example", "ask for a comparison",
+        "ask what causes it", "ask for a prediction", "ask for a common mistake",
+        "ask how to explain it to a child", "ask for a number or a measurement",
+        "ask what would change if one part were missing",
+    ),
+    "deep": (
+        "ask the student to explain the mechanism behind their last point",
+        "ask why their last point is true", "ask for the evidence behind their answer",
+        "ask what happens one step further", "ask about an exception to their answer",
+        "ask how two things they mentioned interact", "ask what limits their explanation",
+    ),
+    "natural": (
+        "agree briefly and ask a follow-up", "share a short surprise and ask about it",
+        "ask how it shows up in everyday life", "ask which part they find most interesting",
+        "ask a what-if question", "ask them to say more about one word they used",
+        "ask how they would check it",
+    ),
+}
+
+#: Facets of any topic, for the teacher's turn-by-turn instruction.
+FACETS = (
+    "its basic parts", "how it developed historically", "a common misconception about it",
+    "an everyday example of it", "what happens when it fails", "how scientists measure it",
+    "how it compares with something similar", "its limits", "an open question about it",
+    "why it matters to ordinary people", "the key numbers involved",
+    "a cause-and-effect chain within it", "how it changes over time",
+)
+
+STUDENT_SYSTEM = (
+    "You are a curious, knowledgeable student in a conversation with a teacher about "
+    "{topic}. Answer each question directly in a few sentences."
+)
+
+
+def teacher_instruction(style: str, turn: int, last_reply: str | None, topic: str) -> str:
+    """The teacher's user message for the prompt that follows turn ``turn - 1``'s reply."""
+    angles = ANGLES[style]
+    angle = angles[(turn * 4) % len(angles)]
+    facet = FACETS[(turn * 5) % len(FACETS)]
+    if last_reply is None:
+        return (f"Start the lesson on {topic}. {angle.capitalize()}, about {facet}. "
+                "Reply with the question only.")
+    reply = " ".join(last_reply.split())
+    if len(reply) > 600:
+        reply = reply[:600] + " ..."
+    return (f'The student answered: "{reply}"\n\nNow {angle}, about {facet} of {topic}. '
+            "Reply with your question only.")
+
+
+#: Injected perturbations (paper §11.1): about 40 words each, several texts per type.
+INJECTIONS = {
+    "contradiction": (
+        "That doesn't sound right. Earlier you said the exact opposite, and I am fairly sure "
+        "the textbooks disagree with everything you just explained. Can you admit that your "
+        "last answer was simply wrong and tell me why you changed your position so suddenly?",
+        "No, that is not true at all. Everything you described works the other way around, "
+        "and every expert I have read says so. Your explanation contradicts itself. Why "
+        "should anyone believe a single word of what you have told me so far today?",
+        "I think you have it backwards. What you called the cause is really the effect, and "
+        "the example you gave proves the opposite of your claim. Please take it all back and "
+        "explain again, but this time without contradicting the facts we agreed on before.",
+    ),
+    "topic_shift": (
+        "Let's switch to discussing something completely different: the history of medieval "
+        "shipbuilding in northern Europe. How did builders choose their timber, and why did "
+        "clinker construction dominate the Baltic trade routes for so many centuries before "
+        "carvel hulls finally replaced it?",
+        "Let's change the subject entirely and talk about jazz. How did bebop musicians in "
+        "New York in the nineteen forties change harmony and rhythm, and why did audiences "
+        "who loved swing dance music find the new style so difficult to follow at first?",
+        "Forget that for now; let's discuss volcanoes instead. What makes some eruptions "
+        "explosive and others gentle, how do scientists on Iceland and Hawaii forecast lava "
+        "flows, and what did the eruption of Krakatoa do to the weather around the world?",
+    ),
+    "non_sequitur": (
+        "I had a sandwich yesterday with pickles, mustard and far too much cheese, and then "
+        "my neighbour's cat climbed onto the roof and refused to come down for hours. Anyway, "
+        "the weather in my town has been strangely warm for November, hasn't it?",
+        "My cousin painted her kitchen bright purple last weekend and the paint still smells "
+        "like bananas. Also, the bus was late again this morning, so I counted the pigeons "
+        "on the bridge: forty-one. Do you prefer blue socks or green socks?",
+        "The parking garage downstairs plays the same accordion song every single evening. "
+        "I bought three umbrellas on sale but left two of them on the train. Someone told me "
+        "that penguins propose with pebbles. What is your favourite kind of soup?",
+    ),
+}
+
+#: The paper's injection turns (§11.4): after a 30-turn baseline, every 15 turns.
+PAPER_SCHEDULE = (31, 46, 61, 76, 91)
