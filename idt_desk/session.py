@@ -163,6 +163,8 @@ class Snapshot:
     agency: dict[str, Any] | None = None
     #: Why the source paused the loop (``SourcePaused``), until it is resumed.
     paused_reason: str | None = None
+    #: The tokenizer of the turn path (metrics per turn from token counts); None for windows.
+    tokenizer: str | None = None
 
 
 class _WindowRing:
@@ -451,6 +453,7 @@ class Session:
                 n_undefined=self._n_undefined,
                 agency=self._agency,
                 paused_reason=self._paused_reason,
+                tokenizer=self.config.tokenizer if self._turn_path else None,
             )
 
     # -- pipeline ---------------------------------------------------------------------------

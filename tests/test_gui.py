@@ -313,7 +313,7 @@ def _fits(scroll: QWidget) -> list[str]:
     return bad
 
 
-@pytest.mark.parametrize("name", ["pendulum", "replay", "toy"])
+@pytest.mark.parametrize("name", ["pendulum", "replay", "toy", "dialogue"])
 def test_control_panel_needs_no_horizontal_scrolling(qtbot, tmp_path, name):
     register(ToySource)
     w = MainWindow(speed=1.0, record_dir=tmp_path)

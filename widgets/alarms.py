@@ -258,9 +258,13 @@ class AlarmPanel(QGroupBox):
             self.saturation.setValue(pct)
             self._chunk("saturation",
                         _BAR_BAD if pct >= 90 else (_BAR_WARN if pct >= 60 else _BAR_OK))
+        tokens = getattr(snap, "tokenizer", None)
+        self.out_of_range.setVisible(tokens is None)  # token counts have no bins to leave
         self._update_out_of_range(snap)
         self._update_undefined(snap, p_undefined)
-        if cal < need:
+        if tokens is not None:
+            text = f"Tokens: {tokens} — one row per turn"
+        elif cal < need:
             text = f"Symbols: calibrating {cal:,}/{need:,} transitions"
         else:
             pr = snap.preset

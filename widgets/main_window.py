@@ -33,6 +33,7 @@ from idt_desk.presets import PRESETS
 from idt_desk.recording import RecordingError, export_recording, load_recording
 from idt_desk.session import Session, SessionConfig, Snapshot
 from idt_desk.source import Source
+from idt_desk.tokens import TOKENIZER
 from widgets.agency import AgencyPanel
 from widgets.alarms import AlarmPanel
 from widgets.forms import ParamForm, compact_combo, compact_form
@@ -276,7 +277,12 @@ class MainWindow(QMainWindow):
 
     def _build_symbol_group(self) -> None:
         box = QGroupBox("Symbolisation and baseline", self)
+        self.symbol_box = box
         form = compact_form(QFormLayout(box))
+        self._symbol_form = form
+        self.tokens_label = QLabel("", box)
+        self.tokens_label.setWordWrap(True)
+        form.addRow(self.tokens_label)
         self.preset_combo = compact_combo(QComboBox(box))
         self.preset_combo.addItems([*PRESETS, CUSTOM])
         self.preset_combo.setToolTip("Paper configurations; '(custom)' uses the bins, window "
@@ -301,6 +307,11 @@ class MainWindow(QMainWindow):
                                              "that follows, with these settings")
         self.apply_symbols_button.clicked.connect(self._apply_symbols)
         form.addRow(self.apply_symbols_button)
+        # Rows that only symbols over windows use: hidden for a source whose metrics come
+        # per turn from token counts (a dialogue), which shows its tokenizer instead.
+        self._symbol_rows = (self.preset_combo, self.bins_spin, self.window_spin,
+                             self.stride_spin, self.calib_spin, self.correction_combo,
+                             self.apply_symbols_button)
         self.baseline_spin = self._spin(2, 10000, 30)
         form.addRow("Baseline windows", self.baseline_spin)
         self.k_spin = QDoubleSpinBox(box)
@@ -407,6 +418,17 @@ class MainWindow(QMainWindow):
         self._build_perturbations(cls)
         self._build_modulations(cls)
         has_reward = bool(getattr(cls, "has_reward", False))
+        turns = cls.metric_path == "turns"
+        self.plots.x_label = "turn" if turns else "loop time (s)"
+        self.symbol_box.setTitle("Token metrics and baseline" if turns
+                                 else "Symbolisation and baseline")
+        self._symbol_form.setRowVisible(self.tokens_label, turns)
+        self.tokens_label.setText(
+            "Per turn, from the token counts of S (context), A (reply) and S' (next prompt): "
+            f"tokenizer {TOKENIZER} (32,000 SentencePiece pieces). Baseline: turns 1 to N."
+            if turns else "")
+        for widget in self._symbol_rows:
+            self._symbol_form.setRowVisible(widget, not turns)
         self.plots.set_reward_visible(has_reward)
         self.returns.setVisible(has_reward)
         self.returns.clear_data()
@@ -875,6 +897,10 @@ class MainWindow(QMainWindow):
         speed = "max speed" if not snap.speed else f"{snap.speed:g}× real time"
         text = (f"{snap.state} — {snap.source} at {speed} — t = {snap.sim_time:.2f} s — "
                 f"{snap.n_transitions:,} transitions, {snap.n_windows:,} windows")
+        if snap.tokenizer is not None:  # one transition per turn
+            text = f"{snap.state} — {snap.source} — {snap.n_transitions:,} turns"
+        if snap.paused_reason:
+            text = f"paused by the source — {snap.source} — {snap.n_transitions:,} turns"
         if snap.state == "running" and snap.n_transitions == 0:
             text = ("starting… (the first launch compiles the numba kernels, about 10 s; "
                     "they are cached afterwards)")
@@ -915,5 +941,17 @@ class MainWindow(QMainWindow):
         if snap.error and snap.error != self._error_shown:
             self._error_shown = snap.error
             self.show_error(f"The source stopped with an error: {snap.error}")
+        if snap.paused_reason and snap.paused_reason != self._error_shown:
+            # The source paused the loop (a dialogue's server failed): say why, offer Resume.
+            self._error_shown = snap.paused_reason
+            self.show_error(f"Paused: {snap.paused_reason}. Nothing is lost; press Resume to "
+                            "carry on.")
+            if not self.pause_button.isChecked():
+                _set_quietly(self.pause_button, True)
+                self.pause_button.setText("Resume")
+        elif not snap.paused_reason and self._error_shown and not snap.error \
+                and snap.state == "running":
+            self._error_shown = None
+            self.hide_error()
         if not self.session.running:
             self._session_ended()

@@ -179,6 +179,8 @@ class MetricPlots(pg.GraphicsLayoutWidget):
                                 "padding: 14px; font-size: 15px; }")
         self.hint.hide()
         self._hint_on = False
+        #: The x axis: the loop's own time, or the turn number of a dialogue.
+        self.x_label = "loop time (s)"
         self.set_reward_visible(False)
         self._update_legend()
 
@@ -192,7 +194,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             # One time axis for the x-linked stack: only the lowest plot shows it.
             if key == bottom:
                 plot.showAxis("bottom")
-                plot.setLabel("bottom", "loop time (s)")
+                plot.setLabel("bottom", self.x_label)
             else:
                 plot.hideAxis("bottom")
 

@@ -16,6 +16,8 @@ from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
 from PySide6.QtGui import QBrush, QColor, QFont, QImage, QPainter, QPen
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
+from widgets.transcript import TranscriptView
+
 __all__ = ["RENDER_ENV", "VIEWS", "CheetahView", "PendulumView", "StateView", "make_view"]
 
 #: Environment variable choosing the cheetah's drawing: ``skeleton`` (never render), a GL
@@ -714,7 +716,8 @@ class CheetahView(QWidget):
         super().closeEvent(event)
 
 
-VIEWS: dict[str, type[QWidget]] = {"pendulum": PendulumView, "cheetah": CheetahView}
+VIEWS: dict[str, type[QWidget]] = {"pendulum": PendulumView, "cheetah": CheetahView,
+                                    "dialogue": TranscriptView}
 
 
 def make_view(name: str, parent: QWidget | None = None) -> QWidget:

@@ -1,0 +1,53 @@
+"""The dialogue in the window: transcript, injections, a failure that pauses (offscreen)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from widgets.main_window import MainWindow
+
+from .fake_ollama import FakeOllama
+
+WAIT = 30_000
+
+
+@pytest.fixture
+def server():
+    with FakeOllama() as srv:
+        yield srv
+
+
+def test_dialogue_transcript_injection_and_a_failure_that_pauses(qtbot, tmp_path, server):
+    w = MainWindow(source="dialogue", speed=None, record_dir=tmp_path,
+                   settings={"host": server.host, "student_model": "student:1b",
+                             "teacher_model": "teacher:1b"})
+    qtbot.addWidget(w)
+    w.show()
+    # Token metrics per turn: no symbol settings, the turn as the x axis.
+    assert not w.bins_spin.isVisible() and w.tokens_label.isVisible()
+    assert w.plots.plots["dH"].getAxis("bottom").labelText == "turn"
+    assert w.start_session(), w.banner.text()
+    qtbot.waitUntil(lambda: w.session.snapshot(1).n_transitions >= 3, timeout=WAIT)
+    qtbot.waitUntil(lambda: "Student · 3" in w.view.text.toPlainText(), timeout=WAIT)
+    text = w.view.text.toPlainText()
+    assert "Teacher · 1" in text and "P = 0." in text
+    assert "student: student:1b (ollama)" in w.view.backends.text()
+    assert "turns" in w.status.text()
+    # An injection by button: the next teacher prompt, highlighted with its type.
+    w.perturb_buttons["contradiction"].click()
+    qtbot.waitUntil(lambda: "injected: contradiction" in w.view.text.toPlainText(),
+                    timeout=WAIT)
+    assert "That doesn't sound right" in w.view.text.toPlainText()
+    # A dropped stream pauses the session with the reason; Resume carries on.
+    server.failures.append("drop")
+    qtbot.waitUntil(lambda: w.banner.isVisible(), timeout=WAIT)
+    assert "dropped" in w.banner.text() and "Resume" in w.banner.text()
+    assert w.pause_button.isChecked() and w.pause_button.text() == "Resume"
+    n = w.session.snapshot(1).n_transitions
+    w.pause_button.click()
+    qtbot.waitUntil(lambda: w.session.snapshot(1).n_transitions >= n + 2, timeout=WAIT)
+    qtbot.waitUntil(lambda: not w.banner.isVisible(), timeout=WAIT)
+    assert w.pause_button.text() == "Pause"
+    w.close()

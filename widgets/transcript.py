@@ -1,0 +1,123 @@
+"""The dialogue's live view: the transcript, streaming as the tokens arrive.
+
+Teacher and student are told apart by colour and name; an injected teacher prompt is
+highlighted with its type; each student reply carries its turn's P (red when the turn was an
+IDT excursion). Finished turns are appended once (the document is never rebuilt per frame);
+the reply being written streams in a line below them.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Any
+
+from PySide6.QtGui import QTextCursor
+from PySide6.QtWidgets import QLabel, QTextBrowser, QVBoxLayout, QWidget
+
+__all__ = ["TranscriptView"]
+
+_TEACHER = "#1f5fa8"
+_STUDENT = "#2e7d32"
+_INJECTED_BG = "#ffe3c2"
+
+
+def _who(desc: Any) -> str:
+    if not isinstance(desc, dict):
+        return "…"
+    return f"{desc.get('model', '?')} ({desc.get('backend', '?')})"
+
+
+def _block(role: str, text: str, turn: int, note: str = "", bg: str = "") -> str:
+    """One paragraph: who and which turn, a note, the text (on a background if injected)."""
+    color = _TEACHER if role == "teacher" else _STUDENT
+    body = html.escape(text)
+    if bg:
+        body = f'<span style="background-color:{bg};">{body}</span>'
+    return (f'<span style="color:{color};font-weight:bold;">{role.capitalize()} · {turn}'
+            f'</span>{note}<br>{body}<br>')
+
+
+class TranscriptView(QWidget):
+    """Transcript of a dialogue source (its ``view`` is ``dialogue``)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.backends = QLabel("student: …  ·  teacher: …", self)
+        self.backends.setObjectName("transcript_backends")
+        self.backends.setWordWrap(True)
+        self.backends.setStyleSheet("color: #505660;")
+        self.text = QTextBrowser(self)
+        self.text.setObjectName("transcript")
+        self.text.setOpenLinks(False)
+        self.partial = QLabel("", self)
+        self.partial.setObjectName("transcript_partial")
+        self.partial.setWordWrap(True)
+        self.partial.setStyleSheet("color: #7a7f87; font-style: italic;")
+        layout.addWidget(self.backends)
+        layout.addWidget(self.text, 1)
+        layout.addWidget(self.partial)
+        self.setMinimumHeight(220)
+        self._shown = 0  # turns appended
+        self._partial_key: tuple = ()
+        self._backends_key: tuple = ()
+
+    def reset(self) -> None:
+        """A new session: empty transcript."""
+        self.text.clear()
+        self.partial.setText("")
+        self._shown = 0
+        self._partial_key = ()
+
+    def update_info(self, info: dict[str, Any]) -> None:
+        """Append the turns not shown yet; show the reply being written."""
+        key = (info.get("student_backend"), info.get("teacher_backend"))
+        if key != self._backends_key:
+            self._backends_key = key
+            self.backends.setText(f"student: {_who(key[0])}  ·  teacher: {_who(key[1])}")
+        turns = info.get("transcript") or ()
+        if turns and (turns[-1]["i"] + 1 < self._shown or turns[0]["i"] > self._shown):
+            self.reset()  # a new session or a bounded history that moved on
+        new = [t for t in turns if t["i"] >= self._shown]
+        if new:
+            bar = self.text.verticalScrollBar()
+            at_end = bar.value() >= bar.maximum() - 4
+            first = self._shown == 0
+            for j, t in enumerate(new):
+                for block in self._turn_html(t, first and j == 0):
+                    self.text.append(block)  # a paragraph each: never merged
+            self._shown = new[-1]["i"] + 1
+            if at_end:  # follow the dialogue unless the user scrolled back
+                self.text.moveCursor(QTextCursor.MoveOperation.End)
+                self.text.ensureCursorVisible()
+        partial = info.get("partial")
+        pkey = (partial.get("turn"), partial.get("role"), len(partial.get("text", ""))) \
+            if isinstance(partial, dict) else ()
+        if pkey != self._partial_key:
+            self._partial_key = pkey
+            if pkey:
+                self.partial.setText(f"{partial['role'].capitalize()} · {partial['turn']} is "
+                                     f"writing: {partial.get('text', '')}")
+            else:
+                self.partial.setText("")
+
+    @staticmethod
+    def _turn_html(t: dict[str, Any], first: bool) -> list[str]:
+        parts = []
+        if first:  # later turns' prompts were shown as the turn before's next prompt
+            parts.append(_block("teacher", t["prompt"], t["turn"]))
+        p = t.get("P", math.nan)
+        color = "#c62828" if t.get("alarm") else "#505660"
+        p_text = f"{p:.3f}" if p == p else "undefined"
+        parts.append(_block("student", t["reply"], t["turn"],
+                            f' <span style="color:{color};">P = {p_text}</span>'))
+        inj = t.get("injected")
+        if inj:
+            parts.append(_block("teacher", t["next_prompt"], t["turn"] + 1,
+                                f' <span style="color:#b45309;">injected: '
+                                f'{html.escape(str(inj.get("type")))}</span>', _INJECTED_BG))
+        else:
+            parts.append(_block("teacher", t["next_prompt"], t["turn"] + 1))
+        return parts
