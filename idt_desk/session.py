@@ -658,7 +658,16 @@ class Session:
                  "H_b": float(table["H_b"][j]), "alarm": table["x_IDT"][j] == 1.0}
                 for j, turn in enumerate(turns)]
         self._turn_log.extend(rows)
+        # The agency conditions of the latest turn, read off its pooled token counts (a
+        # value per turn, no null: a dialogue has one S, A, S' per turn, not a window).
+        agency = {
+            name: {"value": v, "holds": bool(v > 0), "method": "per turn, pooled counts"}
+            for name, v in (("choice", float(table["H_A_given_S"][-1])),
+                            ("effect", float(table["MI_A_S_next_given_S"][-1])),
+                            ("asymmetry", abs(float(table["dH"][-1]))))}
         with self._lock:
+            self._agency = {**agency, "window_end": self.n_transitions,
+                            "where": f"turn {self.n_transitions} (its token counts)"}
             # Replaced, never mutated: a snapshot's shallow copy stays consistent.
             self._info["transcript"] = tuple(self._turn_log[-self.config.history:])
 

@@ -35,6 +35,9 @@ def test_dialogue_transcript_injection_and_a_failure_that_pauses(qtbot, tmp_path
     assert "Teacher · 1" in text and "P = 0." in text
     assert "student: student:1b (ollama)" in w.view.backends.text()
     assert "turns" in w.status.text()
+    # The agency conditions of the latest turn, from its token counts.
+    qtbot.waitUntil(lambda: "of 3</b> conditions hold on turn" in w.agency.footer.text(),
+                    timeout=WAIT)
     # An injection by button: the next teacher prompt, highlighted with its type.
     w.perturb_buttons["contradiction"].click()
     qtbot.waitUntil(lambda: "injected: contradiction" in w.view.text.toPlainText(),

@@ -193,8 +193,8 @@ class AgencyPanel(QGroupBox):
                 verdict.setToolTip(tip)
         held = sum(bool((agency.get(k) or {}).get("holds")) for k, *_ in CONDITIONS)
         end, draws = agency.get("window_end"), agency.get("draws")
-        where = f"the W transitions up to {int(end):,}" if end is not None else \
-            "the latest window"
+        where = agency.get("where") or (f"the W transitions up to {int(end):,}"
+                                         if end is not None else "the latest window")
         shuffles = f"; {int(draws)} draws" if draws else ""
         text = f"<b>{held} of 3</b> conditions hold on {where}{shuffles}"
         if sat is not None and sat >= SATURATED:

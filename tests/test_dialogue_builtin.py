@@ -1,0 +1,50 @@
+"""The built-in offline model (the `llm` extra, installed by the README's test command)."""
+
+from __future__ import annotations
+
+import llama_cpp  # noqa: F401  - the extra must be installed: a missing one fails, not skips
+
+from idt_desk.recording import load_recording
+from idt_desk.session import Session, SessionConfig, run_headless
+from sources.dialogue import DialogueSource
+from sources.dialogue import _source as dialogue_source
+from tests.fake_ollama import FakeOllama
+
+BUILTIN = {"student_backend": "builtin", "teacher_backend": "builtin"}
+
+
+def test_a_real_five_turn_smollm2_dialogue_is_recorded_and_deterministic(tmp_path):
+    ses = Session(SessionConfig(source="dialogue", speed=None, baseline_windows=3, seed=7),
+                  source=DialogueSource(**BUILTIN), record=tmp_path / "rec")
+    ses.schedule(3, "perturb", name="topic_shift", params={})
+    snap = run_headless(ses, steps=5)
+    assert snap.error is None and snap.paused_reason is None
+    rec = load_recording(tmp_path / "rec")
+    assert rec.complete, rec.warnings
+    turns = rec.turns
+    assert [t["turn"] for t in turns] == [1, 2, 3, 4, 5]
+    assert all(t["reply"].strip() and t["next_prompt"].strip() for t in turns)
+    assert turns[0]["student"]["model"] == "SmolLM2-135M-Instruct"
+    assert turns[0]["student"]["backend"] == "builtin" and turns[0]["student"]["threads"] == 1
+    assert turns[3]["injected"]["type"] == "topic_shift"
+    # The rotating teacher instruction keeps the questions apart.
+    prompts = [t["prompt"] for t in turns] + [turns[-1]["next_prompt"]]
+    assert len(set(prompts)) == len(prompts)
+    assert rec.windows["P"].notna().all()
+    # Same seed, another source and session: the same text.
+    again = Session(SessionConfig(source="dialogue", speed=None, seed=7),
+                    source=DialogueSource(**BUILTIN))
+    run_headless(again, steps=2)
+    texts = [(t["prompt"], t["reply"], t["next_prompt"])
+             for t in again.snapshot().info["transcript"]]
+    assert texts == [(t["prompt"], t["reply"], t["next_prompt"]) for t in turns[:2]]
+
+
+def test_auto_uses_ollama_when_it_answers_else_the_builtin_model(monkeypatch):
+    monkeypatch.setattr(dialogue_source, "DEFAULT_HOST", "http://127.0.0.1:9")
+    assert DialogueSource()._kind("student") == "builtin"
+    with FakeOllama() as server:
+        monkeypatch.setattr(dialogue_source, "DEFAULT_HOST", server.host)
+        assert DialogueSource()._kind("teacher") == "ollama"
+    # A host set explicitly is Ollama, answering or not (then an error, not a fallback).
+    assert DialogueSource(host="http://127.0.0.1:9")._kind("student") == "ollama"
