@@ -218,15 +218,18 @@ def builtin_model_path() -> Path:
     return path
 
 
-_LLAMAS: dict[tuple[str, int, int], Any] = {}
+_LLAMAS: dict[tuple[str, int, int, str], Any] = {}
 _LLAMA_LOCK = threading.Lock()
 
 
 class BuiltinBackend(ChatBackend):
     """SmolLM2-135M-Instruct run in-process by llama-cpp-python (the ``llm`` extra).
 
-    One model per (file, context, threads) is shared by every role and session in the
-    process; calls are serialised (a llama.cpp context is not thread-safe). A seed per call
+    One model per (file, context, threads, role) is shared by the sessions of a process, so
+    each role keeps its own KV cache and a turn re-reads only what is new in its prompt (one
+    shared model alternating between student and teacher prompts re-read the whole context
+    every call: 30 s a turn by turn 12); calls are serialised (llama.cpp is not
+    thread-safe). A seed per call
     makes the text identical across runs and processes. A conversation longer than the
     context drops its oldest exchanges (as Ollama does); the caller is told how many.
     """
@@ -234,7 +237,7 @@ class BuiltinBackend(ChatBackend):
     kind = "builtin"
     model = BUILTIN_MODEL
 
-    def __init__(self, threads: int = 1, n_ctx: int = 4096) -> None:
+    def __init__(self, threads: int = 1, n_ctx: int = 4096, role: str = "") -> None:
         self.threads = int(threads)
         self.n_ctx = int(n_ctx)
         self.path = builtin_model_path()
@@ -243,7 +246,7 @@ class BuiltinBackend(ChatBackend):
         except ImportError:
             raise BackendError(f"the built-in model needs llama-cpp-python: {BUILTIN_INSTALL}",
                                fatal=True) from None
-        key = (str(self.path), self.n_ctx, self.threads)
+        key = (str(self.path), self.n_ctx, self.threads, role)
         with _LLAMA_LOCK:
             if key not in _LLAMAS:
                 _LLAMAS[key] = llama_cpp.Llama(

@@ -39,6 +39,7 @@ from sources.dialogue._texts import (
     STUDENT_SYSTEM,
     STYLES,
     TEACHER_SYSTEM,
+    clean_question,
     teacher_instruction,
 )
 
@@ -49,7 +50,7 @@ CONDITIONS = {"normal": {"temperature": 0.7, "top_k": 40},
               "constrained": {"temperature": 0.1, "top_k": 10}}
 STUDENT_OPTIONS = {"top_p": 0.9, "num_ctx": 4096, "num_predict": 150, "repeat_penalty": 1.1}
 TEACHER_OPTIONS = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "num_ctx": 4096,
-                   "num_predict": 80, "repeat_penalty": 1.1}
+                   "num_predict": 60, "repeat_penalty": 1.1}
 ROLES = ("student", "teacher")
 
 
@@ -149,7 +150,7 @@ class DialogueSource(Source):
                 backend: ChatBackend = OllamaBackend(
                     self._host(role), self.config[f"{role}_model"], self.config["timeout"])
             else:
-                backend = BuiltinBackend(threads=self.config["threads"])
+                backend = BuiltinBackend(threads=self.config["threads"], role=role)
             backend.check()
             self._backends[role] = backend
             self.publish({f"{role}_backend": backend.describe()})
@@ -215,7 +216,7 @@ class DialogueSource(Source):
                     {"role": "user",
                      "content": teacher_instruction(style, turn, last_reply, topic)}]
         text = self._chat("teacher", turn, messages, dict(TEACHER_OPTIONS))
-        return " ".join(text.split()) or "Please go on."
+        return clean_question(text) or "Please go on."
 
     def _injection(self, turn: int) -> dict[str, Any] | None:
         """The injection that replaces the teacher's prompt after ``turn``'s reply, if any."""

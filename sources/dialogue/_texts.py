@@ -1,33 +1,28 @@
 """What the teacher is told, what the student is told, and the injected perturbations.
 
 The paper's teachers were large hosted models. A 135M-parameter teacher asked the same thing
-every turn repeats the same question, so each turn's instruction varies two things in a fixed,
-seeded-free rotation: the *angle* of the question (per style) and the *facet* of the topic it
-asks about. Coprime strides over the two lists give a sequence that repeats only after
-len(angles) x len(facets) turns.
+every turn repeats the same question, and one shown the student's answer copies it back, so
+each turn's instruction varies two things in a fixed rotation, the *angle* of the question
+(per style) and the *facet* of the topic it asks about, and names only a few words of the
+student's last answer. Coprime strides over the two lists give a sequence that repeats only
+after len(angles) x len(facets) turns. The output is cut to its first question
+(:func:`clean_question`).
 """
 
 from __future__ import annotations
 
+import re
+
 STYLES = ("varied", "deep", "natural")
 
-#: The paper's three baseline teacher styles (§11.1): tests 3, 4 and 8.
+#: The teacher's role (the paper's three baseline styles, §11.1: tests 3, 4 and 8). Kept short:
+#: a small model copies long instructions and quoted answers back instead of asking.
 TEACHER_SYSTEM = {
-    "varied": (
-        "You are a teacher questioning a student about {topic}. Ask exactly one short "
-        "question, one or two sentences, and change the kind of question every time: "
-        "definitions, examples, comparisons, causes, predictions. Never repeat a question."
-    ),
-    "deep": (
-        "You are a teacher exploring {topic} in depth with a student. Ask exactly one short "
-        "question, one or two sentences, that builds on the student's last answer and goes "
-        "one level deeper into the details. Never repeat a question."
-    ),
-    "natural": (
-        "You are a friendly teacher having a natural conversation with a student about "
-        "{topic}. React to the student's answer in a few words, then ask exactly one short "
-        "follow-up question. Keep it to two sentences. Never repeat a question."
-    ),
+    "varied": "You are a teacher. You ask a student short, varied questions about {topic}.",
+    "deep": "You are a teacher. You ask a student short questions that explore {topic} in "
+            "depth, each one going further into the details.",
+    "natural": "You are a friendly teacher in a natural conversation with a student about "
+               "{topic}. You ask short follow-up questions.",
 }
 
 #: How a question is asked, per style.
@@ -67,19 +62,60 @@ STUDENT_SYSTEM = (
 )
 
 
+_STOP = frozenset(
+    "about after again also because being could does doing from have having into just like "
+    "more most much other really should some such than that their them then there these "
+    "they thing things this those through very were what when where which while will with "
+    "would your incredibly important actually exactly absolutely".split())
+
+
+def keywords(text: str, n: int = 3) -> list[str]:
+    """The ``n`` longest distinct content words of ``text`` (ties alphabetical)."""
+    seen: dict[str, str] = {}
+    for w in re.findall(r"[A-Za-z][A-Za-z-]{3,}", text):
+        if w.lower() not in _STOP:
+            seen.setdefault(w.lower(), w)
+    return sorted(seen.values(), key=lambda w: (-len(w), w.lower()))[:n]
+
+
 def teacher_instruction(style: str, turn: int, last_reply: str | None, topic: str) -> str:
-    """The teacher's user message for the prompt that follows turn ``turn - 1``'s reply."""
+    """The teacher's user message for the prompt the student answers at turn ``turn``.
+
+    It names a facet of the topic and an angle, both rotating with the turn, and (after the
+    first turn) a few words of the student's last answer, so the question follows the
+    conversation without the model copying the answer back.
+    """
     angles = ANGLES[style]
     angle = angles[(turn * 4) % len(angles)]
     facet = FACETS[(turn * 5) % len(FACETS)]
-    if last_reply is None:
-        return (f"Start the lesson on {topic}. {angle.capitalize()}, about {facet}. "
-                "Reply with the question only.")
-    reply = " ".join(last_reply.split())
-    if len(reply) > 600:
-        reply = reply[:600] + " ..."
-    return (f'The student answered: "{reply}"\n\nNow {angle}, about {facet} of {topic}. '
-            "Reply with your question only.")
+    text = (f"Write one short question for the student about {topic}, on {facet}. "
+            f"In it, {angle}.")
+    if last_reply:
+        words = keywords(last_reply)
+        if words:
+            text += f" The student just talked about {', '.join(words)}."
+    return text + " Write only the question."
+
+
+def clean_question(text: str) -> str:
+    """The first question in a teacher's output (a small model adds labels and answers).
+
+    Drops an answer it wrote itself ("A: ..."), keeps the sentence that ends with the first
+    question mark, and strips labels ("Q:", "Question:") and quotes; without a question mark,
+    the first two sentences.
+    """
+    text = re.split(r"\n\s*A\s*:", text, maxsplit=1)[0]
+    text = " ".join(text.split())
+    q = text.find("?")
+    if q >= 0:
+        head = text[:q + 1]
+        cut = max(head.rfind(". "), head.rfind("! "), head.rfind(": "), head.rfind('"'))
+        sentence = head[cut + 1:] if cut >= 0 and q - cut > 15 else head
+    else:
+        sentence = " ".join(re.split(r"(?<=[.!])\s+", text)[:2])
+    sentence = re.sub(r"^\s*(Q|Question|Teacher|Premise)\s*:\s*", "", sentence.strip(),
+                      flags=re.IGNORECASE)
+    return sentence.strip().strip('"').strip()
 
 
 #: Injected perturbations (paper §11.1): about 40 words each, several texts per type.
