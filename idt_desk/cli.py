@@ -437,6 +437,8 @@ def _progress_text(snap) -> str:
         status += (f"; symbols out of range ({float(warning.get('fraction', math.nan)):.0%} of "
                    "the window clamped to edge bins)")
     p_text = f"{p:.4f}" if p == p else "—"
+    if getattr(snap, "tokenizer", None) is not None:  # a dialogue: one window per turn
+        return f"turn={snap.n_transitions} P={p_text} {status}"
     return f"t={snap.sim_time:.1f}s windows={snap.n_windows} P={p_text} {status}"
 
 
@@ -499,8 +501,11 @@ def _run_run(args: argparse.Namespace) -> int:
 
 def _report_run(args: argparse.Namespace, snap, received: list[int]) -> int:
     """Print what ran and what was recorded; the exit code (128 + signal if interrupted)."""
-    print(f"{snap.source}: {snap.n_transitions} transitions, {snap.n_windows} windows, "
-          f"{snap.sim_time:.2f} s of loop time, state {snap.state}")
+    if getattr(snap, "tokenizer", None) is not None:
+        print(f"{snap.source}: {snap.n_transitions} turns, state {snap.state}")
+    else:
+        print(f"{snap.source}: {snap.n_transitions} transitions, {snap.n_windows} windows, "
+              f"{snap.sim_time:.2f} s of loop time, state {snap.state}")
     n_undefined = getattr(snap, "n_undefined", 0)
     if n_undefined:
         print(f"{n_undefined} window(s) had P undefined (constant windows: every S, A and S' "

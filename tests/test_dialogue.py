@@ -7,10 +7,11 @@ import time
 from collections import Counter
 
 import numpy as np
+import pandas as pd
 import pytest
 import sentencepiece as spm
 
-from idt_desk.recording import load_recording
+from idt_desk.recording import export_recording, load_recording
 from idt_desk.session import Session, SessionConfig, run_headless
 from idt_desk.source import check_source
 from idt_desk.tokens import load_tokenizer, pooled_metrics
@@ -124,6 +125,11 @@ def test_replay_recomputes_the_metrics_identically(server, tmp_path):
     for col in ("P", "H_f", "H_b", "dH", "x_IDT"):
         np.testing.assert_array_equal(w[col], rec.windows[col].to_numpy())
     assert [e["i"] for e in replay.snapshot().events if e["kind"] == "perturbation_pulse"] == [6]
+    # Export keeps the texts: turns.parquet beside the tables.
+    paths = export_recording(rec, tmp_path / "out", "parquet")
+    turns = pd.read_parquet(tmp_path / "out" / "turns.parquet")
+    assert tmp_path / "out" / "turns.parquet" in paths
+    assert list(turns["reply"]) == [t["reply"] for t in rec.turns]
 
 
 def test_recording_started_mid_dialogue_replays(server, tmp_path):
