@@ -294,6 +294,9 @@ class DialogueSource(Source):
             "teacher": None if "teacher" not in self._backends
             else self._backends["teacher"].describe(),
             "options": options, "condition": self.config["condition"],
+            # Exchanges the student's model could not hold (its context was full); S keeps
+            # them: the accumulated context is all the earlier turns (paper §11.2).
+            "student_dropped": getattr(self._backends.get("student"), "dropped", 0),
             "seconds": round(time.monotonic() - t0, 3),
             "_context_chars": context_chars + len(self._prompt),
         }
