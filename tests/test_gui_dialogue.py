@@ -54,3 +54,24 @@ def test_dialogue_transcript_injection_and_a_failure_that_pauses(qtbot, tmp_path
     qtbot.waitUntil(lambda: not w.banner.isVisible(), timeout=WAIT)
     assert w.pause_button.text() == "Pause"
     w.close()
+
+
+def test_a_dialogue_replays_in_the_window_with_its_transcript(qtbot, tmp_path, server):
+    from idt_desk.session import Session, SessionConfig, run_headless
+    from sources.dialogue import DialogueSource
+
+    src = DialogueSource(host=server.host, student_model="student:1b",
+                         teacher_model="teacher:1b")
+    run_headless(Session(SessionConfig(source="dialogue", speed=None), source=src,
+                         record=tmp_path / "rec"), steps=6)
+    w = MainWindow(source="replay", settings={"path": str(tmp_path / "rec")}, speed=None,
+                   record_dir=tmp_path)
+    qtbot.addWidget(w)
+    w.show()
+    assert w.start_session(), w.banner.text()
+    qtbot.waitUntil(lambda: not w.session.running, timeout=WAIT)
+    qtbot.waitUntil(lambda: "Student · 6" in w.view.text.toPlainText(), timeout=WAIT)
+    assert w.plots.plots["dH"].getAxis("bottom").labelText == "turn"
+    assert not w.bins_spin.isVisible() and w.tokens_label.isVisible()
+    assert "student: student:1b (ollama)" in w.view.backends.text()
+    w.close()

@@ -418,18 +418,7 @@ class MainWindow(QMainWindow):
         self._build_perturbations(cls)
         self._build_modulations(cls)
         has_reward = bool(getattr(cls, "has_reward", False))
-        turns = cls.metric_path == "turns"
-        self.plots.x_label = "turn" if turns else "loop time (s)"
-        self.symbol_box.setTitle("Token metrics and baseline" if turns
-                                 else "Symbolisation and baseline")
-        self._symbol_form.setRowVisible(self.tokens_label, turns)
-        self.tokens_label.setText(
-            "Per turn, from the token counts of S (context), A (reply) and S' (next prompt): "
-            f"tokenizer {TOKENIZER} (32,000 SentencePiece pieces). Baseline: turns 1 to N."
-            if turns else "")
-        for widget in self._symbol_rows:
-            self._symbol_form.setRowVisible(widget, not turns)
-        self.plots.set_reward_visible(has_reward)
+        self._set_metric_path(cls.metric_path, has_reward)
         self.returns.setVisible(has_reward)
         self.returns.clear_data()
         self.agency.set_passive(not cls.action_names)
@@ -446,6 +435,21 @@ class MainWindow(QMainWindow):
         self._set_view(cls.view)
         self._update_buttons()
         self._fit_controls()
+
+    def _set_metric_path(self, path: str, has_reward: bool) -> None:
+        """Symbol settings and a time axis, or token metrics and a turn axis (a dialogue)."""
+        turns = path == "turns"
+        self.plots.x_label = "turn" if turns else "loop time (s)"
+        self.symbol_box.setTitle("Token metrics and baseline" if turns
+                                 else "Symbolisation and baseline")
+        self._symbol_form.setRowVisible(self.tokens_label, turns)
+        self.tokens_label.setText(
+            "Per turn, from the token counts of S (context), A (reply) and S' (next prompt): "
+            f"tokenizer {TOKENIZER} (32,000 SentencePiece pieces). Baseline: turns 1 to N."
+            if turns else "")
+        for widget in self._symbol_rows:
+            self._symbol_form.setRowVisible(widget, not turns)
+        self.plots.set_reward_visible(has_reward)
 
     def _fit_controls(self) -> None:
         """Keep the control panel at least as wide as its content: no horizontal scrolling."""
@@ -653,6 +657,8 @@ class MainWindow(QMainWindow):
         self._show_pipeline()
         if source.view != self._view_name:
             self._set_view(source.view)  # a replay draws what it replays
+        if source.metric_path != type(source).metric_path:
+            self._set_metric_path(source.metric_path, source.has_reward)  # a dialogue's replay
         self.plots.clear_data()
         self.returns.clear_data()
         self.alarms.reset()

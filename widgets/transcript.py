@@ -73,11 +73,13 @@ class TranscriptView(QWidget):
 
     def update_info(self, info: dict[str, Any]) -> None:
         """Append the turns not shown yet; show the reply being written."""
-        key = (info.get("student_backend"), info.get("teacher_backend"))
+        turns = info.get("transcript") or ()
+        # Live, the source says which backends it chose; a replay has them in its turns.
+        key = (info.get("student_backend") or (turns[-1].get("student") if turns else None),
+               info.get("teacher_backend") or (turns[-1].get("teacher") if turns else None))
         if key != self._backends_key:
             self._backends_key = key
             self.backends.setText(f"student: {_who(key[0])}  ·  teacher: {_who(key[1])}")
-        turns = info.get("transcript") or ()
         if turns and (turns[-1]["i"] + 1 < self._shown or turns[0]["i"] > self._shown):
             self.reset()  # a new session or a bounded history that moved on
         new = [t for t in turns if t["i"] >= self._shown]
