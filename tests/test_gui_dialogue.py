@@ -74,4 +74,6 @@ def test_a_dialogue_replays_in_the_window_with_its_transcript(qtbot, tmp_path, s
     assert w.plots.plots["dH"].getAxis("bottom").labelText == "turn"
     assert not w.bins_spin.isVisible() and w.tokens_label.isVisible()
     assert "student: student:1b (ollama)" in w.view.backends.text()
+    bar = w.view.text.verticalScrollBar()
+    assert bar.maximum() > 0 and bar.value() == bar.maximum()  # follows the dialogue
     w.close()

@@ -12,7 +12,6 @@ import html
 import math
 from typing import Any
 
-from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QLabel, QTextBrowser, QVBoxLayout, QWidget
 
 __all__ = ["TranscriptView"]
@@ -61,6 +60,11 @@ class TranscriptView(QWidget):
         layout.addWidget(self.partial)
         self.setMinimumHeight(220)
         self._shown = 0  # turns appended
+        # Follow the dialogue unless the user scrolls back; scrolling to the end follows again.
+        self._follow = True
+        bar = self.text.verticalScrollBar()
+        bar.valueChanged.connect(self._scrolled)
+        bar.rangeChanged.connect(self._grown)
         self._partial_key: tuple = ()
         self._backends_key: tuple = ()
 
@@ -84,16 +88,11 @@ class TranscriptView(QWidget):
             self.reset()  # a new session or a bounded history that moved on
         new = [t for t in turns if t["i"] >= self._shown]
         if new:
-            bar = self.text.verticalScrollBar()
-            at_end = bar.value() >= bar.maximum() - 4
             first = self._shown == 0
             for j, t in enumerate(new):
                 for block in self._turn_html(t, first and j == 0):
                     self.text.append(block)  # a paragraph each: never merged
             self._shown = new[-1]["i"] + 1
-            if at_end:  # follow the dialogue unless the user scrolled back
-                self.text.moveCursor(QTextCursor.MoveOperation.End)
-                self.text.ensureCursorVisible()
         partial = info.get("partial")
         pkey = (partial.get("turn"), partial.get("role"), len(partial.get("text", ""))) \
             if isinstance(partial, dict) else ()
@@ -104,6 +103,13 @@ class TranscriptView(QWidget):
                                      f"writing: {partial.get('text', '')}")
             else:
                 self.partial.setText("")
+
+    def _scrolled(self, value: int) -> None:
+        self._follow = value >= self.text.verticalScrollBar().maximum() - 4
+
+    def _grown(self, _low: int, high: int) -> None:
+        if self._follow:
+            self.text.verticalScrollBar().setValue(high)
 
     @staticmethod
     def _turn_html(t: dict[str, Any], first: bool) -> list[str]:
