@@ -19,6 +19,8 @@ __all__ = ["TranscriptView"]
 _TEACHER = "#1f5fa8"
 _STUDENT = "#2e7d32"
 _INJECTED_BG = "#ffe3c2"
+#: Characters of the reply being written shown below the transcript.
+PARTIAL_CHARS = 240
 
 
 def _who(desc: Any) -> str:
@@ -99,8 +101,11 @@ class TranscriptView(QWidget):
         if pkey != self._partial_key:
             self._partial_key = pkey
             if pkey:
+                text = " ".join(str(partial.get("text", "")).split())
+                if len(text) > PARTIAL_CHARS:  # the latest words: the label stays small
+                    text = "…" + text[-PARTIAL_CHARS:]
                 self.partial.setText(f"{partial['role'].capitalize()} · {partial['turn']} is "
-                                     f"writing: {partial.get('text', '')}")
+                                     f"writing: {text}")
             else:
                 self.partial.setText("")
 
