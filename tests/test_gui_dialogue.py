@@ -48,6 +48,8 @@ def test_dialogue_transcript_injection_and_a_failure_that_pauses(qtbot, tmp_path
     qtbot.waitUntil(lambda: w.banner.isVisible(), timeout=WAIT)
     assert "dropped" in w.banner.text() and "Resume" in w.banner.text()
     assert w.pause_button.isChecked() and w.pause_button.text() == "Resume"
+    # The partial reply stays on show, marked as interrupted.
+    qtbot.waitUntil(lambda: "was interrupted; kept: " in w.view.partial.text(), timeout=WAIT)
     n = w.session.snapshot(1).n_transitions
     w.pause_button.click()
     qtbot.waitUntil(lambda: w.session.snapshot(1).n_transitions >= n + 2, timeout=WAIT)

@@ -96,16 +96,18 @@ class TranscriptView(QWidget):
                     self.text.append(block)  # a paragraph each: never merged
             self._shown = new[-1]["i"] + 1
         partial = info.get("partial")
-        pkey = (partial.get("turn"), partial.get("role"), len(partial.get("text", ""))) \
-            if isinstance(partial, dict) else ()
+        pkey = (partial.get("turn"), partial.get("role"), len(partial.get("text", "")),
+                bool(partial.get("interrupted"))) if isinstance(partial, dict) else ()
         if pkey != self._partial_key:
             self._partial_key = pkey
             if pkey:
                 text = " ".join(str(partial.get("text", "")).split())
                 if len(text) > PARTIAL_CHARS:  # the latest words: the label stays small
                     text = "…" + text[-PARTIAL_CHARS:]
-                self.partial.setText(f"{partial['role'].capitalize()} · {partial['turn']} is "
-                                     f"writing: {text}")
+                what = ("was interrupted; kept" if partial.get("interrupted")
+                        else "is writing")
+                self.partial.setText(f"{partial['role'].capitalize()} · {partial['turn']} "
+                                     f"{what}: {text}")
             else:
                 self.partial.setText("")
 

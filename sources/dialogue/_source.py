@@ -205,7 +205,9 @@ class DialogueSource(Source):
         except BackendError as exc:
             # Built (and checked) afresh on the next try: a server started meanwhile is found.
             self._backends.pop(role, None)
-            self.publish({"partial": None})
+            # The partial reply stays on show, marked, until the turn is tried again.
+            self.publish({"partial": {"turn": turn, "role": role, "text": exc.partial,
+                                      "interrupted": True} if exc.partial else None})
             raise SourcePaused(f"{role}: {exc}", {
                 "turn": turn, "role": role, "partial": exc.partial,
                 "partial_kept": bool(exc.partial)}) from None
