@@ -915,6 +915,8 @@ class MainWindow(QMainWindow):
         loop = snap.loop_rate if snap.state == "running" else None
         rates = (f"loop {_rate(loop)} tr/s  ·  compute {_rate(snap.throughput)} tr/s"
                  if snap.n_transitions else "")
+        if snap.tokenizer is not None and snap.n_transitions:  # seconds a turn, not rates
+            rates = (f"{1 / snap.throughput:.1f} s a turn" if snap.throughput > 0 else "")
         fps = f"GUI {self.fps:.0f} fps" if running and self.fps > 0 else "GUI —"
         for label, value in ((self.status, text), (self.rates, rates), (self.fps_label, fps)):
             if label.text() != value:

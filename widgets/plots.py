@@ -181,6 +181,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         self._hint_on = False
         #: The x axis: the loop's own time, or the turn number of a dialogue.
         self.x_label = "loop time (s)"
+        self._whole_ticks = False
         self.set_reward_visible(False)
         self._update_legend()
 
@@ -321,6 +322,13 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             return
         x0, x1 = float(x[0]), float(x[-1])
         self.plots["P"].setXRange(x0, x1 if x1 > x0 else x0 + 1.0, padding=0.01)
+        # Turns are whole numbers: a few turns get a tick each, never "1.5".
+        whole = self.x_label == "turn" and x1 - x0 < 12
+        if whole != self._whole_ticks:
+            self._whole_ticks = whole
+            for plot in self.plots.values():
+                axis = plot.getAxis("bottom")
+                axis.setTickSpacing(1, 1) if whole else axis.setTickSpacing()
         now = time.monotonic()
         for key, plot in self.plots.items():
             if not plot.isVisible():
