@@ -22,6 +22,7 @@ a stream that ends without done    no exception: checked here
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import json
 import queue
@@ -220,6 +221,19 @@ def builtin_model_path() -> Path:
 
 _LLAMAS: dict[tuple[str, int, int, str], Any] = {}
 _LLAMA_LOCK = threading.Lock()
+
+
+@atexit.register
+def _close_llamas() -> None:
+    """Free the built-in models at exit, before the interpreter tears llama_cpp down.
+
+    Left to their own ``__del__`` at exit, they find llama.cpp's C functions gone and print a
+    TypeError each.
+    """
+    with _LLAMA_LOCK:
+        for llm in _LLAMAS.values():
+            llm.close()
+        _LLAMAS.clear()
 
 
 class BuiltinBackend(ChatBackend):
