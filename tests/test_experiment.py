@@ -44,3 +44,37 @@ def test_a_rerun_does_only_the_tasks_left(tmp_path):
     with concurrent.futures.ThreadPoolExecutor(1) as ex:  # a different task is not a cached one
         got = run_tasks(fixed, [1, 7], executor=ex, progress=False, resume_dir=tmp_path)
     assert got == [1, 49] and calls == [3, 7]
+
+
+def test_correlation_against_scipy_and_fisher_by_hand():
+    import math
+
+    import numpy as np
+    from scipy import stats
+
+    from idt_desk.experiment import correlation
+
+    rng = np.random.default_rng(3)
+    for n in (5, 12, 60):
+        x = rng.normal(size=n)
+        y = 0.6 * x + rng.normal(size=n)
+        got = correlation(x, y)
+        want = stats.pearsonr(x, y)
+        assert got["n"] == n
+        assert got["r"] == pytest.approx(want.statistic, rel=1e-12)
+        assert got["p"] == pytest.approx(want.pvalue, rel=1e-9)
+        ci = want.confidence_interval(0.95)
+        assert got["ci"] == pytest.approx((ci.low, ci.high), rel=1e-9)
+    # By hand: r = 0.7745966692414834 for these five pairs; Fisher's interval.
+    got = correlation([1, 2, 3, 4, 5], [2, 4, 5, 4, 5])
+    r = 0.7745966692414834
+    half = 1.959963984540054 / math.sqrt(2)
+    assert got["r"] == pytest.approx(r, rel=1e-12)
+    assert got["ci"] == pytest.approx((math.tanh(math.atanh(r) - half),
+                                       math.tanh(math.atanh(r) + half)), rel=1e-9)
+    # Pairs with a NaN are left out; too few pairs or a constant series give no r.
+    assert correlation([1, 2, np.nan, 4, 5], [2, 4, 9, 4, 5])["n"] == 4
+    assert correlation([1, 2], [3, 4])["r"] is None
+    assert correlation([1, 1, 1, 1], [1, 2, 3, 4])["r"] is None
+    perfect = correlation([1, 2, 3, 4], [2, 4, 6, 8])
+    assert perfect["r"] == 1.0 and perfect["p"] == 0.0 and perfect["ci"] == (1.0, 1.0)
