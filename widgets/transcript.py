@@ -88,7 +88,9 @@ class TranscriptView(QWidget):
             self.backends.setText(f"student: {_who(key[0])}  ·  teacher: {_who(key[1])}")
         if turns and (turns[-1]["i"] + 1 < self._shown or turns[0]["i"] > self._shown):
             self.reset()  # a new session or a bounded history that moved on
-        new = [t for t in turns if t["i"] >= self._shown]
+        # Called every frame: look at the whole transcript only when a turn has arrived.
+        new = [t for t in turns if t["i"] >= self._shown] \
+            if turns and turns[-1]["i"] >= self._shown else []
         if new:
             first = self._shown == 0
             for j, t in enumerate(new):

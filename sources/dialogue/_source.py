@@ -238,12 +238,15 @@ class DialogueSource(Source):
     def step(self, n: int) -> Batch:
         """Up to ``n`` turns (a failure pauses the session; stop ends the step early)."""
         turns: list[dict[str, Any]] = []
+        context_chars: list[int] = []
         events: list[dict[str, Any]] = []
         try:
             for _ in range(n):
                 if self.should_stop():
                     break
-                turns.append(self._one_turn(len(turns), events))
+                turn, chars = self._one_turn(len(turns), events)
+                turns.append(turn)
+                context_chars.append(chars)
         except Stopped:
             self.publish({"partial": None})
         except SourcePaused:
@@ -251,7 +254,7 @@ class DialogueSource(Source):
                 raise
             # Turns made before the failure are handed over; the next step fails again.
         k = len(turns)
-        s = np.array([[t.pop("_context_chars")] for t in turns], dtype=np.float64).reshape(k, 1)
+        s = np.array(context_chars, dtype=np.float64).reshape(k, 1)
         a = np.array([[len(t["reply"])] for t in turns], dtype=np.float64).reshape(k, 1)
         sn = np.array([[len(t["next_prompt"])] for t in turns],
                       dtype=np.float64).reshape(k, 1)
@@ -259,7 +262,8 @@ class DialogueSource(Source):
                      turns=turns, events=events,
                      info={"turn": self._turn, "partial": None})
 
-    def _one_turn(self, row: int, events: list[dict[str, Any]]) -> dict[str, Any]:
+    def _one_turn(self, row: int, events: list[dict[str, Any]]) -> tuple[dict[str, Any], int]:
+        """One turn's record, and the characters of its S (the transition's numeric state)."""
         t = self._turn + 1
         t0 = time.monotonic()
         if self._prompt is None:  # the opening question
@@ -300,14 +304,14 @@ class DialogueSource(Source):
             # them: the accumulated context is all the earlier turns (paper §11.2).
             "student_dropped": getattr(self._backends.get("student"), "dropped", 0),
             "seconds": round(time.monotonic() - t0, 3),
-            "_context_chars": context_chars + len(self._prompt),
         }
+        s_chars = context_chars + len(self._prompt)
         self._log.append({"prompt": self._prompt, "reply": self._reply})
         self._turn = t
         self._prompt, self._reply = next_prompt, None
         self._prompt_injected = record["injected"]
         self.publish({"partial": None})
-        return record
+        return record, s_chars
 
     def close(self) -> None:
         """Drop the backends."""
