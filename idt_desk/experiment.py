@@ -29,7 +29,7 @@ from typing import Any
 
 from idt_desk._io import InputError
 
-__all__ = ["DASK_MISSING", "betainc", "correlation", "dask_client", "default_workers",
+__all__ = ["DASK_MISSING", "betainc", "cohens_d", "correlation", "dask_client", "default_workers",
            "executor_description", "paired_t_test", "run_tasks", "write_report"]
 
 DASK_MISSING = "install the dask extra: pip install 'idt-desk[dask]'"
@@ -80,6 +80,7 @@ def run_tasks(
     weight: Callable[[Any], int] | None = None,
     resume_dir: Path | None = None,
     key: Callable[[Any], str] | None = None,
+    poll: Callable[[], int] | None = None,
 ) -> list[Any]:
     """``[fn(t) for t in tasks]``, run in parallel, with a progress bar.
 
@@ -105,6 +106,10 @@ def run_tasks(
         atomically), and a task whose result is already there is not run again: an
         interrupted run, run again, does only what is left. ``key`` must change whenever
         anything the result depends on does (default: a hash of the pickled task).
+    poll
+        For tasks that take minutes: called every second, it returns the ``unit`` done so far
+        across all tasks (e.g. lines the tasks have written), and the bar follows it between
+        results. Local executors only; a Dask bar moves per result.
 
     Returns
     -------
@@ -153,17 +158,21 @@ def run_tasks(
             done: Iterable[Any] = dask_as_completed(futures)
         else:
             futures = [executor.submit(fn, tasks[j]) for j in todo]
-            done = concurrent.futures.as_completed(futures)
+            done = _as_completed(futures, poll)
         index = {id(f): j for f, j in zip(futures, todo, strict=True)}
 
         def count(js: Iterable[int]) -> int:
             return sum(weight(tasks[j]) for j in js) if weight else len(list(js))
 
         try:
-            with tqdm(total=count(range(len(tasks))), initial=count(set(range(len(tasks)))
-                                                                    - set(todo)),
+            initial = (poll() if poll is not None
+                       else count(set(range(len(tasks))) - set(todo)))
+            with tqdm(total=count(range(len(tasks))), initial=initial,
                       disable=not progress, desc=desc, unit=unit) as bar:
                 for fut in done:
+                    if fut is None:  # a poll tick
+                        bar.update(max(0, poll() - bar.n))
+                        continue
                     j = index[id(fut)]
                     results[j] = fut.result()
                     if j in saved:
@@ -171,7 +180,10 @@ def run_tasks(
                         with open(tmp, "wb") as f:
                             pickle.dump(results[j], f)
                         os.replace(tmp, saved[j])
-                    bar.update(weight(tasks[j]) if weight else 1)
+                    if poll is None:
+                        bar.update(weight(tasks[j]) if weight else 1)
+                    else:
+                        bar.update(max(0, poll() - bar.n))
         except BaseException:
             for fut in futures:
                 fut.cancel()
@@ -183,6 +195,20 @@ def run_tasks(
                 owned.close()  # not shutdown(): that would stop a shared scheduler
             else:
                 owned.shutdown(wait=True, cancel_futures=True)
+
+
+def _as_completed(futures: list[Any], poll: Callable[[], int] | None) -> Iterable[Any]:
+    """``as_completed``, yielding ``None`` every second while waiting when ``poll`` is set."""
+    if poll is None:
+        yield from concurrent.futures.as_completed(futures)
+        return
+    pending = set(futures)
+    while pending:
+        done, pending = concurrent.futures.wait(
+            pending, timeout=1.0, return_when=concurrent.futures.FIRST_COMPLETED)
+        yield from done
+        if not done:
+            yield None
 
 
 def _task_key(task: Any) -> str:
@@ -363,3 +389,27 @@ def correlation(x: Sequence[float], y: Sequence[float], level: float = 0.95
             half = z / math.sqrt(n - 3)
             out["ci"] = (math.tanh(math.atanh(r) - half), math.tanh(math.atanh(r) + half))
     return out
+
+
+def cohens_d(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Cohen's d of ``x`` against ``y``: (mean x − mean y) / pooled σ, over finite values.
+
+    The pooled σ is sqrt(((n_x − 1) s_x² + (n_y − 1) s_y²) / (n_x + n_y − 2)), each s with
+    ddof 1. None with fewer than two values in either group; ±inf (0 difference: None) when
+    both groups are constant.
+    """
+    import math
+
+    import numpy as np
+
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    x, y = x[np.isfinite(x)], y[np.isfinite(y)]
+    nx, ny = x.size, y.size
+    if nx < 2 or ny < 2:
+        return None
+    pooled = math.sqrt(((nx - 1) * x.var(ddof=1) + (ny - 1) * y.var(ddof=1)) / (nx + ny - 2))
+    diff = float(x.mean() - y.mean())
+    if pooled == 0.0:
+        return None if diff == 0.0 else math.copysign(math.inf, diff)
+    return diff / pooled

@@ -46,6 +46,8 @@ from idt_desk.controller import AutoController
 from idt_desk.presets import PRESETS, Preset
 from idt_desk.recording import Recorder
 from idt_desk.source import Batch, Source, SourcePaused
+from idt_desk import embeddings
+from idt_desk.embeddings import StructuralBaselines
 from idt_desk.tokens import TOKENIZER, DialogueMetrics, load_tokenizer
 
 __all__ = ["WINDOW_COLUMNS", "Session", "SessionConfig", "Snapshot", "undefined_reason"]
@@ -55,6 +57,8 @@ WINDOW_COLUMNS = (
     "start", "end", "t", "P", "H_f", "H_b", "dH", "MI", "H_S", "H_A", "H_S_next", "H_SA",
     "H_SAS", "H_A_given_S", "MI_A_S_next_given_S", "K_SAS", "unique_frac", "out_of_range",
     "reward", "x_P", "x_H_f", "x_H_b", "x_dH", "x_IDT", "x_reward",
+    # The structural baselines of a dialogue (turn path, idt_desk.embeddings); NaN elsewhere.
+    "cos_sim", "adjacent", "drift",
 )
 #: Wall-clock granularity of real-time pacing (s).
 PACE_SLICE = 0.02
@@ -119,6 +123,10 @@ class SessionConfig:
     metric_path: str = "windows"
     #: Tokenizer of the "turns" path (``idt_desk.tokens.load_tokenizer``); None: the default.
     tokenizer: str | None = None
+    #: The "turns" path's structural baselines (``idt_desk.embeddings``: cosine similarities
+    #: of sentence embeddings, extra columns beside the metrics): None computes them when the
+    #: embeddings extra is installed, True requires it, False never.
+    baselines: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -243,9 +251,18 @@ class Session:
         #: and a recording started mid-dialogue need. It outlives pipeline rebuilds.
         self._dialogue: DialogueMetrics | None = None
         self._turn_log: list[dict[str, Any]] = []
+        #: The structural baselines (turn path, when on): the model loads in the loop's
+        #: thread at the first turn, about 10 s, never in the caller's.
+        self._baselines: StructuralBaselines | None = None
         if self._turn_path:
             self.config.tokenizer = self.config.tokenizer or TOKENIZER
             self._dialogue = DialogueMetrics(load_tokenizer(self.config.tokenizer))
+            if self.config.baselines and not embeddings.available():
+                raise ValueError(embeddings.MISSING)
+            self.config.baselines = (embeddings.available() if self.config.baselines is None
+                                     else self.config.baselines)
+        else:
+            self.config.baselines = False
         self._lock = threading.Lock()
         self._commands: queue.Queue = queue.Queue()
         self._stop = threading.Event()
@@ -641,6 +658,10 @@ class Session:
     def _feed_turns(self, b: Batch, i0: int, t: np.ndarray) -> None:
         """The turn path: one metric row per transition from its texts' token counts."""
         table = self._dialogue.push(b.turns or [])
+        if self.config.baselines:
+            if self._baselines is None:
+                self._baselines = StructuralBaselines(embeddings.load_embedder())
+            table.update(self._baselines.push(b.turns or []))
         # A replay's first batch may lead with history turns (texts of earlier contexts).
         turns = [turn for turn in b.turns or [] if not turn.get("history")]
         if len(turns) != len(b):
@@ -848,6 +869,9 @@ class Session:
         }
         if self._turn_path:
             cfg["tokenizer"] = self._dialogue.tokenizer.describe()
+            cfg["baselines"] = ({"columns": list(embeddings.BASELINE_COLUMNS),
+                                 "model": embeddings.EMBEDDER} if self.config.baselines
+                                else None)
         self._recorder = Recorder(path, cfg, self.source.state_names, self.source.action_names,
                                   WINDOW_COLUMNS, turns=self._turn_path)
         if self._turn_log:

@@ -169,6 +169,24 @@ class DialogueSource(Source):
         self._reply: str | None = None  # r_t once it has arrived (a teacher failure keeps it)
         self._scheduled = 0
 
+    def restore(self, turns: list[dict[str, Any]]) -> None:
+        """Carry on a dialogue from its completed turns' records (as :meth:`step` made them).
+
+        The next step answers the last record's ``next_prompt`` as turn ``len(turns) + 1``;
+        the paper schedule goes on with the text after the last one injected. The backends'
+        caches start afresh, so the continuation is the same dialogue, not the same bytes.
+        """
+        self.reset(self._seed)
+        for j, turn in enumerate(turns, 1):
+            if int(turn["turn"]) != j:
+                raise ValueError(f"restore: record {j} is turn {turn['turn']}")
+        self._log = [{"prompt": t["prompt"], "reply": t["reply"]} for t in turns]
+        self._turn = len(turns)
+        if turns:
+            self._prompt = turns[-1]["next_prompt"]
+            self._prompt_injected = turns[-1]["injected"]
+        self._scheduled = sum(1 for t in turns if (t["injected"] or {}).get("scheduled"))
+
     def describe(self) -> dict[str, Any]:
         """Backends, models and the student's options, as a recording keeps them."""
         return {"student": self._backends["student"].describe()
