@@ -38,16 +38,16 @@ from typing import Any
 
 import numpy as np
 
+from idt_desk import embeddings
 from idt_desk._agency import agency_conditions
 from idt_desk._engine import MetricEngine
 from idt_desk._monitor import IDT_METRICS, Baseline, Monitor
 from idt_desk._symbolize import Symbolizer
 from idt_desk.controller import AutoController
+from idt_desk.embeddings import StructuralBaselines
 from idt_desk.presets import PRESETS, Preset
 from idt_desk.recording import Recorder
 from idt_desk.source import Batch, Source, SourcePaused
-from idt_desk import embeddings
-from idt_desk.embeddings import StructuralBaselines
 from idt_desk.tokens import TOKENIZER, DialogueMetrics, load_tokenizer
 
 __all__ = ["WINDOW_COLUMNS", "Session", "SessionConfig", "Snapshot", "undefined_reason"]

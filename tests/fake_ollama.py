@@ -29,8 +29,12 @@ WORDS = (
 
 
 def scripted_text(model: str, prompt: str, seed: int, n_words: int = 24) -> str:
-    """The reply the server gives: words chosen by a hash of the inputs."""
+    """The reply the server gives: words chosen by a hash of the inputs; a model named
+    ``judge:...`` gives three scores 1-7 in the form the judge is asked for."""
     h = hashlib.sha256(f"{model}|{prompt}|{seed}".encode()).digest()
+    if model.startswith("judge"):
+        return (f"Relevance: {1 + h[0] % 7}\nCoherence: {1 + h[1] % 7}\n"
+                f"Helpfulness: {1 + h[2] % 7}")
     words = [WORDS[b % len(WORDS)] for b in (h * 4)[:n_words]]
     ask = "?" if "teacher" in model else "."
     return f"{model.split(':')[0]} says " + " ".join(words) + ask
@@ -39,7 +43,7 @@ def scripted_text(model: str, prompt: str, seed: int, n_words: int = 24) -> str:
 class FakeOllama:
     """Start with ``with FakeOllama(models=[...]) as server: server.host``."""
 
-    def __init__(self, models: tuple[str, ...] = ("student:1b", "teacher:1b"),
+    def __init__(self, models: tuple[str, ...] = ("student:1b", "teacher:1b", "judge:1b"),
                  stall_seconds: float = 3.0) -> None:
         self.models = tuple(models)
         self.stall_seconds = stall_seconds

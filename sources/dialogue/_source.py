@@ -35,11 +35,14 @@ from sources.dialogue._backends import (
 )
 from sources.dialogue._texts import (
     INJECTIONS,
+    JUDGE_SYSTEM,
     PAPER_SCHEDULE,
     STUDENT_SYSTEM,
     STYLES,
     TEACHER_SYSTEM,
     clean_question,
+    judge_prompt,
+    parse_judge,
     teacher_instruction,
 )
 
@@ -51,7 +54,10 @@ CONDITIONS = {"normal": {"temperature": 0.7, "top_k": 40},
 STUDENT_OPTIONS = {"top_p": 0.9, "num_ctx": 4096, "num_predict": 150, "repeat_penalty": 1.1}
 TEACHER_OPTIONS = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "num_ctx": 4096,
                    "num_predict": 60, "repeat_penalty": 1.1}
-ROLES = ("student", "teacher")
+#: The judge answers deterministically: greedy, short.
+JUDGE_OPTIONS = {"temperature": 0.0, "top_k": 1, "top_p": 1.0, "num_ctx": 4096,
+                 "num_predict": 40, "repeat_penalty": 1.0}
+ROLES = ("student", "teacher", "judge")
 
 
 def _variant(kind: str) -> Perturbation:
@@ -98,6 +104,11 @@ class DialogueSource(Source):
               help="llama.cpp threads; 1 is steadiest on a shared machine"),
         Param("timeout", 120.0, "Timeout", 1.0, 3600.0, unit="s",
               help="longest wait for the next piece of an Ollama reply"),
+        Param("judge", "off", "LLM judge", choices=("off", "ollama", "builtin"),
+              help="score every reply 1-7 for relevance, coherence and helpfulness (paper "
+                   "§11.5); recorded in the turn; one more model call a turn"),
+        Param("judge_model", "llama3.1:8b", "Judge model (Ollama)"),
+        Param("judge_host", "", "Judge host", help="overrides host for the judge"),
     )
     perturbations: ClassVar[tuple[Perturbation, ...]] = (
         _variant("contradiction"),
@@ -135,7 +146,7 @@ class DialogueSource(Source):
 
     def _kind(self, role: str) -> str:
         """The backend a role uses: as set, or (auto) Ollama when it answers."""
-        kind = self.config[f"{role}_backend"]
+        kind = self.config["judge" if role == "judge" else f"{role}_backend"]
         if kind != "auto":
             return kind
         if self._host(role):
@@ -167,6 +178,7 @@ class DialogueSource(Source):
         self._prompt: str | None = None  # p_t, the prompt the student answers next
         self._prompt_injected: dict[str, Any] | None = None
         self._reply: str | None = None  # r_t once it has arrived (a teacher failure keeps it)
+        self._judged: dict[str, Any] | None = None  # the judge's scores of r_t, once given
         self._scheduled = 0
 
     def restore(self, turns: list[dict[str, Any]]) -> None:
@@ -193,6 +205,8 @@ class DialogueSource(Source):
                 if "student" in self._backends else None,
                 "teacher": self._backends["teacher"].describe()
                 if "teacher" in self._backends else None,
+                "judge": self._backends["judge"].describe()
+                if "judge" in self._backends else None,
                 "student_options": self.student_options(),
                 "injection_texts": {k: list(v) for k, v in INJECTIONS.items()}}
 
@@ -237,6 +251,14 @@ class DialogueSource(Source):
                      "content": teacher_instruction(style, turn, last_reply, topic)}]
         text = self._chat("teacher", turn, messages, dict(TEACHER_OPTIONS))
         return clean_question(text) or "Please go on."
+
+    def _judge(self, turn: int, question: str, answer: str) -> dict[str, Any]:
+        """The judge's three scores of a reply (None where it gave none), with its words."""
+        messages = [{"role": "system", "content": JUDGE_SYSTEM},
+                    {"role": "user", "content": judge_prompt(question, answer)}]
+        text = self._chat("judge", turn, messages, dict(JUDGE_OPTIONS)).strip()
+        return {**parse_judge(text), "text": text[:200],
+                "model": self._backends["judge"].describe().get("model")}
 
     def _injection(self, turn: int) -> dict[str, Any] | None:
         """The injection that replaces the teacher's prompt after ``turn``'s reply, if any."""
@@ -296,6 +318,8 @@ class DialogueSource(Source):
         options = self.student_options()
         if self._reply is None:
             self._reply = self._chat("student", t, messages, options).strip()
+        if self.config["judge"] != "off" and self._judged is None:
+            self._judged = self._judge(t, self._prompt, self._reply)
         injection = self._injection(t)
         if injection is not None:
             next_prompt = injection["text"]
@@ -321,12 +345,13 @@ class DialogueSource(Source):
             # Exchanges the student's model could not hold (its context was full); S keeps
             # them: the accumulated context is all the earlier turns (paper §11.2).
             "student_dropped": getattr(self._backends.get("student"), "dropped", 0),
+            "judge": self._judged,
             "seconds": round(time.monotonic() - t0, 3),
         }
         s_chars = context_chars + len(self._prompt)
         self._log.append({"prompt": self._prompt, "reply": self._reply})
         self._turn = t
-        self._prompt, self._reply = next_prompt, None
+        self._prompt, self._reply, self._judged = next_prompt, None, None
         self._prompt_injected = record["injected"]
         self.publish({"partial": None})
         return record, s_chars

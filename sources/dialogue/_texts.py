@@ -158,3 +158,26 @@ INJECTIONS = {
 
 #: The paper's injection turns (§11.4): after a 30-turn baseline, every 15 turns.
 PAPER_SCHEDULE = (31, 46, 61, 76, 91)
+
+#: The LLM judge (paper §11.2, §11.5: MT-Bench style, each response scored 1-7 for relevance,
+#: coherence and helpfulness).
+JUDGE_SCORES = ("relevance", "coherence", "helpfulness")
+JUDGE_SYSTEM = ("You are an impartial judge of a student's answer to a teacher's question. "
+                "You reply with three scores and nothing else.")
+
+
+def judge_prompt(question: str, answer: str) -> str:
+    """What the judge is asked about one turn."""
+    return (f"Teacher's question:\n{question}\n\nStudent's answer:\n{answer}\n\n"
+            "Score the answer from 1 (worst) to 7 (best) for relevance to the question, "
+            "coherence and helpfulness. Reply with exactly three lines:\n"
+            "relevance: N\ncoherence: N\nhelpfulness: N")
+
+
+def parse_judge(text: str) -> dict[str, int | None]:
+    """The three scores in a judge's reply (None for one it did not give as 1-7)."""
+    out: dict[str, int | None] = {}
+    for name in JUDGE_SCORES:
+        m = re.search(rf"{name}\W{{0,12}}?([1-7])(?![0-9])", text, flags=re.IGNORECASE)
+        out[name] = int(m.group(1)) if m else None
+    return out

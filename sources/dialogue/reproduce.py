@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -100,7 +99,7 @@ PAPER: dict[str, Any] = {
 
 #: Settings of the source that change what a dialogue says (its key holds them).
 _KEYED = ("host", "student_host", "teacher_host", "student_backend", "teacher_backend",
-          "student_model", "teacher_model", "topic", "judge")
+          "student_model", "teacher_model", "topic", "judge", "judge_model", "judge_host")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,8 +151,8 @@ class DialogueConfig:
         settings = {}
         for name, value in self.settings:
             if name not in known or name in ("condition", "style"):
-                raise InputError(f"setting {name!r}: not one of "
-                                 f"{', '.join(n for n in known if n not in ('condition', 'style'))}")
+                names = ", ".join(n for n in known if n not in ("condition", "style"))
+                raise InputError(f"setting {name!r}: not one of {names}")
             try:
                 settings[name] = known[name].validate(value)
             except ValueError as exc:
@@ -163,6 +162,7 @@ class DialogueConfig:
                                      self.conditions), "seeds": tuple(self.seeds)})
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (for ``summary.json``)."""
         d = asdict(self)
         d["settings"] = dict(self.settings)
         return d
@@ -189,6 +189,7 @@ class Dialogue:
 
     @property
     def path(self) -> Path | None:
+        """Its turns' file (None: kept in memory only)."""
         return None if self.dialogue_dir is None else Path(self.dialogue_dir) / f"{self.key}.jsonl"
 
 
@@ -355,10 +356,11 @@ def turn_table(results: Sequence[dict[str, Any]], *, tokenizer: str | None = Non
 def detect_injection(values: Sequence[float], k: int, *, baseline_turns: int = BASELINE_TURNS,
                      response: int = RESPONSE_TURNS, sigmas: float = 3.0
                      ) -> tuple[bool, int | None]:
-    """Whether a series (turn 1 first) leaves mean ± ``sigmas``·σ of its baseline turns at
-    turn ``k`` .. ``k + response − 1``, and the latency (first such turn − k; None: never).
+    """Whether a series leaves its baseline's mean ± ``sigmas``·σ soon after turn ``k``.
 
-    The baseline is turns 1..``baseline_turns`` (finite values, σ with ddof 1).
+    ``values`` start at turn 1. Looked at: turns ``k`` .. ``k + response − 1``; returns
+    (detected, latency = first such turn − k, or None). The baseline is turns
+    1..``baseline_turns`` (finite values, σ with ddof 1).
     """
     import numpy as np
 
@@ -419,8 +421,10 @@ def detection_table(rows: Any) -> list[dict[str, Any]]:
 
 
 def effect_sizes(rows: Any) -> list[dict[str, Any]]:
-    """Cohen's d per perturbation dialogue and detector: turns k and k + 1 of every injection
-    against turns 1–30."""
+    """Cohen's d per perturbation dialogue and detector.
+
+    Turns k and k + 1 of every injection against turns 1–30.
+    """
     from idt_desk.experiment import cohens_d
 
     dets = _detectors(rows)
@@ -437,8 +441,11 @@ def effect_sizes(rows: Any) -> list[dict[str, Any]]:
 
 
 def correlations(rows: Any) -> list[dict[str, Any]]:
-    """Table 6 per dialogue: Pearson's r of P and of ΔH with the cosine similarity (and with
-    the judge's mean score when it was on) over all turns, Fisher's 95 % CI, p."""
+    """Table 6 per dialogue: P's and ΔH's correlations with structure and semantics.
+
+    Pearson's r with the prompt–reply cosine similarity (and with the judge's mean score when
+    it was on) over all turns, Fisher's 95 % CI and p.
+    """
     from idt_desk.experiment import correlation
 
     out = []
@@ -535,7 +542,7 @@ def summarize(rows: Any, results: Sequence[dict[str, Any]], config: DialogueConf
         config=config.to_dict(),
         dialogues=dialogue_rows,
         unfinished=[d["key"] for d in dialogue_rows if not d["complete"]],
-        turns=int(len(rows)),
+        turns=len(rows),
         detection=rates,
         injections=inj,
         cohens_d={"per_dialogue": d_rows, "summary": d_summary},
@@ -633,8 +640,7 @@ def _r(c: dict[str, Any] | None) -> str:
 
 
 def format_tables(summary: dict[str, Any]) -> str:
-    """Markdown: detection per injection type and condition, effect sizes and Table 6, the
-    paper's values beside ours."""
+    """Markdown: detection, effect sizes and Table 6, the paper's values beside ours."""
     dets = summary["detectors"]
     models = summary["models"]
     student = (models.get("student") or {}).get("model", "?")
@@ -730,9 +736,11 @@ def format_tables(summary: dict[str, Any]) -> str:
 
 
 def plot_figure4(rows: Any, summary: dict[str, Any], path: Path) -> None:
-    """P against turn for each perturbation test (rows) and condition (columns), laid out
-    like the paper's Figure 4: injections marked, the baseline's mean ± 3σ shaded, detected
-    injections circled."""
+    """P against turn, laid out like the paper's Figure 4.
+
+    One panel per perturbation test (rows) and condition (columns): injections marked, the
+    baseline's mean ± 3σ shaded, detected injections circled.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -751,7 +759,7 @@ def plot_figure4(rows: Any, summary: dict[str, Any], path: Path) -> None:
             sub = rows[(rows["test"] == test) & (rows["condition"] == cond)]
             for seed, g in sub.groupby("seed"):
                 g = g.sort_values("turn")
-                line, = ax.plot(g["turn"], g["P"], lw=1, label=f"seed {seed}")
+                ax.plot(g["turn"], g["P"], lw=1, label=f"seed {seed}")
                 base = g.loc[g["turn"] <= BASELINE_TURNS, "P"]
                 if len(base) > 1:
                     mu, sd = base.mean(), base.std(ddof=1)
@@ -806,7 +814,7 @@ def _words(text: str) -> tuple[str, ...]:
 #: Options that are the source's settings (option name -> setting name).
 _SETTING_OPTIONS = ("host", "student_host", "teacher_host", "student_backend",
                     "teacher_backend", "student_model", "teacher_model", "topic", "threads",
-                    "timeout")
+                    "timeout", "judge", "judge_model", "judge_host")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
