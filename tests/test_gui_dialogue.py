@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 pytest.importorskip("pytestqt")
@@ -35,6 +36,14 @@ def test_dialogue_transcript_injection_and_a_failure_that_pauses(qtbot, tmp_path
     assert "Teacher · 1" in text and "P = 0." in text
     assert "student: student:1b (ollama)" in w.view.backends.text()
     assert "turns" in w.status.text()
+    # The structural baselines get a plot of their own, three curves, the lowest on the stack.
+    cos = w.plots.plots["cos_sim"]
+    qtbot.waitUntil(cos.isVisible, timeout=WAIT)
+    x, y = w.plots.curves["cos_sim"].getData()
+    assert len(x) >= 3 and np.all((y > -1) & (y < 1))
+    assert len(w.plots.extra["drift"].getData()[0]) == len(x)
+    assert cos.getAxis("bottom").isVisible() and not w.plots.plots["dH"].getAxis(
+        "bottom").isVisible()
     # The agency conditions of the latest turn, from its token counts.
     qtbot.waitUntil(lambda: "of 3</b> conditions hold on turn" in w.agency.footer.text(),
                     timeout=WAIT)

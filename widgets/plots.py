@@ -16,7 +16,8 @@ from PySide6.QtWidgets import QLabel
 
 from idt_desk.session import Snapshot, undefined_reason
 
-__all__ = ["MAX_EPISODES", "METRICS", "NON_NEGATIVE", "MetricPlots", "ReturnPlot"]
+__all__ = ["MAX_EPISODES", "METRICS", "NON_NEGATIVE", "STRUCTURAL", "MetricPlots",
+           "ReturnPlot"]
 
 #: (window column, axis label (HTML), curve colour)
 METRICS = (
@@ -25,6 +26,14 @@ METRICS = (
     ("H_b", "H<sub>b</sub> (bits)", (130, 60, 180)),
     ("dH", "ΔH (bits)", (20, 140, 120)),
     ("reward", "reward / step", (120, 120, 120)),
+    ("cos_sim", "cosine (MiniLM)", (200, 50, 90)),
+)
+#: The structural baselines of a dialogue (``idt_desk.embeddings``), drawn together in the
+#: ``cos_sim`` plot when a session computes them: (column, legend, colour).
+STRUCTURAL = (
+    ("cos_sim", "prompt–reply", (200, 50, 90)),
+    ("adjacent", "adjacent replies", (230, 150, 30)),
+    ("drift", "reply vs reply 1", (90, 90, 90)),
 )
 #: Metrics that cannot be negative: their ±kσ band is clipped at 0 (ΔH and reward may be).
 NON_NEGATIVE = frozenset({"P", "H_f", "H_b"})
@@ -182,15 +191,35 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         #: The x axis: the loop's own time, or the turn number of a dialogue.
         self.x_label = "loop time (s)"
         self._whole_ticks = False
-        self.set_reward_visible(False)
+        # The other structural baselines share the cosine plot, with a legend of their own.
+        cos = self.plots["cos_sim"]
+        self.extra: dict[str, pg.PlotDataItem] = {}
+        legend = cos.addLegend(offset=(-10, 2), labelTextSize="8pt", colCount=3,
+                               labelTextColor=(60, 60, 60))
+        for key, text, color in STRUCTURAL:
+            if key != "cos_sim":
+                self.extra[key] = cos.plot(pen=pg.mkPen(color, width=1))
+            legend.addItem(self.curves[key] if key == "cos_sim" else self.extra[key], text)
+        self._optional = {"reward": False, "cos_sim": False}
+        self._layout_rows()
         self._update_legend()
 
     # -- configuration ----------------------------------------------------------------------
 
     def set_reward_visible(self, visible: bool) -> None:
         """Show the reward plot (sources with reward) or hide it."""
-        self.plots["reward"].setVisible(visible)
-        bottom = "reward" if visible else "dH"
+        self._optional["reward"] = visible
+        self._layout_rows()
+
+    def set_structural_visible(self, visible: bool) -> None:
+        """Show the structural baselines' plot (a dialogue with embeddings) or hide it."""
+        self._optional["cos_sim"] = visible
+        self._layout_rows()
+
+    def _layout_rows(self) -> None:
+        for key, on in self._optional.items():
+            self.plots[key].setVisible(on)
+        bottom = [key for key, _l, _c in METRICS if self._optional.get(key, True)][-1]
         for key, plot in self.plots.items():
             # One time axis for the x-linked stack: only the lowest plot shows it.
             if key == bottom:
@@ -268,6 +297,9 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             self.dots[key].setData([], [])
             self.bands[key].setVisible(False)
             self.means[key].setVisible(False)
+        for curve in self.extra.values():
+            curve.setData([], [])
+        self.set_structural_visible(False)
         self._set_periods([])
         self._set_pulses([])
         self.undefined.setData([], [])
@@ -285,6 +317,12 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             self._k = b.k
             self._legend_key = ()
             self._update_legend()
+        has_structural = bool(np.isfinite(w["cos_sim"]).any()) if "cos_sim" in w else False
+        if has_structural != self._optional["cos_sim"]:
+            self.set_structural_visible(has_structural)
+        if has_structural:
+            for key, curve in self.extra.items():
+                curve.setData(x, w[key], connect="finite")
         for key, _label, _color in METRICS:
             if not self.plots[key].isVisible():
                 continue
@@ -333,7 +371,8 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         for key, plot in self.plots.items():
             if not plot.isVisible():
                 continue
-            y = w[key]
+            y = (np.concatenate([w[k] for k, _t, _c in STRUCTURAL]) if key == "cos_sim"
+                 else w[key])
             y = y[np.isfinite(y)]
             if not y.size:
                 continue
