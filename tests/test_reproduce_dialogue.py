@@ -262,3 +262,16 @@ def test_bad_options_are_one_line_errors(tmp_path):
                          (["--turns", "20"], "at least 33")):
         rc, _, err = call(["reproduce", "dialogue", *extra, "--out", str(tmp_path)])
         assert rc == 2 and words in err, err
+
+
+def test_bench_dialogue_times_every_evaluator_on_the_same_turns(server):
+    rc, out, err = call(["bench", "dialogue", "--turns", "4", "--rounds", "1", "--judge",
+                         "ollama", "--judge-model", "judge:1b", "--host", server.host])
+    assert rc == 0, err
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[2:]}
+    assert set(rows) == {"IDT", "embeddings", "judge"}
+    assert float(rows["IDT"][-1]) == 1.0  # the ratio column is against the IDT's own time
+    assert all(float(r[1]) > 0 for r in rows.values())
+    # The judge was asked about each replayed turn once (and once more to load it).
+    assert sum(r.get("model") == "judge:1b" for r in server.requests
+               if r["path"] == "/api/chat") == 5
