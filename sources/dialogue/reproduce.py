@@ -194,12 +194,16 @@ class Dialogue:
 
 
 def make_dialogues(config: DialogueConfig) -> list[Dialogue]:
-    """Every dialogue of ``config``, longest first (they finish together on the workers)."""
+    """Every dialogue of ``config``, in the order they are started.
+
+    The perturbation tests first (what a run cut short should have), then the baseline tests
+    longest first.
+    """
     out = None if config.out is None else str(Path(config.out) / "dialogues")
     tasks = [Dialogue(t, c, s, config.turns or TESTS[t].turns, config.settings,
                       config.retries, out)
              for t in config.tests for c in config.conditions for s in config.seeds]
-    return sorted(tasks, key=lambda d: -d.turns)
+    return sorted(tasks, key=lambda d: (TESTS[d.test].injection is None, -d.turns))
 
 
 def read_turns(path: Path | None) -> list[dict[str, Any]]:
