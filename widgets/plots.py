@@ -194,8 +194,10 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         # The other structural baselines share the cosine plot, with a legend of their own.
         cos = self.plots["cos_sim"]
         self.extra: dict[str, pg.PlotDataItem] = {}
-        legend = cos.addLegend(offset=(-10, 2), labelTextSize="8pt", colCount=3,
-                               labelTextColor=(60, 60, 60))
+        # Top left, on a light ground: the curves stay readable behind it.
+        legend = cos.addLegend(offset=(4, 1), labelTextSize="8pt", colCount=3,
+                               labelTextColor=(60, 60, 60), brush=pg.mkBrush(255, 255, 255, 200),
+                               verSpacing=-6)
         for key, text, color in STRUCTURAL:
             if key != "cos_sim":
                 self.extra[key] = cos.plot(pen=pg.mkPen(color, width=1))
