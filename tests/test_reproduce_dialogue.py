@@ -19,6 +19,7 @@ from sources.dialogue.reproduce import (
     Dialogue,
     detect_injection,
     read_turns,
+    response_z,
     run_dialogue,
 )
 from sources.replay import ReplaySource
@@ -77,6 +78,9 @@ def test_detection_rule_and_latency_by_hand():
     assert detect_injection(v, 31) == (False, None)
     # NaN turns are skipped, and a baseline without spread detects nothing at random.
     assert detect_injection([float("nan")] * 40, 31) == (False, None)
+    # The signed distances in σ: (3 − 1.5) / 0.508548 = +2.949576, 0, and a missing turn.
+    z = response_z([*base, 3.0, 1.5], 31)
+    assert z[0] == pytest.approx(2.949576, abs=1e-6) and z[1] == 0.0 and z[2] is None
 
 
 # -- the structural baselines --------------------------------------------------------------
@@ -203,6 +207,7 @@ def test_protocol_end_to_end_with_two_injections(server, tmp_path):
         for d in ("P", "H_b", "dH", "cos_sim", "judge"):
             assert (r[f"detected_{d}"], r[f"latency_{d}"]) == detect_injection(
                 series[d].to_numpy(), r["turn"])
+            assert r[f"z_{d}"] == pytest.approx(response_z(series[d].to_numpy(), r["turn"]))
     block = summary["detection"]["normal"]["P"]
     assert block["injections"] == 2 and block["control_turns"] == 2
     assert block["detected"] == sum(r["detected_P"] for r in real)

@@ -381,6 +381,25 @@ def detect_injection(values: Sequence[float], k: int, *, baseline_turns: int = B
     return False, None
 
 
+def response_z(values: Sequence[float], k: int, *, baseline_turns: int = BASELINE_TURNS,
+               response: int = RESPONSE_TURNS) -> list[float | None]:
+    """Signed distance of turns ``k`` .. ``k + response − 1`` from the baseline mean, in σ.
+
+    None for a missing or undefined turn. The direction of an excursion, detected or not.
+    """
+    import numpy as np
+
+    v = np.asarray(values, dtype=np.float64)
+    base = v[:baseline_turns]
+    base = base[np.isfinite(base)]
+    sd = float(base.std(ddof=1)) if base.size > 1 else 0.0
+    out: list[float | None] = []
+    for j in range(k, k + response):
+        x = v[j - 1] if j <= len(v) else np.nan
+        out.append(float((x - base.mean()) / sd) if sd > 0 and np.isfinite(x) else None)
+    return out
+
+
 def _injection_turns(turns: int) -> list[int]:
     from sources.dialogue._texts import PAPER_SCHEDULE
 
@@ -420,6 +439,7 @@ def detection_table(rows: Any) -> list[dict[str, Any]]:
                 hit, lat = detect_injection(g[d].to_numpy(), k)
                 row[f"detected_{d}"] = hit
                 row[f"latency_{d}"] = lat
+                row[f"z_{d}"] = response_z(g[d].to_numpy(), k)
             out.append(row)
     return out
 
@@ -500,6 +520,7 @@ def summarize(rows: Any, results: Sequence[dict[str, Any]], config: DialogueConf
                     by_type[kind] = {"detected": sum(r[f"detected_{d}"] for r in rk),
                                      "injections": len(rk)}
             block[d] = {"detected": hits, "injections": len(real),
+                        "mean_z": _mean_z(real, d), "mean_z_control": _mean_z(ctrl, d),
                         "false_alarms": fa, "control_turns": len(ctrl),
                         "p_vs_control": _fisher_greater(hits, len(real), fa, len(ctrl)),
                         "median_latency": float(np.median(lats)) if lats else None,
@@ -562,6 +583,15 @@ def summarize(rows: Any, results: Sequence[dict[str, Any]], config: DialogueConf
         turn_seconds=float(np.nansum(rows["seconds"])) if len(rows) else 0.0,
         paper=PAPER,
     )
+
+
+def _mean_z(rows: Sequence[dict[str, Any]], d: str) -> list[float | None]:
+    """Mean signed z at k, k + 1, k + 2 over injections (or control turns)."""
+    out: list[float | None] = []
+    for j in range(RESPONSE_TURNS):
+        v = [r[f"z_{d}"][j] for r in rows if r[f"z_{d}"][j] is not None]
+        out.append(sum(v) / len(v) if v else None)
+    return out
 
 
 def _ms(x: Any) -> dict[str, float | None]:
@@ -687,6 +717,25 @@ def format_tables(summary: dict[str, Any]) -> str:
                 f"| {cond} | {_LABEL[d]} | {' | '.join(cells)} | "
                 f"{b['detected']}/{b['injections']} | {b['false_alarms']}/{b['control_turns']} "
                 f"| {'—' if p is None else f'{p:.2g}'} | {'—' if lat is None else f'{lat:g}'} |")
+    lines += [
+        "",
+        "## The signature (Figure 4): mean signed z (baseline σ) at turns k, k + 1, k + 2",
+        "",
+        "Paper: P drops sharply at the injection (occasionally spikes) and recovers within "
+        "1–2 turns, while H_b rises.",
+        "",
+        "| Condition | Detector | Injections: k, k+1, k+2 | Control turns: k, k+1, k+2 |",
+        "|---|---|---|---|",
+    ]
+
+    def zs(v: list[float | None]) -> str:
+        return ", ".join("—" if z is None else f"{z:+.2f}" for z in v)
+
+    for cond, block in summary["detection"].items():
+        for d in dets:
+            b = block[d]
+            lines.append(f"| {cond} | {_LABEL[d]} | {zs(b['mean_z'])} | "
+                         f"{zs(b['mean_z_control'])} |")
     lines += [
         "",
         "## Effect sizes (§11.5): Cohen's d, injection turns (k, k + 1) against turns 1–30",
