@@ -296,3 +296,18 @@ def test_stop_during_a_stall_returns_at_once(server):
     time.sleep(0.3)
     assert ses.snapshot(limit=1).n_transitions == 0
     ses.stop(timeout=2)  # raises if the worker is still reading
+
+
+@pytest.mark.parametrize(("env", "host"), [
+    ("", "http://127.0.0.1:11434"),
+    ("0.0.0.0", "http://127.0.0.1:11434"),  # a server's bind-all address: this machine
+    ("gpu-box", "http://gpu-box:11434"),
+    ("gpu-box:8080", "http://gpu-box:8080"),
+    ("https://gpu.example.org", "https://gpu.example.org:443"),
+    ("http://10.0.0.2:11434/", "http://10.0.0.2:11434"),
+])
+def test_default_host_reads_ollama_host_as_the_client_does(monkeypatch, env, host):
+    from sources.dialogue._backends import default_host
+
+    monkeypatch.setenv("OLLAMA_HOST", env)
+    assert default_host() == host

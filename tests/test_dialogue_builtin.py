@@ -7,7 +7,6 @@ import llama_cpp  # noqa: F401  - the extra must be installed: a missing one fai
 from idt_desk.recording import load_recording
 from idt_desk.session import Session, SessionConfig, run_headless
 from sources.dialogue import DialogueSource
-from sources.dialogue import _source as dialogue_source
 from tests.fake_ollama import FakeOllama
 
 BUILTIN = {"student_backend": "builtin", "teacher_backend": "builtin"}
@@ -41,10 +40,15 @@ def test_a_real_five_turn_smollm2_dialogue_is_recorded_and_deterministic(tmp_pat
 
 
 def test_auto_uses_ollama_when_it_answers_else_the_builtin_model(monkeypatch):
-    monkeypatch.setattr(dialogue_source, "DEFAULT_HOST", "http://127.0.0.1:9")
+    # Where it looks: $OLLAMA_HOST as the ollama CLI reads it (here: nothing listens on 9).
+    monkeypatch.setenv("OLLAMA_HOST", "127.0.0.1:9")
     assert DialogueSource()._kind("student") == "builtin"
     with FakeOllama() as server:
-        monkeypatch.setattr(dialogue_source, "DEFAULT_HOST", server.host)
-        assert DialogueSource()._kind("teacher") == "ollama"
+        monkeypatch.setenv("OLLAMA_HOST", server.host.removeprefix("http://"))
+        src = DialogueSource(student_model="student:1b")
+        assert src._kind("teacher") == "ollama"
+        assert src._backend("student").describe() == {"backend": "ollama",
+                                                      "model": "student:1b"}
+        assert any(r["path"] == "/api/show" for r in server.requests)
     # A host set explicitly is Ollama, answering or not (then an error, not a fallback).
     assert DialogueSource(host="http://127.0.0.1:9")._kind("student") == "ollama"

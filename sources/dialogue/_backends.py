@@ -25,6 +25,7 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import json
+import os
 import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +40,7 @@ __all__ = [
     "OllamaBackend",
     "Stopped",
     "builtin_model_path",
+    "default_host",
     "ollama_answers",
 ]
 
@@ -99,6 +101,26 @@ class ChatBackend:
         """Release the backend's resources."""
 
 
+def default_host() -> str:
+    """Where Ollama is looked for when no host is set.
+
+    ``$OLLAMA_HOST`` as the ``ollama`` CLI reads it (``host``, ``host:port`` or a URL;
+    ``0.0.0.0``, a server's bind-all address, means this machine), else :data:`DEFAULT_HOST`.
+    """
+    env = os.environ.get("OLLAMA_HOST", "").strip()
+    if not env:
+        return DEFAULT_HOST
+    scheme, _, rest = env.rpartition("://")
+    hostport = rest.split("/", 1)[0]
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        # As the client: a URL without a port means its scheme's, a bare host 11434.
+        host, port = hostport, {"http": "80", "https": "443"}.get(scheme, "11434")
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    return f"{scheme or 'http'}://{host}:{port}"
+
+
 def ollama_answers(host: str, timeout: float = 0.5) -> bool:
     """Whether an Ollama server answers at ``host`` (GET /api/version) within ``timeout``."""
     import httpx
@@ -119,7 +141,7 @@ class OllamaBackend(ChatBackend):
         import httpx
         import ollama
 
-        self.host = host or DEFAULT_HOST
+        self.host = host or default_host()
         self.model = model
         self.timeout = float(timeout)
         self._client = ollama.Client(host=self.host,

@@ -25,12 +25,12 @@ import numpy as np
 
 from idt_desk.source import Batch, Modulation, Param, Perturbation, Source, SourcePaused
 from sources.dialogue._backends import (
-    DEFAULT_HOST,
     BackendError,
     BuiltinBackend,
     ChatBackend,
     OllamaBackend,
     Stopped,
+    default_host,
     ollama_answers,
 )
 from sources.dialogue._texts import (
@@ -85,7 +85,8 @@ class DialogueSource(Source):
     metric_path: ClassVar[str] = "turns"
     settings: ClassVar[tuple[Param, ...]] = (
         Param("host", "", "Ollama host", help="both roles' Ollama server; set explicitly, it "
-              f"must answer (default: {DEFAULT_HOST} if it answers, else the built-in model)"),
+              "must answer (default: $OLLAMA_HOST or http://127.0.0.1:11434 if it answers, "
+              "else the built-in model)"),
         Param("student_host", "", "Student host", help="overrides host for the student"),
         Param("teacher_host", "", "Teacher host", help="overrides host for the teacher"),
         Param("student_backend", "auto", "Student backend", choices=("auto", "ollama",
@@ -151,7 +152,7 @@ class DialogueSource(Source):
             return kind
         if self._host(role):
             return "ollama"  # set explicitly: it must answer
-        return "ollama" if ollama_answers(DEFAULT_HOST) else "builtin"
+        return "ollama" if ollama_answers(default_host()) else "builtin"
 
     def _backend(self, role: str) -> ChatBackend:
         if role not in self._backends:
