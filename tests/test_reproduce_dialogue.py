@@ -248,6 +248,11 @@ def test_an_interrupted_dialogue_is_reported_and_carried_on(server, tmp_path):
     path = next((out / "dialogues").glob("test10-*.jsonl"))
     kept = read_turns(path)
     assert 15 <= len(kept) < 34
+    # A report on what is kept asks nothing of the models, and says what is missing.
+    before = len(server.requests)
+    rc, stdout, _ = call([*argv, "--report-only"])
+    assert rc == 1 and "without --report-only" in stdout and len(server.requests) == before
+    assert json.loads((out / "summary.json").read_text())["turns"] == len(kept)
     # A crash mid-write leaves half a line: it is dropped, the turn asked again.
     with open(path, "a") as f:
         f.write('{"turn": ' + str(len(kept) + 1) + ', "prom')

@@ -222,11 +222,12 @@ def read_turns(path: Path | None) -> list[dict[str, Any]]:
     return turns
 
 
-def run_dialogue(task: Dialogue) -> dict[str, Any]:
+def run_dialogue(task: Dialogue, *, run: bool = True) -> dict[str, Any]:
     """Run (or carry on) one dialogue; returns its turns and whether it finished.
 
     A backend failure is retried ``task.retries`` times (a few seconds apart); after that the
-    dialogue is returned unfinished with the error, its turns kept.
+    dialogue is returned unfinished with the error, its turns kept. ``run=False`` only reads
+    the turns kept so far.
     """
     from idt_desk.source import SourcePaused
     from sources.dialogue._source import DialogueSource
@@ -238,7 +239,7 @@ def run_dialogue(task: Dialogue) -> dict[str, Any]:
     result: dict[str, Any] = {"key": task.key, "test": task.test, "condition": task.condition,
                               "seed": task.seed, "resumed_from": resumed_from, "error": None}
     t0 = time.monotonic()
-    if len(turns) < task.turns:
+    if run and len(turns) < task.turns:
         source = DialogueSource(**dict(task.settings), condition=task.condition,
                                 style=test.style)
         source.reset(task.seed)
@@ -629,8 +630,11 @@ def _count_lines(path: Path | None) -> int:
 
 
 def reproduce(config: DialogueConfig, *, executor: Any | None = None, progress: bool = True,
-              baselines: bool | None = None) -> DialogueResult:
+              baselines: bool | None = None, report_only: bool = False) -> DialogueResult:
     """Run every dialogue (resuming kept turns) through the shared executor and analyse.
+
+    ``report_only``: run nothing, report on the turns kept in ``out`` so far (while another
+    process may still be adding to them).
 
     Raises
     ------
@@ -643,12 +647,17 @@ def reproduce(config: DialogueConfig, *, executor: Any | None = None, progress: 
     config = config.resolved()
     tasks = make_dialogues(config)
     t0 = time.perf_counter()
-    results = run_tasks(
-        run_dialogue, tasks, executor=executor, workers=config.workers,
-        scheduler=config.scheduler, progress=progress, desc="dialogue turns", unit="turn",
-        weight=lambda d: d.turns,
-        poll=None if config.out is None else
-        lambda: sum(min(_count_lines(t.path), t.turns) for t in tasks))
+    if report_only:
+        if config.out is None:
+            raise InputError("--report-only reports on the turns kept in --out")
+        results = [run_dialogue(t, run=False) for t in tasks]
+    else:
+        results = run_tasks(
+            run_dialogue, tasks, executor=executor, workers=config.workers,
+            scheduler=config.scheduler, progress=progress, desc="dialogue turns", unit="turn",
+            weight=lambda d: d.turns,
+            poll=None if config.out is None else
+            lambda: sum(min(_count_lines(t.path), t.turns) for t in tasks))
     wall = time.perf_counter() - t0
     rows = turn_table(results, baselines=baselines)
     summary = summarize(rows, results, config, wall)
@@ -906,6 +915,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--retries", type=int, default=2,
                         help="tries again after a backend failure before a dialogue is "
                              "reported unfinished (2)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: report on the turns kept in --out so far")
     parser.add_argument("--no-baselines", action="store_true",
                         help="skip the embedding baselines even when installed")
     parser.add_argument("--workers", type=int, default=None,
@@ -930,12 +941,14 @@ def run(args: argparse.Namespace, print_fn: Any = print) -> int:
                             workers=args.workers, scheduler=args.scheduler,
                             out=str(args.out))
     result = reproduce(config, progress=not args.no_progress,
-                       baselines=False if args.no_baselines else None)
+                       baselines=False if args.no_baselines else None,
+                       report_only=args.report_only)
     print_fn(format_tables(result.summary).rstrip("\n"))
     print_fn("")
     print_fn("wrote " + ", ".join(str(p) for p in result.files))
     if result.summary["unfinished"]:
         print_fn(f"{len(result.summary['unfinished'])} dialogue(s) unfinished: run the same "
-                 "command again to carry them on")
+                 "command again" + (" without --report-only" if args.report_only else "")
+                 + " to carry them on")
         return 1
     return 0
