@@ -177,17 +177,21 @@ def test_names_that_clash_with_the_core_are_skipped_and_never_imported(toy_plugi
 def test_the_built_in_commands_come_from_the_entry_points():
     entries = plugins.discover_commands(refresh=True)
     assert {name: e.value for name, e in entries.items()} == {
+        "bench.dialogue": "sources.dialogue.bench",
         "bench.pendulum": "sources.pendulum.bench",
         "bench.reproduce": "sources.gym.bench_reproduce",
         "bench.rl": "sources.gym.bench",
         "reproduce.cheetah": "sources.gym.reproduce",
+        "reproduce.dialogue": "sources.dialogue.reproduce",
         "reproduce.pendulum": "sources.pendulum.reproduce",
         "train": "sources.gym.train",
     }
     for argv, option in ((["reproduce", "pendulum"], "--batch"), (["train"], "--algo"),
                          (["bench", "rl"], "--rounds"), (["bench", "pendulum"], "--seconds"),
                          (["reproduce", "cheetah"], "--perturbations"),
-                         (["bench", "reproduce"], "--trials")):
+                         (["bench", "reproduce"], "--trials"),
+                         (["reproduce", "dialogue"], "--report-only"),
+                         (["bench", "dialogue"], "--judge")):
         rc, out, err = _call([*argv, "--help"])
         assert rc == 0, err
         assert f"usage: idt-desk {' '.join(argv)}" in out and option in out
