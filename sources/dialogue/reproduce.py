@@ -840,8 +840,9 @@ def plot_figure4(rows: Any, summary: dict[str, Any], path: Path) -> None:
     teacher = summary["models"].get("teacher") or {}
     student = summary["models"].get("student") or {}
     fig.suptitle(f"P under dialogue perturbations (cf. the paper's Figure 4): student "
-                 f"{student.get('model', '?')}, teacher {teacher.get('model', '?')}; red lines: "
-                 "injections; circles: detected (3σ of turns 1-30)", fontsize=9)
+                 f"{student.get('model', '?')}, teacher {teacher.get('model', '?')}\nred lines: "
+                 "injections (the S' of that turn); green: turns 1-30 mean ± 3σ; circles: "
+                 "detected by P", fontsize=9)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
