@@ -29,6 +29,7 @@ def test_dialogue_transcript_injection_and_a_failure_that_pauses(qtbot, tmp_path
     # Token metrics per turn: no symbol settings, the turn as the x axis.
     assert not w.bins_spin.isVisible() and w.tokens_label.isVisible()
     assert w.plots.plots["dH"].getAxis("bottom").labelText == "turn"
+    assert "from its token counts" in w.plots.hint.text()  # no symbols to calibrate
     assert w.start_session(), w.banner.text()
     qtbot.waitUntil(lambda: w.session.snapshot(1).n_transitions >= 3, timeout=WAIT)
     qtbot.waitUntil(lambda: "Student · 3" in w.view.text.toPlainText(), timeout=WAIT)

@@ -467,6 +467,11 @@ class MainWindow(QMainWindow):
             return "Choose a source that loads, then press Start."
         label = cls.label
         what = label[0].lower() + label[1:] if label[1:2].islower() else label
+        if getattr(cls, "metric_path", "windows") == "turns":
+            first = "Stopped before the first turn. " if stopped else ""
+            return (f"{first}Press <b>Start</b> to run the {what}.<br><small>Every turn gives "
+                    "P, H<sub>f</sub>, H<sub>b</sub> and ΔH from its token counts; the first "
+                    "turns are the baseline, then the alarms judge each new one.</small>")
         first = "Stopped before the first window. " if stopped else ""
         return (f"{first}Press <b>Start</b> to run the {what}.<br><small>The first windows "
                 "calibrate the symbols, the next ones the baseline; then the plots show "
