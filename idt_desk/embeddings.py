@@ -110,7 +110,8 @@ class StructuralBaselines:
 
     def push(self, turns: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
         """The baseline columns of each non-history turn, in order."""
-        todo = [t for t in turns if int(t["turn"]) not in self._replies or not t.get("history")]
+        # A history turn already known adds nothing; every other turn is embedded.
+        todo = [t for t in turns if not (t.get("history") and int(t["turn"]) in self._replies)]
         texts = []
         for t in todo:
             texts += [str(t["prompt"]), str(t["reply"])]

@@ -319,10 +319,11 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             self._k = b.k
             self._legend_key = ()
             self._update_legend()
-        has_structural = bool(np.isfinite(w["cos_sim"]).any()) if "cos_sim" in w else False
-        if has_structural != self._optional["cos_sim"]:
-            self.set_structural_visible(has_structural)
-        if has_structural:
+        # Shown once a session computes them, hidden again by clear_data (a new session):
+        # the column is scanned only while the plot is hidden, not every frame.
+        if not self._optional["cos_sim"] and np.isfinite(w["cos_sim"]).any():
+            self.set_structural_visible(True)
+        if self._optional["cos_sim"]:
             for key, curve in self.extra.items():
                 curve.setData(x, w[key], connect="finite")
         for key, _label, _color in METRICS:

@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -370,11 +371,9 @@ def detect_injection(values: Sequence[float], k: int, *, baseline_turns: int = B
     import numpy as np
 
     v = np.asarray(values, dtype=np.float64)
-    base = v[:baseline_turns]
-    base = base[np.isfinite(base)]
-    if base.size < 2:
+    mu, sd = _baseline(v, baseline_turns)
+    if math.isnan(sd):
         return False, None
-    mu, sd = float(base.mean()), float(base.std(ddof=1))
     for j in range(k, min(k + response, len(v) + 1)):
         x = v[j - 1]
         if np.isfinite(x) and abs(x - mu) > sigmas * sd:
@@ -391,14 +390,23 @@ def response_z(values: Sequence[float], k: int, *, baseline_turns: int = BASELIN
     import numpy as np
 
     v = np.asarray(values, dtype=np.float64)
-    base = v[:baseline_turns]
-    base = base[np.isfinite(base)]
-    sd = float(base.std(ddof=1)) if base.size > 1 else 0.0
+    mu, sd = _baseline(v, baseline_turns)
     out: list[float | None] = []
     for j in range(k, k + response):
         x = v[j - 1] if j <= len(v) else np.nan
-        out.append(float((x - base.mean()) / sd) if sd > 0 and np.isfinite(x) else None)
+        out.append(float((x - mu) / sd) if sd > 0 and np.isfinite(x) else None)
     return out
+
+
+def _baseline(v: Any, turns: int) -> tuple[float, float]:
+    """Mean and σ (ddof 1) of the finite values of turns 1..``turns`` (NaN σ: under two)."""
+    import numpy as np
+
+    base = v[:turns]
+    base = base[np.isfinite(base)]
+    if base.size < 2:
+        return math.nan, math.nan
+    return float(base.mean()), float(base.std(ddof=1))
 
 
 def _injection_turns(turns: int) -> list[int]:
@@ -500,6 +508,7 @@ def summarize(rows: Any, results: Sequence[dict[str, Any]], config: DialogueConf
     import numpy as np
 
     from idt_desk import embeddings
+    from idt_desk.analyze import summarize as metric_table
     from idt_desk.analyze import summary_document
     from idt_desk.tokens import TOKENIZER, load_tokenizer
 
@@ -551,8 +560,8 @@ def summarize(rows: Any, results: Sequence[dict[str, Any]], config: DialogueConf
     base = rows[rows["turn"] <= BASELINE_TURNS]
     first = next((r["turns"][0] for r in results if r["turns"]), {})
     return summary_document(
-        {m: _ms(base[m]) for m in ("P", "H_f", "H_b", "dH", *BASELINE_DETECTORS)
-         if rows[m].notna().any()},
+        metric_table(base, [m for m in ("P", "H_f", "H_b", "dH", *BASELINE_DETECTORS)
+                         if rows[m].notna().any()]),
         notes=[
             "metrics: each metric over turns 1-30 of every dialogue (the baseline turns).",
             "Detection (fixed before any result): an injection after turn k is detected when "
@@ -595,17 +604,6 @@ def _mean_z(rows: Sequence[dict[str, Any]], d: str) -> list[float | None]:
     return out
 
 
-def _ms(x: Any) -> dict[str, float | None]:
-    import numpy as np
-
-    v = np.asarray(x, dtype=np.float64)
-    v = v[np.isfinite(v)]
-    return {"min": float(v.min()) if v.size else None,
-            "mean": float(v.mean()) if v.size else None,
-            "max": float(v.max()) if v.size else None,
-            "std": float(v.std(ddof=1)) if v.size > 1 else None}
-
-
 # ---------------------------------------------------------------------------------------------
 # Running it all
 # ---------------------------------------------------------------------------------------------
@@ -622,11 +620,31 @@ class DialogueResult:
     files: list[Path] = field(default_factory=list)
 
 
-def _count_lines(path: Path | None) -> int:
-    if path is None or not path.exists():
-        return 0
-    with open(path, "rb") as f:
-        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+class _LineCounter:
+    """Turns kept in the dialogues' files so far, for the progress bar.
+
+    Asked every second; the files only grow, so each read starts where the last one ended.
+    """
+
+    def __init__(self, tasks: Sequence[Dialogue]) -> None:
+        self._tasks = list(tasks)
+        self._seen = {t.path: (0, 0) for t in self._tasks}  # path -> (bytes read, lines)
+
+    def __call__(self) -> int:
+        total = 0
+        for t in self._tasks:
+            offset, lines = self._seen[t.path]
+            if t.path is not None and t.path.exists():
+                with open(t.path, "rb") as f:
+                    if f.seek(0, 2) < offset:  # rewritten shorter (a cut line dropped)
+                        offset, lines = 0, 0
+                    f.seek(offset)
+                    data = f.read()
+                offset += len(data)
+                lines += data.count(b"\n")
+                self._seen[t.path] = (offset, lines)
+            total += min(lines, t.turns)
+        return total
 
 
 def reproduce(config: DialogueConfig, *, executor: Any | None = None, progress: bool = True,
@@ -656,8 +674,7 @@ def reproduce(config: DialogueConfig, *, executor: Any | None = None, progress: 
             run_dialogue, tasks, executor=executor, workers=config.workers,
             scheduler=config.scheduler, progress=progress, desc="dialogue turns", unit="turn",
             weight=lambda d: d.turns,
-            poll=None if config.out is None else
-            lambda: sum(min(_count_lines(t.path), t.turns) for t in tasks))
+            poll=None if config.out is None else _LineCounter(tasks))
     wall = time.perf_counter() - t0
     rows = turn_table(results, baselines=baselines)
     summary = summarize(rows, results, config, wall)
