@@ -35,9 +35,9 @@ from sources.gym.reproduce import (
 )
 
 POLICY = str(POLICY_DIR / "halfcheetah-v5-ppo-seed0.zip")
-#: One policy, one perturbation and the control, 3 episodes, the perturbation from the 2nd.
+#: One policy, one perturbation and two controls, 3 episodes, the perturbation from the 2nd.
 TINY = CheetahConfig(policies=(POLICY,), perturbations=("force_torso_10N",), episodes=3,
-                     onset=2, workers=1)
+                     onset=2, workers=1, control_seeds=2)
 _WALL = ("group_wall_seconds",)
 
 
@@ -50,23 +50,54 @@ def tiny_run(tmp_path_factory):
 def test_tiny_reproduction_writes_every_output(tiny_run):
     result, out = tiny_run
     trials = pd.read_csv(out / "trials.csv", keep_default_na=False, na_values=[""])
-    assert list(trials["perturbation"]) == ["none", "force_torso_10N"]
+    assert list(trials["perturbation"]) == ["none", "none", "force_torso_10N"]
+    assert list(trials["env_seed"]) == [0, 1, 0]  # the first control is the paired one
+    assert (trials["actions"] == "deterministic").all()
     assert (trials["steps"] == 3000).all() and (trials["onset_step"] == 1000).all()
     assert (trials["windows"] == 55).all() and (trials["baseline_windows"] == 15).all()
-    # Both trials share their pre-onset steps exactly (same seed, stepped together), so their
-    # baselines are the same numbers; after the onset the push changes the run.
-    a, b = result.trials.iloc[0], result.trials.iloc[1]
+    # The perturbed trial shares its pre-onset steps exactly with the first control (same
+    # seed, stepped together), so their baselines are the same numbers; after the onset the
+    # push changes the run. The second control is another run from the start.
+    a, other, b = (result.trials.iloc[j] for j in range(3))
     assert a["baseline_P"] == b["baseline_P"] and a["return_pre"] == b["return_pre"]
     assert a["return_post"] != b["return_post"]
+    assert other["return_pre"] != a["return_pre"]
     summary = json.loads((out / "summary.json").read_text())
     for key in ("baseline_P", "baseline_dH", "detection_rate", "median_latency",
                 "t_test_IDT_vs_reward", "cohens_d", "exclusions", "config"):
         assert key in summary
-    assert summary["baseline_P"]["mean"] == pytest.approx(a["baseline_P"])
+    assert summary["actions"] == "deterministic"
+    assert summary["config"]["actions"] == ["deterministic"]
+    assert summary["config"]["control_seeds"] == 2
+    # A seed's baseline: the mean over its distinct pre-onset runs (its two controls).
+    assert summary["baseline_P"]["mean"] == pytest.approx((a["baseline_P"]
+                                                           + other["baseline_P"]) / 2)
     assert 0.0 < summary["baseline_P"]["mean"] < 1.0
+    fa = summary["all_seeds"]["false_alarm_rate"]["IDT"]  # one pre-onset episode: no CV
+    assert fa["trials"] == 2 and fa["alarms"] == int(a["detected_IDT"]) + int(other["detected_IDT"])
     table = (out / "table.md").read_text()
     assert "0.33 ± 0.02" in table and "| IDT | 42 |" in table and "Rewards" in table
+    assert "**Actions: deterministic**" in table and "2 control trials" in table
+    assert f"{fa['alarms']} of 2 (" in table
     assert (out / "detection.png").stat().st_size > 10_000
+
+
+def test_both_protocols_run_and_are_reported_side_by_side(tmp_path):
+    cfg = replace(TINY, actions=("deterministic", "stochastic"), control_seeds=1, out=tmp_path)
+    result = reproduce(cfg, progress=False)
+    t = result.trials
+    assert list(t["actions"]) == ["deterministic"] * 2 + ["stochastic"] * 2
+    det, sto = t[t["actions"] == "deterministic"], t[t["actions"] == "stochastic"]
+    # Same seeds, other actions: a sampled policy makes another run from the first step.
+    assert det["return_pre"].iloc[0] != sto["return_pre"].iloc[0]
+    s = result.summary
+    assert s["actions"] == "deterministic" and list(s["protocols"]) == ["deterministic",
+                                                                        "stochastic"]
+    assert s["protocols"]["stochastic"]["baseline_P"]["mean"] == pytest.approx(
+        sto["baseline_P"].iloc[0])
+    assert s["baseline_P"] == s["protocols"]["deterministic"]["baseline_P"]
+    table = (tmp_path / "table.md").read_text()
+    assert "Both protocols side by side" in table and "stochastic: detection" in table
 
 
 def test_dask_local_cluster_gives_the_process_pool_results(tiny_run):
@@ -87,6 +118,10 @@ def test_bad_settings_are_input_errors(tmp_path):
         reproduce(replace(TINY, policies=(str(tmp_path / "x.zip"),)), progress=False)
     with pytest.raises(InputError, match="--onset"):
         reproduce(replace(TINY, onset=5), progress=False)
+    with pytest.raises(InputError, match="--actions: sideways"):
+        reproduce(replace(TINY, actions=("sideways",)), progress=False)
+    with pytest.raises(InputError, match="--control-seeds"):
+        reproduce(replace(TINY, control_seeds=-1), progress=False)
     with pytest.raises(InputError, match="no modulation"):
         reproduce(replace(TINY, auto=("brake",)), progress=False)
     with pytest.raises(InputError, match="groups to freeze"):  # freezing nothing: no trial
@@ -98,7 +133,7 @@ def test_bad_settings_are_input_errors(tmp_path):
 
 def test_auto_engages_the_modulation_and_it_shows_in_the_actions():
     # k = 0.5: the Auto controller's alarm is on nearly all the time, so Hold engages.
-    cfg = replace(TINY, perturbations=("act_noise_4",), control=False, k=0.5,
+    cfg = replace(TINY, perturbations=("act_noise_4",), control_seeds=0, k=0.5,
                   auto=("hold:mode=scale,scale=0.25,persist=1,release=50",))
     result = reproduce(cfg, progress=False)
     open_loop, closed = result.trials.iloc[0], result.trials.iloc[1]
@@ -114,7 +149,7 @@ def test_auto_engages_the_modulation_and_it_shows_in_the_actions():
 
 
 def _sources(seeds):
-    sources = [GymSource(policy=POLICY) for _ in seeds]
+    sources = [GymSource(policy=POLICY, deterministic=False) for _ in seeds]
     for src, seed in zip(sources, seeds, strict=True):
         src.policy = sources[0].policy
         src.reset(seed=seed)
@@ -184,11 +219,13 @@ def test_analyze_trial_matches_a_hand_count():
     assert row["detected_reward"] and row["latency_reward"] <= 8  # a step of 3σ in reward
 
 
-def _rows(detect: dict[str, list[tuple[bool, float]]], cv: dict[str, float]) -> pd.DataFrame:
-    """Synthetic per-trial rows: per seed a control trial and perturbation trials."""
+def _rows(detect: dict[str, list[tuple[bool, float]]], cv: dict[str, float],
+          controls: dict[str, list[tuple[bool, bool]]] | None = None) -> pd.DataFrame:
+    """Synthetic per-trial rows: per seed its control trials and perturbation trials."""
     rows = []
     for seed, trials in detect.items():
-        for j, (idt, rew) in enumerate([(False, False), *trials]):
+        ctl = (controls or {}).get(seed, [(False, False)])
+        for j, (idt, rew) in enumerate([*ctl[:1], *trials]):
             r = {"policy": seed, "perturbation": "none" if j == 0 else f"p{j}", "auto": "",
                  "error": "", "return_pre_cv": cv[seed], "baseline_P": 0.3 + 0.01 * j,
                  "baseline_dH": -0.5, "return_post": 1000.0, "post_P": 0.3,
@@ -200,6 +237,13 @@ def _rows(detect: dict[str, list[tuple[bool, float]]], cv: dict[str, float]) -> 
                 r[f"excursion_frac_{m}"] = 0.1 * j
                 r[f"latency_{m}"] = 10.0 * j if hit else math.nan
                 r[f"d_{m}"] = float(j)
+            rows.append(r)
+        first = rows[-len(trials) - 1]
+        for c, (idt, rew) in enumerate(ctl[1:], 1):  # further controls: other env seeds
+            r = {**first, "env_seed": c, "baseline_P": 0.3 + 0.02 * c}
+            for m in DETECTORS:
+                r[f"detected_{m}"] = idt if m in ("IDT", "P") else (rew if m == "reward"
+                                                                      else False)
             rows.append(r)
     return pd.DataFrame(rows)
 
@@ -213,7 +257,9 @@ def test_summary_statistics_match_hand_computed_values():
         "c": [(T, F), (T, F), (T, F), (T, F)],   # 4/4, 0/4
         "d": [(F, F), (F, F), (F, F), (F, F)],   # unstable: excluded by the CV rule
     }
-    rows = _rows(detect, {"a": 0.05, "b": 0.1, "c": 0.25, "d": 0.4})
+    # Seed a has three controls (env seeds 0, 1, 2), one of them a false IDT alarm.
+    controls = {"a": [(False, False), (True, False), (False, False)]}
+    rows = _rows(detect, {"a": 0.05, "b": 0.1, "c": 0.25, "d": 0.4}, controls)
     s = summarize_trials(rows, CheetahConfig(max_baseline_cv=0.25), wall=1.0)
     assert s["included_seeds"] == ["a", "b", "c"]
     assert s["exclusions"] == [{"policy": "d", "return_pre_cv": 0.4,
@@ -231,10 +277,17 @@ def test_summary_statistics_match_hand_computed_values():
     assert s["median_latency"]["IDT"]["never_detected_trials"] == 2
     assert s["median_latency"]["reward"]["detected_trials"] == 3
     assert s["cohens_d"]["P"]["mean"] == pytest.approx(2.5)  # d = j over j = 1..4
-    assert s["false_alarm_rate"]["IDT"] == 0.0
+    # Controls of the included seeds: a's three and one each for b and c; one alarm.
+    assert s["false_alarm_rate"]["IDT"] == {"rate": pytest.approx(1 / 5), "alarms": 1,
+                                            "trials": 5}
+    assert s["false_alarm_rate"]["reward"]["alarms"] == 0
+    assert s["all_seeds"]["false_alarm_rate"]["IDT"]["trials"] == 6
     assert s["excursion_fraction"]["IDT"] == {"perturbed": pytest.approx(0.25),
                                               "control": 0.0}  # 0.1·j over j = 1..4
+    # Seed a's baseline P: the mean over its three pre-onset runs (0.30, 0.32, 0.34).
+    assert s["baseline_P"]["mean"] == pytest.approx(np.mean([0.32, 0.3, 0.3, 0.3]))
     assert s["trials"] == 12
+    assert s["actions"] == "deterministic" and list(s["protocols"]) == ["deterministic"]
 
 
 def test_paired_t_test_against_scipy_and_edge_cases():

@@ -7,9 +7,10 @@ What is recorded, exactly (one transition per environment step):
   (dimensionality reduction: chosen groups frozen at their running mean; input filter: an
   EMA), in that order. A ``VecNormalize`` file beside the policy is applied inside the policy
   call, after S: S is in the environment's units.
-- **A** — the action applied to the environment: the policy's action (drawn from its own
-  distribution unless ``deterministic``), then Hold, then the actuator perturbation
-  (``act_noise_*``), clipped to the action bounds.
+- **A** — the action applied to the environment: the policy's action (its mean when
+  ``deterministic``, the default and what the authors' released evaluation does; otherwise
+  drawn from its own distribution), then Hold, then the actuator perturbation
+  (``act_noise_*``, σ in the action's own units), clipped to the action bounds.
 - **S'** — the next observation through the same pipeline, i.e. the next step's S; at an
   episode's end, the terminal observation (and the next episode starts afresh: its first S
   comes from ``reset``, the EMA restarts).
@@ -46,6 +47,12 @@ _CHEETAH_GROUPS = dict(zip(("torso", "back_leg", "front_leg"), PRESETS["cheetah"
 #: Where the shipped policies live (in the repository, beside the packages).
 POLICY_DIR = Path(__file__).resolve().parents[2] / "assets" / "policies"
 _MAX_RETURNS = 500
+#: The units of the noise perturbations, as the authors' released evaluation adds them: on the
+#: action in its own units (σ = 0.01 for "1 %" on actions in [-1, 1]), on the observation in
+#: VecNormalize-normalised units, i.e. a fraction of each variable's standard deviation.
+_ACTION_UNIT = "the action bound ((high − low) / 2: σ 0.01 for 1 % on [−1, 1])"
+_OBS_UNIT = ("each variable's standard deviation (raw observations from the start of the "
+             "run to the switch-on)")
 
 
 _log = logging.getLogger("sources.gym")
@@ -97,7 +104,8 @@ def _noise(name: str, percent: float, what: str, target: str, label: str) -> Per
         (Param("percent", percent, "σ", 0.0, 100.0, unit="%",
                help=f"standard deviation as a percentage of {what}"),),
         f"Gaussian noise on {'the applied action' if target == 'actuator' else 'the observation'}"
-        f" (paper Table 9), σ = percent % of {what}.",
+        f" (paper Table 9), σ = percent % of {what}, as the authors' released evaluation adds "
+        "it.",
         target=target,
     )
 
@@ -107,8 +115,15 @@ def _force(name: str, newtons: float) -> Perturbation:
         name, f"Force on torso {newtons:g} N",
         (Param("force", newtons, "Force", -1000.0, 1000.0, unit="N"),
          Param("body", "torso", "Body", help="MuJoCo body the force acts on"),
-         Param("direction", "x", "Direction", choices=("x", "y", "z"))),
-        "An external force (MuJoCo xfrc_applied) on a body while on (paper Table 9).",
+         Param("direction", "x", "Direction", choices=("x", "y", "z")),
+         Param("interval", 0, "Pulse every", 0, 100_000, unit="steps",
+               help="0: constant (the paper's Table 9); N: pulsed, on for the first "
+                    "'duration' of every N steps of an episode (the authors' released "
+                    "wrapper: 100)"),
+         Param("duration", 10, "Pulse length", 1, 100_000, unit="steps",
+               help="steps the force is on in each pulse (used when 'interval' > 0)")),
+        "An external force (MuJoCo xfrc_applied) on a body while on (paper Table 9): "
+        "constant by default, or pulsed by episode step as the authors' released code does.",
     )
 
 
@@ -132,13 +147,15 @@ class GymSource(Source):
               help="a Gymnasium id (HalfCheetah-v5, HalfCheetah-v4, ...)"),
         Param("policy", "", "Policy zip",
               help="an SB3 zip (any algorithm); empty: the shipped policy for the env"),
-        Param("deterministic", False, "Deterministic",
-              help="act with the policy's mean; off: sample (the paper's 'choice', H(A|S) > 0)"),
+        Param("deterministic", True, "Deterministic",
+              help="act with the policy's mean, as the authors' released evaluation does "
+                   "(model.predict(..., deterministic=True)); off: sample from the policy's "
+                   "distribution (the paper's wording: stochastic policies ensure choice)"),
     )
     perturbations = (
-        _noise("act_noise_1", 1.0, "the action range", "actuator", "Action noise 1 %"),
-        _noise("act_noise_3", 3.0, "the action range", "actuator", "Action noise 3 %"),
-        _noise("act_noise_4", 4.0, "the action range", "actuator", "Action noise 4 %"),
+        _noise("act_noise_1", 1.0, _ACTION_UNIT, "actuator", "Action noise 1 %"),
+        _noise("act_noise_3", 3.0, _ACTION_UNIT, "actuator", "Action noise 3 %"),
+        _noise("act_noise_4", 4.0, _ACTION_UNIT, "actuator", "Action noise 4 %"),
         _force("force_torso_5N", 5.0),
         _force("force_torso_10N", 10.0),
         Perturbation(
@@ -146,10 +163,8 @@ class GymSource(Source):
             (Param("factor", 1.10, "g factor", 0.1, 10.0),),
             "Gravity (model.opt.gravity) scaled by a factor; re-applied after every reset.",
         ),
-        _noise("obs_noise_1", 1.0, "each variable's standard deviation", "sensor",
-               "Observation noise 1 %"),
-        _noise("obs_noise_3", 3.0, "each variable's standard deviation", "sensor",
-               "Observation noise 3 %"),
+        _noise("obs_noise_1", 1.0, _OBS_UNIT, "sensor", "Observation noise 1 %"),
+        _noise("obs_noise_3", 3.0, _OBS_UNIT, "sensor", "Observation noise 3 %"),
     )
     modulations = (HOLD, INPUT_FILTER, DIM_REDUCTION)
     view = "cheetah"
@@ -217,6 +232,7 @@ class GymSource(Source):
         self._m2 = np.zeros(n_obs)
         self._frozen: dict[str, tuple[int, ...]] = {}
         self._frozen_values = np.zeros(n_obs)
+        self._pulsed = False  # a pulsed force is on: forces are set before every step
 
     # -- declarations that depend on the env ------------------------------------------------
 
@@ -237,8 +253,8 @@ class GymSource(Source):
 
     def _new_episode(self, seed: int | None = None) -> None:
         raw, _ = self.env.reset(seed=seed)
-        self._apply_physics()
         self._episode_step, self._return = 0, 0.0
+        self._apply_physics()
         self._ema = None
         self._prev_action = None
         self._obs = self._observe(raw)
@@ -260,6 +276,8 @@ class GymSource(Source):
         s, a, s2, r, ep, events = self._buf
         obs = self._obs
         action = self._actuate(policy_action)
+        if self._pulsed:
+            self._apply_forces()
         raw, reward, terminated, truncated, _ = self.env.step(action)
         nxt = self._observe(raw)
         s[k], a[k], s2[k], r[k], ep[k] = obs, action, nxt, reward, self._episode
@@ -322,7 +340,9 @@ class GymSource(Source):
         for name in ("act_noise_1", "act_noise_3", "act_noise_4"):
             p = self.active_perturbations.get(name)
             if p is not None:
-                a = a + self._rng.standard_normal(a.shape) * (self.high - self.low) \
+                # In the action's own units, as the released evaluation adds it: σ = percent
+                # % of the bound, (high - low) / 2 (0.01 for 1 % on [-1, 1]).
+                a = a + self._rng.standard_normal(a.shape) * (0.5 * (self.high - self.low)) \
                     * (p["percent"] / 100.0)
         return np.clip(a, self.low, self.high)
 
@@ -330,13 +350,28 @@ class GymSource(Source):
         """Force and gravity perturbations into MuJoCo (after every reset too)."""
         if self._mj is None:
             return
-        model, data = self._mj
+        model = self._mj[0]
         g = self.active_perturbations.get("gravity_110")
         model.opt.gravity[:] = self._gravity0 * (g["factor"] if g is not None else 1.0)
+        self._pulsed = any(p["interval"] > 0 for name, p in self.active_perturbations.items()
+                           if name.startswith("force"))
+        self._apply_forces()
+
+    def _apply_forces(self) -> None:
+        """The forces on for the coming step into ``xfrc_applied``.
+
+        A constant force (``interval`` 0) is on whenever its perturbation is; a pulsed one for
+        the first ``duration`` steps of every ``interval`` steps of an episode, counted from
+        the episode's first step as the authors' released force wrapper counts them.
+        """
+        if self._mj is None:
+            return
+        data = self._mj[1]
         data.xfrc_applied[:] = 0.0
         for name in ("force_torso_5N", "force_torso_10N"):
             p = self.active_perturbations.get(name)
-            if p is not None:
+            if p is not None and (p["interval"] <= 0
+                                  or self._episode_step % p["interval"] < p["duration"]):
                 axis = "xyz".index(p["direction"])
                 data.xfrc_applied[p["body_id"], axis] += p["force"]
 

@@ -26,10 +26,10 @@ __all__ = ["HELP", "add_arguments", "bench_rl", "run"]
 HELP = "RL loop steps/s bare, with the IDT, and with the IDT and a recording"
 
 
-def _bare(policy: str, steps: int) -> float:
+def _bare(policy: str, steps: int, deterministic: bool) -> float:
     from sources.gym import GymSource
 
-    src = GymSource(policy=policy)
+    src = GymSource(policy=policy, deterministic=deterministic)
     src.reset(seed=0)
     src.step(50)  # warm-up: first forward pass, first MuJoCo step
     t0 = time.perf_counter()
@@ -41,11 +41,12 @@ def _bare(policy: str, steps: int) -> float:
     return steps / dt
 
 
-def _session(policy: str, steps: int, record: Path | None) -> float:
+def _session(policy: str, steps: int, record: Path | None, deterministic: bool) -> float:
     from idt_desk.session import Session, SessionConfig, run_headless
     from sources.gym import GymSource
 
-    session = Session(SessionConfig(speed=None), source=GymSource(policy=policy), record=record)
+    session = Session(SessionConfig(speed=None),
+                      source=GymSource(policy=policy, deterministic=deterministic), record=record)
     t0 = time.perf_counter()
     snap = run_headless(session, steps=steps, interval=0.05)
     dt = time.perf_counter() - t0
@@ -54,23 +55,28 @@ def _session(policy: str, steps: int, record: Path | None) -> float:
     return steps / dt
 
 
-def bench_rl(policy: str = "", steps: int = 6000, rounds: int = 3, print_fn=print
-             ) -> dict[str, float]:
-    """Steps/s of the bare loop, with the IDT, and with the IDT and a recording."""
+def bench_rl(policy: str = "", steps: int = 6000, rounds: int = 3, print_fn=print,
+             actions: str = "deterministic") -> dict[str, float]:
+    """Steps/s of the bare loop, with the IDT, and with the IDT and a recording.
+
+    ``actions`` (deterministic or stochastic) is how the policy acts in all three.
+    """
     from sources.gym._source import default_policy
 
+    det = actions == "deterministic"
     policy = policy or str(default_policy("HalfCheetah-v5"))
     best = {"bare": 0.0, "IDT": 0.0, "IDT + recording": 0.0}
     with tempfile.TemporaryDirectory() as tmp:
         # Warm-up: loading the numba kernels from their cache (about 1 s) is start-up, not
         # a cost per step.
-        _session(policy, 1500, Path(tmp) / "warm-up")
+        _session(policy, 1500, Path(tmp) / "warm-up", det)
         for r in range(rounds):
-            best["bare"] = max(best["bare"], _bare(policy, steps))
-            best["IDT"] = max(best["IDT"], _session(policy, steps, None))
+            best["bare"] = max(best["bare"], _bare(policy, steps, det))
+            best["IDT"] = max(best["IDT"], _session(policy, steps, None, det))
             best["IDT + recording"] = max(
-                best["IDT + recording"], _session(policy, steps, Path(tmp) / f"rec{r}"))
-    print_fn(f"policy {policy}, {steps:,} steps x {rounds} rounds (best round each)")
+                best["IDT + recording"], _session(policy, steps, Path(tmp) / f"rec{r}", det))
+    print_fn(f"policy {policy}, {actions} actions, {steps:,} steps x {rounds} rounds (best "
+             "round each)")
     for label, v in best.items():
         print_fn(f"{label:>16}: {v:8,.0f} steps/s   ({v / best['bare']:.3f} of bare)")
     cost = 1.0 - best["IDT + recording"] / best["bare"]
@@ -83,6 +89,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default="", help="SB3 zip (default: the shipped one)")
     parser.add_argument("--steps", type=int, default=6000, help="steps per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (best kept)")
+    parser.add_argument("--actions", choices=("deterministic", "stochastic"),
+                        default="deterministic", help="how the policy acts (deterministic)")
     parser.set_defaults(func=run)
 
 
@@ -92,5 +100,5 @@ def run(args: argparse.Namespace) -> int:
 
     check_int("--steps", args.steps, 500, 10**7)
     check_int("--rounds", args.rounds, 1, 100)
-    bench_rl(args.policy, args.steps, args.rounds)
+    bench_rl(args.policy, args.steps, args.rounds, actions=args.actions)
     return 0

@@ -24,7 +24,7 @@ __all__ = ["HELP", "add_arguments", "bench_reproduce", "run"]
 HELP = "reproduce cheetah's lockstep trials vs a plain one-env model.predict loop (steps/s)"
 
 
-def _plain(policy: str, steps: int, seed: int = 0) -> float:
+def _plain(policy: str, steps: int, deterministic: bool, seed: int = 0) -> float:
     import gymnasium as gym
     import stable_baselines3 as sb3
 
@@ -35,7 +35,7 @@ def _plain(policy: str, steps: int, seed: int = 0) -> float:
     obs, _ = env.reset(seed=seed)
     t0 = time.perf_counter()
     for _ in range(steps):
-        action, _ = model.predict(obs, deterministic=False)
+        action, _ = model.predict(obs, deterministic=deterministic)
         obs, _, terminated, truncated, _ = env.step(action)
         if terminated or truncated:
             obs, _ = env.reset()
@@ -44,12 +44,12 @@ def _plain(policy: str, steps: int, seed: int = 0) -> float:
     return steps / dt
 
 
-def _lockstep(policy: str, trials: int, episodes: int) -> float:
+def _lockstep(policy: str, trials: int, episodes: int, deterministic: bool) -> float:
     from sources.gym.reproduce import CONTROL, Trial, TrialGroup, _perturbation_names, run_group
 
     names = (CONTROL, *_perturbation_names())
     group = TrialGroup(policy, tuple(Trial(names[j % len(names)]) for j in range(trials)),
-                       "HalfCheetah-v5", episodes, 2, 0, 3.0)
+                       "HalfCheetah-v5", episodes, 2, 0, 3.0, deterministic=deterministic)
     t0 = time.perf_counter()
     rows = run_group(group)
     dt = time.perf_counter() - t0
@@ -60,8 +60,11 @@ def _lockstep(policy: str, trials: int, episodes: int) -> float:
 
 
 def bench_reproduce(policy: str = "", trials: int = 9, episodes: int = 2, rounds: int = 2,
-                    print_fn=print) -> dict[str, float]:
-    """Best-of-``rounds`` trial steps/s of the plain loop and of the lockstep trials."""
+                    print_fn=print, actions: str = "deterministic") -> dict[str, float]:
+    """Best-of-``rounds`` trial steps/s of the plain loop and of the lockstep trials.
+
+    ``actions`` (deterministic or stochastic) is how both act.
+    """
     import torch
 
     from sources.gym._source import default_policy
@@ -69,14 +72,15 @@ def bench_reproduce(policy: str = "", trials: int = 9, episodes: int = 2, rounds
     torch.set_num_threads(1)
     policy = policy or str(default_policy("HalfCheetah-v5"))
     steps = episodes * 1000
-    print_fn(f"policy {policy}; lockstep: {trials} trials × {episodes} episodes per round; "
-             f"plain: {steps} steps per round; one torch thread")
-    _plain(policy, 200)  # warm-up: first forward pass, numba kernels, MuJoCo
-    _lockstep(policy, 2, 2)
+    det = actions == "deterministic"
+    print_fn(f"policy {policy}; {actions} actions; lockstep: {trials} trials × {episodes} "
+             f"episodes per round; plain: {steps} steps per round; one torch thread")
+    _plain(policy, 200, det)  # warm-up: first forward pass, numba kernels, MuJoCo
+    _lockstep(policy, 2, 2, det)
     best = {"plain": 0.0, "lockstep": 0.0}
     for r in range(rounds):
-        plain = _plain(policy, steps)
-        lock = _lockstep(policy, trials, episodes)
+        plain = _plain(policy, steps, det)
+        lock = _lockstep(policy, trials, episodes, det)
         best["plain"], best["lockstep"] = max(best["plain"], plain), max(best["lockstep"], lock)
         print_fn(f"round {r + 1}: plain {plain:,.0f} steps/s, lockstep {lock:,.0f} "
                  f"trial steps/s ({lock / plain:.2f}x)")
@@ -95,6 +99,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="trials stepped together (default 9: control + 8)")
     parser.add_argument("--episodes", type=int, default=2, help="episodes per trial (2)")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--actions", choices=("deterministic", "stochastic"),
+                        default="deterministic", help="how the policy acts (deterministic)")
     parser.set_defaults(func=run)
 
 
@@ -105,5 +111,6 @@ def run(args: argparse.Namespace) -> int:
     check_int("--trials", args.trials, 1, 512)
     check_int("--episodes", args.episodes, 2, 100)
     check_int("--rounds", args.rounds, 1, 100)
-    bench_reproduce(args.policy, args.trials, args.episodes, args.rounds)
+    bench_reproduce(args.policy, args.trials, args.episodes, args.rounds,
+                    actions=args.actions)
     return 0

@@ -6,13 +6,17 @@ whether the IDT (P, H_f, H_b, ΔH, and their union) and the reward see it, and h
 
 One trial (a policy, a perturbation, optionally an Auto modulation)
 ----------------------------------------------------------------
-1. The live source (:class:`~sources.gym.GymSource`, stochastic policy) runs ``episodes``
-   episodes of ``L`` steps (the env's time limit: 1000 for HalfCheetah) through a
-   :class:`~idt_desk.session.Session`, seeded with ``seed``: every trial of a policy shares
-   its pre-onset steps exactly (same environment, same policy noise). The perturbation is
-   switched on at transition ``T0 = (onset − 1) · L``, the first step of episode ``onset``,
-   and stays on. Trials of one policy and loop setting step in lockstep, one batched
-   forward pass per step.
+1. The live source (:class:`~sources.gym.GymSource`) runs ``episodes`` episodes of ``L``
+   steps (the env's time limit: 1000 for HalfCheetah) through a
+   :class:`~idt_desk.session.Session`, seeded with ``seed``: every perturbed trial of a policy
+   shares its pre-onset steps exactly (same environment, same policy noise). The policy acts
+   deterministically (its mean, ``model.predict(obs, deterministic=True)``, as every
+   evaluation loop of the authors' released code does) or, with ``actions`` stochastic,
+   samples from its own distribution (the paper's wording: "stochastic policies ensure
+   choice"); ``actions`` may name both, and each trial is then run under each. The
+   perturbation is switched on at transition ``T0 = (onset − 1) · L``, the first step of
+   episode ``onset``, and stays on. Trials of one policy, protocol and loop setting step in
+   lockstep, one batched forward pass per step.
 2. The paper's pipeline on the recorded (S, A, S'): each variable z-scored and cut into 3
    equal-width bins, both calibrated on the **pre-onset transitions only** (the data a
    deployed monitor has; calibrating on the whole run would let the perturbed data shape the
@@ -24,7 +28,11 @@ One trial (a policy, a perturbation, optionally an Auto modulation)
    the mean reward per window, judged the same way. ``IDT`` is the union of the four.
    Cohen's d of each metric: (mean over post-onset windows − baseline mean) / baseline σ.
 4. ``none`` is a control trial: no perturbation. Its "detections" are false alarms of the
-   rule above, the rate against which every detection rate must be read.
+   rule above, the rate against which every detection rate must be read. ``control_seeds``
+   controls run per policy (and protocol, and loop setting): the first with ``seed``, so it
+   shares the perturbed trials' pre-onset steps, the others with ``seed + 1``,
+   ``seed + 2``, ... (other initial states, so other runs); false alarms are counted over
+   all of them ("4 of 30").
 
 Across trials
 -------------
@@ -105,6 +113,8 @@ DETECTORS = ("IDT", "P", "dH", "H_f", "H_b", "reward")
 _COMPONENTS = ("P", "H_f", "H_b", "dH")
 #: The control trial: no perturbation.
 CONTROL = "none"
+#: How the policy acts: its mean (the authors' released evaluation) or a sample.
+ACTIONS = ("deterministic", "stochastic")
 _LABEL = {"IDT": "IDT", "P": "P", "dH": "ΔH", "H_f": "H_f", "H_b": "H_b", "reward": "Rewards"}
 
 
@@ -131,7 +141,8 @@ class CheetahConfig:
 
     policies: tuple[str, ...] = ()
     perturbations: tuple[str, ...] = ()
-    control: bool = True
+    control_seeds: int = 5
+    actions: tuple[str, ...] = ("deterministic",)
     episodes: int = 50
     onset: int = 15
     env_id: str = "HalfCheetah-v5"
@@ -162,6 +173,15 @@ class CheetahConfig:
         unknown = [p for p in perts if p not in known and p != CONTROL]
         if unknown:
             raise InputError(f"--perturbations: unknown {unknown}; known: {', '.join(known)}")
+        check_int("--control-seeds", self.control_seeds, 0, 10_000)
+        # 'none' named among the perturbations asks for a control: at least one.
+        controls = max(self.control_seeds, 1) if CONTROL in perts else self.control_seeds
+        perts = tuple(p for p in perts if p != CONTROL)
+        actions = tuple(dict.fromkeys(self.actions))
+        bad = [a for a in actions if a not in ACTIONS]
+        if bad or not actions:
+            raise InputError(f"--actions: {', '.join(bad) or 'none given'}; choose from "
+                             f"{', '.join(ACTIONS)} (comma-separated for several)")
         policies = self.policies or _shipped_policies()
         if not policies:
             raise InputError("no policies: pass --policies PATH,... (train one with "
@@ -190,7 +210,8 @@ class CheetahConfig:
                                  "front_leg)")
         check_out_dir(self.out, "--out")
         return replace(self, policies=tuple(str(Path(p).expanduser()) for p in policies),
-                       perturbations=tuple(dict.fromkeys(perts)))
+                       perturbations=tuple(dict.fromkeys(perts)), control_seeds=controls,
+                       actions=actions)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form, with the fixed protocol settings."""
@@ -204,10 +225,14 @@ class CheetahConfig:
 
 @dataclass(frozen=True)
 class Trial:
-    """One trial: the perturbation switched on at the onset, and the Auto spec ('' for none)."""
+    """One trial: the perturbation switched on at the onset, and the Auto spec ('' for none).
+
+    ``seed`` is the environment and noise seed; None: the group's.
+    """
 
     perturbation: str
     auto: str = ""
+    seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -221,19 +246,25 @@ class TrialGroup:
     onset: int
     seed: int
     k: float
+    deterministic: bool = True
 
 
 def make_groups(config: CheetahConfig) -> list[TrialGroup]:
-    """One group per policy and Auto setting (open loop first): each perturbation, control.
+    """One group per policy, protocol and Auto setting (open loop first).
 
-    A group's trials step together; groups are the tasks the executor spreads over cores
-    (and the progress bar counts), so they are kept to one loop setting each.
+    A group holds the ``control_seeds`` control trials (the first with the group's seed, the
+    others with ``seed + j``) and then each perturbation. A group's trials step together;
+    groups are the tasks the executor spreads over cores (and the progress bar counts), so
+    they are kept to one protocol and loop setting each.
     """
-    perts = ((CONTROL,) if config.control and CONTROL not in config.perturbations else ()) \
-        + tuple(config.perturbations)
-    return [TrialGroup(p, tuple(Trial(name, a) for name in perts), config.env_id,
-                       config.episodes, config.onset, config.seed, config.k)
-            for p in config.policies for a in ("", *config.auto)]
+    def trials(auto: str) -> tuple[Trial, ...]:
+        controls = tuple(Trial(CONTROL, auto, None if j == 0 else config.seed + j)
+                         for j in range(config.control_seeds))
+        return controls + tuple(Trial(name, auto) for name in config.perturbations)
+
+    return [TrialGroup(p, trials(a), config.env_id, config.episodes, config.onset,
+                       config.seed, config.k, deterministic=actions == "deterministic")
+            for actions in config.actions for p in config.policies for a in ("", *config.auto)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,6 +329,14 @@ def analyze_trial(
     return row
 
 
+def _seed(task: TrialGroup, trial: Trial) -> int:
+    return task.seed if trial.seed is None else trial.seed
+
+
+def _protocol(task: TrialGroup) -> str:
+    return ACTIONS[0] if task.deterministic else ACTIONS[1]
+
+
 def _auto_config(spec: str) -> dict[str, Any] | None:
     from idt_desk._validate import parse_auto
     from sources.gym._source import GymSource
@@ -326,7 +365,8 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
     sources: list[GymSource] = []
     try:
         for _ in task.trials:
-            src = GymSource(env_id=task.env_id, policy=task.policy)
+            src = GymSource(env_id=task.env_id, policy=task.policy,
+                            deterministic=task.deterministic)
             if sources:  # one policy object: one batched forward pass serves them all
                 src.policy = sources[0].policy
             sources.append(src)
@@ -351,7 +391,7 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
     for trial, src in zip(task.trials, sources, strict=True):
         cfg = SessionConfig(source="gym", settings=dict(src.config), preset=preset.name,
                             calibration_windows=calib, baseline_windows=base, k=task.k,
-                            speed=None, seed=task.seed, history=16,
+                            speed=None, seed=_seed(task, trial), history=16,
                             auto=_auto_config(trial.auto))
         session = Session(cfg, source=src)
         session.limit = total
@@ -386,7 +426,8 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
         row: dict[str, Any] = {
             "policy": Path(task.policy).stem, "algorithm": card.get("algorithm", ""),
             "policy_seed": card.get("seed"), "perturbation": trial.perturbation,
-            "auto": trial.auto, "env_seed": task.seed, "onset_step": onset,
+            "auto": trial.auto, "actions": _protocol(task), "env_seed": _seed(task, trial),
+            "onset_step": onset,
             "steps": sum(len(p[0]) for p in parts), "error": failure,
         }
         if failure:
@@ -440,47 +481,94 @@ def _ms(x: Sequence[float]) -> dict[str, float | None]:
             "std": float(x.std(ddof=1)) if x.size > 1 else None, "n": int(x.size)}
 
 
+def _with_defaults(rows: Any, config: CheetahConfig) -> Any:
+    """Rows with ``actions`` and ``env_seed`` filled in (tables written before they existed)."""
+    fill = {"actions": config.actions[0] if config.actions else ACTIONS[0],
+            "env_seed": config.seed}
+    for col, value in fill.items():
+        rows = rows.assign(**{col: rows[col].fillna(value) if col in rows else value})
+    return rows
+
+
 def summarize_trials(rows: Any, config: CheetahConfig, wall: float) -> dict[str, Any]:
-    """The ``summary.json`` content from the per-trial table (a DataFrame)."""
+    """The ``summary.json`` content from the per-trial table (a DataFrame).
+
+    Every protocol (``actions``) present gets its own block under ``protocols``; the first of
+    ``config.actions`` is also written at the top level (the tables' main protocol).
+    """
     from idt_desk.analyze import summary_document
 
+    rows = _with_defaults(rows, config)
     ok = rows[rows["error"] == ""]
-    open_loop = ok[ok["auto"] == ""]
-    seeds = list(dict.fromkeys(open_loop["policy"]))
-    # Exclusion rule (module docstring): pre-onset return CV of the seed's open-loop trials.
-    cv = open_loop.groupby("policy")["return_pre_cv"].first()
-    excluded = {p: float(cv[p]) for p in seeds if not (cv[p] <= config.max_baseline_cv)}
-    included = [p for p in seeds if p not in excluded]
-    baseline = open_loop.groupby("policy")[["baseline_P", "baseline_dH"]].first()
-    summary = summary_document(
-        {m: _ms(baseline[f"baseline_{m}"].to_numpy()) for m in ("P", "dH")},
+    names = [a for a in dict.fromkeys([*config.actions, *rows["actions"]])
+             if (rows["actions"] == a).any()] or [config.actions[0]]
+    protocols = {a: _protocol_summary(ok[(ok["actions"] == a) & (ok["auto"] == "")], config)
+                 for a in names}
+    main = protocols[names[0]]
+    return summary_document(
+        {m: main[f"baseline_{m}"] for m in ("P", "dH")},
         notes=[
             "Seeds are policies. Detection rate per seed: fraction of its perturbation trials "
             "detected; mean ± std (ddof 1) over included seeds.",
             f"Exclusion rule, fixed beforehand: pre-onset episode-return CV > "
-            f"{config.max_baseline_cv:g}.",
+            f"{config.max_baseline_cv:g} (the mean over the seed's distinct pre-onset runs, "
+            "its control trials).",
             "Median latency in windows after the first window holding a perturbed step, over "
             "detected trials (never-detected trials are NaN, counted apart).",
-            "The control trial ('none') has no perturbation: its detection rate is the false "
-            "alarm rate of the 3-sigma rule over the post-onset windows.",
+            "Control trials ('none') have no perturbation: their detections are the false "
+            "alarms of the 3-sigma rule over the post-onset windows, counted over every "
+            "control trial (control_seeds per policy, each its own environment seed).",
+            f"Actions: {names[0]} at the top level"
+            + (f"; every protocol under 'protocols' ({', '.join(names)})." if len(names) > 1
+               else "."),
         ],
         config=config.to_dict(),
-        baseline_P=_ms(baseline["baseline_P"].to_numpy()),
-        baseline_dH=_ms(baseline["baseline_dH"].to_numpy()),
-        seeds=seeds,
-        included_seeds=included,
-        exclusions=[{"policy": p, "return_pre_cv": c,
-                     "rule": f"return_pre_cv > {config.max_baseline_cv:g}"}
-                    for p, c in excluded.items()],
-        **_detection(open_loop, included),
-        all_seeds=_detection(open_loop, seeds),
+        actions=names[0],
+        **main,
+        protocols=protocols,
         closed_loop=_closed_loop(ok),
         errors=[f"{r.policy} {r.perturbation} {r.auto}: {r.error}"
                 for r in rows.itertuples() if r.error],
         wall_seconds=wall,
         paper=PAPER,
     )
-    return summary
+
+
+def _protocol_summary(open_loop: Any, config: CheetahConfig) -> dict[str, Any]:
+    """Baseline, exclusions and detection statistics of one protocol's open-loop trials.
+
+    A seed's baseline P and ΔH and its pre-onset return CV are the means over its distinct
+    pre-onset runs (its control trials, one per environment seed; the perturbed trials share
+    the first control's), or its first trial's when it has no control.
+    """
+    seeds = list(dict.fromkeys(open_loop["policy"]))
+    control = open_loop[open_loop["perturbation"] == CONTROL]
+    runs = _pre_onset_runs(open_loop, control)
+    per_seed = runs.groupby("policy", sort=False)[["baseline_P", "baseline_dH",
+                                                   "return_pre_cv"]].mean()
+    cv = per_seed["return_pre_cv"]
+    excluded = {p: float(cv[p]) for p in seeds if not (cv[p] <= config.max_baseline_cv)}
+    included = [p for p in seeds if p not in excluded]
+    return {
+        "baseline_P": _ms(per_seed["baseline_P"].to_numpy()),
+        "baseline_dH": _ms(per_seed["baseline_dH"].to_numpy()),
+        "seeds": seeds,
+        "included_seeds": included,
+        "exclusions": [{"policy": p, "return_pre_cv": c,
+                        "rule": f"return_pre_cv > {config.max_baseline_cv:g}"}
+                       for p, c in excluded.items()],
+        **_detection(open_loop, included),
+        "all_seeds": _detection(open_loop, seeds),
+    }
+
+
+def _pre_onset_runs(open_loop: Any, control: Any) -> Any:
+    """Each seed's distinct pre-onset runs: its controls, or its first trial without one."""
+    import pandas as pd
+
+    without = [p for p in dict.fromkeys(open_loop["policy"]) if p not in set(control["policy"])]
+    first = open_loop[open_loop["policy"].isin(without)].groupby("policy", sort=False).head(1)
+    return pd.concat([control, first])
 
 
 def _detection(open_loop: Any, seeds: list[str]) -> dict[str, Any]:
@@ -510,8 +598,11 @@ def _detection(open_loop: Any, seeds: list[str]) -> dict[str, Any]:
     return {
         "trials": len(perturbed),
         "detection_rate": {m: _ms(per_seed[f"detected_{m}"].to_numpy()) for m in DETECTORS},
-        "false_alarm_rate": {m: (float(control[f"detected_{m}"].mean()) if len(control)
-                                 else None) for m in DETECTORS},
+        # Counted over every control trial (control_seeds per seed): "alarms of trials".
+        "false_alarm_rate": {m: ({"rate": float(control[f"detected_{m}"].mean()),
+                                  "alarms": int(control[f"detected_{m}"].sum()),
+                                  "trials": len(control)} if len(control) else None)
+                             for m in DETECTORS},
         "excursion_fraction": {
             m: {"perturbed": (float(perturbed[f"excursion_frac_{m}"].mean()) if len(perturbed)
                               else None),
@@ -526,15 +617,16 @@ def _detection(open_loop: Any, seeds: list[str]) -> dict[str, Any]:
 
 
 def _closed_loop(ok: Any) -> list[dict[str, Any]]:
-    """Per perturbation and Auto modulation, against the same open-loop trials."""
+    """Per protocol, Auto modulation and perturbation, against the same open-loop trials."""
     out = []
-    autos = [a for a in dict.fromkeys(ok["auto"]) if a]
-    open_loop = ok[ok["auto"] == ""].set_index(["policy", "perturbation"])
-    for auto in autos:
-        for pert, part in ok[ok["auto"] == auto].groupby("perturbation", sort=False):
-            ref = open_loop.loc[[(p, pert) for p in part["policy"]]]
+    key = ["actions", "policy", "perturbation", "env_seed"]
+    open_loop = ok[ok["auto"] == ""].set_index(key)
+    for (actions, auto), closed in ok[ok["auto"] != ""].groupby(["actions", "auto"],
+                                                                 sort=False):
+        for pert, part in closed.groupby("perturbation", sort=False):
+            ref = open_loop.loc[list(part[key].itertuples(index=False, name=None))]
             out.append({
-                "auto": auto, "perturbation": pert, "trials": len(part),
+                "actions": actions, "auto": auto, "perturbation": pert, "trials": len(part),
                 "return_post_open": float(ref["return_post"].mean()),
                 "return_post_auto": float(part["return_post"].mean()),
                 "P_post_open": float(ref["post_P"].mean()),
@@ -614,6 +706,20 @@ def _f(v: Any, digits: int = 3) -> str:
     return f"{v:.{digits}g}" if isinstance(v, float) else str(v)
 
 
+#: What each protocol is, for the tables' header.
+_ACTIONS_TEXT = {
+    "deterministic": "the policy's mean action, as the authors' released evaluation acts: "
+                     "model.predict(obs, deterministic=True)",
+    "stochastic": "actions sampled from the policy's distribution, the paper's wording: "
+                  "'stochastic policies ensure choice'",
+}
+
+
+def _false_alarms(fa: dict[str, Any] | None) -> str:
+    """'k of n (r %)' for a false-alarm count over control trials."""
+    return "—" if not fa else f"{fa['alarms']} of {fa['trials']} ({fa['rate']:.0%})"
+
+
 def _pm(ms: dict[str, Any], digits: int = 3) -> str:
     if ms.get("mean") is None:
         return "—"
@@ -626,13 +732,17 @@ def format_tables(summary: dict[str, Any]) -> str:
     cfg = summary["config"]
     paper = summary["paper"]
     n_seeds, n_inc = len(summary["seeds"]), len(summary["included_seeds"])
+    fa_trials = next((v["trials"] for v in summary["all_seeds"]["false_alarm_rate"].values()
+                      if v), 0)
     lines = [
         "# HalfCheetah: reproduction of the paper's §5.1 (Tables 3 and 4)",
         "",
+        f"**Actions: {summary['actions']}** ({_ACTIONS_TEXT[summary['actions']]}). "
         f"{n_seeds} policies (seeds), {summary['all_seeds']['trials']} perturbation trials "
-        f"({summary['trials']} on the {n_inc} included seeds); {cfg['episodes']} episodes per "
-        f"trial, perturbation on from "
-        f"episode {cfg['onset']}; windows W = 300, stride 50, 3 bins, 3σ. Wall time "
+        f"({summary['trials']} on the {n_inc} included seeds) and {fa_trials} control trials "
+        f"({cfg['control_seeds']} per seed, each its own environment seed); "
+        f"{cfg['episodes']} episodes per trial, perturbation on from "
+        f"episode {cfg['onset']}; windows W = 300, stride 50, 3 bins, {cfg['k']:g}σ. Wall time "
         f"{summary['wall_seconds']:.0f} s.",
         "",
         "## Table 3 — Bi-predictability across physical and agentic systems",
@@ -652,8 +762,8 @@ def format_tables(summary: dict[str, Any]) -> str:
         f"{cfg['max_baseline_cv']:g}, fixed before the first full run"
         + ("; excluded: " + ", ".join(f"{e['policy']} (CV {e['return_pre_cv']:.2f})"
                                       for e in summary["exclusions"]) if summary["exclusions"]
-           else "") + "). The control trial has no perturbation: its 'detections' are the "
-        "false alarms of the 3σ rule.",
+           else "") + "). Control trials have no perturbation: their 'detections' are the "
+        "false alarms of the 3σ rule, counted over every control trial.",
         "",
         "| Detector | Paper | This run, included seeds | This run, all seeds | False alarms "
         "(control), all seeds | Post-onset windows in excursion, perturbed / control | "
@@ -673,11 +783,10 @@ def format_tables(summary: dict[str, Any]) -> str:
     for m in DETECTORS:
         pr = paper["detection_rate"].get(m)
         pr_text = f"{pr['mean']:.1%} ± {pr['std']:.1%}" if pr else "—"
-        fa = every["false_alarm_rate"][m]
         d = every["cohens_d"].get(m)
         lines.append(f"| {_LABEL[m]} | {pr_text} | {rate(summary['detection_rate'][m])} | "
                      f"{rate(every['detection_rate'][m])} | "
-                     f"{'—' if fa is None else f'{fa:.0%}'} | {frac(every, m)} | "
+                     f"{_false_alarms(every['false_alarm_rate'][m])} | {frac(every, m)} | "
                      f"{'—' if not d else _pm(d, 2)} |")
     lines += ["", f"Paired t-test, IDT against reward detection over seeds: paper t = "
               f"{paper['t_test']['t']}, p {paper['t_test']['p']} (n = {paper['t_test']['n']})"]
@@ -685,6 +794,28 @@ def format_tables(summary: dict[str, Any]) -> str:
         t = block["t_test_IDT_vs_reward"]
         lines[-1] += f"; {label} t = {_f(t['t'])}, p = {_f(t['p'])} (n = {t['n']})"
     lines[-1] += "."
+    protocols = summary.get("protocols", {})
+    if len(protocols) > 1:
+        names = list(protocols)
+        lines += ["", "## Both protocols side by side (all seeds, open loop)", "",
+                  "Deterministic: the authors' released evaluation "
+                  "(`model.predict(obs, deterministic=True)`); stochastic: actions sampled from "
+                  "the policy (the paper's wording, 'stochastic policies ensure choice'). "
+                  "Same policies, perturbations, seeds and analysis.", "",
+                  "| Detector | " + " | ".join(
+                      f"{a}: detection | {a}: false alarms | {a}: windows in excursion, "
+                      f"perturbed / control | {a}: median latency" for a in names) + " |",
+                  "|---|" + "---|---|---|---|" * len(names)]
+        for m in DETECTORS:
+            cells = []
+            for a in names:
+                b = protocols[a]["all_seeds"]
+                cells += [rate(b["detection_rate"][m]), _false_alarms(b["false_alarm_rate"][m]),
+                          frac(b, m), _f(b["median_latency"][m]["median"])]
+            lines.append(f"| {_LABEL[m]} | " + " | ".join(cells) + " |")
+        lines.append("| Baseline P / ΔH | " + " | ".join(
+            f"{_pm(protocols[a]['baseline_P'])} / {_pm(protocols[a]['baseline_dH'])} | | |"
+            for a in names) + " |")
     lines += [
         "",
         "## Table 4 — Detection latency (median windows after perturbation onset)",
@@ -709,12 +840,14 @@ def format_tables(summary: dict[str, Any]) -> str:
                      f"{d['P']:.2f} | {d['dH']:.2f} | {d['reward']:.2f} |")
     if summary["closed_loop"]:
         lines += ["", "## Closing the loop (Auto modulation from the IDT alarm)", "",
-                  "| Auto | Perturbation | Return after onset, open → auto | P after onset, "
-                  "open → auto | Engaged (trials) | Engage latency (windows) | Time engaged | "
-                  "False engagements before onset |", "|---|---|---|---|---|---|---|---|"]
+                  "| Actions | Auto | Perturbation | Return after onset, open → auto | P after "
+                  "onset, open → auto | Engaged (trials) | Engage latency (windows) | Time "
+                  "engaged | False engagements before onset |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for c in summary["closed_loop"]:
             lines.append(
-                f"| {c['auto']} | {c['perturbation']} | {c['return_post_open']:.0f} → "
+                f"| {c.get('actions', summary['actions'])} | {c['auto']} | {c['perturbation']} "
+                f"| {c['return_post_open']:.0f} → "
                 f"{c['return_post_auto']:.0f} | {c['P_post_open']:.3f} → "
                 f"{c['P_post_auto']:.3f} | {c['engaged_trials']} of {c['trials']} | "
                 f"{_f(c['engage_latency_median'])} | {c['engaged_fraction_post']:.0%} | "
@@ -723,49 +856,58 @@ def format_tables(summary: dict[str, Any]) -> str:
 
 
 def plot_summary(summary: dict[str, Any], path: Path) -> None:
-    """Detection rate (± std over seeds) and median latency per detector, the paper's marked."""
+    """Detection rate (± std over seeds), false alarms and median latency per detector.
+
+    One bar per protocol (deterministic, stochastic) when several were run; the paper's
+    values are marked.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
-    every = summary["all_seeds"]
+    protocols = summary.get("protocols") or {summary["actions"]: summary}
+    names = list(protocols)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
     x = np.arange(len(DETECTORS))
-    rate = every["detection_rate"]
-    means = [rate[m]["mean"] or 0.0 for m in DETECTORS]
-    stds = [rate[m]["std"] or 0.0 for m in DETECTORS]
-    colours = ["tab:blue" if m != "reward" else "tab:red" for m in DETECTORS]
-    ax1.bar(x, means, yerr=stds, color=colours, alpha=0.8, capsize=3,
-            label=f"this run, all {len(summary['seeds'])} seeds")
-    inc = summary["detection_rate"]
-    if summary["included_seeds"] and len(summary["included_seeds"]) < len(summary["seeds"]):
-        ax1.scatter(x - 0.25, [inc[m]["mean"] for m in DETECTORS], marker="o",
-                    facecolors="none", edgecolors="black",
-                    label=f"{len(summary['included_seeds'])} included seeds")
-    fa = [every["false_alarm_rate"][m] for m in DETECTORS]
-    if any(v is not None for v in fa):
-        ax1.scatter(x - 0.3, [np.nan if v is None else v for v in fa], marker="x", s=50,
-                    color="black", label="false alarms (control trial)", zorder=3)
+    width = 0.7 / len(names)
+    for j, name in enumerate(names):
+        every = protocols[name]["all_seeds"]
+        off = (j - (len(names) - 1) / 2) * width
+        colours = ["tab:blue" if m != "reward" else "tab:red" for m in DETECTORS]
+        style = {"alpha": 0.85 if j == 0 else 0.4, "hatch": None if j == 0 else "//",
+                 "edgecolor": "black" if j else None}
+        rate = every["detection_rate"]
+        ax1.bar(x + off, [rate[m]["mean"] or 0.0 for m in DETECTORS], width,
+                yerr=[rate[m]["std"] or 0.0 for m in DETECTORS], color=colours, capsize=2,
+                label=f"{name}: detection, {len(protocols[name]['seeds'])} seeds", **style)
+        fa = [every["false_alarm_rate"][m] for m in DETECTORS]
+        if any(fa):
+            n_fa = next(v["trials"] for v in fa if v)
+            ax1.scatter(x + off, [np.nan if v is None else v["rate"] for v in fa],
+                        marker="x" if j == 0 else "+", s=60, color="black", zorder=3,
+                        label=f"{name}: false alarms ({n_fa} controls)")
+        lat = [every["median_latency"][m]["median"] for m in DETECTORS]
+        ax2.bar(x + off, [np.nan if v is None else v for v in lat], width, color=colours,
+                label=name, **style)
+    paper = summary["paper"]
     for j, m in enumerate(DETECTORS):
-        p = summary["paper"]["detection_rate"].get(m)
+        p = paper["detection_rate"].get(m)
         if p:
-            ax1.errorbar(j + 0.25, p["mean"], yerr=p["std"], fmt="D", color="grey",
+            ax1.errorbar(j + 0.42, p["mean"], yerr=p["std"], fmt="D", color="grey",
                          capsize=3, label="paper" if m == "IDT" else None)
     ax1.set_xticks(x, [_LABEL[m] for m in DETECTORS])
-    ax1.set_ylim(0, 1.25)
+    ax1.set_ylim(0, 1.35)
     ax1.set_ylabel("detection rate (mean over seeds)")
-    ax1.legend(fontsize=8, loc="upper right")
-    lat = [every["median_latency"][m]["median"] for m in DETECTORS]
-    ax2.bar(x, [np.nan if v is None else v for v in lat], color=colours, alpha=0.8,
-            label="this run")
-    ax2.scatter(x + 0.25, [summary["paper"]["median_latency"][m] for m in DETECTORS],
-                marker="D", color="grey", label="paper (Table 4)")
+    ax1.legend(fontsize=7, loc="upper right", ncol=2)
+    ax2.scatter(x + 0.42, [paper["median_latency"][m] for m in DETECTORS], marker="D",
+                color="grey", label="paper (Table 4)", zorder=3)
     ax2.set_xticks(x, [_LABEL[m] for m in DETECTORS])
     ax2.set_ylabel("median latency (windows after onset)")
     ax2.legend(fontsize=8)
-    fig.suptitle(f"HalfCheetah: {every['trials']} perturbation trials on "
-                 f"{len(summary['seeds'])} seeds (cf. the paper's §5.1)", fontsize=10)
+    fig.suptitle(f"HalfCheetah: {summary['all_seeds']['trials']} perturbation trials per "
+                 f"protocol on {len(summary['seeds'])} seeds (cf. the paper's §5.1); "
+                 f"{' vs '.join(names)} actions", fontsize=10)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -801,8 +943,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="SB3 zips (default: every shipped HalfCheetah policy)")
     parser.add_argument("--perturbations", type=_names, default=(), metavar="NAME,NAME",
                         help="Table 9 perturbations (default: all eight)")
+    parser.add_argument("--actions", type=_names, default=("deterministic",),
+                        metavar="deterministic|stochastic",
+                        help="how the policy acts: deterministic (its mean, as the authors' "
+                             "released evaluation does; the default) or stochastic (sampled); "
+                             "'deterministic,stochastic' runs every trial under both and "
+                             "reports them side by side")
+    parser.add_argument("--control-seeds", type=int, default=5, metavar="N",
+                        help="unperturbed control trials per policy, each its own environment "
+                             "seed (5): the false-alarm rates are counted over them")
     parser.add_argument("--no-control", action="store_true",
-                        help="skip the control trial without a perturbation")
+                        help="no control trial (--control-seeds 0)")
     parser.add_argument("--episodes", type=int, default=50, help="episodes per trial (50)")
     parser.add_argument("--onset", type=int, default=15,
                         help="episode the perturbation starts at (15)")
@@ -828,7 +979,8 @@ def run(args: argparse.Namespace, print_fn: Callable[[str], None] = print) -> in
     """Run ``idt-desk reproduce cheetah`` from parsed arguments; print the tables."""
     config = CheetahConfig(
         policies=args.policies, perturbations=args.perturbations,
-        control=not args.no_control, episodes=args.episodes, onset=args.onset,
+        control_seeds=0 if args.no_control else args.control_seeds, actions=args.actions,
+        episodes=args.episodes, onset=args.onset,
         env_id=args.env_id, seed=args.seed, auto=tuple(args.auto),
         max_baseline_cv=args.max_baseline_cv, k=args.k, workers=args.workers,
         scheduler=args.scheduler, out=args.out,
