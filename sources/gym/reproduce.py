@@ -880,13 +880,14 @@ def plot_summary(summary: dict[str, Any], path: Path) -> None:
         rate = every["detection_rate"]
         ax1.bar(x + off, [rate[m]["mean"] or 0.0 for m in DETECTORS], width,
                 yerr=[rate[m]["std"] or 0.0 for m in DETECTORS], color=colours, capsize=2,
+                error_kw={"ecolor": "0.55", "lw": 0.8},
                 label=f"{name}: detection, {len(protocols[name]['seeds'])} seeds", **style)
         fa = [every["false_alarm_rate"][m] for m in DETECTORS]
         if any(fa):
             n_fa = next(v["trials"] for v in fa if v)
             ax1.scatter(x + off, [np.nan if v is None else v["rate"] for v in fa],
-                        marker="x" if j == 0 else "+", s=60, color="black", zorder=3,
-                        label=f"{name}: false alarms ({n_fa} controls)")
+                        marker="X" if j == 0 else "o", s=70, color="black", edgecolors="white",
+                        zorder=3, label=f"{name}: false alarms ({n_fa} controls)")
         lat = [every["median_latency"][m]["median"] for m in DETECTORS]
         ax2.bar(x + off, [np.nan if v is None else v for v in lat], width, color=colours,
                 label=name, **style)
