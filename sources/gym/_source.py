@@ -116,7 +116,7 @@ def _force(name: str, newtons: float) -> Perturbation:
         (Param("force", newtons, "Force", -1000.0, 1000.0, unit="N"),
          Param("body", "torso", "Body", help="MuJoCo body the force acts on"),
          Param("direction", "x", "Direction", choices=("x", "y", "z")),
-         Param("interval", 0, "Pulse every", 0, 100_000, unit="steps",
+         Param("interval", 0, "Pulse every (0: constant)", 0, 100_000, unit="steps",
                help="0: constant (the paper's Table 9); N: pulsed, on for the first "
                     "'duration' of every N steps of an episode (the authors' released "
                     "wrapper: 100)"),
