@@ -1,0 +1,450 @@
+"""Change detectors calibrated to a false-alarm budget in loop time.
+
+The paper's rule (§10.4) flags a window more than 3σ from its baseline mean. Windows overlap
+(stride 50-75 of W 300: neighbours share 75-83 % of their transitions), so over thousands of
+windows something crosses 3σ by chance, and a union of four such tests more often still. The
+detectors here turn one user-facing number, a **false-alarm budget** ("at most 1 false alarm
+per hour of loop time"), into thresholds:
+
+- ``paper``: ``|z| > k`` with the paper's fixed k (3): kept for the paper's tables, not
+  calibrated;
+- ``persistence``: the last ``m`` windows all beyond ``k`` σ (either side), k calibrated;
+- ``cusum``: a two-sided CUSUM of the standardised component, ``S+ = max(0, S+ + z − d)``,
+  ``S− = max(0, S− − z − d)``, alarm while ``max(S+, S−) > h``, h calibrated (reference value
+  d in σ, 0.5 by default: tuned to shifts of about 1σ, as in SPC practice).
+
+Every detector is a statistic ``s_t`` and a threshold; the alarm is on while ``s_t`` is above
+it, and **a false alarm is an alarm episode** (an up-crossing) on an unperturbed stream, so a
+long excursion counts once.
+
+Calibration (:func:`calibrate`), per component, from the baseline windows:
+
+1. standardise with the baseline mean and σ (ddof 1);
+2. take the baseline's autocorrelation up to its initial positive sequence (lags up to
+   ``max_lag``) as the null's, a stationary Gaussian process simulated by circulant embedding:
+   the autocorrelation overlapping windows create, and its long-run variance (a low-order AR
+   fit misses it: measured, it let a CUSUM raise 1.3-1.7 times its budget), is what the null
+   must have;
+3. account for the baseline being finite: its effective size is n_eff = n / τ with
+   τ = 1 + 2 Σ ρ_k summed over the initial positive autocorrelations (Bartlett, truncated as
+   Geyer's initial sequence), and at least the windows' overlap W / stride (each transition
+   of a white stream sits in that many windows); the null is simulated as if the true mean
+   were two standard errors away (δ = 2/√n_eff, in σ) and the true σ at the one-sided 97.7 %
+   bound of its estimate (γ = √(df / χ²_df(0.023)), df = n_eff − 1): the budget is meant to
+   hold for a baseline two standard errors worse than the one measured, not only for the
+   estimate (a CUSUM accumulates a wrong mean window after window, so this matters most to
+   it);
+4. simulate a long null path, compute the statistic, and take the threshold whose up-crossing
+   rate is one per ``arl`` windows (the budget in windows, multiplied by the number of
+   components: the union of c components with a c-times-smaller rate each keeps the budget).
+
+Assumptions, stated: the in-control metric is a stationary Gaussian process whose
+autocorrelation the baseline shows (heavy tails or slow drifts the baseline does not contain
+are not covered); the paper rule is not calibrated. A baseline whose finite size inflates a
+threshold by more than 25 % over what a perfectly known baseline would need is reported as
+too short, with the length that would do.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+__all__ = [
+    "DETECTOR_KINDS",
+    "Budget",
+    "Calibration",
+    "DetectorSpec",
+    "alarm_episodes",
+    "calibrate",
+    "detector_statistic",
+    "parse_budget",
+]
+
+#: The detectors, by name.
+DETECTOR_KINDS = ("paper", "persistence", "cusum")
+#: Threshold inflation beyond which a baseline is reported as too short for its budget.
+TOO_SHORT_INFLATION = 1.25
+
+_UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "seconds": 1.0, "min": 60.0, "minute": 60.0,
+          "minutes": 60.0, "h": 3600.0, "hour": 3600.0, "hours": 3600.0, "d": 86400.0,
+          "day": 86400.0, "days": 86400.0}
+_COUNTS = {"window": "windows", "windows": "windows", "turn": "turns", "turns": "turns",
+           "episode": "episodes", "episodes": "episodes"}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """At most ``alarms`` false alarms per ``per`` units of loop time.
+
+    ``unit`` is ``"s"`` (seconds of loop time; minutes, hours and days are converted),
+    ``"windows"``, ``"turns"`` (a dialogue) or ``"episodes"`` (an RL source).
+    """
+
+    alarms: float = 1.0
+    per: float = 3600.0
+    unit: str = "s"
+
+    def __post_init__(self) -> None:
+        if not (self.alarms > 0 and math.isfinite(self.alarms)):
+            raise ValueError(f"a false-alarm budget needs a positive count, got {self.alarms}")
+        if not (self.per > 0 and math.isfinite(self.per)):
+            raise ValueError(f"a false-alarm budget needs a positive span, got {self.per}")
+        if self.unit not in ("s", "windows", "turns", "episodes"):
+            raise ValueError(f"unknown budget unit {self.unit!r}")
+
+    def windows_per_alarm(self, windows_per_unit: float) -> float:
+        """The budget in windows: how many windows one false alarm may take at most."""
+        if not windows_per_unit > 0:
+            raise ValueError(f"windows per {self.unit} must be > 0, got {windows_per_unit}")
+        return self.per * windows_per_unit / self.alarms
+
+    def __str__(self) -> str:
+        n = f"{self.alarms:g} false alarm{'s' if self.alarms != 1 else ''}"
+        if self.unit != "s":
+            return f"≤ {n} / {self.per:g} {self.unit}"
+        for unit, size in (("day", 86400.0), ("hour", 3600.0), ("min", 60.0)):
+            if self.per >= size and self.per % size == 0:
+                k = self.per / size
+                return f"≤ {n} / {'' if k == 1 else f'{k:g} '}{unit}{'s' if k > 1 else ''}"
+        return f"≤ {n} / {self.per:g} s"
+
+
+def parse_budget(text: str) -> Budget:
+    """``"1/h"``, ``"2/30min"``, ``"1/100 turns"``, ``"1/1000 windows"``, ``"1 per hour"``.
+
+    Raises
+    ------
+    ValueError
+        Anything else, with the accepted forms.
+
+    """
+    number = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+    m = re.fullmatch(rf"\s*({number})\s*(?:/|per)\s*({number})?\s*([A-Za-z]+)\s*",
+                     str(text))
+    try:
+        if m is None:
+            raise ValueError
+        alarms = float(m.group(1))
+        span = float(m.group(2)) if m.group(2) else 1.0
+        word = m.group(3).lower()
+        if word in _UNITS:
+            return Budget(alarms, span * _UNITS[word], "s")
+        if word in _COUNTS:
+            return Budget(alarms, span, _COUNTS[word])
+        raise ValueError
+    except ValueError:
+        raise ValueError(
+            f"false-alarm budget {text!r}: write COUNT/[SPAN]UNIT, e.g. 1/h, 2/30min, "
+            "1/100turns, 1/10episodes, 1/1000windows") from None
+
+
+@dataclass(frozen=True)
+class DetectorSpec:
+    """Which detector and its fixed parameters (the threshold comes from the budget).
+
+    Parameters
+    ----------
+    kind
+        ``paper``, ``persistence`` or ``cusum``.
+    k
+        The paper rule's threshold in σ (3). The other detectors calibrate their own.
+    m
+        Persistence: consecutive windows beyond the threshold (5).
+    drift
+        CUSUM: the reference value d in σ (0.5).
+
+    """
+
+    kind: str = "cusum"
+    k: float = 3.0
+    m: int = 5
+    drift: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.kind not in DETECTOR_KINDS:
+            raise ValueError(f"unknown detector {self.kind!r}; known: "
+                             f"{', '.join(DETECTOR_KINDS)}")
+        if not self.k > 0:
+            raise ValueError(f"k must be > 0, got {self.k}")
+        if int(self.m) != self.m or self.m < 1:
+            raise ValueError(f"m must be a whole number >= 1, got {self.m}")
+        if not self.drift >= 0:
+            raise ValueError(f"drift must be >= 0, got {self.drift}")
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the budget sets the threshold (every detector but the paper's rule)."""
+        return self.kind != "paper"
+
+    def describe(self) -> str:
+        """One line for a panel or a report: "CUSUM (d = 0.5σ)", "paper rule (3σ)"."""
+        if self.kind == "paper":
+            return f"paper rule (|z| > {self.k:g}σ, first crossing)"
+        if self.kind == "persistence":
+            return f"persistence ({self.m} windows in a row)"
+        return f"CUSUM (d = {self.drift:g}σ)"
+
+
+@njit(cache=True, nogil=True)
+def _statistic(z: np.ndarray, kind: int, m: int, drift: float, state: np.ndarray
+               ) -> np.ndarray:
+    """The detector statistic of each window of a standardised series; ``state`` carries on.
+
+    kind 0: |z|; 1: the smallest |z| of the last m windows (state: those |z|, oldest first);
+    2: max(S+, S−) of the two-sided CUSUM (state: S+, S−). NaN z counts as 0 (no evidence).
+    """
+    n = z.shape[0]
+    s = np.empty(n)
+    for t in range(n):
+        x = z[t]
+        if not np.isfinite(x):
+            x = 0.0
+        if kind == 0:
+            s[t] = abs(x)
+        elif kind == 1:
+            for j in range(m - 1):
+                state[j] = state[j + 1]
+            state[m - 1] = abs(x)
+            lo = state[0]
+            for j in range(1, m):
+                lo = min(lo, state[j])
+            s[t] = lo
+        else:
+            state[0] = max(0.0, state[0] + x - drift)
+            state[1] = max(0.0, state[1] - x - drift)
+            s[t] = max(state[0], state[1])
+    return s
+
+
+_KIND = {"paper": 0, "persistence": 1, "cusum": 2}
+
+
+def _initial_state(spec: DetectorSpec) -> np.ndarray:
+    # Persistence starts with no history (0: not beyond), CUSUM at rest.
+    return np.zeros(int(spec.m) if spec.kind == "persistence" else 2)
+
+
+def detector_statistic(spec: DetectorSpec, z: np.ndarray,
+                       state: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The statistic of a standardised series, and the state to continue from.
+
+    ``state`` None starts afresh; pass the returned state to continue a stream in batches.
+    """
+    z = np.ascontiguousarray(z, dtype=np.float64)
+    state = _initial_state(spec) if state is None else np.array(state, dtype=np.float64)
+    s = _statistic(z, np.int64(_KIND[spec.kind]), np.int64(spec.m), float(spec.drift), state)
+    return s, state
+
+
+def alarm_episodes(statistic: np.ndarray, threshold: float, above: bool = False) -> int:
+    """Alarm episodes: up-crossings of ``threshold`` (``above``: the alarm was already on)."""
+    on = np.asarray(statistic) > threshold
+    if not on.size:
+        return 0
+    return int(on[0] and not above) + int(np.count_nonzero(on[1:] & ~on[:-1]))
+
+
+# -- calibration ------------------------------------------------------------------------------
+
+
+def _acf(z: np.ndarray, max_lag: int) -> np.ndarray:
+    """Biased sample autocorrelation (keeps the Toeplitz matrix positive definite)."""
+    n = z.size
+    x = z - z.mean()
+    c0 = float(x @ x) / n
+    if c0 <= 0:
+        return np.zeros(max_lag + 1)
+    return np.array([1.0] + [float(x[:-k] @ x[k:]) / n / c0 for k in range(1, max_lag + 1)])
+
+
+def _simulate_acf(rho: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """A stationary Gaussian path (unit variance) with autocorrelation ``rho`` (then 0).
+
+    Circulant embedding: the spectrum of the circulant whose first row is the (symmetric)
+    autocorrelation, negative parts clipped, coloured white noise by FFT. Unlike a low-order
+    AR fit it keeps the long-run variance Σρ that overlapping windows create and a CUSUM
+    adds up.
+    """
+    size = 1 << math.ceil(math.log2(max(n, 2 * rho.size)))
+    row = np.zeros(size)
+    row[: rho.size] = rho
+    row[size - rho.size + 1:] = rho[:0:-1]
+    spectrum = np.clip(np.fft.rfft(row).real, 0.0, None)
+    rng = np.random.default_rng(seed)
+    noise = rng.standard_normal(size // 2 + 1) + 1j * rng.standard_normal(size // 2 + 1)
+    path = np.fft.irfft(noise * np.sqrt(spectrum * size / 2.0), size)
+    return path[:n] / max(float(np.std(path)), 1e-12)
+
+
+def _crossing_threshold(s: np.ndarray, count: float) -> float:
+    """The threshold above which ``s`` up-crosses at most ``count`` times.
+
+    Up-crossings rise and then fall as the threshold rises (a threshold below everything is
+    one long episode); the search is on the falling side, from the busiest quantile up.
+    """
+    grid = np.quantile(s, np.linspace(0.02, 0.98, 25))
+    lo = float(grid[int(np.argmax([alarm_episodes(s, g) for g in grid]))])
+    hi = float(np.max(s)) + 1e-9
+    if alarm_episodes(s, lo) <= count:
+        return lo
+    for _ in range(45):
+        mid = 0.5 * (lo + hi)
+        if alarm_episodes(s, mid) > count:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def _pessimism(n_eff: float) -> tuple[float, float]:
+    """(δ, γ): a mean two standard errors off, σ at its one-sided 97.7 % upper bound."""
+    from scipy.stats import chi2
+
+    df = max(n_eff - 1.0, 1.0)
+    return 2.0 / math.sqrt(n_eff), math.sqrt(df / chi2.ppf(0.0228, df))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A detector fitted to a baseline and a budget: what the monitor needs to flag windows.
+
+    ``threshold`` is per component, in the statistic's units (σ for paper and persistence,
+    CUSUM units for cusum); ``inflation`` the factor the baseline's finite size added to it;
+    ``too_short`` whether that factor exceeds 1.25, and ``needed_windows`` the baseline length
+    that would bring it to 1.25 (None when it already does or cannot be said).
+    """
+
+    spec: DetectorSpec
+    components: tuple[str, ...]
+    mean: dict[str, float]
+    std: dict[str, float]
+    threshold: dict[str, float]
+    n_windows: int
+    n_eff: dict[str, float] = field(default_factory=dict)
+    inflation: dict[str, float] = field(default_factory=dict)
+    arl_windows: float | None = None
+    needed_windows: int | None = None
+
+    @property
+    def too_short(self) -> bool:
+        """The baseline is too short for the budget to mean what it says."""
+        return any(v > TOO_SHORT_INFLATION for v in self.inflation.values())
+
+    def standardise(self, component: str, x: np.ndarray) -> np.ndarray:
+        """(x − mean) / σ of a component (σ 0: 0 where x equals the mean, ±inf elsewhere)."""
+        x = np.asarray(x, dtype=np.float64)
+        sd = self.std[component]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if sd > 0:
+                return (x - self.mean[component]) / sd
+            d = x - self.mean[component]
+            return np.where(d == 0, 0.0, np.sign(d) * np.inf)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (recorded with the session, so replay flags the same windows)."""
+        return {"detector": self.spec.kind, "k": self.spec.k, "m": self.spec.m,
+                "drift": self.spec.drift, "components": list(self.components),
+                "mean": self.mean, "std": self.std, "threshold": self.threshold,
+                "n_windows": self.n_windows, "n_eff": self.n_eff, "inflation": self.inflation,
+                "arl_windows": self.arl_windows, "needed_windows": self.needed_windows,
+                "too_short": self.too_short}
+
+
+def calibrate(
+    spec: DetectorSpec,
+    baseline: dict[str, np.ndarray],
+    arl_windows: float | None,
+    *,
+    max_lag: int = 10,
+    overlap: float = 1.0,
+    seed: int = 0,
+    max_samples: int = 4_000_000,
+) -> Calibration:
+    """Fit ``spec`` to baseline windows so the union of components keeps ``arl_windows``.
+
+    Parameters
+    ----------
+    spec
+        The detector.
+    baseline
+        Component name -> its baseline windows (NaN left out).
+    arl_windows
+        Windows per false alarm allowed for the union of the components (the budget in
+        windows); each component gets ``len(baseline)`` times that. Ignored by the paper rule.
+    max_lag
+        The highest lag of the autocorrelation kept (and summed for n_eff); at most a fifth
+        of the baseline's length is used.
+    overlap
+        W / stride of the windows: the least τ (windows per independent one) assumed.
+    seed
+        Seed of the simulated null paths (calibration is deterministic).
+    max_samples
+        Longest null path simulated per component; a budget asking for more up-crossing
+        precision than that gives is estimated from it all the same (at least 20 crossings
+        are kept in view by lengthening the path up to this cap).
+
+    Raises
+    ------
+    ValueError
+        Fewer than 3 finite baseline windows in a component, or no budget for a calibrated
+        detector.
+
+    """
+    comps = tuple(baseline)
+    mean, std, threshold, n_eff, inflation = {}, {}, {}, {}, {}
+    n_windows = 0
+    if spec.calibrated and not (arl_windows and arl_windows > 0):
+        raise ValueError(f"{spec.kind} needs a false-alarm budget (windows per alarm)")
+    arl_c = None if arl_windows is None else float(arl_windows) * len(comps)
+    needed = 0
+    for j, c in enumerate(comps):
+        x = np.asarray(baseline[c], dtype=np.float64)
+        n_windows = max(n_windows, x.size)
+        x = x[np.isfinite(x)]
+        if x.size < 3:
+            raise ValueError(f"{c}: a baseline needs at least 3 defined windows, got {x.size}")
+        mean[c] = float(x.mean())
+        std[c] = float(x.std(ddof=1))
+        if not spec.calibrated:
+            threshold[c] = float(spec.k)
+            continue
+        z = (x - mean[c]) / std[c] if std[c] > 0 else np.zeros_like(x)
+        p = int(min(max_lag, max(1, x.size // 5)))
+        rho = _acf(z, p)
+        cut = np.flatnonzero(rho[1:] <= 0)
+        rho = rho[: 1 + (cut[0] if cut.size else p)]  # the initial positive sequence
+        tau = max(1.0 + 2.0 * float(rho[1:].sum()), float(overlap), 1.0)
+        n_eff[c] = float(min(max(x.size / tau, 2.0), x.size))
+        length = int(min(max_samples, max(200_000, 20.0 * arl_c)))
+        path = _simulate_acf(rho, length, seed + 7919 * j)
+        known = _crossing_threshold(detector_statistic(spec, path)[0], length / arl_c)
+        delta, gamma = _pessimism(n_eff[c])
+        s = detector_statistic(spec, (path + delta) * gamma)[0]
+        threshold[c] = _crossing_threshold(s, length / arl_c)
+        inflation[c] = threshold[c] / known if known > 0 else 1.0
+        if inflation[c] > TOO_SHORT_INFLATION:
+            needed = max(needed, _needed_windows(spec, path, length / arl_c, known,
+                                                 x.size / n_eff[c]))
+    return Calibration(spec, comps, mean, std, threshold, n_windows, n_eff, inflation,
+                       None if arl_c is None else float(arl_windows), needed or None)
+
+
+def _needed_windows(spec: DetectorSpec, path: np.ndarray, count: float, known: float,
+                    windows_per_eff: float) -> int:
+    """Baseline windows at which the finite-baseline inflation falls to the limit."""
+    sub = path[: min(path.size, 400_000)]
+    count_sub = count * sub.size / path.size
+    base = _crossing_threshold(detector_statistic(spec, sub)[0], count_sub) or known
+    for n_eff in (10, 15, 20, 30, 45, 70, 100, 150, 220, 330, 500, 750, 1000, 2000, 5000):
+        delta, gamma = _pessimism(float(n_eff))
+        thr = _crossing_threshold(detector_statistic(spec, (sub + delta) * gamma)[0],
+                                  count_sub)
+        if thr <= TOO_SHORT_INFLATION * base:
+            return math.ceil(n_eff * windows_per_eff)
+    return math.ceil(5000 * windows_per_eff)
