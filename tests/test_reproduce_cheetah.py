@@ -79,6 +79,15 @@ def test_tiny_reproduction_writes_every_output(tiny_run):
     assert "0.33 ± 0.02" in table and "| IDT | 42 |" in table and "Rewards" in table
     assert "**Actions: deterministic**" in table and "2 control trials" in table
     assert f"{fa['alarms']} of 2 (" in table
+    # Any threshold can be applied afterwards: the paper rule's records at 3σ give its verdict.
+    for m in DETECTORS:
+        recs = json.loads(a[f"records_paper_{m}"])
+        first = next((j for j, v in recs if v > 3.0), None)
+        assert (first is not None) == bool(a[f"detected_{m}"])
+        if first is not None:
+            assert first == a[f"latency_{m}"]
+    assert summary["matched_false_alarm"]["control_trials"] == 2
+    assert "matched false-alarm rate" in table and (out / "roc.png").stat().st_size > 10_000
     assert (out / "detection.png").stat().st_size > 10_000
 
 
@@ -288,6 +297,29 @@ def test_summary_statistics_match_hand_computed_values():
     assert s["baseline_P"]["mean"] == pytest.approx(np.mean([0.32, 0.3, 0.3, 0.3]))
     assert s["trials"] == 12
     assert s["actions"] == "deterministic" and list(s["protocols"]) == ["deterministic"]
+
+
+def test_detection_at_a_matched_false_alarm_rate_against_hand_counts():
+    from sources.gym.reproduce import _matched
+
+    def row(pert, score, first):
+        recs = json.dumps([[0, score / 2], [first, score]])
+        return {"perturbation": pert, **{f"records_{n}_{m}": recs for n in ("paper",
+                                                                           "persistence")
+                                         for m in DETECTORS}}
+
+    # 20 controls scoring 0.0 .. 1.9: at most 1 (5 %) may exceed θ, so θ = 1.8.
+    rows = [row("none", 0.1 * i, 3) for i in range(20)]
+    # Perturbed: scores 1.0 (missed), 1.85 (from window 7), 3.0 (from window 2).
+    rows += [row("p1", 1.0, 5), row("p2", 1.85, 7), row("p3", 3.0, 2)]
+    got = _matched(pd.DataFrame(rows))
+    assert got["allowed_false_alarms"] == 1
+    b = got["persistence"]["IDT"]
+    assert b["threshold_sigma"] == pytest.approx(1.8)
+    assert b["false_alarms"] == {"alarms": 1, "trials": 20}
+    assert b["detection"] == {"detected": 2, "trials": 3, "rate": pytest.approx(2 / 3)}
+    # Latency: the first record above θ (p3's first record, 1.5, is not: window 2).
+    assert b["median_latency"] == pytest.approx(np.median([7, 2]))
 
 
 def test_paired_t_test_against_scipy_and_edge_cases():

@@ -326,7 +326,94 @@ def analyze_trial(
         x = np.asarray(w[m], dtype=np.float64)[j0:]
         row[f"post_{m}"] = float(np.nanmean(x)) if np.isfinite(x).any() else math.nan
     row["out_of_range_post"] = float(outside[onset:].mean()) if n > onset else math.nan
+    row.update(_records(w, det, metrics))
     return row
+
+
+#: Detectors whose threshold is swept for the ROC and the matched false-alarm table: the
+#: paper's rule (a window beyond θ σ) and persistence (5 windows in a row beyond θ σ).
+SWEPT = {"paper": ("paper", 1), "persistence": ("persistence", 5)}
+
+
+def _records(w: dict[str, Any], det: Any, metrics: Sequence[str]) -> dict[str, str]:
+    """Per swept detector and metric, the post-onset records of its statistic (JSON).
+
+    The statistic (|z| for the paper rule, the smallest |z| of the last 5 windows for
+    persistence; z against the trial's baseline; the IDT union is the largest of its four
+    components') is kept as its running-maximum records ``[[window, value], ...]`` after the
+    onset: the trial is detected at threshold θ iff its last record exceeds θ, and the latency
+    is the first record above θ. So any threshold can be applied across trials afterwards.
+    """
+    from idt_desk._detectors import DetectorSpec, detector_statistic
+
+    j0 = det.onset_index
+    out = {}
+    for name, (kind, m) in SWEPT.items():
+        spec = DetectorSpec(kind, m=m)
+        stats = {}
+        for metric in metrics:
+            x = np.asarray(w[metric], dtype=np.float64)
+            mu, sd = det.baseline.mean[metric], det.baseline.std[metric]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                z = (x - mu) / sd if sd > 0 else np.where(x == mu, 0.0, np.inf)
+            stats[metric] = detector_statistic(spec, z)[0][j0:]
+        stats["IDT"] = np.max([stats[c] for c in _COMPONENTS], axis=0)
+        for metric, s in stats.items():
+            peak = np.maximum.accumulate(s) if s.size else s
+            new = np.flatnonzero(peak > np.concatenate([[-np.inf], peak[:-1]]))
+            out[f"records_{name}_{metric}"] = json.dumps(
+                [[int(j), round(float(s[j]), 6) if math.isfinite(s[j]) else 1e300]
+                 for j in new])
+    return out
+
+
+def _scores(rows: Any, name: str, metric: str) -> tuple[np.ndarray, list[list[list[float]]]]:
+    """Each trial's largest post-onset statistic and its records (see :func:`_records`)."""
+    recs = [json.loads(r) for r in rows[f"records_{name}_{metric}"]]
+    return np.array([r[-1][1] if r else -np.inf for r in recs]), recs
+
+
+#: The per-trial false-alarm rate at which detectors are compared.
+MATCHED_RATE = 0.05
+
+
+def _matched(open_loop: Any) -> dict[str, Any] | None:
+    """Detection and latency of every swept detector at ≤ 5 % false alarms on the controls.
+
+    The threshold θ is the lowest that leaves at most ⌊0.05 n⌋ of the n control trials above
+    it (their largest post-onset statistic); a perturbed trial is detected when its statistic
+    exceeds θ after the onset, with latency the first window it does.
+    """
+    if "records_paper_IDT" not in open_loop:
+        return None
+    control = open_loop[open_loop["perturbation"] == CONTROL]
+    perturbed = open_loop[open_loop["perturbation"] != CONTROL]
+    if not len(control) or not len(perturbed):
+        return None
+    allowed = math.floor(MATCHED_RATE * len(control) + 1e-9)
+    out: dict[str, Any] = {"target_rate": MATCHED_RATE, "control_trials": len(control),
+                           "allowed_false_alarms": allowed}
+    for name in SWEPT:
+        block = {}
+        for m in DETECTORS:
+            c_scores, _ = _scores(control, name, m)
+            theta = float(np.sort(c_scores)[::-1][allowed]) if allowed < len(c_scores) \
+                else -math.inf
+            p_scores, p_recs = _scores(perturbed, name, m)
+            lat = [next(j for j, v in r if v > theta) for r, sc in zip(p_recs, p_scores,
+                                                                      strict=True)
+                   if sc > theta]
+            hits = int((p_scores > theta).sum())
+            block[m] = {
+                "threshold_sigma": theta,
+                "false_alarms": {"alarms": int((c_scores > theta).sum()),
+                                 "trials": len(c_scores)},
+                "detection": {"detected": hits, "trials": len(p_scores),
+                              "rate": hits / len(p_scores)},
+                "median_latency": float(np.median(lat)) if lat else None,
+            }
+        out[name] = block
+    return out
 
 
 def _seed(task: TrialGroup, trial: Trial) -> int:
@@ -559,6 +646,7 @@ def _protocol_summary(open_loop: Any, config: CheetahConfig) -> dict[str, Any]:
                        for p, c in excluded.items()],
         **_detection(open_loop, included),
         "all_seeds": _detection(open_loop, seeds),
+        "matched_false_alarm": _matched(open_loop),
     }
 
 
@@ -816,6 +904,29 @@ def format_tables(summary: dict[str, Any]) -> str:
         lines.append("| Baseline P / ΔH | " + " | ".join(
             f"{_pm(protocols[a]['baseline_P'])} / {_pm(protocols[a]['baseline_dH'])} | | |"
             for a in names) + " |")
+    matched = {a: b["matched_false_alarm"] for a, b in (protocols or
+                                                         {summary["actions"]: summary}).items()
+               if b.get("matched_false_alarm")}
+    for a, mt in matched.items():
+        lines += ["", f"## Detection at a matched false-alarm rate ({a} actions, all seeds)",
+                  "",
+                  f"Each detector's threshold θ (in baseline σ) is the lowest that leaves at most "
+                  f"{mt['allowed_false_alarms']} of the {mt['control_trials']} control trials "
+                  f"alarmed after the onset (≤ {mt['target_rate']:.0%}); paper rule: one window "
+                  "beyond θ; persistence: 5 windows in a row beyond θ. The paper's fixed 3σ rule "
+                  "is the table above.", "",
+                  "| Detector | paper rule: θ | false alarms | detection | median latency | "
+                  "persistence: θ | false alarms | detection | median latency |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for m in DETECTORS:
+            cells = []
+            for name in SWEPT:
+                b = mt[name][m]
+                fa, dt = b["false_alarms"], b["detection"]
+                cells += [f"{b['threshold_sigma']:.2f}", f"{fa['alarms']} of {fa['trials']}",
+                          f"{dt['detected']} of {dt['trials']} ({dt['rate']:.0%})",
+                          _f(b["median_latency"])]
+            lines.append(f"| {_LABEL[m]} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "## Table 4 — Detection latency (median windows after perturbation onset)",
@@ -913,14 +1024,65 @@ def plot_summary(summary: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def plot_roc(rows: Any, path: Path) -> bool:
+    """Detection against false alarms as the threshold sweeps, per detector (``roc.png``).
+
+    One panel per swept detector (paper rule, persistence), one curve per metric, solid for
+    deterministic and dashed for stochastic actions; the 5 % line marked. False if the rows
+    hold no records (nothing drawn).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if "records_paper_IDT" not in rows:
+        return False
+    ok = rows[(rows["error"] == "") & (rows["auto"] == "")]
+    fig, axes = plt.subplots(1, len(SWEPT), figsize=(11, 4.6), constrained_layout=True)
+    colours = dict(zip(DETECTORS, ("black", "tab:blue", "tab:purple", "tab:orange",
+                                   "tab:green", "tab:red"), strict=True))
+    for ax, name in zip(axes, SWEPT, strict=True):
+        for a, style in zip(dict.fromkeys(ok["actions"]), ("-", "--"), strict=False):
+            part = ok[ok["actions"] == a]
+            ctl = part[part["perturbation"] == CONTROL]
+            per = part[part["perturbation"] != CONTROL]
+            for m in DETECTORS:
+                c, _ = _scores(ctl, name, m)
+                p, _ = _scores(per, name, m)
+                if not c.size or not p.size:
+                    continue
+                grid = np.unique(np.concatenate([c, p, [np.inf]]))[::-1]
+                ax.plot([(c > g).mean() for g in grid], [(p > g).mean() for g in grid], style,
+                        color=colours[m], lw=1.4 if m == "IDT" else 1.0,
+                        label=f"{_LABEL[m]}, {a}", drawstyle="steps-post")
+        ax.axvline(MATCHED_RATE, color="grey", lw=0.8, ls=":")
+        ax.plot([0, 1], [0, 1], color="0.8", lw=0.8)
+        ax.set_xlabel("false-alarm rate (control trials alarmed)")
+        ax.set_ylabel("detection rate (perturbed trials)")
+        ax.set_title("paper rule: a window beyond θσ" if name == "paper"
+                     else "persistence: 5 windows in a row beyond θσ", fontsize=10)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1.02)
+    axes[-1].legend(fontsize=7, ncol=2, loc="lower right")
+    fig.suptitle("HalfCheetah: ROC over the threshold θ (all seeds; dotted: 5 % false alarms)",
+                 fontsize=10)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def write_outputs(result: CheetahResult, out: Path) -> list[Path]:
-    """``trials.csv``, ``summary.json``, ``table.md`` and ``detection.png`` into ``out``."""
+    """``trials.csv``, ``summary.json``, ``table.md``, ``detection.png`` and ``roc.png``."""
     from idt_desk.experiment import write_report
 
-    return write_report(out, rows=result.trials, rows_name="trials.csv",
-                        summary=result.summary, markdown=format_tables(result.summary),
-                        figure=lambda path: plot_summary(result.summary, path),
-                        figure_name="detection.png")
+    files = write_report(out, rows=result.trials, rows_name="trials.csv",
+                         summary=result.summary, markdown=format_tables(result.summary),
+                         figure=lambda path: plot_summary(result.summary, path),
+                         figure_name="detection.png")
+    if plot_roc(_with_defaults(result.trials, result.config), out / "roc.png"):
+        files.append(out / "roc.png")
+    return files
 
 
 # ---------------------------------------------------------------------------------------------
