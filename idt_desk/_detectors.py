@@ -64,6 +64,7 @@ __all__ = [
     "calibrate",
     "detector_statistic",
     "parse_budget",
+    "standardise",
 ]
 
 #: The detectors, by name.
@@ -242,6 +243,16 @@ def detector_statistic(spec: DetectorSpec, z: np.ndarray,
     return s, state
 
 
+def standardise(x: np.ndarray, mean: float, std: float) -> np.ndarray:
+    """(x − mean) / σ (σ 0: 0 where x equals the mean, ±inf elsewhere)."""
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if std > 0:
+            return (x - mean) / std
+        d = x - mean
+        return np.where(d == 0, 0.0, np.sign(d) * np.inf)
+
+
 def alarm_episodes(statistic: np.ndarray, threshold: float, above: bool = False) -> int:
     """Alarm episodes: up-crossings of ``threshold`` (``above``: the alarm was already on)."""
     on = np.asarray(statistic) > threshold
@@ -337,14 +348,8 @@ class Calibration:
         return any(v > TOO_SHORT_INFLATION for v in self.inflation.values())
 
     def standardise(self, component: str, x: np.ndarray) -> np.ndarray:
-        """(x − mean) / σ of a component (σ 0: 0 where x equals the mean, ±inf elsewhere)."""
-        x = np.asarray(x, dtype=np.float64)
-        sd = self.std[component]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            if sd > 0:
-                return (x - self.mean[component]) / sd
-            d = x - self.mean[component]
-            return np.where(d == 0, 0.0, np.sign(d) * np.inf)
+        """(x − mean) / σ of a component against this baseline (see :func:`standardise`)."""
+        return standardise(x, self.mean[component], self.std[component])
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (recorded with the session, so replay flags the same windows)."""

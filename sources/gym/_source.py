@@ -30,7 +30,7 @@ from idt_desk.presets import PRESETS
 from idt_desk.source import DIM_REDUCTION, HOLD, INPUT_FILTER, Batch, Param, Perturbation, Source
 from sources.gym._policy import FrozenPolicy, PolicyError
 
-__all__ = ["HALFCHEETAH_ACTIONS", "HALFCHEETAH_OBS", "GymSource", "default_policy",
+__all__ = ["ACTIONS", "HALFCHEETAH_ACTIONS", "HALFCHEETAH_OBS", "GymSource", "default_policy",
            "step_together"]
 
 #: HalfCheetah's 17 observations: qpos without rootx, then qvel.
@@ -47,6 +47,9 @@ _CHEETAH_GROUPS = dict(zip(("torso", "back_leg", "front_leg"), PRESETS["cheetah"
 #: Where the shipped policies live (in the repository, beside the packages).
 POLICY_DIR = Path(__file__).resolve().parents[2] / "assets" / "policies"
 _MAX_RETURNS = 500
+#: How a policy acts, by name: its mean (``deterministic``, the authors' released evaluation and
+#: the default) or a sample from its distribution.
+ACTIONS = ("deterministic", "stochastic")
 #: The units of the noise perturbations, as the authors' released evaluation adds them: on the
 #: action in its own units (σ = 0.01 for "1 %" on actions in [-1, 1]), on the observation in
 #: VecNormalize-normalised units, i.e. a fraction of each variable's standard deviation.

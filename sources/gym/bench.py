@@ -89,8 +89,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default="", help="SB3 zip (default: the shipped one)")
     parser.add_argument("--steps", type=int, default=6000, help="steps per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (best kept)")
-    parser.add_argument("--actions", choices=("deterministic", "stochastic"),
-                        default="deterministic", help="how the policy acts (deterministic)")
+    from sources.gym._source import ACTIONS
+
+    parser.add_argument("--actions", choices=ACTIONS, default=ACTIONS[0],
+                        help="how the policy acts (deterministic)")
     parser.set_defaults(func=run)
 
 

@@ -99,8 +99,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="trials stepped together (default 9: control + 8)")
     parser.add_argument("--episodes", type=int, default=2, help="episodes per trial (2)")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--actions", choices=("deterministic", "stochastic"),
-                        default="deterministic", help="how the policy acts (deterministic)")
+    from sources.gym._source import ACTIONS
+
+    parser.add_argument("--actions", choices=ACTIONS, default=ACTIONS[0],
+                        help="how the policy acts (deterministic)")
     parser.set_defaults(func=run)
 
 

@@ -74,6 +74,7 @@ import numpy as np
 
 from idt_desk._io import InputError
 from idt_desk._validate import check_float, check_int, check_out_dir
+from sources.gym._source import ACTIONS
 
 __all__ = [
     "HELP",
@@ -113,8 +114,6 @@ DETECTORS = ("IDT", "P", "dH", "H_f", "H_b", "reward")
 _COMPONENTS = ("P", "H_f", "H_b", "dH")
 #: The control trial: no perturbation.
 CONTROL = "none"
-#: How the policy acts: its mean (the authors' released evaluation) or a sample.
-ACTIONS = ("deterministic", "stochastic")
 _LABEL = {"IDT": "IDT", "P": "P", "dH": "ΔH", "H_f": "H_f", "H_b": "H_b", "reward": "Rewards"}
 
 
@@ -344,7 +343,7 @@ def _records(w: dict[str, Any], det: Any, metrics: Sequence[str]) -> dict[str, s
     onset: the trial is detected at threshold θ iff its last record exceeds θ, and the latency
     is the first record above θ. So any threshold can be applied across trials afterwards.
     """
-    from idt_desk._detectors import DetectorSpec, detector_statistic
+    from idt_desk._detectors import DetectorSpec, detector_statistic, standardise
 
     j0 = det.onset_index
     out = {}
@@ -352,10 +351,7 @@ def _records(w: dict[str, Any], det: Any, metrics: Sequence[str]) -> dict[str, s
         spec = DetectorSpec(kind, m=m)
         stats = {}
         for metric in metrics:
-            x = np.asarray(w[metric], dtype=np.float64)
-            mu, sd = det.baseline.mean[metric], det.baseline.std[metric]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                z = (x - mu) / sd if sd > 0 else np.where(x == mu, 0.0, np.inf)
+            z = standardise(w[metric], det.baseline.mean[metric], det.baseline.std[metric])
             stats[metric] = detector_statistic(spec, z)[0][j0:]
         stats["IDT"] = np.max([stats[c] for c in _COMPONENTS], axis=0)
         for metric, s in stats.items():
