@@ -13,6 +13,14 @@ from typing import Any
 
 import numpy as np
 
+from idt_desk._detectors import (
+    Budget,
+    Calibration,
+    DetectorSpec,
+    calibrate,
+    detector_statistic,
+)
+
 __all__ = [
     "IDT_METRICS",
     "Baseline",
@@ -39,6 +47,11 @@ class Baseline:
     std: dict[str, float]
     n_windows: int
     k: float = 3.0
+    #: Per-metric band half-widths in σ where a calibrated detector set them (persistence);
+    #: None: ``k`` for every metric.
+    thresholds: dict[str, float] | None = None
+    #: The detector in force, in words (the live monitor's); None for the paper's rule.
+    detector: str | None = None
 
     @classmethod
     def fit(
@@ -72,8 +85,13 @@ class Baseline:
 
     def band(self, metric: str) -> tuple[float, float]:
         """(lower, upper) threshold of a metric."""
-        return (self.mean[metric] - self.k * self.std[metric],
-                self.mean[metric] + self.k * self.std[metric])
+        k = self.k_of(metric)
+        return (self.mean[metric] - k * self.std[metric],
+                self.mean[metric] + k * self.std[metric])
+
+    def k_of(self, metric: str) -> float:
+        """The band's half-width in σ for a metric."""
+        return float(self.thresholds.get(metric, self.k)) if self.thresholds else self.k
 
     def excursions(self, windows: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Boolean excursion flags per metric, plus ``"IDT"`` (union of the IDT metrics)."""
@@ -89,7 +107,8 @@ class Baseline:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
-        return {"mean": self.mean, "std": self.std, "n_windows": self.n_windows, "k": self.k}
+        return {"mean": self.mean, "std": self.std, "n_windows": self.n_windows, "k": self.k,
+                **({"thresholds": self.thresholds} if self.thresholds else {})}
 
 
 def first_post_onset_window(starts: np.ndarray, window: int, onset: int) -> int:
@@ -185,27 +204,67 @@ def detect(
 class Monitor:
     """Live detector: the first ``n_baseline`` windows set the baseline, later ones are flagged.
 
+    The baseline windows calibrate a detector (``idt_desk._detectors``) to a false-alarm budget
+    in loop time: the four IDT components share the budget (their union is the IDT alarm);
+    reward, when tracked, is a detector of its own with the same budget. A component's flag is
+    its detector's alarm (for the paper rule a window beyond kσ; for persistence the last m
+    windows; for CUSUM the accumulated statistic), and the flags of a stream do not depend on
+    how it was cut into batches.
+
     Parameters
     ----------
     n_baseline
         Windows gathered before the baseline freezes.
     k
-        Threshold in baseline standard deviations.
+        The paper rule's threshold in baseline standard deviations.
     metrics
         Detectors to track (add ``"reward"`` for a source with reward).
+    spec
+        The detector (default: the paper's rule with ``k``).
+    budget
+        False alarms allowed per span of loop time (``Budget``; calibrated detectors need it).
+    windows_per_unit
+        Windows per unit of the budget (``{"s": 13.3, "turns": 1.0, "episodes": 20.0}``);
+        without ``"s"``, a budget in seconds measures windows per second of loop time from
+        the baseline windows' ``t``.
+    overlap
+        W / stride of the windows (the least correlation time the calibration assumes).
 
     """
 
     def __init__(
-        self, n_baseline: int = 20, k: float = 3.0, metrics: Sequence[str] = IDT_METRICS
+        self,
+        n_baseline: int = 20,
+        k: float = 3.0,
+        metrics: Sequence[str] = IDT_METRICS,
+        *,
+        spec: DetectorSpec | None = None,
+        budget: Budget | None = None,
+        windows_per_unit: Mapping[str, float] | None = None,
+        overlap: float = 1.0,
     ) -> None:
         if n_baseline < 2:
             raise ValueError(f"n_baseline must be >= 2, got {n_baseline}")
         self.n_baseline = int(n_baseline)
-        self.k = float(k)
+        self.spec = DetectorSpec("paper", k=k) if spec is None else spec
+        self.k = float(self.spec.k)
+        if self.spec.calibrated and budget is None:
+            raise ValueError(f"the {self.spec.kind} detector needs a false-alarm budget")
+        self.budget = budget
+        self.windows_per_unit = dict(windows_per_unit or {})
+        if budget is not None and budget.unit not in ("s", "windows") \
+                and budget.unit not in self.windows_per_unit:
+            raise ValueError(f"a budget per {budget.unit} needs a source with "
+                             f"{budget.unit}; give it per hour (1/h) or per windows")
+        self.overlap = float(overlap)
         self.metrics = tuple(metrics)
         self.baseline: Baseline | None = None
-        self._pending: dict[str, list[float]] = {m: [] for m in self.metrics}
+        #: The detector fitted to the baseline: {"IDT": Calibration, "reward": Calibration}.
+        self.calibrations: dict[str, Calibration] = {}
+        #: Windows per false alarm the budget allows (None for the paper rule or before).
+        self.arl_windows: float | None = None
+        self._state: dict[str, np.ndarray | None] = {}
+        self._pending: dict[str, list[float]] = {m: [] for m in (*self.metrics, "t")}
 
     def recalibrate(self, n_baseline: int | None = None) -> None:
         """Drop the baseline and gather a new one from the next windows."""
@@ -214,33 +273,102 @@ class Monitor:
                 raise ValueError(f"n_baseline must be >= 2, got {n_baseline}")
             self.n_baseline = int(n_baseline)
         self.baseline = None
-        self._pending = {m: [] for m in self.metrics}
+        self.calibrations = {}
+        self.arl_windows = None
+        self._state = {}
+        self._pending = {m: [] for m in (*self.metrics, "t")}
 
     @property
     def baseline_progress(self) -> tuple[int, int]:
         """(windows gathered, windows needed) while calibrating."""
-        n = len(next(iter(self._pending.values()))) if self._pending else 0
+        n = len(self._pending[self.metrics[0]]) if self.metrics else 0
         return (self.n_baseline if self.baseline else n, self.n_baseline)
 
+    @property
+    def calibration(self) -> Calibration | None:
+        """The IDT components' calibration (None before the baseline)."""
+        return self.calibrations.get("IDT")
+
+    def describe(self) -> str:
+        """"persistence (5 windows in a row), ≤ 1 false alarm / hour"."""
+        if not self.spec.calibrated:
+            return self.spec.describe()
+        return f"{self.spec.describe()}, {self.budget}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The detector's configuration and calibration (recorded with the baseline)."""
+        return {"detector": self.spec.kind, "k": self.spec.k, "m": self.spec.m,
+                "drift": self.spec.drift,
+                "budget": None if self.budget is None else str(self.budget),
+                "arl_windows": self.arl_windows, "describe": self.describe(),
+                "calibrations": {g: c.to_dict() for g, c in self.calibrations.items()}}
+
+    def _windows_per_unit(self) -> float:
+        unit = self.budget.unit
+        if unit == "windows":
+            return 1.0
+        if unit in self.windows_per_unit:
+            return float(self.windows_per_unit[unit])
+        t = np.asarray(self._pending["t"], dtype=np.float64)
+        t = t[np.isfinite(t)]
+        if t.size < 2 or not t[-1] > t[0]:
+            raise ValueError("a false-alarm budget in seconds needs the windows' loop time")
+        return (t.size - 1) / float(t[-1] - t[0])
+
+    def _fit(self) -> None:
+        data = {m: np.asarray(v, dtype=np.float64) for m, v in self._pending.items()}
+        # Set once, complete: another thread may read ``baseline`` at any moment.
+        fitted = Baseline.fit(data, metrics=self.metrics, k=self.k)
+        if self.spec.calibrated:
+            self.arl_windows = self.budget.windows_per_alarm(self._windows_per_unit())
+        groups = {"IDT": [m for m in self.metrics if m in IDT_METRICS],
+                  "reward": [m for m in self.metrics if m not in IDT_METRICS]}
+        for g, comps in groups.items():
+            # A component with fewer than 3 defined windows (P undefined all along) cannot
+            # be judged: it never alarms, and the budget is shared by the others.
+            comps = [m for m in comps if np.isfinite(data[m]).sum() >= 3]
+            if comps:
+                self.calibrations[g] = calibrate(self.spec, {m: data[m] for m in comps},
+                                                 self.arl_windows, overlap=self.overlap)
+        self.baseline = Baseline(
+            fitted.mean, fitted.std, fitted.n_windows, self.k,
+            thresholds={m: c.threshold[m] for c in self.calibrations.values()
+                        for m in c.components} if self.spec.kind != "cusum" else None,
+            detector=self.describe())
+
+    def _flag(self, windows: Mapping[str, Any], lo: int, n: int) -> dict[str, np.ndarray]:
+        flags: dict[str, np.ndarray] = {}
+        for cal in self.calibrations.values():
+            for m in cal.components:
+                z = cal.standardise(m, np.asarray(windows[m][lo:], dtype=np.float64))
+                s, self._state[m] = detector_statistic(self.spec, z, self._state.get(m))
+                flags[m] = s > cal.threshold[m]
+        for m in self.metrics:
+            flags.setdefault(m, np.zeros(n - lo, dtype=bool))
+        return flags
+
     def update(self, windows: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """Flag a batch of new windows; windows used for the baseline are not flagged."""
+        """Flag a batch of new windows; windows used for the baseline are not flagged.
+
+        ``windows`` has a column per metric, and ``t`` (loop time) for a budget in seconds.
+        """
         n = len(np.asarray(windows[self.metrics[0]]))
         flags = {m: np.zeros(n, dtype=bool) for m in (*self.metrics, "IDT")}
         i = 0
         if self.baseline is None:
             need = self.n_baseline - len(self._pending[self.metrics[0]])
             take = min(need, n)
-            for m in self.metrics:
-                self._pending[m].extend(np.asarray(windows[m][:take], dtype=np.float64))
+            for m in self._pending:
+                col = windows.get(m) if m == "t" else windows[m]
+                self._pending[m].extend(np.full(take, np.nan) if col is None else
+                                        np.asarray(col[:take], dtype=np.float64))
             i = take
             if take == need:
-                self.baseline = Baseline.fit(
-                    {m: np.asarray(v) for m, v in self._pending.items()},
-                    metrics=self.metrics,
-                    k=self.k,
-                )
+                self._fit()
         if self.baseline is not None and i < n:
-            rest = {m: np.asarray(windows[m][i:]) for m in self.metrics}
-            for m, f in self.baseline.excursions(rest).items():
+            for m, f in self._flag(windows, i, n).items():
                 flags[m][i:] = f
+            idt = [flags[m] for m in IDT_METRICS if m in self.metrics]
+            if idt:
+                flags["IDT"] = np.logical_or.reduce(idt)
         return flags

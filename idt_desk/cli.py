@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from idt_desk._detectors import DETECTOR_KINDS, parse_budget
 from idt_desk._io import InputError
 from idt_desk._validate import (
     build_source,
@@ -294,10 +295,20 @@ def _add_session_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stride", type=int, help="window step in transitions (1 to 100000)")
     p.add_argument("--calibration-windows", type=int, default=20,
                    help="symbol statistics frozen from the first N windows (default 20)")
-    p.add_argument("--baseline-windows", type=int, default=30,
+    p.add_argument("--baseline-windows", type=int, default=None,
                    help="baseline = the N windows that follow the calibration windows "
-                        "(default 30)")
-    p.add_argument("--k", type=float, default=3.0, help="excursion threshold in sigmas (> 0)")
+                        "(default 200; a dialogue's 30 turns)")
+    p.add_argument("--detector", choices=DETECTOR_KINDS, default="persistence",
+                   help="the alarm: persistence (default; m windows in a row beyond a "
+                   "calibrated kσ), cusum (two-sided CUSUM, calibrated) or paper (the first "
+                   "window beyond --k σ: the paper's rule, not calibrated)")
+    p.add_argument("--false-alarms", metavar="BUDGET",
+                   help="false-alarm budget in loop time: 1/h (default), 2/30min, "
+                   "1/10episodes, 1/100turns (a dialogue's default), 1/1000windows")
+    p.add_argument("--persist", type=int, default=5,
+                   help="persistence: windows in a row (default 5)")
+    p.add_argument("--k", type=float, default=3.0,
+                   help="the paper rule's threshold in sigmas (> 0; default 3)")
     p.add_argument("--correction", choices=("none", "miller-madow"), default="none")
     p.add_argument("--seed", type=int, default=0, help="seed of the source (>= 0)")
 
@@ -306,6 +317,12 @@ def _check_pipeline(args: argparse.Namespace) -> None:
     for key in ("bins", "window", "stride", "calibration_windows", "baseline_windows", "seed"):
         check_limit(key, getattr(args, key))
     check_float("--k", args.k, 0.0, lo_open=True)
+    check_int("--persist", args.persist, 1, 1000)
+    if args.false_alarms is not None:
+        try:
+            parse_budget(args.false_alarms)
+        except ValueError as exc:
+            raise InputError(f"--false-alarms: {exc}") from None
 
 
 def _steps(args: argparse.Namespace, rate: float) -> int | None:
@@ -337,7 +354,8 @@ def _build_session(args: argparse.Namespace, source, speed: float | None,
     config = SessionConfig(
         source=args.source, preset=args.preset, bins=args.bins, window=args.window,
         stride=args.stride, calibration_windows=args.calibration_windows,
-        baseline_windows=args.baseline_windows, k=args.k,
+        baseline_windows=args.baseline_windows, k=args.k, detector=args.detector,
+        false_alarms=args.false_alarms, persist=args.persist,
         correction=None if args.correction == "none" else args.correction,
         speed=speed, seed=args.seed, auto=auto,
     )
@@ -346,7 +364,10 @@ def _build_session(args: argparse.Namespace, source, speed: float | None,
     except ValueError as exc:  # a pipeline check of the core that the CLI does not repeat
         msg = str(exc)
         key = next((k for k in ("calibration_windows", "baseline_windows", "bins", "window",
-                                "stride") if k in msg), "preset")
+                                "stride") if k in msg), None)
+        if key is None and "false-alarm budget" in msg:
+            raise InputError(f"--false-alarms {config.false_alarms}: {msg}") from None
+        key = key or "preset"
         raise InputError(f"--{key.replace('_', '-')} {getattr(args, key)}: {msg}") from None
 
 
@@ -506,6 +527,18 @@ def _report_run(args: argparse.Namespace, snap, received: list[int]) -> int:
     else:
         print(f"{snap.source}: {snap.n_transitions} transitions, {snap.n_windows} windows, "
               f"{snap.sim_time:.2f} s of loop time, state {snap.state}")
+    det = getattr(snap, "detector", None)
+    if det:
+        n = getattr(snap, "n_alarms", 0)
+        if not det["calibrated"]:
+            base = f"baseline not complete ({det['baseline_windows']} windows needed): no verdict"
+        elif det["too_short"]:
+            base = (f"baseline {det['baseline_windows']} windows, too short for the budget"
+                    + (f" (about {det['needed_windows']:,} needed)"
+                       if det.get("needed_windows") else ""))
+        else:
+            base = f"baseline {det['baseline_windows']} windows"
+        print(f"alarm: {det['describe']}; {base}; {n} alarm{'s' if n != 1 else ''}")
     n_undefined = getattr(snap, "n_undefined", 0)
     if n_undefined:
         print(f"{n_undefined} window(s) had P undefined (constant windows: every S, A and S' "

@@ -60,7 +60,9 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from idt_desk._engine import WINDOW_KEYS, MetricEngine
+from idt_desk._engine import WINDOW_KEYS
+from idt_desk._monitor import IDT_METRICS, Monitor
+from idt_desk._pipeline import FLAG_COLUMNS, WindowStage, build_monitor, judge
 from idt_desk._symbolize import Symbolizer
 from idt_desk.presets import PRESETS, Preset
 
@@ -79,9 +81,12 @@ __all__ = [
 #: Keys of a window, in order (``info["idt"]``, the rows of ``windows``): ``start`` and
 #: ``end`` (first transition and one past the last: the number of transitions seen when the
 #: window finished), ``episode`` (episode of the window's last transition), the engine's
-#: :data:`~idt_desk.WINDOW_KEYS`, ``reward`` (mean reward over the window) and
-#: ``out_of_range`` (fraction of its transitions with a value clamped into an edge bin).
-IDT_COLUMNS = ("start", "end", "episode", *WINDOW_KEYS[1:], "reward", "out_of_range")
+#: :data:`~idt_desk.WINDOW_KEYS`, ``reward`` (mean reward over the window),
+#: ``out_of_range`` (fraction of its transitions with a value clamped into an edge bin) and
+#: the alarm's flags ``x_P`` … ``x_IDT`` (1.0 alarm, 0.0 none, NaN no verdict: calibration
+#: and baseline windows, or no detector), exactly as a live session flags them.
+IDT_COLUMNS = ("start", "end", "episode", *WINDOW_KEYS[1:], "reward", "out_of_range",
+               "x_P", "x_H_f", "x_H_b", "x_dH", "x_IDT")
 _INT_COLUMNS = frozenset({"start", "end", "episode", "K_S", "K_A", "K_S_next", "K_SAS"})
 
 #: What the SB3 callback logs (as ``idt/<key>``) by default.
@@ -238,10 +243,12 @@ class _Columns:
 
 
 class _Stream:
-    """One (S, A, S') stream: calibration buffer, symbolisers, engine and its windows.
+    """One (S, A, S') stream: a buffer before the window stage and its monitor.
 
     :meth:`add` copies a transition into a buffer; when the buffer completes the calibration
-    or a window, the block is symbolised and pushed, and the windows it finished returned.
+    or a window, the block goes through the same :class:`~idt_desk._pipeline.WindowStage`
+    and :func:`~idt_desk._pipeline.judge` as a live session's, and the windows it finished
+    are returned.
     """
 
     def __init__(
@@ -252,6 +259,7 @@ class _Stream:
         calibration_windows: int = 20,
         correction: str | None = None,
         block: int | None = None,
+        monitor: Monitor | None = None,
     ) -> None:
         cw = calibration_windows
         if isinstance(cw, bool) or int(cw) != cw or cw < 1:
@@ -265,12 +273,15 @@ class _Stream:
                                 names=[f"obs_{j}" for j in range(state.dim)])
         self.sym_a = Symbolizer(action.dim, action.bins(preset.bins), preset.action_groups,
                                 names=[f"act_{j}" for j in range(action.dim)])
-        self.engine = MetricEngine(preset.window, preset.stride, has_action=True,
-                                   correction=correction)
+        self.stage = WindowStage(preset, self.sym_s, self.sym_a,
+                                 calibration_windows=int(calibration_windows),
+                                 correction=correction, mean_columns=("reward",),
+                                 end_columns=("episode",))
+        self.engine = self.stage.engine
+        self.monitor = monitor
         self.calibration_windows = int(calibration_windows)
         #: Transitions the symbols are calibrated on.
-        self.calibration_transitions = (
-            preset.window + (self.calibration_windows - 1) * preset.stride)
+        self.calibration_transitions = self.stage.calibration_transitions
         if block is not None and (isinstance(block, bool) or int(block) != block or block < 1):
             raise ValueError(f"block must be None or an integer >= 1, got {block!r}")
         #: At least this many transitions per symbolise + push (blocks end at window ends).
@@ -282,8 +293,7 @@ class _Stream:
         self._ep = np.empty(cap)
         self._k = 0  # rows buffered
         self._due = self.calibration_transitions  # rows that complete the next block
-        # reward, clamped?, episode of the latest transitions pushed (window means).
-        self._tail = np.empty((0, 3))
+        self._n_windows = 0
         self._windows = _Columns()
         self.latest: dict[str, float | int] | None = None
 
@@ -323,33 +333,23 @@ class _Stream:
         a = self._a[:k].reshape(k, -1)
         n = self._n[:k].reshape(k, -1)
         if not self.calibrated:
-            # As Session._calibrate: S rows for the state symbols, A rows for the action's.
-            self.sym_s.fit(s, self._state.ranges)
-            self.sym_a.fit(a, self._action.ranges)
-        # S and S' in one call: the symboliser's cost is per call far more than per row.
-        sn_sym, out = self.sym_s.symbolize(np.concatenate([s, n]))
-        a_sym, out_a = self.sym_a.symbolize(a)
-        block = np.column_stack([self._r[:k], out[:k] | out[k:] | out_a, self._ep[:k]])
-        tail = np.concatenate([self._tail, block])
-        w = self.engine.push(sn_sym[:k], sn_sym[k:], a_sym)
+            self.stage.fit(s, a, self._state.ranges, self._action.ranges)
+        w = self.stage.push(s, a, n, {"reward": self._r[:k], "episode": self._ep[:k]})
         W, stride = self.preset.window, self.preset.stride
-        self._tail = tail[-W:]
         # The next block ends at the first window end at least `block` transitions away.
         due = self.engine.next_window_start + W - self.engine.n_seen
         self._due = due + max(0, -(-(self.block - due) // stride)) * stride
-        m = len(w["start"])
-        if m == 0:
+        if w is None:
             return None
-        end = w["start"] + W
-        idx_end = end - 1 - (self.engine.n_seen - len(tail))
-        csum = np.vstack([np.zeros((1, 2)), np.cumsum(tail[:, :2], axis=0)])
-        means = (csum[idx_end + 1] - csum[idx_end + 1 - W]) / W
+        m = len(w["start"])
         table = dict(w)
-        table["end"] = end
-        table["episode"] = tail[idx_end, 2].astype(np.int64)
-        table["reward"] = means[:, 0]
-        table["out_of_range"] = means[:, 1]
-        table = {c: table[c] for c in IDT_COLUMNS}
+        table["episode"] = table["episode"].astype(np.int64)
+        first, self._n_windows = self._n_windows, self._n_windows + m
+        if self.monitor is not None:
+            flags, _ = judge(self.monitor, table, first, self.calibration_windows)
+            for metric, f in flags.items():
+                table[FLAG_COLUMNS[metric]] = f
+        table = {c: table[c] if c in table else np.full(m, np.nan) for c in IDT_COLUMNS}
         self._windows.extend(table, m)
         self.latest = {c: v[-1].item() for c, v in table.items()}
         return table
@@ -358,6 +358,34 @@ class _Stream:
         """Every window finished so far (buffered transitions flushed), as columns (copies)."""
         self.flush()
         return self._windows.arrays()
+
+
+#: The alarm's options of the wrapper and the callback, with a session's defaults.
+ALARM_DEFAULTS: dict[str, Any] = {"detector": "persistence", "false_alarms": None,
+                                  "baseline_windows": 200, "persist": 5, "k": 3.0}
+
+
+def _loop_rate(env: Any) -> float | None:
+    """Steps per second of the env's own time: 1 / ``dt``, else its ``render_fps``."""
+    dt = getattr(getattr(env, "unwrapped", env), "dt", None)
+    if isinstance(dt, int | float) and dt > 0:
+        return 1.0 / float(dt)
+    fps = (getattr(env, "metadata", None) or {}).get("render_fps")
+    return float(fps) if isinstance(fps, int | float) and fps > 0 else None
+
+
+def _alarm_monitor(options: Mapping[str, Any], preset: Preset, rate: float | None,
+                   episode_steps: int | None) -> Monitor | None:
+    """A session's monitor for a wrapped stream (``detector`` None: windows only)."""
+    if options["detector"] is None:
+        return None
+    budget = options["false_alarms"] or ("1/h" if rate else
+                                         "1/100episodes" if episode_steps else "1/10000windows")
+    return build_monitor(
+        IDT_METRICS, baseline_windows=options["baseline_windows"],
+        detector=options["detector"], false_alarms=budget, k=options["k"],
+        persist=options["persist"], rate=rate, stride=preset.stride, window=preset.window,
+        episode_steps=episode_steps, what="this env")
 
 
 def _frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
@@ -407,6 +435,12 @@ class IDTMonitor(gymnasium.Wrapper):
         finishes a window. Larger blocks cost less per step (the symbolisers' cost is mostly
         per call), and ``info["idt"]`` then lags by up to ``block`` steps; the windows are
         the same.
+    detector, false_alarms, baseline_windows, persist, k
+        The alarm, as a live session's (``idt-desk run --detector … --false-alarms …``):
+        ``persistence`` by default, ``cusum``, ``paper``, or None for no alarm; the budget
+        in the env's loop time (its ``dt``, else ``metadata["render_fps"]``), episodes (its
+        time limit) or windows; default 1/h, else 1/100episodes, else 1/10000windows. The
+        flags are the ``x_*`` keys of ``info["idt"]``.
 
     Raises
     ------
@@ -441,13 +475,25 @@ class IDTMonitor(gymnasium.Wrapper):
         calibration_windows: int = 20,
         correction: str | None = None,
         block: int | None = None,
+        detector: str | None = ALARM_DEFAULTS["detector"],
+        false_alarms: str | None = None,
+        baseline_windows: int = ALARM_DEFAULTS["baseline_windows"],
+        persist: int = ALARM_DEFAULTS["persist"],
+        k: float = ALARM_DEFAULTS["k"],
     ) -> None:
         super().__init__(env)
         self.preset = resolve_preset(preset, env.observation_space, env.action_space,
                                      bins, window, stride)
+        spec = getattr(env, "spec", None)
+        #: The alarm's monitor (None without a detector): its ``describe()`` and calibration.
+        self.monitor = _alarm_monitor(
+            {"detector": detector, "false_alarms": false_alarms,
+             "baseline_windows": baseline_windows, "persist": persist, "k": k},
+            self.preset, _loop_rate(env), getattr(spec, "max_episode_steps", None))
         self._stream = _Stream(
             self.preset, _SpaceCodec(env.observation_space, "observation"),
-            _SpaceCodec(env.action_space, "action"), calibration_windows, correction, block)
+            _SpaceCodec(env.action_space, "action"), calibration_windows, correction, block,
+            self.monitor)
         self._obs: Any = None
         self._done = False
         #: Episode index of the current episode (0 after the first ``reset``).
@@ -533,6 +579,8 @@ class _IDTCallbackImpl:
     preset, bins, window, stride, calibration_windows, correction, block
         As :class:`IDTMonitor`; checked against the training env's spaces when training
         starts.
+    detector, false_alarms, baseline_windows, persist, k
+        The alarm per training env, as :class:`IDTMonitor`'s (``idt/x_IDT`` can be logged).
     every
         None: the metrics are written at SB3's own dumps (on-policy: every ``log_interval``
         rollouts; off-policy: every ``log_interval`` episodes). An integer: the callback
@@ -564,6 +612,11 @@ class _IDTCallbackImpl:
         every: int | None = None,
         metrics: Sequence[str] = LOGGED_METRICS,
         verbose: int = 0,
+        detector: str | None = ALARM_DEFAULTS["detector"],
+        false_alarms: str | None = None,
+        baseline_windows: int = ALARM_DEFAULTS["baseline_windows"],
+        persist: int = ALARM_DEFAULTS["persist"],
+        k: float = ALARM_DEFAULTS["k"],
     ) -> None:
         super().__init__(verbose)  # BaseCallback's (see _callback_class)
         bad = [m for m in metrics if m not in IDT_COLUMNS]
@@ -577,6 +630,8 @@ class _IDTCallbackImpl:
         self._calibration_windows = calibration_windows
         self._correction = correction
         self._block = block
+        self._alarm = {"detector": detector, "false_alarms": false_alarms,
+                       "baseline_windows": baseline_windows, "persist": persist, "k": k}
         self.every = every
         self.metrics = tuple(metrics)
         self.preset: Preset | None = None
@@ -613,10 +668,14 @@ class _IDTCallbackImpl:
             self.preset = resolve_preset(self._options["preset"], venv.observation_space,
                                          venv.action_space, self._options["bins"],
                                          self._options["window"], self._options["stride"])
+            first = venv.envs[0] if hasattr(venv, "envs") else None
+            steps = getattr(getattr(first, "spec", None), "max_episode_steps", None)
             self._streams = [
                 _Stream(self.preset, _SpaceCodec(venv.observation_space, "observation"),
                         _SpaceCodec(venv.action_space, "action"), self._calibration_windows,
-                        self._correction, self._block)
+                        self._correction, self._block,
+                        _alarm_monitor(self._alarm, self.preset,
+                                       None if first is None else _loop_rate(first), steps))
                 for _ in range(venv.num_envs)
             ]
             self._episodes = [0] * venv.num_envs

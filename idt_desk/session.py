@@ -40,8 +40,8 @@ import numpy as np
 
 from idt_desk import embeddings
 from idt_desk._agency import agency_conditions
-from idt_desk._engine import MetricEngine
 from idt_desk._monitor import IDT_METRICS, Baseline, Monitor
+from idt_desk._pipeline import FLAG_COLUMNS, WindowStage, build_monitor, judge
 from idt_desk._symbolize import Symbolizer
 from idt_desk.controller import AutoController
 from idt_desk.embeddings import StructuralBaselines
@@ -66,8 +66,6 @@ PACE_SLICE = 0.02
 MAX_SPEED_CHUNKS = 40
 #: Wall seconds between two computations of the agency conditions (about 40 ms each: <1 %).
 AGENCY_EVERY = 5.0
-_FLAG_OF = {"P": "x_P", "H_f": "x_H_f", "H_b": "x_H_b", "dH": "x_dH", "IDT": "x_IDT",
-            "reward": "x_reward"}
 
 
 @dataclass
@@ -84,9 +82,17 @@ class SessionConfig:
         The symboliser's statistics are frozen from the first this-many windows of data.
     baseline_windows
         The monitor's baseline is the this-many windows that follow the calibration windows
-        (windows the symbols were fitted on cannot show data leaving the calibrated range).
+        (windows the symbols were fitted on cannot show data leaving the calibrated range);
+        None: 200 windows (30 turns on the turn path, the paper's dialogue baseline).
+    detector
+        ``persistence`` (default: ``persist`` windows in a row beyond a calibrated kσ),
+        ``cusum`` (two-sided, reference ``drift`` σ) or ``paper`` (the first window beyond
+        ``k`` σ, uncalibrated: the paper's rule). See ``idt_desk._detectors``.
+    false_alarms
+        The false-alarm budget in loop time ("1/h", "1/100turns", "1/10episodes"); None: the
+        source's ``default_budget``. The IDT components share it; reward has its own.
     k
-        Excursion threshold in baseline standard deviations.
+        The paper rule's threshold in baseline standard deviations.
     correction
         None or "miller-madow".
     speed
@@ -106,7 +112,11 @@ class SessionConfig:
     window: int | None = None
     stride: int | None = None
     calibration_windows: int = 20
-    baseline_windows: int = 30
+    baseline_windows: int | None = None
+    detector: str = "persistence"
+    false_alarms: str | None = None
+    persist: int = 5
+    drift: float = 0.5
     k: float = 3.0
     correction: str | None = None
     speed: float | None = 1.0
@@ -173,6 +183,11 @@ class Snapshot:
     paused_reason: str | None = None
     #: The tokenizer of the turn path (metrics per turn from token counts); None for windows.
     tokenizer: str | None = None
+    #: The alarm's detector: {"describe", "budget", "baseline_windows", "too_short",
+    #: "needed_windows", "calibrating"} (``Monitor`` in words for the alarm panel).
+    detector: dict[str, Any] | None = None
+    #: IDT alarm episodes (``alarm_on`` events) since the session started.
+    n_alarms: int = 0
 
 
 class _WindowRing:
@@ -247,6 +262,11 @@ class Session:
             raise ValueError(f"source {source.name}: metric_path must be 'windows' or 'turns', "
                              f"not {source.metric_path!r}")
         self._turn_path = source.metric_path == "turns"
+        # Defaults resolved here, so a recording states what was in force.
+        if self.config.baseline_windows is None:
+            self.config.baseline_windows = 30 if self._turn_path else 200
+        if self.config.false_alarms is None:
+            self.config.false_alarms = source.default_budget
         #: The dialogue so far (turn path): every turn's texts, which later turns' contexts
         #: and a recording started mid-dialogue need. It outlives pipeline rebuilds.
         self._dialogue: DialogueMetrics | None = None
@@ -278,6 +298,7 @@ class Session:
         self._switches: deque[dict[str, Any]] = deque(maxlen=200)
         self._info: dict[str, Any] = {}
         self._alarm = {m: False for m in (*IDT_METRICS, "IDT", "reward")}
+        self._n_alarms = 0
         self._onset: dict[str, Any] | None = None
         self._recorder: Recorder | None = None
         self._pending_record = Path(record) if record is not None else None
@@ -398,7 +419,8 @@ class Session:
         baseline start afresh.
         """
         allowed = {"preset", "bins", "window", "stride", "calibration_windows",
-                   "baseline_windows", "correction", "k", "preset_spec"}
+                   "baseline_windows", "correction", "k", "preset_spec", "detector",
+                   "false_alarms", "persist", "drift"}
         bad = set(changes) - allowed
         if bad:
             raise ValueError(f"cannot reconfigure {sorted(bad)}; allowed: {sorted(allowed)}")
@@ -471,7 +493,24 @@ class Session:
                 agency=self._agency,
                 paused_reason=self._paused_reason,
                 tokenizer=self.config.tokenizer if self._turn_path else None,
+                detector=self._detector_info(),
+                n_alarms=self._n_alarms,
             )
+
+    def _detector_info(self) -> dict[str, Any]:
+        """The alarm's detector in words, for the alarm panel (see ``Snapshot.detector``)."""
+        mon = self.monitor
+        info = self._detector_cache
+        if info is None or info["calibrated"] != (mon.baseline is not None):
+            cal = mon.calibration
+            info = {"describe": mon.describe(), "kind": mon.spec.kind,
+                    "budget": None if mon.budget is None else str(mon.budget),
+                    "baseline_windows": mon.n_baseline, "calibrated": mon.baseline is not None,
+                    "too_short": bool(cal is not None and cal.too_short),
+                    "needed_windows": None if cal is None else cal.needed_windows,
+                    "thresholds": {} if cal is None else dict(cal.threshold)}
+            self._detector_cache = info
+        return info
 
     # -- pipeline ---------------------------------------------------------------------------
 
@@ -480,7 +519,8 @@ class Session:
         return {"preset": c.preset, "bins": c.bins, "window": c.window, "stride": c.stride,
                 "calibration_windows": c.calibration_windows,
                 "baseline_windows": c.baseline_windows, "correction": c.correction, "k": c.k,
-                "preset_spec": c.preset_spec}
+                "preset_spec": c.preset_spec, "detector": c.detector,
+                "false_alarms": c.false_alarms, "persist": c.persist, "drift": c.drift}
 
     def _resolve_preset(self, p: Mapping[str, Any]) -> Preset:
         name = p.get("preset") or (self.source.presets[0] if self.source.presets else None)
@@ -510,18 +550,34 @@ class Session:
         for key, least in (("calibration_windows", 1), ("baseline_windows", 2)):
             if p.get(key) is not None and p[key] < least:
                 raise ValueError(f"{key} must be >= {least}")
+        self._monitor_for(p, preset)  # validate
         return preset
+
+    def _monitor_for(self, p: Mapping[str, Any], preset: Preset) -> Monitor:
+        """The alarm's monitor for pipeline settings ``p`` (see ``build_monitor``)."""
+        metrics = (*IDT_METRICS, "reward") if self.source.has_reward else IDT_METRICS
+        turns = self._turn_path
+        return build_monitor(
+            metrics, baseline_windows=int(p.get("baseline_windows") or 2),
+            detector=p.get("detector") or "persistence",
+            false_alarms=p.get("false_alarms") or self.source.default_budget,
+            k=float(p.get("k", 3.0)), persist=int(p.get("persist", 5)),
+            drift=float(p.get("drift", 0.5)), rate=self.source.rate,
+            stride=1 if turns else preset.stride, window=1 if turns else preset.window,
+            episode_steps=getattr(self.source, "episode_steps", None), turns=turns,
+            what=self.source.name)
 
     def _build_pipeline(self) -> None:
         """(Re)build symbolisers, engine and monitor from the configuration."""
         c = self.config
         self.preset = self._resolve_preset(self._pipeline_dict())
         self._preset_dict = self.preset.to_dict()  # snapshots are taken 30 times a second
-        metrics = (*IDT_METRICS, "reward") if self.source.has_reward else IDT_METRICS
-        self.monitor = Monitor(c.baseline_windows, c.k, metrics)
+        self._detector_cache: dict[str, Any] | None = None
+        # Seconds of loop time convert through the source's rate, never the wall clock.
+        self.monitor = self._monitor_for(self._pipeline_dict(), self.preset)
         self._offset = self.n_transitions  # transition index of the engine's sample 0
         self._n_pipeline_windows = 0  # windows since this pipeline was built
-        self._tail = np.empty((0, 3))
+        self._tail = np.empty((0, 1))
         self._range_recent: deque[float] = deque(maxlen=self.OUT_OF_RANGE_PERSIST)
         self._range_warning: dict[str, Any] | None = None
         auto = c.auto
@@ -538,32 +594,19 @@ class Session:
         circular = self.preset.angles if self.preset.angle_mode == "wrap" else ()
         self._sym_s = Symbolizer(ds, self.preset.bins, self.preset.state_groups,
                                  circular=circular, names=self.source.state_names)
-        self._sym_a = None
+        sym_a = None
         if not self.source.passive:
-            self._sym_a = Symbolizer(len(self.source.action_names), self.preset.bins,
-                                     self.preset.action_groups, names=self.source.action_names)
-        self.engine = MetricEngine(self.preset.window, self.preset.stride,
-                                   has_action=not self.source.passive, correction=c.correction)
+            sym_a = Symbolizer(len(self.source.action_names), self.preset.bins,
+                               self.preset.action_groups, names=self.source.action_names)
+        self._stage = WindowStage(self.preset, self._sym_s, sym_a,
+                                  calibration_windows=c.calibration_windows,
+                                  correction=c.correction)
+        self._sym_a, self.engine = sym_a, self._stage.engine
         self._calibrated = False
-        self._calib_needed = self.preset.window + (c.calibration_windows - 1) * self.preset.stride
+        self._calib_needed = self._stage.calibration_transitions
         self._calib: list[Batch] = []
         self._n_calib_buffered = 0
-        # _tail (above): per-transition columns of recent transitions: loop time, reward, and
-        # whether a value was clamped into an edge bin. Windows take their end time and means
-        # from them.
-
-    def _symbolise(self, b: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray | None,
-                                            np.ndarray]:
-        """Symbols of S, S' and A, and per transition whether any value was clamped."""
-        # S and S' in one call: the symboliser costs far more per call than per row.
-        k = len(b)
-        sn, out_sn = self._sym_s.symbolize(np.concatenate([b.s, b.s_next]))
-        s, n, out = sn[:k], sn[k:], out_sn[:k] | out_sn[k:]
-        a = None
-        if self._sym_a is not None:
-            a, out_a = self._sym_a.symbolize(b.a)
-            out |= out_a
-        return s, n, a, out
+        # _tail (above): the loop time of recent transitions (for events' times).
 
     def _time_at(self, i: int) -> float:
         """Loop time at the moment ``i`` transitions have been processed."""
@@ -590,12 +633,10 @@ class Session:
                 self._recorder.add_turns([t for t in turns if t.get("history")])
                 self._recorder.add_turns([{"i": i0 + j, **t} for j, t in enumerate(
                     t for t in turns if not t.get("history"))])
-        r = b.reward if b.reward is not None else np.full(n, np.nan)
-        block = np.column_stack([t, r, np.zeros(n)])
-        # Keep what the next windows need (during calibration, every buffered transition:
-        # they are windowed at once).
+        # The loop times events of the next windows may ask for.
         keep = self.preset.window + n + (0 if self._calibrated else self._n_calib_buffered)
-        self._tail = np.concatenate([self._tail, block])[-keep:]
+        self._tail = np.concatenate([self._tail, np.asarray(t, dtype=np.float64)[:, None]]
+                                    )[-keep:]
         self.n_transitions += n
         self._sim_time = float(t[-1])
         if self._turn_path:
@@ -608,7 +649,7 @@ class Session:
                 return
             self._calibrate()
             return
-        self._feed(*self._symbolise(b))
+        self._feed([b])
 
     def _calibrate(self) -> None:
         batches, self._calib = self._calib, []
@@ -620,39 +661,34 @@ class Session:
         def ranges(names: Sequence[str]) -> dict[int, tuple[float, float]]:
             return {j: known[v] for j, v in enumerate(names) if v in known}
 
-        self._sym_s.fit(s, ranges(self.source.state_names))
-        if self._sym_a is not None:
-            self._sym_a.fit(np.vstack([b.a for b in batches])[:need],
-                            ranges(self.source.action_names))
+        self._stage.fit(s, None if self._sym_a is None else np.vstack([b.a for b in batches]),
+                        ranges(self.source.state_names), ranges(self.source.action_names))
         self._calibrated = True
         at = self._offset + need
         self._event("calibrated", at=at, transitions=len(s), value_ranges=known,
                     symbolizer=self._sym_s.to_dict(),
                     action_symbolizer=None if self._sym_a is None else self._sym_a.to_dict())
-        parts = [self._symbolise(b) for b in batches]
-        self._feed(*(None if parts[0][j] is None else np.concatenate([p[j] for p in parts])
-                     for j in range(4)))
+        self._feed(batches)
 
-    def _feed(self, s: np.ndarray, n: np.ndarray, a: np.ndarray | None,
-              outside: np.ndarray) -> None:
-        self._tail[len(self._tail) - len(outside):, 2] = outside
-        w = self.engine.push(s, n, a)
-        k = len(w["start"])
-        if k == 0:
+    def _feed(self, batches: Sequence[Batch]) -> None:
+        """Push batches through the window stage; judge, log and keep the windows they end."""
+        def cat(x: list) -> np.ndarray | None:
+            return None if x[0] is None else np.concatenate(x)
+
+        i1 = self.n_transitions
+        i0 = i1 - sum(len(b) for b in batches)
+        r = cat([b.reward if b.reward is not None else np.full(len(b), np.nan)
+                 for b in batches])
+        t = self._tail[len(self._tail) - (i1 - i0):, 0]
+        w = self._stage.push(cat([b.s for b in batches]), cat([b.a for b in batches]),
+                             cat([b.s_next for b in batches]), {"reward": r, "t": t})
+        if w is None:
             return
-        W = self.preset.window
-        start = w["start"] + self._offset
-        end = start + W
-        # Windows end within the tail kept in _process.
-        idx_end = end - 1 - (self.n_transitions - len(self._tail))
+        k = len(w["start"])
         table: dict[str, np.ndarray] = {c: w[c] for c in w if c in WINDOW_COLUMNS}
-        table["start"], table["end"] = start, end
-        table["t"] = self._tail[idx_end, 0]
-        csum = np.vstack([np.zeros((1, 2)), np.cumsum(self._tail[:, 1:], axis=0)])
-        means = (csum[idx_end + 1] - csum[idx_end + 1 - W]) / W
-        table["out_of_range"] = means[:, 1]
-        if self.source.has_reward:
-            table["reward"] = means[:, 0]
+        table["start"], table["end"] = w["start"] + self._offset, w["end"] + self._offset
+        if not self.source.has_reward:
+            table.pop("reward", None)
         self._emit(table, k)
 
     def _feed_turns(self, b: Batch, i0: int, t: np.ndarray) -> None:
@@ -726,25 +762,14 @@ class Session:
         first = self._n_pipeline_windows
         self._n_pipeline_windows += k
         calibration = 0 if self._turn_path else self.config.calibration_windows
-        skip = min(max(calibration - first, 0), k)
-        got, need = self.monitor.baseline_progress
-        gathering = 0 if self.monitor.baseline is not None else need - got
-        judged = k - skip
-        flags_all = {m: np.full(k, np.nan) for m in _FLAG_OF}
-        if judged > 0:
-            rest = {m: table[m][skip:] for m in self.monitor.metrics}
-            flags = self.monitor.update(rest)
-            verdict = slice(skip + min(gathering, judged), k)
-            for m, f in flags.items():
-                flags_all[m][verdict] = f[verdict.start - skip:]
-            if gathering and self.monitor.baseline is not None:
-                last = skip + gathering - 1
-                self._later("baseline", at=int(table["end"][last]),
-                            **self.monitor.baseline.to_dict())
-            self._update_alarms(table, flags_all)
-        for m, col in _FLAG_OF.items():
-            if m in self.monitor.metrics or m == "IDT":
-                table[col] = flags_all[m]
+        flags, completed = judge(self.monitor, table, first, calibration)
+        if completed is not None:
+            self._later("baseline", at=int(table["end"][completed]),
+                        **self.monitor.baseline.to_dict(), detector=self.monitor.to_dict())
+        if np.isfinite(flags["IDT"]).any():
+            self._update_alarms(table, flags)
+        for m, f in flags.items():
+            table[FLAG_COLUMNS[m]] = f
 
     def _update_alarms(self, table: dict[str, np.ndarray], flags: dict[str, np.ndarray]
                        ) -> None:
@@ -755,6 +780,7 @@ class Session:
         ends = table["end"]
         idt = flags["IDT"][judged] == 1.0
         before = np.concatenate([[self._alarm["IDT"]], idt[:-1]])
+        self._n_alarms += int(np.count_nonzero(idt & ~before))
         for j in judged[idt != before]:
             self._later("alarm_on" if flags["IDT"][j] == 1.0 else "alarm_off", at=int(ends[j]),
                         metric="IDT", window_start=int(table["start"][j]))
@@ -860,6 +886,7 @@ class Session:
             "session": self.config.to_dict(),
             "source": {"name": self.source.name, "label": self.source.label,
                        "settings": dict(self.source.config), "rate": self.source.rate,
+                       "episode_steps": getattr(self.source, "episode_steps", None),
                        "has_reward": self.source.has_reward,
                        "passive": self.source.passive, "view": self.source.view,
                        "details": self.source.describe()},

@@ -242,6 +242,11 @@ class Source(ABC):
     state_names: tuple[str, ...] = ()
     action_names: tuple[str, ...] = ()
     has_reward: bool = False
+    #: The false-alarm budget a session uses unless told otherwise (``idt_desk._detectors``
+    #: ``parse_budget``): per hour of loop time; a dialogue's is per turns.
+    default_budget: str = "1/h"
+    #: Steps of an episode, for false-alarm budgets per episode (None: no episodes).
+    episode_steps: int | None = None
     #: Transitions per second of the loop's own time, for real-time pacing.
     rate: float = 1000.0
     #: Transitions per ``step`` call the session asks for at full speed.

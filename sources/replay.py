@@ -45,6 +45,7 @@ class ReplaySource(Source):
         self.action_names = tuple(rec.action_names)
         self.has_reward = bool(src.get("has_reward", False))
         self.rate = float(src.get("rate", 1000.0)) or 1000.0
+        self.episode_steps = src.get("episode_steps") or None
         self.view = str(src.get("view", ""))
         session = rec.config.get("session", {})
         self.metric_path = str(session.get("metric_path", "windows"))
@@ -92,10 +93,17 @@ class ReplaySource(Source):
         self._next_event = 0
 
     def pipeline_overrides(self) -> dict[str, Any] | None:
-        """The pipeline configuration the recording started with (and its tokenizer)."""
+        """The pipeline configuration the recording started with (and its tokenizer).
+
+        A recording made before the calibrated detectors has no ``detector``: it alarmed by
+        the paper's rule over a 30-window baseline, and replays so.
+        """
+        p = self._pipeline0
+        if p is not None and "detector" not in p:
+            p = {**p, "detector": "paper", "baseline_windows": p.get("baseline_windows") or 30}
         if self._tokenizer:
-            return {**(self._pipeline0 or {}), "tokenizer": self._tokenizer}
-        return self._pipeline0
+            return {**(p or {}), "tokenizer": self._tokenizer}
+        return p
 
     def value_ranges(self) -> dict[str, tuple[float, float]]:
         """The ranges the recorded source declared at the calibration now being replayed."""

@@ -45,7 +45,7 @@ def _timeline(path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def _headless(tmp_path, speed, name):
     path = tmp_path / name
-    session = Session(SessionConfig(speed=speed), record=path)
+    session = Session(SessionConfig(speed=speed, baseline_windows=30), record=path)
     for at, kind, args in _resolved(SCRIPT):
         session.schedule(at, kind, **args)
     snap = run_headless(session, steps=STEPS)
@@ -109,6 +109,7 @@ def test_same_windows_and_events_in_the_gui(qtbot, tmp_path, reference, speed):
     win = MainWindow(speed=speed, record_dir=tmp_path)
     qtbot.addWidget(win)
     win.record_button.setChecked(True)
+    win.baseline_spin.setValue(30)  # as the headless reference
     assert win.start_session(schedule=_resolved(SCRIPT))
     qtbot.waitUntil(lambda: win.session.snapshot(1).n_transitions >= STEPS + 500,
                     timeout=60_000)
@@ -126,7 +127,7 @@ def test_kick_leaves_energy_bounds_and_warns_until_recalibrated(tmp_path):
     """A kick adds energy: the rates leave the calibrated range; the session says so, and a
     re-calibration (which asks the source for its new bounds) brings them back in range."""
     path = tmp_path / "rec"
-    session = Session(SessionConfig(speed=None), record=path)
+    session = Session(SessionConfig(speed=None, baseline_windows=30), record=path)
     session.schedule(6000, "perturb", name="kick",
                      params=PendulumSource.perturbation("kick").resolve({"d_omega1": 12.0}))
     session.schedule(12000, "reconfigure")
@@ -199,7 +200,8 @@ def test_auto_modulation_switches_at_the_window_that_triggered_it():
     for speed in (None, 20.0):
         session = Session(SessionConfig(
             speed=speed, bins=4, window=40, stride=10, calibration_windows=2,
-            baseline_windows=5, auto={"modulation": "hold", "persist": 2, "release": 3}),
+            baseline_windows=5, detector="paper",
+            auto={"modulation": "hold", "persist": 2, "release": 3}),
             source=ToySource())
         session.schedule(400, "perturb", name="obs_noise", params={"sigma": 3.0})
         session.schedule(700, "perturb", name="obs_noise", params=None)
@@ -219,7 +221,8 @@ def test_auto_modulation_switches_at_the_window_that_triggered_it():
 def test_an_alarm_after_a_perturbation_went_off_is_not_its_detection():
     """Latency counts only windows holding perturbed transitions."""
     session = Session(SessionConfig(speed=None, bins=4, window=40, stride=10,
-                                    calibration_windows=2, baseline_windows=5),
+                                    calibration_windows=2, baseline_windows=5,
+                                    detector="paper"),
                       source=ToySource())
     session.schedule(400, "perturb", name="obs_noise", params={"sigma": 0.0})
     session.schedule(500, "perturb", name="obs_noise", params=None)

@@ -70,7 +70,9 @@ def test_launch_shows_live_pendulum_windows(qtbot, window):
     assert np.all(np.diff(x) > 0) and 0.3 < np.nanmean(y) < 0.5
     qtbot.waitUntil(lambda: window.alarms.idt.state in ("ok", "alarm"), timeout=WAIT)
     assert window.plots.bands["P"].isVisible()  # the baseline band, once calibrated
-    assert "Baseline: μ ± 3σ" in window.alarms.calibration.text()
+    text = window.alarms.calibration.text()
+    assert "Alarm: persistence (5 windows in a row), ≤ 1 false alarm / hour" in text
+    assert "Baseline: 200 windows" in text
     assert window.view._y is not None  # the pendulum is drawn from live data
     assert "transitions" in window.status.text()
     # Entropy bands stop at 0 bits; ΔH's may go below.
@@ -83,7 +85,7 @@ def test_launch_shows_live_pendulum_windows(qtbot, window):
     assert lo == pytest.approx(b.band("dH")[0]) and lo < 0
     # One legend for the whole stack, naming every kind of mark.
     texts = _legend_texts(window)
-    assert {"baseline mean", "baseline ±3σ", "excursion", "perturbation",
+    assert {"baseline mean", "alarm band (calibrated kσ)", "alarmed window", "perturbation",
             "impulse (kick)"} <= set(texts)
     # (The dialogue's structural-baselines plot keeps a legend for its three curves; it is
     # hidden unless a session computes them.)
@@ -112,7 +114,7 @@ def test_alarm_lights_say_their_state(qtbot, window):
         assert light.state in ("ok", "alarm")
         if light.state == "alarm":  # an excursion says which way
             assert "▲ high" in light.text() or "▼ low" in light.text()
-            assert "excursion" in light.toolTip()
+            assert "alarm" in light.toolTip()
         else:
             assert "ok" in light.text()
     window.perturb_buttons["sensor_noise"].click()
@@ -247,6 +249,7 @@ def test_kick_with_period_0_is_a_one_shot_marker(qtbot, window):
 def test_out_of_range_symbols_show_a_notice_that_recalibrates(qtbot, window):
     # A big kick takes the pendulum's velocities far outside the calibrated bins.
     kick = {"d_omega1": 40.0, "d_omega2": -40.0, "period": 0.0}
+    window.baseline_spin.setValue(30)  # a verdict before the kick at 6 s
     window.start_session(schedule=[(6000, "perturb", {"name": "kick", "params": kick})])
     bar, notice = window.alarms.out_of_range, window.alarms.notice
     assert bar.isVisible() and not notice.isVisible()

@@ -189,21 +189,26 @@ def test_source_exception_stops_cleanly_and_is_reported(tmp_path):
 
 def test_auto_modulation_engages_on_persistent_alarm_and_releases(tmp_path):
     rec_dir = tmp_path / "rec"
+    # The default detector (persistence, calibrated to 1 false alarm per hour of loop time)
+    # on a 400-window baseline: Auto follows the calibrated alarm.
     cfg = SessionConfig(speed=None, window=100, stride=20, calibration_windows=20,
-                        baseline_windows=50, auto={"modulation": "hold",
-                                                   "params": {"mode": "scale", "scale": 0.2},
-                                                   "persist": 4, "release": 5})
+                        baseline_windows=400, auto={"modulation": "hold",
+                                                    "params": {"mode": "scale", "scale": 0.2},
+                                                    "persist": 4, "release": 5})
     session = Session(cfg, source=ToySource(), record=rec_dir)
-    session.schedule(3000, "perturb", name="obs_noise", params={"sigma": 3.0})
-    session.schedule(5000, "perturb", name="obs_noise", params=None)
-    run_headless(session, steps=9000)
+    session.schedule(12000, "perturb", name="obs_noise", params={"sigma": 3.0})
+    session.schedule(14000, "perturb", name="obs_noise", params=None)
+    run_headless(session, steps=18000)
     rec = load_recording(rec_dir)
     ev, win = rec.events, rec.windows
     auto = ev[ev["kind"].isin(["modulation_on", "modulation_off"]) & (ev["auto"] == True)]  # noqa: E712
     assert len(auto) >= 2
-    # The perturbation (3000-5000) engages the modulation within a few windows of its onset.
+    # The perturbation (12000-14000) engages the modulation within a few windows of its onset,
+    # and nothing before it does (no false alarm on the unperturbed loop).
     on_starts = auto[auto["kind"] == "modulation_on"]["window_start"].to_numpy()
-    assert ((on_starts >= 3000 - 100) & (on_starts <= 3600)).any()
+    assert ((on_starts >= 12000 - 100) & (on_starts <= 12600)).any()
+    assert not (ev[ev["kind"] == "alarm_on"]["i"] < 12000).any()
+    assert ev[ev["kind"] == "baseline"].iloc[0]["detector"]["detector"] == "persistence"
     # Every switch follows the law: engage after 4 alarmed windows in a row, release after 5
     # quiet ones, alternating.
     alarm = win.set_index("start")["x_IDT"]
@@ -215,7 +220,7 @@ def test_auto_modulation_engages_on_persistent_alarm_and_releases(tmp_path):
         run = alarm.iloc[k - (4 if kind == "modulation_on" else 5) + 1: k + 1].to_numpy()
         assert np.all(run == (1.0 if kind == "modulation_on" else 0.0)), (kind, ws, run)
     assert (ev["kind"] == "alarm_on").any()
-    assert (ev["kind"] == "episode_end").sum() == 9
+    assert (ev["kind"] == "episode_end").sum() == 18
 
 
 def test_manual_modulation_reaches_the_source():

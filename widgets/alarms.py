@@ -26,9 +26,9 @@ _DARK_GREY = "#7d838c"
 _LIGHTS = (("P", "P", "P"), ("H_f", "H<sub>f</sub>", "H_f"), ("H_b", "H<sub>b</sub>", "H_b"),
            ("dH", "ΔH", "ΔH"), ("reward", "reward", "reward"))
 #: What a component light says in each state (the colour says it too).
-_WORDS = {"idle": "waiting", "ok": "ok", "alarm": "excursion", "undefined": "undefined"}
-#: An excursion says its direction (short enough for five lights side by side).
-_DIRECTION = {1: "▲ high", -1: "▼ low", 0: "excursion"}
+_WORDS = {"idle": "waiting", "ok": "ok", "alarm": "alarm", "undefined": "undefined"}
+#: An alarm says its direction (short enough for five lights side by side).
+_DIRECTION = {1: "▲ high", -1: "▼ low", 0: "alarm"}
 _COLORS = {"idle": _GREY, "ok": _GREEN, "alarm": _RED, "undefined": _DARK_GREY}
 #: Out-of-range fraction above which the symbols no longer describe the data (the core's).
 OUT_OF_RANGE_WARN = Session.OUT_OF_RANGE_WARN
@@ -202,6 +202,8 @@ class AlarmPanel(QGroupBox):
             waiting = f"calibrating symbols ({cal:,}/{need:,} transitions)"
         else:
             waiting = f"gathering baseline ({got}/{want} windows)"
+        det = getattr(snap, "detector", None) or {}
+        detector = det.get("describe") or f"paper rule (|z| > {3 if b is None else b.k:g}σ)"
         p = w.get("P")
         p_undefined = p is not None and len(p) > 0 and math.isnan(float(p[-1]))
         for key in self.lights:
@@ -212,11 +214,11 @@ class AlarmPanel(QGroupBox):
             elif snap.alarm.get(key):
                 side = _side(w.get(key), b, key)
                 where = {1: "above", -1: "below", 0: "outside"}[side]
-                self._set_light(key, "alarm", f"the latest window is {where} the baseline's "
-                                f"±{b.k:g}σ band", _DIRECTION[side])
+                self._set_light(key, "alarm", f"{detector}: alarm; the latest window is "
+                                f"{where} the baseline's ±{b.k_of(key):.1f}σ band",
+                                _DIRECTION[side])
             else:
-                self._set_light(key, "ok", f"the latest window is within ±{b.k:g}σ of the "
-                                           "baseline")
+                self._set_light(key, "ok", f"{detector}: no alarm")
         note = ""
         if snap.state in ("stopped", "error"):
             note = "session stopped"
@@ -225,8 +227,8 @@ class AlarmPanel(QGroupBox):
             note = "symbols out of calibrated range: see below"
         stopped = (f"<br><span style='font-size:11px; font-weight:normal'>{note}</span>"
                    if note else "")
-        tip = ("Union of the P, H_f, H_b and ΔH excursions (paper §10.5): an alarm when any "
-               "component leaves its baseline band")
+        tip = ("Union of the P, H_f, H_b and ΔH alarms (paper §10.5): an alarm when any "
+               f"component's detector fires — {detector}")
         if not ready:
             self.idt.set_state("idle", f"IDT: {waiting.split(' (')[0]}{stopped}",
                                f"{tip}. No verdict yet: {waiting}.")
@@ -270,10 +272,18 @@ class AlarmPanel(QGroupBox):
             pr = snap.preset
             text = (f"Symbols: {pr['name']} — {pr['bins']} bins, W = {pr['window']}, "
                     f"stride {pr['stride']}")
+        text += f"<br>Alarm: {detector}"
+        unit = "turns" if tokens is not None else "windows"
         if b is None:
-            text += f"<br>Baseline: gathering {got}/{want} windows"
+            text += f"<br>Baseline: gathering {got}/{want} {unit}"
+        elif det.get("too_short"):
+            need = det.get("needed_windows")
+            text += (f"<br>Baseline: {b.n_windows} {unit} — <b>too short</b> for this budget "
+                     f"(about {need:,} needed); its thresholds are raised to keep it"
+                     if need else f"<br>Baseline: {b.n_windows} {unit} — <b>too short</b> "
+                     "for this budget")
         else:
-            text += f"<br>Baseline: μ ± {b.k:g}σ of {b.n_windows} windows"
+            text += f"<br>Baseline: {b.n_windows} {unit}, long enough for the budget"
         if text != self.calibration.text():
             self.calibration.setText(text)
 

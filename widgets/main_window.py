@@ -312,13 +312,33 @@ class MainWindow(QMainWindow):
         self._symbol_rows = (self.preset_combo, self.bins_spin, self.window_spin,
                              self.stride_spin, self.calib_spin, self.correction_combo,
                              self.apply_symbols_button)
-        self.baseline_spin = self._spin(2, 10000, 30)
+        self.baseline_spin = self._spin(2, 10000, 200)
+        self.baseline_spin.setToolTip(
+            "Windows after the symbols' calibration that set the baseline and calibrate the "
+            "detector; the alarm panel says when they are too few for the budget")
         form.addRow("Baseline windows", self.baseline_spin)
+        self.detector_combo = QComboBox(box)
+        for kind, label in (("persistence", "persistence (m in a row)"),
+                            ("cusum", "CUSUM"), ("paper", "paper rule (3σ, uncalibrated)")):
+            self.detector_combo.addItem(label, kind)
+        self.detector_combo.setToolTip(
+            "persistence: m windows in a row beyond a kσ calibrated to the budget; CUSUM: a "
+            "two-sided CUSUM calibrated to the budget (needs a long baseline); paper rule: "
+            "the first window beyond kσ, as the paper's tables use (no budget)")
+        form.addRow("Alarm detector", self.detector_combo)
+        self.budget_edit = QLineEdit(box)
+        self.budget_edit.setPlaceholderText("1/h")
+        self.budget_edit.setToolTip(
+            "At most this many false alarms per span of loop time: 1/h, 2/30min, "
+            "1/10episodes, 1/100turns, 1/1000windows (blank: the source's default)")
+        form.addRow("False alarms ≤", self.budget_edit)
         self.k_spin = QDoubleSpinBox(box)
         self.k_spin.setRange(0.5, 20)
         self.k_spin.setValue(3.0)
         self.k_spin.setSuffix(" σ")
-        form.addRow("Threshold k", self.k_spin)
+        self.k_spin.setToolTip("The paper rule's threshold (the calibrated detectors set their "
+                               "own from the budget)")
+        form.addRow("Paper rule k", self.k_spin)
         self.baseline_button = QPushButton("Calibrate baseline now", box)
         self.baseline_button.setToolTip("The next N windows become the new baseline")
         self.baseline_button.clicked.connect(self._calibrate_baseline)
@@ -449,6 +469,11 @@ class MainWindow(QMainWindow):
             if turns else "")
         for widget in self._symbol_rows:
             self._symbol_form.setRowVisible(widget, not turns)
+        self.baseline_spin.setValue(30 if turns else 200)
+        self._symbol_form.labelForField(self.baseline_spin).setText(
+            "Baseline turns" if turns else "Baseline windows")
+        cls = self._source_cls
+        self.budget_edit.setPlaceholderText(getattr(cls, "default_budget", "1/h"))
         self.plots.set_reward_visible(has_reward)
 
     def _fit_controls(self) -> None:
@@ -492,6 +517,7 @@ class MainWindow(QMainWindow):
         self.stride_spin.setValue(p.stride)
         self.calib_spin.setValue(c.calibration_windows)
         self.baseline_spin.setValue(c.baseline_windows)
+        self.detector_combo.setCurrentIndex(max(0, self.detector_combo.findData(c.detector)))
         for w in widgets:
             w.blockSignals(False)
 
@@ -609,6 +635,7 @@ class MainWindow(QMainWindow):
                 "window": self.window_spin.value(), "stride": self.stride_spin.value(),
                 "calibration_windows": self.calib_spin.value(),
                 "baseline_windows": self.baseline_spin.value(), "k": self.k_spin.value(),
+                **self._alarm_settings(),
                 "correction": None if self.correction_combo.currentText() == "none"
                 else self.correction_combo.currentText(),
             }
@@ -622,9 +649,15 @@ class MainWindow(QMainWindow):
             "calibration_windows": self.calib_spin.value(),
             "baseline_windows": self.baseline_spin.value(),
             "k": self.k_spin.value(),
+            **self._alarm_settings(),
             "correction": None if self.correction_combo.currentText() == "none"
             else self.correction_combo.currentText(),
         }
+
+    def _alarm_settings(self) -> dict[str, Any]:
+        """The detector and its budget (blank budget: the source's default)."""
+        return {"detector": self.detector_combo.currentData(),
+                "false_alarms": self.budget_edit.text().strip() or None}
 
     def start_session(self, schedule: list[tuple[int, str, dict]] | None = None) -> bool:
         """Build a session from the panels and start it; False (with a message) on bad input.

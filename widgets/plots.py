@@ -124,7 +124,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         self.legend.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
         self.addItem(self.legend, row=0, col=0)
         self._legend_key: tuple = ()
-        self._k = 3.0
+        self._band_text = "alarm band"
         first = None
         for row, (key, label, color) in enumerate(METRICS, start=1):
             p = self.addPlot(row=row, col=0)
@@ -271,8 +271,8 @@ class MetricPlots(pg.GraphicsLayoutWidget):
 
     def _update_legend(self) -> None:
         entries = [("dash", _MEAN, "baseline mean"),
-                   ("box", _BAND, f"baseline ±{self._k:g}σ"),
-                   ("dot", _DOT, "excursion"),
+                   ("box", _BAND, self._band_text),
+                   ("dot", _DOT, "alarmed window"),
                    ("box", _PERTURB, "perturbation")]
         if self._has_modulation:
             entries.append(("box", _MODULATE, "modulation"))
@@ -315,8 +315,9 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         w = snap.windows
         x = w["t"]
         b = snap.baseline
-        if b is not None and b.k != self._k:
-            self._k = b.k
+        label = _band_label(b)
+        if b is not None and label != self._band_text:
+            self._band_text = label
             self._legend_key = ()
             self._update_legend()
         # Shown once a session computes them, hidden again by clear_data (a new session):
@@ -603,6 +604,17 @@ class ReturnPlot(pg.PlotWidget):
         best = float(np.nanmax(y)) if len(y) else math.nan
         self._title(f"Episode return — last {y[-1]:,.1f}, best {best:,.1f} "
                     f"({len(x)} episode{'s' if len(x) != 1 else ''})")
+
+
+def _band_label(b: Any) -> str:
+    """The legend's words for the band: the detector's calibrated band, or kσ."""
+    if b is None:
+        return "alarm band"
+    if not getattr(b, "detector", None):
+        return f"baseline ±{b.k:g}σ"
+    if getattr(b, "thresholds", None):
+        return "alarm band (calibrated kσ)"
+    return f"baseline ±{b.k:g}σ (reference)"
 
 
 def _band(b: Any, key: str) -> tuple[float, float] | None:

@@ -80,6 +80,7 @@ class DialogueSource(Source):
     state_names = ("context_chars",)
     action_names = ("reply_chars",)
     rate = 1.0  # one turn per unit of loop time: the plots' x axis is the turn number
+    default_budget = "1/100turns"
     chunk: ClassVar[int] = 1
     view = "dialogue"
     metric_path: ClassVar[str] = "turns"

@@ -207,6 +207,9 @@ class GymSource(Source):
         self.groups = dict(_CHEETAH_GROUPS) if cheetah else {
             name: (j,) for j, name in enumerate(self.state_names)}
         self.rate = 1.0 / float(getattr(env.unwrapped, "dt", 0.05))
+        spec = getattr(env, "spec", None)
+        #: Steps per episode (the env's time limit), for false-alarm budgets per episode.
+        self.episode_steps = getattr(spec, "max_episode_steps", None) or None
         self.view = "cheetah" if cheetah else ""
         self.low = np.asarray(act_space.low, dtype=np.float64)
         self.high = np.asarray(act_space.high, dtype=np.float64)

@@ -474,6 +474,8 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
     for trial, src in zip(task.trials, sources, strict=True):
         cfg = SessionConfig(source="gym", settings=dict(src.config), preset=preset.name,
                             calibration_windows=calib, baseline_windows=base, k=task.k,
+                            # Auto on the paper's rule, as the closed-loop table was run.
+                            detector="paper",
                             speed=None, seed=_seed(task, trial), history=16,
                             auto=_auto_config(trial.auto))
         session = Session(cfg, source=src)
