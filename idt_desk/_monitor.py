@@ -135,6 +135,8 @@ class Detection:
     flags: dict[str, np.ndarray]
     onset_index: int | None
     latency: dict[str, float] = field(default_factory=dict)
+    #: The calibrated detector (``Monitor.to_dict()``); None for the paper's rule.
+    detector: dict[str, Any] | None = None
 
     @property
     def detected(self) -> dict[str, bool]:
@@ -145,6 +147,7 @@ class Detection:
         """JSON-able summary: baseline, latency and detection per detector."""
         return {
             "baseline": self.baseline.to_dict(),
+            **({"detector": self.detector} if self.detector is not None else {}),
             "onset_window": self.onset_index,
             "latency_windows": {m: (None if math.isnan(v) else v)
                                 for m, v in self.latency.items()},
@@ -161,6 +164,7 @@ def detect(
     n_baseline: int | None = None,
     k: float = 3.0,
     metrics: Sequence[str] = IDT_METRICS,
+    monitor: Monitor | None = None,
 ) -> Detection:
     """Baseline, excursions and latency over a table of windows.
 
@@ -179,6 +183,9 @@ def detect(
         Threshold in baseline standard deviations.
     metrics
         Detectors; ``"reward"`` is added when the table has it.
+    monitor
+        A live monitor (its detector and budget) to flag the windows with, exactly as a
+        session would: fed the baseline windows, then the rest. None: the paper's rule.
 
     """
     metrics = list(metrics)
@@ -193,11 +200,17 @@ def detect(
         select = slice(0, n_baseline)
     else:
         raise ValueError("give the perturbation onset or the number of baseline windows")
-    baseline = Baseline.fit(windows, select, metrics, k)
-    flags = baseline.excursions(windows)
-    det = Detection(baseline, flags, onset_index)
+    if monitor is not None:
+        if tuple(metrics) != monitor.metrics:
+            raise ValueError(f"the monitor tracks {monitor.metrics}, the table {metrics}")
+        monitor.recalibrate(select.stop)
+        flags = monitor.update({m: np.asarray(windows[m]) for m in metrics})
+        det = Detection(monitor.baseline, flags, onset_index, detector=monitor.to_dict())
+    else:
+        baseline = Baseline.fit(windows, select, metrics, k)
+        det = Detection(baseline, baseline.excursions(windows), onset_index)
     if onset_index is not None:
-        det.latency = {m: detection_latency(f, onset_index) for m, f in flags.items()}
+        det.latency = {m: detection_latency(f, onset_index) for m, f in det.flags.items()}
     return det
 
 

@@ -15,6 +15,7 @@ import pandas as pd
 from idt_desk._engine import sliding_metrics, surrogate_null, window_means
 from idt_desk._io import InputError, Trajectory
 from idt_desk._monitor import IDT_METRICS, Detection, detect
+from idt_desk._pipeline import build_monitor
 from idt_desk._symbolize import Symbolizer, wrap_angle
 from idt_desk.presets import ANGLE_MODES, Preset
 
@@ -126,8 +127,17 @@ def analyze_trajectory(
     n_baseline: int | None = None,
     k: float = 3.0,
     source: str = "",
+    detector: str = "paper",
+    false_alarms: str | None = None,
+    persist: int = 5,
+    rate: float | None = None,
 ) -> AnalysisResult:
     """Symbolise a trajectory (whole file as calibration), window it, summarise it.
+
+    With an onset or a baseline length, windows are flagged by ``detector``: the paper's
+    rule (default, ``k`` σ), or ``persistence`` / ``cusum`` calibrated to ``false_alarms``
+    (per windows by default; in seconds of loop time given ``rate``, transitions per second)
+    by the live monitor's own code.
 
     Raises
     ------
@@ -215,9 +225,14 @@ def analyze_trajectory(
     if onset is not None or n_baseline is not None:
         metrics = list(IDT_METRICS) + (["reward"] if "reward" in table else [])
         try:
+            monitor = None if detector == "paper" else build_monitor(
+                metrics, baseline_windows=2, detector=detector,
+                false_alarms=false_alarms or "1/10000windows", k=k, persist=persist,
+                rate=rate, stride=preset.stride, window=preset.window,
+                what=f"{source or 'the trajectory'} (give --rate for loop time)")
             detection = detect(
                 table, window=preset.window, onset=onset, n_baseline=n_baseline, k=k,
-                metrics=metrics,
+                metrics=metrics, monitor=monitor,
             )
         except ValueError as exc:
             raise InputError(f"{source or 'trajectory'}: {exc}") from None

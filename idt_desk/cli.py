@@ -86,7 +86,18 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
                    help="perturbation onset (transition index): the baseline is every window "
                         "wholly before it")
     g.add_argument("--baseline-windows", type=int, help="baseline = the first N windows")
-    p.add_argument("--k", type=float, default=3.0, help="excursion threshold in sigmas")
+    p.add_argument("--k", type=float, default=3.0,
+                   help="the paper rule's threshold in sigmas (default 3)")
+    p.add_argument("--detector", choices=DETECTOR_KINDS, default="paper",
+                   help="paper (default: the first window beyond --k σ, as the paper's "
+                   "tables), persistence or cusum (calibrated to --false-alarms, as live)")
+    p.add_argument("--false-alarms", metavar="BUDGET",
+                   help="budget of a calibrated detector: 1/10000windows (default), or in "
+                   "loop time (1/h) with --rate")
+    p.add_argument("--persist", type=int, default=5,
+                   help="persistence: windows in a row (default 5)")
+    p.add_argument("--rate", type=float,
+                   help="transitions per second of loop time (for a budget in time)")
     p.set_defaults(func=_run_analyze)
 
 
@@ -114,6 +125,14 @@ def _run_analyze(args: argparse.Namespace) -> int:
     check_int("--null", args.null, 0, 10_000)
     check_limit("seed", args.seed)
     check_float("--k", args.k, 0.0, lo_open=True)
+    check_int("--persist", args.persist, 1, 1000)
+    if args.rate is not None:
+        check_float("--rate", args.rate, 0.0, lo_open=True)
+    if args.false_alarms is not None:
+        try:
+            parse_budget(args.false_alarms)
+        except ValueError as exc:
+            raise InputError(f"--false-alarms: {exc}") from None
     check_int("--onset", args.onset, 0)
     check_limit("baseline_windows", args.baseline_windows)
     check_out_dir(args.out, "--out")
@@ -127,6 +146,8 @@ def _run_analyze(args: argparse.Namespace) -> int:
         traj, preset, correction=None if args.correction == "none" else args.correction,
         null_draws=args.null, seed=args.seed, onset=args.onset,
         n_baseline=args.baseline_windows, k=args.k, source=str(args.file),
+        detector=args.detector, false_alarms=args.false_alarms, persist=args.persist,
+        rate=args.rate,
     )
     paths = write_outputs(result, args.out, title=f"{args.file.name} — preset {preset.name}")
     s = result.summary

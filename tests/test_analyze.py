@@ -157,3 +157,38 @@ def test_bench_engine_prints_ratios(capsys):
     rows = [ln.split() for ln in out.splitlines() if ln.strip() and ln.split()[0].isdigit()]
     assert [r[0] for r in rows] == ["1", "50"]
     assert all(r[-1].endswith("x") and float(r[-1][:-1].replace(",", "")) > 1 for r in rows)
+
+
+def test_analyze_flags_with_the_live_calibrated_detector(tmp_path, capsys):
+    f = tmp_path / "traj.csv"
+    df = _write_agent_file(f, n=12_000)
+    rng = np.random.default_rng(5)
+    noisy = df.copy()  # from row 8000 on, the sensors read through heavy noise
+    for j in range(3):
+        for col in (f"s_{j}", f"s_next_{j}"):
+            noisy.loc[8000:, col] += rng.normal(scale=3.0, size=len(noisy) - 8000)
+    noisy.to_csv(f, index=False)
+    out = tmp_path / "out"
+    rc = main(["analyze", str(f), "--bins", "4", "--window", "200", "--stride", "50",
+               "--out", str(out), "--onset", "8000", "--detector", "persistence",
+               "--false-alarms", "1/20000windows"])
+    assert rc == 0
+    summary = json.loads((out / "summary.json").read_text())
+    det = summary["detection"]
+    assert det["detector"]["describe"] == ("persistence (5 windows in a row), "
+                                           "≤ 1 false alarm / 20000 windows")
+    assert det["detector"]["arl_windows"] == 20000
+    assert det["detected"]["IDT"] and det["latency_windows"]["IDT"] >= 4  # 5 in a row
+    table = pd.read_csv(out / "windows.csv")
+    onset_window = det["onset_window"]
+    assert not table["excursion_IDT"][:onset_window].any()  # baseline: no verdict
+    # The paper's rule on the same file (the default) flags the first window beyond 3σ.
+    rc = main(["analyze", str(f), "--bins", "4", "--window", "200", "--stride", "50",
+               "--out", str(tmp_path / "paper"), "--onset", "8000"])
+    paper = json.loads((tmp_path / "paper" / "summary.json").read_text())["detection"]
+    assert rc == 0 and "detector" not in paper
+    assert paper["latency_windows"]["IDT"] <= det["latency_windows"]["IDT"]
+    capsys.readouterr()
+    rc = main(["analyze", str(f), "--out", str(tmp_path / "x"), "--onset", "8000",
+               "--detector", "cusum", "--false-alarms", "1/h"])
+    assert rc == 2 and "give --rate" in capsys.readouterr().err
