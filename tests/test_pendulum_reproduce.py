@@ -204,3 +204,38 @@ def test_bench_reports_a_speedup():
     assert any("DOP853" in line for line in lines)
     # Same pair, same controller: scipy's RK45 and ours agree closely over the first second.
     assert result["max_abs_diff"]["scipy RK45"] < 1e-6
+
+
+def test_pendulum_alarms_count_detections_and_false_alarms(tmp_path):
+    from sources.pendulum.alarms import AlarmsConfig, format_table, reproduce_alarms
+
+    cfg = AlarmsConfig(seeds=2, seconds=30.0, conditions=("none", "sensor_noise"), workers=1,
+                       out=tmp_path)
+    trials, summary = reproduce_alarms(cfg, progress=False)
+    assert len(trials) == 4 and set(trials["condition"]) == {"none", "sensor_noise"}
+    pers = summary["detectors"]["persistence"]
+    # Sensor noise is alarmed by the calibrated default within 5 windows of its first window.
+    assert pers["sensor_noise"]["detected"] == 2
+    assert trials[trials["condition"] == "sensor_noise"]["latency_persistence"].max() <= 5
+    # A control trial's alarm after the onset time is a false alarm; counted, not assumed.
+    control = trials[trials["condition"] == "none"]
+    for kind in ("paper", "persistence", "cusum"):
+        fa = summary["detectors"][kind]["false_alarms"]
+        assert fa == {"alarms": int(control[f"alarm_{kind}"].sum()), "trials": 2,
+                      "rate": fa["alarms"] / 2}
+    # Matched: the threshold leaves no control above it (⌊0.05 · 2⌋ = 0 allowed).
+    for kind in ("paper", "persistence"):
+        m = summary["matched_false_alarm"][kind]
+        assert m["allowed_false_alarms"] == 0 and m["false_alarms"]["alarms"] == 0
+    assert "| sensor noise (0.05 rad, 0.3 rad/s) | 2/2 (0) | 2/2 (" in format_table(summary)
+    assert (tmp_path / "table.md").exists() and (tmp_path / "trials.csv").exists()
+
+
+def test_pendulum_alarms_refuse_an_onset_before_the_baseline():
+    from idt_desk._io import InputError
+    from sources.pendulum.alarms import AlarmsConfig
+
+    with pytest.raises(InputError, match="baseline completes at 16.725 s"):
+        AlarmsConfig(onset=10.0).validate()
+    with pytest.raises(InputError, match="include 'none'"):
+        AlarmsConfig(conditions=("sensor_noise",)).validate()

@@ -343,7 +343,7 @@ def _records(w: dict[str, Any], det: Any, metrics: Sequence[str]) -> dict[str, s
     onset: the trial is detected at threshold θ iff its last record exceeds θ, and the latency
     is the first record above θ. So any threshold can be applied across trials afterwards.
     """
-    from idt_desk._detectors import DetectorSpec, detector_statistic, standardise
+    from idt_desk._detectors import DetectorSpec, detector_statistic, records, standardise
 
     j0 = det.onset_index
     out = {}
@@ -355,11 +355,7 @@ def _records(w: dict[str, Any], det: Any, metrics: Sequence[str]) -> dict[str, s
             stats[metric] = detector_statistic(spec, z)[0][j0:]
         stats["IDT"] = np.max([stats[c] for c in _COMPONENTS], axis=0)
         for metric, s in stats.items():
-            peak = np.maximum.accumulate(s) if s.size else s
-            new = np.flatnonzero(peak > np.concatenate([[-np.inf], peak[:-1]]))
-            out[f"records_{name}_{metric}"] = json.dumps(
-                [[int(j), round(float(s[j]), 6) if math.isfinite(s[j]) else 1e300]
-                 for j in new])
+            out[f"records_{name}_{metric}"] = json.dumps(records(s))
     return out
 
 
@@ -386,6 +382,8 @@ def _matched(open_loop: Any) -> dict[str, Any] | None:
     perturbed = open_loop[open_loop["perturbation"] != CONTROL]
     if not len(control) or not len(perturbed):
         return None
+    from idt_desk._detectors import first_above, matched_threshold
+
     allowed = math.floor(MATCHED_RATE * len(control) + 1e-9)
     out: dict[str, Any] = {"target_rate": MATCHED_RATE, "control_trials": len(control),
                            "allowed_false_alarms": allowed}
@@ -393,11 +391,9 @@ def _matched(open_loop: Any) -> dict[str, Any] | None:
         block = {}
         for m in DETECTORS:
             c_scores, _ = _scores(control, name, m)
-            theta = float(np.sort(c_scores)[::-1][allowed]) if allowed < len(c_scores) \
-                else -math.inf
+            theta, _ = matched_threshold(c_scores, MATCHED_RATE)
             p_scores, p_recs = _scores(perturbed, name, m)
-            lat = [next(j for j, v in r if v > theta) for r, sc in zip(p_recs, p_scores,
-                                                                      strict=True)
+            lat = [first_above(r, theta) for r, sc in zip(p_recs, p_scores, strict=True)
                    if sc > theta]
             hits = int((p_scores > theta).sum())
             block[m] = {
