@@ -235,7 +235,7 @@ def test_pendulum_alarms_refuse_an_onset_before_the_baseline():
     from idt_desk._io import InputError
     from sources.pendulum.alarms import AlarmsConfig
 
-    with pytest.raises(InputError, match="baseline completes at 16.725 s"):
+    with pytest.raises(InputError, match=r"baseline completes at 16\.725 s"):
         AlarmsConfig(onset=10.0).validate()
     with pytest.raises(InputError, match="include 'none'"):
         AlarmsConfig(conditions=("sensor_noise",)).validate()
