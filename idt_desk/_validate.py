@@ -27,6 +27,7 @@ __all__ = [
     "key_values",
     "parse_auto",
     "parse_speed",
+    "parse_switch",
     "schedule_switches",
 ]
 
@@ -218,22 +219,15 @@ def schedule_switches(
     switch that starts at or after the run's end is refused.
     """
     option = f"--{kind}"
-    what = "perturbation" if kind == "perturb" else "modulation"
-    declared = source.perturbations if kind == "perturb" else source.modulations
     out = []
     rate = float(source.rate)
     for spec in specs:
         head, sep, when = spec.partition("@")
         if not sep:
             raise InputError(f"{option} {spec}: give a start time, e.g. NAME@10-20")
-        name, given = _name_and_params(spec, head, option)
-        decl = next((d for d in declared if d.name == name), None)
-        if decl is None:
-            known = ", ".join(d.name for d in declared) or "none"
-            raise InputError(
-                f"{option} {spec}: {source.name} has no {what} {name!r}; known: {known}")
-        resolved = decl.resolve(_check_params(decl.params, given, f"{option} {spec}:",
-                                              f"{what} {name}"))
+        name, resolved = parse_switch(head, source, kind, option, spec)
+        decl = next(d for d in (source.perturbations if kind == "perturb"
+                                else source.modulations) if d.name == name)
         # START[-END]; a dash inside a number (1e-3) is not the separator.
         cut = next((k for k in range(1, len(when)) if when[k] == "-"
                     and when[k - 1] not in "eE"), len(when))
@@ -259,6 +253,27 @@ def schedule_switches(
         if off is not None:
             out.append((off, kind, {"name": name, "params": None}))
     return out
+
+
+def parse_switch(head: str, source: Any, kind: str = "perturb", option: str | None = None,
+                 spec: str | None = None) -> tuple[str, dict[str, Any]]:
+    """``NAME[:k=v,...]`` -> (a declared perturbation or modulation, its resolved params).
+
+    ``kind`` is ``perturb`` or ``modulate``; ``option`` and ``spec`` name the input in the
+    one-line error (default ``--perturb`` / ``--modulate`` and ``head``).
+    """
+    option = option or f"--{kind}"
+    spec = head if spec is None else spec
+    what = "perturbation" if kind == "perturb" else "modulation"
+    declared = source.perturbations if kind == "perturb" else source.modulations
+    name, given = _name_and_params(spec, head, option)
+    decl = next((d for d in declared if d.name == name), None)
+    if decl is None:
+        known = ", ".join(d.name for d in declared) or "none"
+        raise InputError(
+            f"{option} {spec}: {source.name} has no {what} {name!r}; known: {known}")
+    return name, decl.resolve(_check_params(decl.params, given, f"{option} {spec}:",
+                                            f"{what} {name}"))
 
 
 def _name_and_params(spec: str, head: str, option: str) -> tuple[str, dict[str, str]]:

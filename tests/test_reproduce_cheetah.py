@@ -121,8 +121,14 @@ def test_dask_local_cluster_gives_the_process_pool_results(tiny_run):
 
 
 def test_bad_settings_are_input_errors(tmp_path):
-    with pytest.raises(InputError, match="unknown"):
+    with pytest.raises(InputError, match="has no perturbation 'wind'"):
         reproduce(replace(TINY, perturbations=("wind",)), progress=False)
+    with pytest.raises(InputError, match="percent=300: must be"):
+        reproduce(replace(TINY, perturbations=("obs_noise_3:percent=300",)), progress=False)
+    with pytest.raises(InputError, match="--manual"):
+        reproduce(replace(TINY, manual=("brake",)), progress=False)
+    with pytest.raises(InputError, match="--auto-false-alarms"):
+        reproduce(replace(TINY, auto_false_alarms="often"), progress=False)
     with pytest.raises(InputError, match="no such file"):
         reproduce(replace(TINY, policies=(str(tmp_path / "x.zip"),)), progress=False)
     with pytest.raises(InputError, match="--onset"):
@@ -143,7 +149,8 @@ def test_bad_settings_are_input_errors(tmp_path):
 def test_auto_engages_the_modulation_and_it_shows_in_the_actions():
     # k = 0.5: the Auto controller's alarm is on nearly all the time, so Hold engages.
     cfg = replace(TINY, perturbations=("act_noise_4",), control_seeds=0, k=0.5,
-                  auto=("hold:mode=scale,scale=0.25,persist=1,release=50",))
+                  auto=("hold:mode=scale,scale=0.25,persist=1,release=50",),
+                  auto_detector="paper")
     result = reproduce(cfg, progress=False)
     open_loop, closed = result.trials.iloc[0], result.trials.iloc[1]
     assert closed["auto"].startswith("hold") and open_loop["auto"] == ""
@@ -384,3 +391,18 @@ def test_an_interrupted_run_resumes_from_its_finished_groups(tiny_run, monkeypat
     monkeypatch.setattr(module, "run_group", must_not_run)
     again = reproduce(replace(TINY, out=out), progress=False, executor=None)
     pd.testing.assert_frame_equal(again.trials, result.trials)
+
+
+def test_a_modulation_by_hand_at_the_onset_and_a_stronger_noise():
+    cfg = replace(TINY, perturbations=("act_noise_4:percent=30",), control_seeds=0,
+                  manual=("hold:mode=scale,scale=0.25",))
+    result = reproduce(cfg, progress=False)
+    rows = result.trials
+    assert list(rows["auto"]) == ["", "by hand: hold:mode=scale,scale=0.25"]
+    assert list(rows["perturbation"]) == ["act_noise_4:percent=30"] * 2
+    hand = rows.iloc[1]
+    # Switched on at the onset and never off: engaged for every post-onset step.
+    assert hand["engagements_post"] == 1 and hand["engagements_pre"] == 0
+    assert hand["engaged_fraction_post"] == 1.0
+    closed = result.summary["closed_loop"]
+    assert closed[0]["auto"].startswith("by hand") and closed[0]["trials"] == 1

@@ -147,6 +147,11 @@ class CheetahConfig:
     env_id: str = "HalfCheetah-v5"
     seed: int = 0
     auto: tuple[str, ...] = ()
+    #: Modulations switched on by hand at the onset (``NAME[:k=v,...]``), beside Auto.
+    manual: tuple[str, ...] = ()
+    #: The Auto controller's alarm: a calibrated detector and its budget, or ``paper``.
+    auto_detector: str = "persistence"
+    auto_false_alarms: str = "1/h"
     max_baseline_cv: float = 0.25
     k: float = 3.0
     workers: int | None = None
@@ -164,14 +169,24 @@ class CheetahConfig:
         """
         from dataclasses import replace
 
-        from idt_desk._validate import parse_auto
+        from idt_desk._detectors import DETECTOR_KINDS, parse_budget
+        from idt_desk._validate import parse_auto, parse_switch
         from sources.gym._source import _CHEETAH_GROUPS, GymSource
 
         known = _perturbation_names()
         perts = self.perturbations or known
-        unknown = [p for p in perts if p not in known and p != CONTROL]
-        if unknown:
-            raise InputError(f"--perturbations: unknown {unknown}; known: {', '.join(known)}")
+        for p in perts:  # NAME or NAME:k=v (a stronger noise: obs_noise_3:percent=20)
+            if p != CONTROL:
+                parse_switch(p, GymSource, "perturb", "--perturbations")
+        for spec in self.manual:
+            parse_switch(spec, GymSource, "modulate", "--manual")
+        if self.auto_detector not in DETECTOR_KINDS:
+            raise InputError(f"--auto-detector {self.auto_detector}: choose from "
+                             f"{', '.join(DETECTOR_KINDS)}")
+        try:
+            parse_budget(self.auto_false_alarms)
+        except ValueError as exc:
+            raise InputError(f"--auto-false-alarms: {exc}") from None
         check_int("--control-seeds", self.control_seeds, 0, 10_000)
         # 'none' named among the perturbations asks for a control: at least one.
         controls = max(self.control_seeds, 1) if CONTROL in perts else self.control_seeds
@@ -246,6 +261,8 @@ class TrialGroup:
     seed: int
     k: float
     deterministic: bool = True
+    auto_detector: str = "persistence"
+    auto_false_alarms: str = "1/h"
 
 
 def make_groups(config: CheetahConfig) -> list[TrialGroup]:
@@ -262,8 +279,11 @@ def make_groups(config: CheetahConfig) -> list[TrialGroup]:
         return controls + tuple(Trial(name, auto) for name in config.perturbations)
 
     return [TrialGroup(p, trials(a), config.env_id, config.episodes, config.onset,
-                       config.seed, config.k, deterministic=actions == "deterministic")
-            for actions in config.actions for p in config.policies for a in ("", *config.auto)]
+                       config.seed, config.k, deterministic=actions == "deterministic",
+                       auto_detector=config.auto_detector,
+                       auto_false_alarms=config.auto_false_alarms)
+            for actions in config.actions for p in config.policies
+            for a in ("", *config.auto, *(HAND + m for m in config.manual))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -416,11 +436,15 @@ def _protocol(task: TrialGroup) -> str:
     return ACTIONS[0] if task.deterministic else ACTIONS[1]
 
 
+#: The ``auto`` label of a trial whose modulation is switched on by hand at the onset.
+HAND = "by hand: "
+
+
 def _auto_config(spec: str) -> dict[str, Any] | None:
     from idt_desk._validate import parse_auto
     from sources.gym._source import GymSource
 
-    return parse_auto(spec, GymSource) if spec else None
+    return parse_auto(spec, GymSource) if spec and not spec.startswith(HAND) else None
 
 
 def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
@@ -432,6 +456,7 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
     """
     import torch
 
+    from idt_desk._validate import parse_switch
     from idt_desk.presets import PRESETS
     from idt_desk.session import Session, SessionConfig
     from sources.gym._source import GymSource, step_together
@@ -462,22 +487,30 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
     preset = PRESETS[first.presets[0]]
     onset = (task.onset - 1) * steps_per_episode
     total = task.episodes * steps_per_episode
-    # Auto: symbols on the first third of the pre-onset steps, baseline on the second.
-    third = onset // 3
-    calib = max(1, (third - preset.window) // preset.stride + 1)
-    base = max(2, third // preset.stride)
+    # Auto's session: symbols on the first 20 windows (as live), its detector's baseline
+    # on every later window wholly before the onset; a short run: a third of the pre-onset
+    # steps each.
+    before = (onset - preset.window) // preset.stride + 1
+    calib, base = 20, before - 20
+    if before < 40:
+        third = onset // 3
+        calib = max(1, (third - preset.window) // preset.stride + 1)
+        base = max(2, third // preset.stride)
     sessions, logs, data = [], [], []
     for trial, src in zip(task.trials, sources, strict=True):
         cfg = SessionConfig(source="gym", settings=dict(src.config), preset=preset.name,
                             calibration_windows=calib, baseline_windows=base, k=task.k,
-                            # Auto on the paper's rule, as the closed-loop table was run.
-                            detector="paper",
+                            detector=task.auto_detector, false_alarms=task.auto_false_alarms,
                             speed=None, seed=_seed(task, trial), history=16,
                             auto=_auto_config(trial.auto))
         session = Session(cfg, source=src)
         session.limit = total
         if trial.perturbation != CONTROL:
-            session.schedule(onset, "perturb", name=trial.perturbation, params={})
+            name, params = parse_switch(trial.perturbation, GymSource, "perturb")
+            session.schedule(onset, "perturb", name=name, params=params)
+        if trial.auto.startswith(HAND):
+            name, params = parse_switch(trial.auto[len(HAND):], GymSource, "modulate")
+            session.schedule(onset, "modulate", name=name, params=params)
         log: list[dict[str, Any]] = []
         session.add_event_listener(lambda ev, log=log: log.append(ev) if ev["kind"] in (
             "episode_end", "modulation_on", "modulation_off", "perturbation_on") else None)
@@ -526,17 +559,21 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
         row["return_pre_cv"] = (float(pre.std(ddof=1) / abs(pre.mean()))
                                 if pre.size > 1 and pre.mean() != 0 else math.nan)
         row["return_post"] = float(post.mean()) if post.size else math.nan
-        row.update(_engagements(log, onset, total, preset.window, preset.stride))
+        row.update(_engagements(log, onset, total, preset.window, preset.stride,
+                                by_hand=trial.auto.startswith(HAND)))
         row["group_wall_seconds"] = wall
         rows.append(row)
     return rows
 
 
 def _engagements(log: list[dict[str, Any]], onset: int, total: int, window: int,
-                 stride: int) -> dict[str, Any]:
+                 stride: int, by_hand: bool = False) -> dict[str, Any]:
     """The Auto controller's switches: before and after the onset, latency, time engaged."""
-    on = [ev["i"] for ev in log if ev["kind"] == "modulation_on" and ev.get("auto")]
-    off = [ev["i"] for ev in log if ev["kind"] == "modulation_off" and ev.get("auto")]
+    # Auto's switches, or (``by_hand``) the one made by hand at the onset.
+    on = [ev["i"] for ev in log
+          if ev["kind"] == "modulation_on" and bool(ev.get("auto")) != by_hand]
+    off = [ev["i"] for ev in log
+           if ev["kind"] == "modulation_off" and bool(ev.get("auto")) != by_hand]
     engaged = 0
     for start in on:
         stop = next((i for i in off if i > start), total)
@@ -1120,6 +1157,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also run every trial with Auto engaging this modulation "
                              "(hold, input_filter or dim_reduction, with parameters and "
                              "persist/release windows as `run --auto`); repeat for more")
+    parser.add_argument("--manual", action="append", default=[], metavar="NAME[:k=v,...]",
+                        help="also run every trial with this modulation switched on by hand "
+                             "at the onset (the comparison for Auto); repeat for more")
+    parser.add_argument("--auto-detector", choices=("persistence", "cusum", "paper"),
+                        default="persistence",
+                        help="the alarm Auto follows: persistence (default) or cusum, "
+                             "calibrated to --auto-false-alarms, or the paper's 3σ rule")
+    parser.add_argument("--auto-false-alarms", default="1/h", metavar="BUDGET",
+                        help="Auto's false-alarm budget in loop time (1/h; 1/10episodes)")
     parser.add_argument("--max-baseline-cv", type=float, default=0.25,
                         help="exclude seeds whose pre-onset return CV exceeds this (0.25)")
     parser.add_argument("--k", type=float, default=3.0, help="threshold in σ (3)")
@@ -1139,7 +1185,9 @@ def run(args: argparse.Namespace, print_fn: Callable[[str], None] = print) -> in
         control_seeds=0 if args.no_control else args.control_seeds, actions=args.actions,
         episodes=args.episodes, onset=args.onset,
         env_id=args.env_id, seed=args.seed, auto=tuple(args.auto),
-        max_baseline_cv=args.max_baseline_cv, k=args.k, workers=args.workers,
+        manual=tuple(args.manual), auto_detector=args.auto_detector,
+        auto_false_alarms=args.auto_false_alarms, max_baseline_cv=args.max_baseline_cv,
+        k=args.k, workers=args.workers,
         scheduler=args.scheduler, out=args.out,
     )
     result = reproduce(config, progress=not args.no_progress)
