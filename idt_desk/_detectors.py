@@ -191,6 +191,8 @@ class DetectorSpec:
         if self.kind == "paper":
             return f"paper rule (|z| > {self.k:g}σ, first crossing)"
         if self.kind == "persistence":
+            if self.m == 1:
+                return "calibrated |z| > k (each window)"
             return f"persistence ({self.m} windows in a row)"
         return f"CUSUM (d = {self.drift:g}σ)"
 

@@ -326,8 +326,8 @@ def _add_session_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--false-alarms", metavar="BUDGET",
                    help="false-alarm budget in loop time: 1/h (default), 2/30min, "
                    "1/10episodes, 1/100turns (a dialogue's default), 1/1000windows")
-    p.add_argument("--persist", type=int, default=5,
-                   help="persistence: windows in a row (default 5)")
+    p.add_argument("--persist", type=int, default=None,
+                   help="persistence: windows in a row (default 5; a dialogue's 1 turn)")
     p.add_argument("--k", type=float, default=3.0,
                    help="the paper rule's threshold in sigmas (> 0; default 3)")
     p.add_argument("--correction", choices=("none", "miller-madow"), default="none")

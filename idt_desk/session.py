@@ -115,7 +115,8 @@ class SessionConfig:
     baseline_windows: int | None = None
     detector: str = "persistence"
     false_alarms: str | None = None
-    persist: int = 5
+    #: Persistence's m; None: 5 windows, or 1 on the turn path (an injection is one turn).
+    persist: int | None = None
     drift: float = 0.5
     k: float = 3.0
     correction: str | None = None
@@ -267,6 +268,8 @@ class Session:
             self.config.baseline_windows = 30 if self._turn_path else 200
         if self.config.false_alarms is None:
             self.config.false_alarms = source.default_budget
+        if self.config.persist is None:
+            self.config.persist = 1 if self._turn_path else 5
         #: The dialogue so far (turn path): every turn's texts, which later turns' contexts
         #: and a recording started mid-dialogue need. It outlives pipeline rebuilds.
         self._dialogue: DialogueMetrics | None = None
@@ -561,7 +564,7 @@ class Session:
             metrics, baseline_windows=int(p.get("baseline_windows") or 2),
             detector=p.get("detector") or "persistence",
             false_alarms=p.get("false_alarms") or self.source.default_budget,
-            k=float(p.get("k", 3.0)), persist=int(p.get("persist", 5)),
+            k=float(p.get("k", 3.0)), persist=int(p.get("persist") or 5),
             drift=float(p.get("drift", 0.5)), rate=self.source.rate,
             stride=1 if turns else preset.stride, window=1 if turns else preset.window,
             episode_steps=getattr(self.source, "episode_steps", None), turns=turns,

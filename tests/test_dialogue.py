@@ -29,9 +29,11 @@ def server():
         yield srv
 
 
-def _session(server, tmp_path=None, baseline=5, **settings) -> Session:
+def _session(server, tmp_path=None, baseline=5, detector="persistence", **settings
+             ) -> Session:
     src = DialogueSource(host=server.host, **{**MODELS, **settings})
-    return Session(SessionConfig(source="dialogue", speed=None, baseline_windows=baseline),
+    return Session(SessionConfig(source="dialogue", speed=None, baseline_windows=baseline,
+                                 detector=detector),
                    source=src, record=None if tmp_path is None else tmp_path / "rec")
 
 
@@ -192,7 +194,7 @@ def test_context_gating_limits_what_the_student_is_sent(server):
 
 
 def test_auto_controller_gates_the_context_on_an_alarm(server):
-    ses = _session(server, baseline=4)
+    ses = _session(server, baseline=4, detector="paper")  # the gating, on a 4-turn baseline
     ses.set_auto({"modulation": "input_filter", "params": {"keep_turns": 1}, "persist": 1,
                   "release": 50})
     for at in range(6, 12):
@@ -311,3 +313,14 @@ def test_default_host_reads_ollama_host_as_the_client_does(monkeypatch, env, hos
 
     monkeypatch.setenv("OLLAMA_HOST", env)
     assert default_host() == host
+
+
+def test_a_dialogues_alarm_defaults_count_turns(server):
+    ses = _session(server, baseline=30)
+    c = ses.config
+    # One window per turn, an injection is one turn: no persistence over several, a budget
+    # in turns (loop time of a dialogue).
+    assert (c.detector, c.persist, c.false_alarms) == ("persistence", 1, "1/100turns")
+    assert ses.monitor.describe() == ("calibrated |z| > k (each window), "
+                                      "≤ 1 false alarm / 100 turns")
+    assert ses.monitor.overlap == 1.0
