@@ -211,6 +211,16 @@ def test_protocol_end_to_end_with_two_injections(server, tmp_path):
     block = summary["detection"]["normal"]["P"]
     assert block["injections"] == 2 and block["control_turns"] == 2
     assert block["detected"] == sum(r["detected_P"] for r in real)
+    # Matched false alarms: with 2 control turns none may exceed the threshold, which is
+    # therefore the larger control peak |z|; an injection counts when its peak exceeds it.
+    m = block["matched"]
+
+    def peak(r):
+        return max(abs(z) for z in r["z_P"] if z is not None)
+
+    assert m["allowed_false_alarms"] == 0 and m["false_alarms"] == 0
+    assert m["threshold_sigma"] == pytest.approx(max(peak(r) for r in control))
+    assert m["detected"] == sum(peak(r) > m["threshold_sigma"] for r in real)
     d7 = next(d for d in summary["cohens_d"]["per_dialogue"] if d["test"] == 7)
     hit = t7.loc[[31, 32, 46, 47], "P"]
     assert d7["P"] == pytest.approx(cohens_d(hit, t7.loc[1:30, "P"]))

@@ -534,7 +534,7 @@ def summarize(rows: Any, results: Sequence[dict[str, Any]], config: DialogueConf
                         "false_alarms": fa, "control_turns": len(ctrl),
                         "p_vs_control": _fisher_greater(hits, len(real), fa, len(ctrl)),
                         "median_latency": float(np.median(lats)) if lats else None,
-                        "by_type": by_type}
+                        "by_type": by_type, "matched": _matched(real, ctrl, d)}
         rates[cond] = block
     d_rows = effect_sizes(rows)
     d_summary = {}
@@ -593,6 +593,37 @@ def summarize(rows: Any, results: Sequence[dict[str, Any]], config: DialogueConf
         turn_seconds=float(np.nansum(rows["seconds"])) if len(rows) else 0.0,
         paper=PAPER,
     )
+
+
+#: The per-turn false-alarm rate at which detectors are compared (``matched``).
+MATCHED_RATE = 0.05
+
+
+def _matched(real: Sequence[dict[str, Any]], ctrl: Sequence[dict[str, Any]], d: str
+             ) -> dict[str, Any] | None:
+    """Detection at a matched false-alarm rate (``MATCHED_RATE``).
+
+    The threshold (in σ) that at most 5 % of the baseline tests' control turns exceed within
+    their response turns, applied to the injections (latency: the first response turn
+    beyond it).
+    """
+    import numpy as np
+
+    from idt_desk._detectors import matched_threshold
+
+    def peak(r: dict[str, Any]) -> float:
+        z = [abs(x) for x in r[f"z_{d}"] if x is not None]
+        return max(z) if z else -math.inf
+
+    if not ctrl or not real:
+        return None
+    theta, allowed = matched_threshold(np.array([peak(r) for r in ctrl]), MATCHED_RATE)
+    lats = [next(j for j, x in enumerate(r[f"z_{d}"]) if x is not None and abs(x) > theta)
+            for r in real if peak(r) > theta]
+    return {"threshold_sigma": theta, "allowed_false_alarms": allowed,
+            "false_alarms": sum(peak(r) > theta for r in ctrl), "control_turns": len(ctrl),
+            "detected": len(lats), "injections": len(real),
+            "median_latency": float(np.median(lats)) if lats else None}
 
 
 def _mean_z(rows: Sequence[dict[str, Any]], d: str) -> list[float | None]:
@@ -727,8 +758,9 @@ def format_tables(summary: dict[str, Any]) -> str:
         "Paper: P and ΔH detect every injection, 9/9 trials per condition (p < 0.001).",
         "",
         "| Condition | Detector | Contradiction | Topic shift | Non-sequitur | All | "
-        "False alarms | p vs false alarms | Median latency (turns) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "False alarms | p vs false alarms | Median latency (turns) | Matched ≤ 5 %: "
+        "threshold, detected, false alarms |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for cond, block in summary["detection"].items():
         for d in dets:
@@ -739,10 +771,15 @@ def format_tables(summary: dict[str, Any]) -> str:
                 cells.append("—" if t is None else f"{t['detected']}/{t['injections']}")
             p = b["p_vs_control"]
             lat = b["median_latency"]
+            m = b.get("matched")
+            matched = "—" if m is None else (
+                f"{m['threshold_sigma']:.2f}σ, {m['detected']}/{m['injections']}, "
+                f"{m['false_alarms']}/{m['control_turns']}")
             lines.append(
                 f"| {cond} | {_LABEL[d]} | {' | '.join(cells)} | "
                 f"{b['detected']}/{b['injections']} | {b['false_alarms']}/{b['control_turns']} "
-                f"| {'—' if p is None else f'{p:.2g}'} | {'—' if lat is None else f'{lat:g}'} |")
+                f"| {'—' if p is None else f'{p:.2g}'} | {'—' if lat is None else f'{lat:g}'} "
+                f"| {matched} |")
     lines += [
         "",
         "## The signature (Figure 4): mean signed z (baseline σ) at turns k, k + 1, k + 2",
