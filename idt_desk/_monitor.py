@@ -346,7 +346,7 @@ class Monitor:
         self.baseline = Baseline(
             fitted.mean, fitted.std, fitted.n_windows, self.k,
             thresholds={m: c.threshold[m] for c in self.calibrations.values()
-                        for m in c.components} if self.spec.kind != "cusum" else None,
+                        for m in c.components} if self.spec.kind == "persistence" else None,
             detector=self.describe())
 
     def _flag(self, windows: Mapping[str, Any], lo: int, n: int) -> dict[str, np.ndarray]:

@@ -166,3 +166,21 @@ def test_cli_detector_and_budget_options(tmp_path):
     ev = load_recording(tmp_path / "r").events
     det = ev[ev["kind"] == "baseline"].iloc[0]["detector"]
     assert det["detector"] == "paper" and det["calibrations"]["IDT"]["threshold"]["P"] == 3.0
+
+
+def test_the_band_shown_is_the_detectors():
+    from widgets.plots import _band_label
+
+    data = _stream(400)
+    bands = {}
+    for kind in ("paper", "persistence", "cusum"):
+        mon = build_monitor(METRICS, baseline_windows=300, detector=kind,
+                            false_alarms="1/5000windows")
+        mon.update(data)
+        bands[kind] = (mon.baseline.thresholds, _band_label(mon.baseline))
+    assert bands["paper"] == (None, "baseline ±3σ")  # the paper rule's band is its alarm
+    thresholds, label = bands["persistence"]
+    assert label == "alarm band (calibrated kσ)" and set(thresholds) == set(METRICS)
+    assert all(t > 3.0 for t in thresholds.values())  # beyond 3σ: a stricter budget
+    assert bands["cusum"] == (None, "baseline ±3σ (reference)")
+    assert _band_label(None) == "alarm band"

@@ -276,6 +276,9 @@ class AlarmPanel(QGroupBox):
         unit = "turns" if tokens is not None else "windows"
         if b is None:
             text += f"<br>Baseline: gathering {got}/{want} {unit}"
+        elif det.get("kind") == "paper":
+            text += (f"<br>Baseline: {b.n_windows} {unit} (the paper rule is not calibrated: "
+                     "no false-alarm budget)")
         elif det.get("too_short"):
             need = det.get("needed_windows")
             text += (f"<br>Baseline: {b.n_windows} {unit} — <b>too short</b> for this budget "

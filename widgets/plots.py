@@ -610,7 +610,7 @@ def _band_label(b: Any) -> str:
     """The legend's words for the band: the detector's calibrated band, or kσ."""
     if b is None:
         return "alarm band"
-    if not getattr(b, "detector", None):
+    if not getattr(b, "detector", None) or b.detector.startswith("paper"):
         return f"baseline ±{b.k:g}σ"
     if getattr(b, "thresholds", None):
         return "alarm band (calibrated kσ)"
