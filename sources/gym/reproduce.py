@@ -992,7 +992,8 @@ def format_tables(summary: dict[str, Any]) -> str:
                 f"| {c['return_post_open']:.0f} → "
                 f"{c['return_post_auto']:.0f} | {c['P_post_open']:.3f} → "
                 f"{c['P_post_auto']:.3f} | {c['engaged_trials']} of {c['trials']} | "
-                f"{_f(c['engage_latency_median'])} | {c['engaged_fraction_post']:.0%} | "
+                f"{'at onset' if c['auto'].startswith(HAND) else _f(c['engage_latency_median'])}"
+                f" | {c['engaged_fraction_post']:.0%} | "
                 f"{c['false_engagements_pre']} |")
     return "\n".join(lines) + "\n"
 
