@@ -184,6 +184,7 @@ def test_the_built_in_commands_come_from_the_entry_points():
         "reproduce.cheetah": "sources.gym.reproduce",
         "reproduce.dialogue": "sources.dialogue.reproduce",
         "reproduce.pendulum": "sources.pendulum.reproduce",
+        "reproduce.pendulum-alarms": "sources.pendulum.alarms",
         "train": "sources.gym.train",
     }
     for argv, option in ((["reproduce", "pendulum"], "--batch"), (["train"], "--algo"),
@@ -191,6 +192,7 @@ def test_the_built_in_commands_come_from_the_entry_points():
                          (["reproduce", "cheetah"], "--perturbations"),
                          (["bench", "reproduce"], "--trials"),
                          (["reproduce", "dialogue"], "--report-only"),
+                         (["reproduce", "pendulum-alarms"], "--false-alarms"),
                          (["bench", "dialogue"], "--judge")):
         rc, out, err = _call([*argv, "--help"])
         assert rc == 0, err
