@@ -15,7 +15,7 @@ pytest.importorskip("pytestqt")
 
 import pyqtgraph as pg
 from PySide6.QtCore import QPoint, Qt
-from PySide6.QtWidgets import QCheckBox, QLabel, QPushButton, QWidget
+from PySide6.QtWidgets import QApplication, QCheckBox, QLabel, QPushButton, QWidget
 
 from idt_desk.plugins import discover, register
 from idt_desk.recording import load_recording
@@ -462,3 +462,38 @@ def test_gui_recording_survives_sigkill(tmp_path):
             proc.kill()
     loaded = load_recording(rec)
     assert not loaded.complete and len(loaded.windows) > 3 and len(loaded.transitions) > 1000
+
+
+def _wheel(widget, steps: int = -3) -> None:
+    """A real wheel turn (``steps`` notches; negative: towards the user) over ``widget``."""
+    from PySide6.QtCore import QPointF
+    from PySide6.QtGui import QWheelEvent
+
+    pos = QPointF(widget.width() / 2, widget.height() / 2)
+    ev = QWheelEvent(pos, QPointF(widget.mapToGlobal(pos.toPoint())), QPoint(0, 0),
+                     QPoint(0, 120 * steps), Qt.MouseButton.NoButton,
+                     Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
+    QApplication.sendEvent(widget, ev)
+
+
+def test_the_mouse_wheel_scrolls_the_panel_and_never_changes_a_setting(qtbot, window):
+    window.resize(1024, 700)
+    qtbot.wait(50)
+    bar = window.controls_scroll.verticalScrollBar()
+    assert bar.maximum() > 0  # the panel is taller than the window: it scrolls
+    theta2 = window.settings_form.editors["theta2"]
+    kick = window.perturb_forms["kick"].editors["d_omega2"]
+    boxes = [theta2, kick, window.baseline_spin, window.k_spin, window.detector_combo,
+             window.preset_combo]
+    before = [b.value() if hasattr(b, "value") else b.currentIndex() for b in boxes]
+    for box in boxes:
+        bar.setValue(0)
+        _wheel(box)
+        assert bar.value() > 0, box  # the wheel went to the panel
+    after = [b.value() if hasattr(b, "value") else b.currentIndex() for b in boxes]
+    assert after == before
+    # Clicked into (focused), a box takes the wheel as Qt intends.
+    theta2.setFocus()
+    qtbot.waitUntil(theta2.hasFocus)
+    _wheel(theta2, steps=1)
+    assert theta2.value() != before[0]

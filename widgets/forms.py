@@ -6,19 +6,54 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt
 from PySide6.QtWidgets import (
+    QAbstractSpinBox,
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
     QLineEdit,
+    QScrollArea,
     QSpinBox,
     QWidget,
 )
 
 from idt_desk.source import Param
 
-__all__ = ["ParamForm", "compact_combo", "compact_form"]
+__all__ = ["ParamForm", "WheelGuard", "compact_combo", "compact_form"]
+
+
+class WheelGuard(QObject):
+    """Spin and combo boxes take the mouse wheel only once clicked into (focused).
+
+    Qt's spin and combo boxes change their value under a wheel turn even without focus, so a
+    researcher scrolling the side panel with the pointer over one silently changed a setting
+    (a kick's Δω2 from −4 to −30). Installed on the application, this filter hands such a
+    wheel event to the enclosing scroll area instead (the panel scrolls), and gives the boxes
+    ``Qt.StrongFocus`` (a wheel turn does not focus them; a click or Tab does).
+    """
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+        """Redirect an unfocused box's wheel event to its scroll area."""
+        if event.type() != QEvent.Type.Wheel:
+            return False
+        box = obj if isinstance(obj, QAbstractSpinBox | QComboBox) else None
+        if box is None and isinstance(obj, QLineEdit) and isinstance(
+                obj.parent(), QAbstractSpinBox | QComboBox):
+            box = obj.parent()  # the editor inside a spin box
+        if box is None:
+            return False
+        if box.focusPolicy() != Qt.FocusPolicy.StrongFocus:
+            box.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        if box.hasFocus():
+            return False
+        area = box.parent()
+        while area is not None and not isinstance(area, QScrollArea):
+            area = area.parent()
+        if area is not None:
+            QCoreApplication.sendEvent(area.verticalScrollBar(), event)
+        return True  # never the box's
 
 
 def compact_form(layout: QFormLayout) -> QFormLayout:

@@ -10,6 +10,7 @@ from typing import Any
 
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import (
+    QApplication,
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
@@ -36,7 +37,7 @@ from idt_desk.source import Source
 from idt_desk.tokens import TOKENIZER
 from widgets.agency import AgencyPanel
 from widgets.alarms import AlarmPanel
-from widgets.forms import ParamForm, compact_combo, compact_form
+from widgets.forms import ParamForm, WheelGuard, compact_combo, compact_form
 from widgets.plots import MetricPlots, ReturnPlot
 from widgets.views import make_view
 
@@ -153,6 +154,9 @@ class MainWindow(QMainWindow):
         scroll.setWidgetResizable(True)
         scroll.setMinimumWidth(360)
         self.controls_scroll = scroll
+        # Scrolling the panel must never change a setting under the pointer.
+        self._wheel_guard = WheelGuard(self)
+        QApplication.instance().installEventFilter(self._wheel_guard)
 
         self.banner = QLabel("", self)
         self.banner.setObjectName("banner")
