@@ -34,7 +34,7 @@ class WheelGuard(QObject):
     ``Qt.StrongFocus`` (a wheel turn does not focus them; a click or Tab does).
     """
 
-    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:
         """Redirect an unfocused box's wheel event to its scroll area."""
         if event.type() != QEvent.Type.Wheel:
             return False
