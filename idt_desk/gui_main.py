@@ -56,9 +56,41 @@ def run_gui(
             app.quit()
 
         QTimer.singleShot(int(delay * 1000), finish)
+    received = _close_on_signals(app, win)
     rc = app.exec()
     win.shutdown()
+    if received:
+        print(f"idt-desk gui: stopped by {received[0].name}"
+              + (f"; the recording in {win.last_recording} is complete"
+                 if win.last_recording is not None else ""), file=sys.stderr)
+        return 128 + int(received[0])
     return int(rc)
+
+
+def _close_on_signals(app: Any, win: Any) -> list[Any]:
+    """SIGINT and SIGTERM close the window as its close button does: the session stops, the
+    recording is completed (``session_end`` logged). Returns the signals received.
+
+    Qt's event loop does not run Python code by itself, so a 200 ms timer gives the
+    interpreter the moment to run the handlers.
+    """
+    import signal
+
+    from PySide6.QtCore import QTimer
+
+    received: list[Any] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        if not received:
+            received.append(signal.Signals(signum))
+            QTimer.singleShot(0, lambda: (win.close(), app.quit()))
+
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, handler)
+    tick = QTimer(app)
+    tick.timeout.connect(lambda: None)
+    tick.start(200)
+    return received
 
 
 def bench_gui(seconds: float = 10.0, print_fn: Any = print, source: str = "pendulum"

@@ -497,3 +497,32 @@ def test_the_mouse_wheel_scrolls_the_panel_and_never_changes_a_setting(qtbot, wi
     qtbot.waitUntil(theta2.hasFocus)
     _wheel(theta2, steps=1)
     assert theta2.value() != before[0]
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_to_the_gui_completes_its_recording(tmp_path, sig, code):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "idt_desk.cli", "gui", "--start", "--speed", "max",
+         "--record", str(tmp_path)],
+        env={**os.environ, "QT_QPA_PLATFORM": "offscreen", "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # A child of a non-interactive shell ignores SIGINT; restore the default (Ctrl-C).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not any(p.stat().st_size > 10_000 for p in tmp_path.glob("*/transitions.csv")):
+            assert time.monotonic() < deadline and proc.poll() is None, "it never recorded"
+            time.sleep(0.05)
+        time.sleep(1.0)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and signal.Signals(sig).name in err
+    (rec_dir,) = [p.parent for p in tmp_path.glob("*/transitions.csv")]
+    rec = load_recording(rec_dir)
+    assert rec.complete and rec.events["kind"].iloc[-1] == "session_end"
+    assert rec.config["n_transitions"] == len(rec.transitions) > 10_000
