@@ -68,8 +68,10 @@ def run_gui(
 
 
 def _close_on_signals(app: Any, win: Any) -> list[Any]:
-    """SIGINT and SIGTERM close the window as its close button does: the session stops, the
-    recording is completed (``session_end`` logged). Returns the signals received.
+    """Let SIGINT and SIGTERM close the window; return the signals received (a list).
+
+    The window closes as its close button closes it: the session stops, the recording is
+    completed (``session_end`` logged).
 
     Qt's event loop does not run Python code by itself, so a 200 ms timer gives the
     interpreter the moment to run the handlers.
