@@ -507,6 +507,8 @@ def _run_run(args: argparse.Namespace) -> int:
         raise
     for at, kind, cmd in schedule:
         session.schedule(at, kind, **cmd)
+    if source.notice:
+        print(f"idt-desk run: note: {source.notice}", file=sys.stderr)
     bar = None if args.quiet else tqdm(total=steps, unit="tr", dynamic_ncols=True,
                                         desc=session.source.name)
 

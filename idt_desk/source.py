@@ -247,6 +247,9 @@ class Source(ABC):
     default_budget: str = "1/h"
     #: Steps of an episode, for false-alarm budgets per episode (None: no episodes).
     episode_steps: int | None = None
+    #: A warning about the data to say once before a session runs (a replay of an
+    #: incomplete recording), or None.
+    notice: str | None = None
     #: Transitions per second of the loop's own time, for real-time pacing.
     rate: float = 1000.0
     #: Transitions per ``step`` call the session asks for at full speed.

@@ -40,6 +40,12 @@ class ReplaySource(Source):
             raise ValueError("replay: set 'path' to a recording directory")
         self.recording: Recording = load_recording(self.config["path"])
         rec = self.recording
+        #: Said once before the replay runs (the command line, the GUI's banner): what the
+        #: recording lacks. None for a complete recording.
+        self.notice: str | None = None
+        if not rec.complete:
+            self.notice = (f"{rec.path} is incomplete ({'; '.join(rec.warnings)}): the replay "
+                           f"runs the {len(rec.transitions):,} transitions it holds")
         src = rec.config.get("source", {})
         self.state_names = tuple(rec.state_names)
         self.action_names = tuple(rec.action_names)

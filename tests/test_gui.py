@@ -526,3 +526,29 @@ def test_a_signal_to_the_gui_completes_its_recording(tmp_path, sig, code):
     rec = load_recording(rec_dir)
     assert rec.complete and rec.events["kind"].iloc[-1] == "session_end"
     assert rec.config["n_transitions"] == len(rec.transitions) > 10_000
+
+
+def _truncated_recording(path):
+    """A pendulum recording with its transitions cut in the middle of a line."""
+    run_headless(Session(SessionConfig(speed=None), record=path), steps=4000)
+    csv = path / "transitions.csv"
+    data = csv.read_bytes()
+    csv.write_bytes(data[: len(data) // 2 + 7])
+    return path
+
+
+def test_a_truncated_recording_replays_with_a_note(qtbot, tmp_path, capsys):
+    from idt_desk.cli import main
+
+    path = _truncated_recording(tmp_path / "cut")
+    rc = main(["run", "--source", "replay", "--set", f"path={path}", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 0
+    assert err.count("is incomplete") == 1 and "replay runs the 1," in err
+    win = MainWindow(source="replay", settings={"path": str(path)}, speed=None,
+                     record_dir=tmp_path / "recs")
+    qtbot.addWidget(win)
+    assert win.start_session()
+    assert win.banner.isVisible() or not win.banner.isHidden()
+    assert "is incomplete" in win.banner.text() and "transitions.csv" in win.banner.text()
+    win.close()

@@ -696,6 +696,8 @@ class MainWindow(QMainWindow):
             return False
         if record is not None:
             self._recording_started(record)
+        if source.notice:
+            self.show_error(f"Note: {source.notice}")
         self._show_pipeline()
         if source.view != self._view_name:
             self._set_view(source.view)  # a replay draws what it replays
