@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,8 @@ class Trajectory:
     state_names: list[str]
     action_names: list[str]
     rows: int
+    #: What reading the file had to do (a torn last line dropped), for the report.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def n(self) -> int:
@@ -47,12 +50,33 @@ def read_table(path: str | Path) -> pd.DataFrame:
     try:
         if suffix in (".parquet", ".pq"):
             return pd.read_parquet(path)
-        if suffix in (".csv", ".txt", ".gz"):
+        if suffix in (".csv", ".txt"):
+            raw, note = _drop_torn_line(path.read_bytes())
+            df = pd.read_csv(io.BytesIO(raw))
+            df.attrs["notes"] = [f"{path.name}: {note}"] if note else []
+            return df
+        if suffix == ".gz":
             return pd.read_csv(path)
     except (ValueError, OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"{path}: cannot read as {suffix[1:]}: {first}") from None
     raise InputError(f"{path}: unknown file type {suffix!r} (expected .csv or .parquet)")
+
+
+def _drop_torn_line(raw: bytes) -> tuple[bytes, str | None]:
+    """Drop a last line cut off while it was written (a killed session's CSV).
+
+    A torn line lacks its newline and has fewer fields than the header; a last line that
+    merely lacks a newline but is whole is kept.
+    """
+    if not raw or raw.endswith(b"\n") or b"\n" not in raw:
+        return raw, None
+    start = raw.rfind(b"\n") + 1
+    header = raw[: raw.find(b"\n")]
+    if raw[start:].count(b",") >= header.count(b","):
+        return raw, None
+    line = raw.count(b"\n") + 1
+    return raw[:start], f"dropped a partly written last line (line {line})"
 
 
 def _numbered(columns: Sequence[str], prefix: str) -> list[str]:
@@ -138,4 +162,5 @@ def load_trajectory(
         a = a[:-1][keep] if a is not None else None
         reward = reward[:-1][keep] if reward is not None else None
         episode = episode[:-1][keep] if episode is not None else None
-    return Trajectory(s, s_next, a, reward, episode, s_cols, a_cols, len(df))
+    return Trajectory(s, s_next, a, reward, episode, s_cols, a_cols, len(df),
+                      list(df.attrs.get("notes", [])))

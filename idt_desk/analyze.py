@@ -159,7 +159,7 @@ def analyze_trajectory(
     table.insert(1, "end", table["start"] + preset.window)
     if traj.reward is not None:
         table["reward"] = window_means(traj.reward, w["start"], preset.window)
-    notes = []
+    notes = list(getattr(traj, "notes", []))
     n_undef = int(np.isnan(w["P"]).sum())
     if n_undef:
         notes.append(

@@ -192,3 +192,25 @@ def test_analyze_flags_with_the_live_calibrated_detector(tmp_path, capsys):
     rc = main(["analyze", str(f), "--out", str(tmp_path / "x"), "--onset", "8000",
                "--detector", "cusum", "--false-alarms", "1/h"])
     assert rc == 2 and "give --rate" in capsys.readouterr().err
+
+
+def test_a_killed_sessions_csv_is_read_without_its_torn_last_line(tmp_path, capsys):
+    f = tmp_path / "traj.csv"
+    df = _write_agent_file(f, n=1500)
+    data = f.read_bytes()
+    torn = data[: data.rfind(b"\n", 0, len(data) - 1) + 1] + data.splitlines()[-1][:9]
+    f.write_bytes(torn)  # the last row cut after 9 characters, no newline
+    rc = main(["analyze", str(f), "--bins", "4", "--window", "200", "--stride", "50",
+               "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert rc == 0
+    note = "traj.csv: dropped a partly written last line (line 1501)"
+    assert f"note: {note}" in out
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert note in summary["notes"] and summary["rows"] == len(df) - 1
+    # A whole last line without its newline is data, not damage.
+    f.write_bytes(data.rstrip(b"\n"))
+    rc = main(["analyze", str(f), "--bins", "4", "--window", "200", "--stride", "50",
+               "--out", str(tmp_path / "out2")])
+    assert rc == 0 and "partly written" not in capsys.readouterr().out
+    assert json.loads((tmp_path / "out2" / "summary.json").read_text())["rows"] == len(df)
