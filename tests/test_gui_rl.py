@@ -347,3 +347,32 @@ def test_band_labels_name_the_parameters_that_differ_from_the_declared_ones(qtbo
     labels = [plots._label(p[3], p[4]) for p in periods]
     assert labels == ["Action noise 1 % · percent=5", "Hold · mode=repeat"]
     assert plots._label("hold", (("mode", "scale"),)) == "Hold"
+
+
+def test_the_agency_panel_never_says_passive_for_an_agent_or_contradicts_its_numbers(
+        qtbot, tmp_path):
+    # The real RL source's class knows its actions only once built: before Start the panel
+    # waits for data (dashes), it does not call it a passive system.
+    w = MainWindow(source="gym", speed=None, record_dir=tmp_path)
+    qtbot.addWidget(w)
+    w.show()
+    assert w.agency.table.isVisible() and not w.agency.passive_label.isVisible()
+    assert all(row[1].text() == "—" for row in w.agency.rows.values())
+    w._select_source("replay", {})
+    assert "once the session runs" in w.agency.passive_label.text()
+    w.close()
+    # A dialogue's per-turn conditions: no test, so no "exact"; a tiny positive value is not
+    # printed as 0.000 beside a verdict that it is above 0; a negative one does not hold.
+    panel = AgencyPanel()
+    qtbot.addWidget(panel)
+    panel.set_passive(False)
+    method = "per turn, pooled counts"
+    panel.update_snapshot(SimpleNamespace(agency={
+        "choice": {"value": -0.003, "holds": False, "method": method},
+        "effect": {"value": 0.0004, "holds": True, "method": method},
+        "asymmetry": {"value": 4.289, "holds": True, "method": method},
+        "window_end": 75, "where": "turn 75"}))
+    rows = {k: (r[1].text(), r[3].text()) for k, r in panel.rows.items()}
+    assert rows["effect"] == ("4.0e-04 bits", "> 0 (no test)")
+    assert rows["choice"] == ("-0.003 bits", "not distinguishable")
+    assert rows["asymmetry"] == ("4.289 bits", "> 0 (no test)")

@@ -29,6 +29,7 @@ _WAIT = "QLabel { color: #6b7079; padding: 1px 5px; font-size: 11px; }"
 SATURATED = 0.95
 PASSIVE_TEXT = ("<b>Passive system</b>: no action, so no choice or effect "
                 "(Table 5's physical systems).")
+UNKNOWN_TEXT = "Filled in once the session runs (a replay shows what its recording holds)."
 
 
 def _bits(x: Any) -> str:
@@ -36,7 +37,11 @@ def _bits(x: Any) -> str:
         v = float(x)
     except (TypeError, ValueError):
         return "—"
-    return "—" if not math.isfinite(v) else f"{v:.3f}"
+    if not math.isfinite(v):
+        return "—"
+    if v != 0 and abs(v) < 0.0005:
+        return f"{v:.1e}"  # never "0.000" beside a verdict that it is above 0
+    return f"{v:.3f}"
 
 
 def _saturation(snap: Any) -> float | None:
@@ -59,7 +64,9 @@ def _verdict_text(c: dict[str, Any]) -> tuple[str, str]:
             if p < level:
                 return "yes", f"yes, p < {level:g}"
         return "yes", f"yes, p = {p:.2f}"
-    return "yes", "yes (exact)"
+    if str(c.get("method", "")).startswith("exact"):
+        return "yes", "yes (exact)"
+    return "yes", "> 0 (no test)"
 
 
 def _null_text(key: str, c: dict[str, Any]) -> str:
@@ -133,17 +140,22 @@ class AgencyPanel(QGroupBox):
         self.passive = True
         self.set_passive(True)
 
-    def set_passive(self, passive: bool) -> None:
-        """Whether the selected source has no action channel (then there is nothing to fill)."""
+    def set_passive(self, passive: bool | None) -> None:
+        """Whether the selected source has no action channel (then there is nothing to fill).
+
+        None: not known before the session runs (a replay: its recording decides).
+        """
         self.passive = passive
+        self.passive_label.setText(UNKNOWN_TEXT if passive is None else PASSIVE_TEXT)
         self.reset()
 
     def reset(self) -> None:
         """No session / a new one: the passive message, or the table waiting for a window."""
         self._key = None
-        self.passive_label.setVisible(self.passive)
-        self.table.setVisible(not self.passive)
-        self.footer.setVisible(not self.passive)
+        shown = self.passive is not False  # the message, for passive or not yet known
+        self.passive_label.setVisible(shown)
+        self.table.setVisible(not shown)
+        self.footer.setVisible(not shown)
         for key, (_c, value, null, verdict) in self.rows.items():
             self._text(value, "—")
             self._text(null, "")

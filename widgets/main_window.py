@@ -445,7 +445,10 @@ class MainWindow(QMainWindow):
         self._set_metric_path(cls.metric_path, has_reward)
         self.returns.setVisible(has_reward)
         self.returns.clear_data()
-        self.agency.set_passive(not cls.action_names)
+        # Before Start only the class is known: a source declaring modulations has an action
+        # channel whatever its env; a replay's recording decides once it runs.
+        self.agency.set_passive(
+            None if cls.name == "replay" else not (cls.action_names or cls.modulations))
         names = {p.name: p.label for p in (*cls.perturbations, *cls.modulations)}
         self.alarms.names = names
         self.plots.set_source(
