@@ -791,20 +791,37 @@ class Session:
             if m in flags and (m == "IDT" or m in self.monitor.metrics):
                 self._alarm[m] = bool(flags[m][judged[-1]] == 1.0)
         onset = self._onset
-        if onset is not None and onset["latency"] is None:
+        if onset is not None and onset["latency"] is None and not onset.get("expired"):
             # Windows that hold perturbed transitions: ending after the onset and, once it is
-            # off, starting before it went off.
+            # off, starting before it went off; and within the horizon of its first one.
             seen = judged[ends[judged] > onset["i"]]
             if onset.get("off_i") is not None:
                 seen = seen[table["start"][seen] < onset["off_i"]]
             if seen.size and onset["first_window"] is None:
                 onset["first_window"] = self._ring.total + int(seen[0])
+            if onset["first_window"] is not None:
+                late = self._ring.total + seen - onset["first_window"] >= onset["horizon"]
+                if late.any():
+                    onset["expired"] = True
+                seen = seen[~late]
             hits = seen[flags["IDT"][seen] == 1.0]
             if hits.size:
                 onset["latency"] = self._ring.total + int(hits[0]) - onset["first_window"]
+                onset["expired"] = False
         if self._auto is not None:
             for j, what in self._auto.update(idt):
                 self._auto_switch(what, int(ends[judged[j]]), int(table["start"][judged[j]]))
+
+    #: Windows after an onset's first window within which an alarm counts as its detection
+    #: (the turn path: the paper's injection turn and the two after it).
+    HORIZON_WINDOWS, HORIZON_TURNS = 100, 3
+
+    def _new_onset(self, name: str | None, i: int, impulse: bool = False) -> dict[str, Any]:
+        """Latency bookkeeping of a perturbation that went on at transition ``i``."""
+        horizon = self.HORIZON_TURNS if self._turn_path else self.HORIZON_WINDOWS
+        return {"name": name, "i": i, "first_window": None, "latency": None,
+                "horizon": horizon, "expired": False, "impulse": bool(impulse),
+                "unit": "turn" if self._turn_path else "window"}
 
     def _onset_off(self, name: str | None, i: int) -> None:
         """The perturbation latency is measured from has gone off at transition ``i``."""
@@ -939,9 +956,9 @@ class Session:
                 return
             resolved = src.set_perturbation(name, params)
             if on:
-                self._onset = {"name": name, "i": self.n_transitions, "first_window": None,
-                               "latency": None}
-                if src.perturbation(name).is_impulse(resolved):
+                impulse = src.perturbation(name).is_impulse(resolved)
+                self._onset = self._new_onset(name, self.n_transitions, impulse)
+                if impulse:
                     # One shot: applied by the next step, then off again (see _run).
                     self._impulses.append(name)
                     self._event("perturbation_pulse", name=name, params=resolved)
@@ -1034,8 +1051,8 @@ class Session:
             fields = {k: v for k, v in ev.items() if k not in ("kind", "i", "t", "wall", "row")}
             i = self.n_transitions - len(b) + row + 1 if not before else self.n_transitions
             if kind in ("perturbation_on", "perturbation_pulse"):
-                self._onset = {"name": fields.get("name"), "i": i, "first_window": None,
-                               "latency": None}
+                self._onset = self._new_onset(fields.get("name"), i,
+                                              kind == "perturbation_pulse")
             elif kind == "perturbation_off":
                 self._onset_off(fields.get("name"), i)
             self._event(kind, at=i, **fields)

@@ -243,3 +243,30 @@ def test_an_alarm_after_a_perturbation_went_off_is_not_its_detection():
     assert snap.alarm["IDT"]  # the late alarm did fire...
     onset = snap.onset  # ...but it is not the perturbation's detection
     assert onset["i"] == 400 and onset["off_i"] == 500 and onset["latency"] is None
+
+
+def test_an_alarm_beyond_the_horizon_is_not_a_detection():
+    """A perturbation left on is judged within a stated horizon, then 'not detected'."""
+    session = Session(SessionConfig(speed=None, bins=4, window=40, stride=10,
+                                    calibration_windows=2, baseline_windows=5,
+                                    detector="paper"),
+                      source=ToySource())
+    session.schedule(400, "perturb", name="obs_noise", params={"sigma": 0.0})  # left on
+    real_update = session.monitor.update
+    seen = [2]
+
+    def alarm_late(windows):
+        flags = real_update(windows)
+        k = np.arange(seen[0], seen[0] + len(flags["IDT"]))
+        seen[0] += len(k)
+        # The first window holding transition 400 is window 37 (it ends at 410); an alarm
+        # only from window 37 + 100 on: one window past the horizon.
+        flags["IDT"] = k >= 37 + Session.HORIZON_WINDOWS
+        return flags
+
+    session.monitor.update = alarm_late  # type: ignore[method-assign]
+    run_headless(session, steps=40 + 10 * (37 + Session.HORIZON_WINDOWS + 20))
+    onset = session.snapshot(1).onset
+    assert session.snapshot(1).alarm["IDT"]  # the alarm fired...
+    assert onset["first_window"] == 37 and onset["latency"] is None  # ...too late to count
+    assert onset["expired"] and onset["horizon"] == 100 and onset["unit"] == "window"

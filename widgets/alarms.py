@@ -67,6 +67,10 @@ class _Light(QLabel):
             self.setToolTip(tip)
 
 
+def _plural(unit: str, n: object) -> str:
+    return unit if n == 1 else f"{unit}s"
+
+
 def _side(values: object, b: object, key: str) -> int:
     """+1 / -1 when the latest value lies above / below the baseline mean (0: unknown)."""
     mean = getattr(b, "mean", {}).get(key, math.nan)
@@ -237,6 +241,8 @@ class AlarmPanel(QGroupBox):
         else:
             self.idt.set_state("ok", f"IDT: no alarm{stopped}", tip)
         onset = snap.onset
+        unit = (onset or {}).get("unit") or (
+            "turn" if getattr(snap, "tokenizer", None) is not None else "window")
         if onset is None:
             text = "No perturbation yet"
         else:
@@ -244,14 +250,20 @@ class AlarmPanel(QGroupBox):
             first = onset.get("first_window")
             if onset.get("latency") is not None:
                 n = onset["latency"]
-                text = (f"Detected <b>{n}</b> window{'s' if n != 1 else ''} after the onset "
+                text = (f"Detected <b>{n}</b> {_plural(unit, n)} after the onset "
                         f"of <i>{name}</i>")
+            elif onset.get("expired"):
+                h = onset.get("horizon")
+                text = f"<i>{name}</i>: not detected within {h} {_plural(unit, h)}"
             elif onset.get("off_i") is not None:
                 text = f"<i>{name}</i> is off again: not detected while it was on"
             else:
                 n = None if first is None else snap.n_windows - first
-                since = "" if n is None else f" ({n} window{'s' if n != 1 else ''} since)"
-                text = f"<i>{name}</i> on: not detected yet{since}"
+                since = "" if n is None else f" ({n} {_plural(unit, n)} since"
+                since += "" if n is None or not onset.get("horizon") else \
+                    f" of {onset['horizon']})"
+                state = "injected" if onset.get("impulse") else "on"
+                text = f"<i>{name}</i> {state}: not detected yet{since}"
         if text != self.latency.text():
             self.latency.setText(text)
         u = w.get("unique_frac")
