@@ -89,3 +89,23 @@ def test_a_dialogue_replays_in_the_window_with_its_transcript(qtbot, tmp_path, s
     bar = w.view.text.verticalScrollBar()
     assert bar.maximum() > 0 and bar.value() == bar.maximum()  # follows the dialogue
     w.close()
+
+
+def test_injection_markers_sit_on_the_turn_they_inject(qtbot, tmp_path):
+    # The shipped 100-turn dialogue: contradictions are the S' of turns 31, 46, 61, 76, 91
+    # (the transcript's numbering); the markers stand on those turns, live and replayed.
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "assets/recordings/dialogue-smollm2-contradictions"
+    w = MainWindow(source="replay", settings={"path": str(path)}, speed=None,
+                   record_dir=tmp_path)
+    qtbot.addWidget(w)
+    w.show()
+    assert w.start_session(), w.banner.text()
+    qtbot.waitUntil(lambda: not w.session.running, timeout=WAIT)
+    w.refresh()
+    marks = sorted(items[0].value() for items in w.plots._pulses)
+    assert marks == [31.0, 46.0, 61.0, 76.0, 91.0]
+    injected = [t["turn"] for t in w.session.snapshot().info["transcript"] if t.get("injected")]
+    assert injected == [31, 46, 61, 76, 91]
+    w.close()

@@ -346,8 +346,14 @@ class MetricPlots(pg.GraphicsLayoutWidget):
                 self.bands[key].setVisible(False)
                 self.means[key].setVisible(False)
         now = float(x[-1]) if len(x) else snap.sim_time
-        self._set_periods(_periods(snap.switches, now))
-        self._set_pulses(_pulses(snap.switches))
+        switches = snap.switches
+        if self.x_label == "turn":
+            # An event at transition i acts on turn i + 1 (an injection is the S' of turn
+            # i + 1): drawn on that turn, as the transcript and the README number them.
+            switches = [{**ev, "t": float(ev["i"]) + 1.0} if "i" in ev else ev
+                        for ev in switches]
+        self._set_periods(_periods(switches, now))
+        self._set_pulses(_pulses(switches))
         self._follow(x, w, snap)
         if self._regions or self._pulses:
             self._stack_labels()
