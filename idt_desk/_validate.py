@@ -143,7 +143,7 @@ def _allowed(p: Any) -> str:
     if p.kind is bool:
         return "true or false"
     if p.kind is str:
-        return "text"
+        return getattr(p, "pattern_hint", "") or "text"
     noun = "an integer" if p.kind is int else "a number"
     unit = f" {p.unit}" if p.unit else ""
     if p.minimum is not None and p.maximum is not None:

@@ -550,6 +550,11 @@ def _report_run(args: argparse.Namespace, snap, received: list[int]) -> int:
     else:
         print(f"{snap.source}: {snap.n_transitions} transitions, {snap.n_windows} windows, "
               f"{snap.sim_time:.2f} s of loop time, state {snap.state}")
+    cal, need = getattr(snap, "calibration", (0, 0)) or (0, 0)
+    if getattr(snap, "tokenizer", None) is None and snap.n_windows == 0 and cal < need:
+        print(f"note: no window: the symbols are calibrated on the first {need:,} "
+              f"transitions (W + (calibration windows − 1) × stride) and the run had "
+              f"{snap.n_transitions:,}; run longer or use a shorter --window")
     det = getattr(snap, "detector", None)
     if det:
         n = getattr(snap, "n_alarms", 0)
@@ -586,10 +591,17 @@ def _report_run(args: argparse.Namespace, snap, received: list[int]) -> int:
 
 
 def _add_export(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("export", help="export a recording's tables to CSV or Parquet")
-    p.add_argument("recording", type=Path)
-    p.add_argument("--format", choices=("csv", "parquet"), default="parquet")
-    p.add_argument("--out", type=Path, required=True)
+    p = sub.add_parser(
+        "export", help="export a recording's tables to CSV or Parquet",
+        description="Write a recording's transitions, windows, events (and a dialogue's "
+        "turns) as CSV or Parquet files, with its config.json, into --out. An incomplete "
+        "recording (a killed session's) is exported as far as it goes, with a note.")
+    p.add_argument("recording", type=Path, help="the recording directory (holds config.json)")
+    p.add_argument("--format", choices=("csv", "parquet"), default="parquet",
+                   help="file format (default parquet; events' nested parameters are JSON "
+                   "text there)")
+    p.add_argument("--out", type=Path, required=True,
+                   help="output directory (created if needed)")
     p.set_defaults(func=_run_export)
 
 

@@ -25,6 +25,7 @@ give the session one table of the same columns.
 from __future__ import annotations
 
 import math
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -52,7 +53,8 @@ class Param:
     """A declared parameter: of a source setting, a perturbation or a modulation.
 
     The type is the default's type (bool, int, float or str). Numbers may have a range;
-    strings may have choices.
+    strings may have choices, or a ``pattern`` (a regular expression the whole string must
+    match; ``pattern_hint`` says what is expected, e.g. "http://HOST[:PORT]").
     """
 
     name: str
@@ -63,6 +65,8 @@ class Param:
     choices: tuple[str, ...] = ()
     unit: str = ""
     help: str = ""
+    pattern: str = ""
+    pattern_hint: str = ""
 
     @property
     def kind(self) -> type:
@@ -103,6 +107,8 @@ class Param:
                 raise ValueError(f"{self.name}: {value} is above the maximum {self.maximum}")
         if self.choices and value not in self.choices:
             raise ValueError(f"{self.name}: {value!r} is not one of {list(self.choices)}")
+        if self.pattern and not re.fullmatch(self.pattern, str(value)):
+            raise ValueError(f"{self.name}: {value!r} is not {self.pattern_hint or self.pattern}")
         return value
 
 

@@ -612,3 +612,20 @@ def test_reproduce_validates_before_simulating(place):
 class _Unused(concurrent.futures.Executor):
     def submit(self, fn, *args, **kwargs):
         raise AssertionError("a simulation was submitted")
+
+
+def test_small_rough_edges_of_run_and_export():
+    # A window longer than the run: it says why there is no window.
+    rc, out, _ = _call(["run", "--source", "pendulum", "--seconds", "2", "--window",
+                        "100000", "--quiet"])
+    assert rc == 0 and "0 windows" in out
+    assert "note: no window: the symbols are calibrated on the first 101,425 transitions" \
+        in " ".join(out.split())
+    # A host that is not a URL is refused before anything runs.
+    rc, _, err = _call(["run", "--source", "dialogue", "--set", "host=not-a-url",
+                        "--steps", "1"])
+    assert rc == 2 and "--set host=not-a-url: must be empty or a URL" in err
+    # export --help describes its options.
+    rc, out, _ = _call(["export", "--help"])
+    text = " ".join(out.split())
+    assert rc == 0 and "the recording directory" in text and "output directory" in text

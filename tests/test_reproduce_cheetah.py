@@ -406,3 +406,12 @@ def test_a_modulation_by_hand_at_the_onset_and_a_stronger_noise():
     assert hand["engaged_fraction_post"] == 1.0
     closed = result.summary["closed_loop"]
     assert closed[0]["auto"].startswith("by hand") and closed[0]["trials"] == 1
+
+
+def test_rate_error_bars_stay_between_0_and_1():
+    from sources.gym.reproduce import rate_errors
+
+    err = rate_errors([0.893, 0.1, 0.5], [0.151, 0.3, 0.2])
+    np.testing.assert_allclose(err, [[0.151, 0.1, 0.2], [0.107, 0.3, 0.2]])
+    lo, hi = np.array([0.893, 0.1, 0.5]) - err[0], np.array([0.893, 0.1, 0.5]) + err[1]
+    assert lo.min() >= 0 and hi.max() <= 1

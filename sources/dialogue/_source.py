@@ -70,6 +70,11 @@ def _variant(kind: str) -> Perturbation:
         target="environment", impulse=True)
 
 
+#: A server address: empty (the default) or http(s)://HOST[:PORT][/path].
+_URL = {"pattern": r"(https?://[^\s/:?#]+(:\d{1,5})?(/\S*)?)?",
+        "pattern_hint": "empty or a URL: http://HOST[:PORT]"}
+
+
 class DialogueSource(Source):
     """A student model and a teacher model, over Ollama or the built-in SmolLM2."""
 
@@ -85,11 +90,12 @@ class DialogueSource(Source):
     view = "dialogue"
     metric_path: ClassVar[str] = "turns"
     settings: ClassVar[tuple[Param, ...]] = (
-        Param("host", "", "Ollama host", help="both roles' Ollama server; set explicitly, it "
+        Param("host", "", "Ollama host", **_URL,
+              help="both roles' Ollama server; set explicitly, it "
               "must answer (default: $OLLAMA_HOST or http://127.0.0.1:11434 if it answers, "
               "else the built-in model)"),
-        Param("student_host", "", "Student host", help="overrides host for the student"),
-        Param("teacher_host", "", "Teacher host", help="overrides host for the teacher"),
+        Param("student_host", "", "Student host", **_URL, help="overrides host for the student"),
+        Param("teacher_host", "", "Teacher host", **_URL, help="overrides host for the teacher"),
         Param("student_backend", "auto", "Student backend", choices=("auto", "ollama",
                                                                      "builtin")),
         Param("teacher_backend", "auto", "Teacher backend", choices=("auto", "ollama",
@@ -110,7 +116,7 @@ class DialogueSource(Source):
               help="score every reply 1-7 for relevance, coherence and helpfulness (paper "
                    "§11.5); recorded in the turn; one more model call a turn"),
         Param("judge_model", "llama3.1:8b", "Judge model (Ollama)"),
-        Param("judge_host", "", "Judge host", help="overrides host for the judge"),
+        Param("judge_host", "", "Judge host", **_URL, help="overrides host for the judge"),
     )
     perturbations: ClassVar[tuple[Perturbation, ...]] = (
         _variant("contradiction"),

@@ -1021,8 +1021,10 @@ def plot_summary(summary: dict[str, Any], path: Path) -> None:
         style = {"alpha": 0.85 if j == 0 else 0.4, "hatch": None if j == 0 else "//",
                  "edgecolor": "black" if j else None}
         rate = every["detection_rate"]
-        ax1.bar(x + off, [rate[m]["mean"] or 0.0 for m in DETECTORS], width,
-                yerr=[rate[m]["std"] or 0.0 for m in DETECTORS], color=colours, capsize=2,
+        means = [rate[m]["mean"] or 0.0 for m in DETECTORS]
+        ax1.bar(x + off, means, width,
+                yerr=rate_errors(means, [rate[m]["std"] or 0.0 for m in DETECTORS]),
+                color=colours, capsize=2,
                 error_kw={"ecolor": "0.55", "lw": 0.8},
                 label=f"{name}: detection, {len(protocols[name]['seeds'])} seeds", **style)
         fa = [every["false_alarm_rate"][m] for m in DETECTORS]
@@ -1038,12 +1040,15 @@ def plot_summary(summary: dict[str, Any], path: Path) -> None:
     for j, m in enumerate(DETECTORS):
         p = paper["detection_rate"].get(m)
         if p:
-            ax1.errorbar(j + 0.42, p["mean"], yerr=p["std"], fmt="D", color="grey",
-                         capsize=3, label="paper" if m == "IDT" else None)
+            ax1.errorbar(j + 0.42, p["mean"], yerr=rate_errors([p["mean"]], [p["std"]]),
+                         fmt="D", color="grey", capsize=3,
+                         label="paper" if m == "IDT" else None)
     ax1.set_xticks(x, [_LABEL[m] for m in DETECTORS])
-    ax1.set_ylim(0, 1.35)
+    ax1.set_ylim(0, 1.03)
     ax1.set_ylabel("detection rate (mean over seeds)")
-    ax1.legend(fontsize=7, loc="upper right", ncol=2)
+    # Below the axes: over the bars it hid the data.
+    ax1.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2,
+               frameon=False)
     ax2.scatter(x + 0.42, [paper["median_latency"][m] for m in DETECTORS], marker="D",
                 color="grey", label="paper (Table 4)", zorder=3)
     ax2.set_xticks(x, [_LABEL[m] for m in DETECTORS])
@@ -1054,6 +1059,13 @@ def plot_summary(summary: dict[str, Any], path: Path) -> None:
                  f"{' vs '.join(names)} actions", fontsize=10)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def rate_errors(means: Sequence[float], stds: Sequence[float]) -> np.ndarray:
+    """Error bars (2 × n: below, above) of rates, ± σ clipped to [0, 1]."""
+    m = np.asarray(means, dtype=np.float64)
+    s = np.asarray(stds, dtype=np.float64)
+    return np.vstack([np.minimum(s, m), np.minimum(s, 1.0 - m)])
 
 
 def plot_roc(rows: Any, path: Path) -> bool:
