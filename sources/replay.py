@@ -52,6 +52,8 @@ class ReplaySource(Source):
         self.has_reward = bool(src.get("has_reward", False))
         self.rate = float(src.get("rate", 1000.0)) or 1000.0
         self.episode_steps = src.get("episode_steps") or None
+        #: The recorded source's name (its declarations label the replayed switches).
+        self.recorded_source: str | None = src.get("name")
         self.view = str(src.get("view", ""))
         session = rec.config.get("session", {})
         self.metric_path = str(session.get("metric_path", "windows"))

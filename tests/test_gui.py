@@ -552,3 +552,22 @@ def test_a_truncated_recording_replays_with_a_note(qtbot, tmp_path, capsys):
     assert win.banner.isVisible() or not win.banner.isHidden()
     assert "is incomplete" in win.banner.text() and "transitions.csv" in win.banner.text()
     win.close()
+
+
+def test_a_replay_names_its_bands_as_the_recorded_source_did(qtbot, tmp_path):
+    session = Session(SessionConfig(speed=None, baseline_windows=30), record=tmp_path / "r")
+    session.schedule(3000, "perturb", name="sensor_noise", params={"sigma_angle": 0.05})
+    session.schedule(4000, "perturb", name="sensor_noise", params=None)
+    run_headless(session, steps=6000)
+    w = MainWindow(source="replay", settings={"path": str(tmp_path / "r")}, speed=None,
+                   record_dir=tmp_path / "recs")
+    qtbot.addWidget(w)
+    w.show()
+    assert w.start_session(), w.banner.text()
+    qtbot.waitUntil(lambda: not w.session.running, timeout=WAIT)
+    w.refresh()
+    labels = _period_labels(w)
+    assert any(lbl.startswith("Sensor noise") for lbl in labels), labels
+    assert not any("sensor_noise" in lbl for lbl in labels)
+    assert "impulse (kick)" in _legend_texts(w)  # the pendulum's one-shot is its kick
+    w.close()

@@ -106,6 +106,8 @@ def test_injection_markers_sit_on_the_turn_they_inject(qtbot, tmp_path):
     w.refresh()
     marks = sorted(items[0].value() for items in w.plots._pulses)
     assert marks == [31.0, 46.0, 61.0, 76.0, 91.0]
+    legend = [label.text for _sample, label in w.plots.legend.items]
+    assert "injection" in legend and "impulse (kick)" not in legend
     injected = [t["turn"] for t in w.session.snapshot().info["transcript"] if t.get("injected")]
     assert injected == [31, 46, 61, 76, 91]
     w.close()

@@ -449,19 +449,35 @@ class MainWindow(QMainWindow):
         # channel whatever its env; a replay's recording decides once it runs.
         self.agency.set_passive(
             None if cls.name == "replay" else not (cls.action_names or cls.modulations))
-        names = {p.name: p.label for p in (*cls.perturbations, *cls.modulations)}
-        self.alarms.names = names
-        self.plots.set_source(
-            names, has_modulation=bool(cls.modulations),
-            has_impulse=any(p.impulse for p in cls.perturbations),
-            defaults={d.name: {q.name: q.default for q in d.params}
-                      for d in (*cls.perturbations, *cls.modulations)})
+        self._declare_switches(cls)
         if self.session is None or not self.session.snapshot(limit=1).n_windows:
             self.plots.show_hint(self._idle_hint())
         self.alarms.set_reward_visible(has_reward)
         self._set_view(cls.view)
         self._update_buttons()
         self._fit_controls()
+
+    def _declare_switches(self, cls: Any) -> None:
+        """Name ``cls``'s perturbations and modulations in the plots and alarms.
+
+        For a replay, ``cls`` is the recorded source's class: its switches are what the
+        replay draws.
+        """
+        names = {p.name: p.label for p in (*cls.perturbations, *cls.modulations)}
+        self.alarms.names = names
+        impulses = [p.label for p in cls.perturbations if p.impulse]
+        if getattr(cls, "metric_path", "windows") == "turns":
+            word = "injection"
+        elif len(impulses) == 1:
+            word = f"impulse ({impulses[0].lower()})"
+        else:
+            word = "impulse"
+        self.plots.set_source(
+            names, has_modulation=bool(cls.modulations),
+            has_impulse=bool(impulses),
+            defaults={d.name: {q.name: q.default for q in d.params}
+                      for d in (*cls.perturbations, *cls.modulations)},
+            impulse_label=word)
 
     def _set_metric_path(self, path: str, has_reward: bool) -> None:
         """Symbol settings and a time axis, or token metrics and a turn axis (a dialogue)."""
@@ -706,6 +722,14 @@ class MainWindow(QMainWindow):
             self._set_view(source.view)  # a replay draws what it replays
         if source.metric_path != type(source).metric_path:
             self._set_metric_path(source.metric_path, source.has_reward)  # a dialogue's replay
+        recorded = getattr(source, "recorded_source", None)
+        entry = self._entries.get(recorded) if recorded and recorded != cls.name else None
+        if entry is not None:
+            try:
+                # A replay names its bands as the recorded source did ("Sensor noise").
+                self._declare_switches(entry.load())
+            except SourceLoadError:
+                pass  # the raw names, then
         self.plots.clear_data()
         self.returns.clear_data()
         self.alarms.reset()

@@ -231,16 +231,20 @@ class MetricPlots(pg.GraphicsLayoutWidget):
                 plot.hideAxis("bottom")
 
     def set_source(self, names: dict[str, str], has_modulation: bool, has_impulse: bool,
-                   defaults: dict[str, dict[str, Any]] | None = None) -> None:
+                   defaults: dict[str, dict[str, Any]] | None = None,
+                   impulse_label: str = "impulse") -> None:
         """What the legend and the period labels need to know about the selected source.
 
         ``defaults`` (declared parameter defaults by perturbation / modulation name) lets a
-        band's label name the parameters that differ from them ("Hold · mode=repeat").
+        band's label name the parameters that differ from them ("Hold · mode=repeat");
+        ``impulse_label`` is the legend's word for a one-shot marker ("impulse (kick)",
+        "injection").
         """
         self.names = dict(names)
         self.defaults = dict(defaults or {})
         self._has_modulation = has_modulation
         self._has_impulse = has_impulse
+        self._impulse_label = impulse_label
         self._update_legend()
 
     def show_hint(self, text: str | None) -> None:
@@ -277,7 +281,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         if self._has_modulation:
             entries.append(("box", _MODULATE, "modulation"))
         if self._has_impulse:
-            entries.append(("vline", _PULSE, "impulse (kick)"))
+            entries.append(("vline", _PULSE, getattr(self, "_impulse_label", "impulse")))
         if self._seen_undefined:
             entries.append(("tri", _UNDEFINED, "P undefined"))
         key = tuple(entries)
