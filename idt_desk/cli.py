@@ -676,6 +676,7 @@ def _add_gui(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--screenshot", type=Path, help="save a PNG of the window, then quit")
     p.add_argument("--quit-after", type=float, default=None,
                    help="seconds before the screenshot / quitting")
+    p.add_argument("--size", metavar="WxH", help="window size in pixels, e.g. 1024x700")
     p.set_defaults(func=_run_gui)
 
 
@@ -686,6 +687,13 @@ def _run_gui(args: argparse.Namespace) -> int:
     speed = parse_speed(args.speed)
     check_out_dir(args.record, "--record")
     check_float("--quit-after", args.quit_after, 0.0)
+    size = None
+    if args.size is not None:
+        w, x, h = args.size.lower().partition("x")
+        if not (x and w.isdigit() and h.isdigit() and 200 <= int(w) <= 10000
+                and 200 <= int(h) <= 10000):
+            raise InputError(f"--size {args.size}: give WIDTHxHEIGHT in pixels, e.g. 1024x700")
+        size = (int(w), int(h))
     if args.screenshot is not None:
         if args.screenshot.suffix.lower() not in (".png", ".jpg", ".jpeg", ".bmp"):
             raise InputError(f"--screenshot {args.screenshot}: must end in .png, .jpg or .bmp")
@@ -706,7 +714,7 @@ def _run_gui(args: argparse.Namespace) -> int:
     return run_gui(
         source=source.name, settings=settings, start=args.start, speed=speed,
         screenshot=args.screenshot, quit_after=args.quit_after, record=args.record,
-        schedule=schedule,
+        schedule=schedule, size=size,
     )
 
 

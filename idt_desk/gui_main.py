@@ -22,6 +22,7 @@ def run_gui(
     quit_after: float | None = None,
     record: Path | None = None,
     schedule: list[tuple[int, str, dict]] | None = None,
+    size: tuple[int, int] | None = None,
 ) -> int:
     """Open the main window; optionally start, screenshot after ``quit_after`` s, and quit."""
     from PySide6.QtCore import QTimer
@@ -38,6 +39,8 @@ def run_gui(
     app.setApplicationName("IDT Desk")
     win = MainWindow(source=source, settings=settings or {}, speed=speed, record_dir=record)
     app.aboutToQuit.connect(win.shutdown)
+    if size is not None:
+        win.resize(*size)
     win.show()
     if record is not None:
         win.record_button.setChecked(True)

@@ -571,3 +571,20 @@ def test_a_replay_names_its_bands_as_the_recorded_source_did(qtbot, tmp_path):
     assert not any("sensor_noise" in lbl for lbl in labels)
     assert "impulse (kick)" in _legend_texts(w)  # the pendulum's one-shot is its kick
     w.close()
+
+
+@pytest.mark.parametrize("size", [(1024, 700), (1400, 900)])
+def test_small_windows_show_every_plot_whole_and_nothing_overlaps(qtbot, window, size):
+    window.resize(*size)
+    window.start_session(schedule=[(2000, "perturb", {"name": "sensor_noise",
+                                                      "params": {"sigma_angle": 0.05}})])
+    qtbot.waitUntil(lambda: _windows_on_plot(window) > 30, timeout=WAIT)
+    qtbot.wait(100)
+    assert (window.width(), window.height()) == size  # nothing forces the window larger
+    plots = window.plots
+    # The scene (legend and plots) fits the view: no plot's right part, the newest data,
+    # is hidden behind the next pane.
+    assert plots.ci.boundingRect().width() <= plots.viewport().width() + 1
+    right = window.right_scroll.widget()
+    assert right.height() >= right.minimumSizeHint().height()  # scrolls, never squeezed
+    window.stop_session()

@@ -168,7 +168,7 @@ def test_return_plot_shows_episode_returns(qtbot):
     plot.update_info({"episode_returns": pairs})
     x, y = plot.curve.getData()
     assert list(x) == [0, 1, 2] and list(y) == [-120.5, 30.25, 410.0]
-    assert "last 410.0" in plot.getPlotItem().titleLabel.text
+    assert "last 410," in plot.getPlotItem().titleLabel.text
     # Unchanged list: not redrawn.
     plot.curve.setData([9], [9])
     plot.update_info({"episode_returns": [list(p) for p in pairs]})

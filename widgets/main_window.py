@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QApplication,
     QCheckBox,
@@ -175,12 +175,20 @@ class MainWindow(QMainWindow):
         rl.addWidget(self.alarms)
         rl.addWidget(self.agency)
         rl.addWidget(self.view_box, 1)
-        right.setMinimumWidth(300)
+        # Scrolls rather than squeezing its panels into one another on a small screen.
+        right_scroll = QScrollArea(self)
+        right_scroll.setObjectName("right_scroll")
+        right_scroll.setWidget(right)
+        right_scroll.setWidgetResizable(True)
+        right_scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        right_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        right_scroll.setMinimumWidth(300)
+        self.right_scroll = right_scroll
 
         split = QSplitter(self)
         split.addWidget(scroll)
         split.addWidget(centre)
-        split.addWidget(right)
+        split.addWidget(right_scroll)
         split.setStretchFactor(1, 1)
         split.setSizes([380, 720, 320])
         self.setCentralWidget(split)

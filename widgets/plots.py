@@ -268,10 +268,26 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         self.hint.move((self.width() - w) // 2, (self.height() - self.hint.height()) // 2)
 
     def resizeEvent(self, ev: Any) -> None:
-        """Keep the hint centred."""
+        """Keep the hint centred and the legend within the width."""
         super().resizeEvent(ev)
         if getattr(self, "_hint_on", False):  # (pyqtgraph resizes during construction)
             self._place_hint()
+        if hasattr(self, "legend"):
+            self._wrap_legend()
+
+    def _wrap_legend(self) -> None:
+        """As many legend entries per row as fit the widget's width (the rest wrap)."""
+        items = self.legend.items
+        if not items:
+            return
+        widths = [s.boundingRect().width() + lab.boundingRect().width() + 12
+                  for s, lab in items]
+        avail = max(self.width() - 24, 100)
+        cols = len(items)
+        while cols > 1 and sum(max(widths[j::cols]) for j in range(cols)) > avail:
+            cols -= 1
+        if cols != self.legend.columnCount:
+            self.legend.setColumnCount(cols)
 
     def _update_legend(self) -> None:
         entries = [("dash", _MEAN, "baseline mean"),
@@ -292,6 +308,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         self.legend.columnCount = len(entries)
         for kind, color, text in entries:
             self.legend.addItem(_Swatch(kind, color), text)
+        self._wrap_legend()
 
     # -- data -------------------------------------------------------------------------------
 
@@ -519,9 +536,11 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         """
         xr = self.plots["P"].viewRange()[0]
         span = max(xr[1] - xr[0], 1e-9)
-        if not force and abs(span - self._label_span) < 0.2 * self._label_span:
+        if not force and abs(span - self._label_span) < 0.2 * self._label_span and \
+                abs(xr[1] - getattr(self, "_label_right", xr[1])) < 0.05 * span:
             return
         self._label_span = span
+        self._label_right = xr[1]
         width_px = max(self.plots["P"].getViewBox().width(), 1.0)
         labels = []
         for items in (*self._regions, *self._pulses):
@@ -534,6 +553,12 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             px = label.textItem.boundingRect().width() + 6
             row = next((k for k, end in enumerate(ends) if t >= end), len(ends) - 1)
             ends[row] = t + px * span / width_px
+            # A name that would run past the right edge is written to the left of its line.
+            flip = t + px * span / width_px > xr[1] and t - px * span / width_px >= xr[0]
+            anchor = (1, 0.5) if flip else (0, 0.5)
+            if label.anchors[0] != anchor:
+                label.anchors = [anchor, anchor]
+                label.updatePosition()
             if label.orthoPos != _LABEL_ROWS[row]:
                 label.setPosition(_LABEL_ROWS[row])
 
@@ -612,8 +637,9 @@ class ReturnPlot(pg.PlotWidget):
         step = max(1, math.ceil((x[-1] - x[0] + 1) / 8))
         self.getPlotItem().getAxis("bottom").setTickSpacing(step, step)
         best = float(np.nanmax(y)) if len(y) else math.nan
-        self._title(f"Episode return — last {y[-1]:,.1f}, best {best:,.1f} "
-                    f"({len(x)} episode{'s' if len(x) != 1 else ''})")
+        # Short enough for the narrowest centre pane (about 300 px at 1024 wide).
+        self._title(f"Return: last {y[-1]:,.0f}, best {best:,.0f} "
+                    f"({len(x)} ep.)")
 
 
 def _band_label(b: Any) -> str:
