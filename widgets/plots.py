@@ -277,17 +277,20 @@ class MetricPlots(pg.GraphicsLayoutWidget):
 
     def _wrap_legend(self) -> None:
         """As many legend entries per row as fit the widget's width (the rest wrap)."""
-        items = self.legend.items
-        if not items:
-            return
-        widths = [s.boundingRect().width() + lab.boundingRect().width() + 12
-                  for s, lab in items]
-        avail = max(self.width() - 24, 100)
-        cols = len(items)
-        while cols > 1 and sum(max(widths[j::cols]) for j in range(cols)) > avail:
-            cols -= 1
-        if cols != self.legend.columnCount:
-            self.legend.setColumnCount(cols)
+        cos = self.plots.get("cos_sim")
+        for legend, avail in ((self.legend, self.width() - 24),
+                              (None if cos is None else cos.legend, self.width() - 90)):
+            items = [] if legend is None else legend.items
+            if not items:
+                continue
+            # The text's own width (a LabelItem stretches to its layout cell).
+            widths = [s.boundingRect().width() + getattr(lab, "item", lab).boundingRect().width()
+                      + 16 for s, lab in items]
+            cols = len(items)
+            while cols > 1 and sum(max(widths[j::cols]) for j in range(cols)) > max(avail, 100):
+                cols -= 1
+            if cols != legend.columnCount:
+                legend.setColumnCount(cols)
 
     def _update_legend(self) -> None:
         entries = [("dash", _MEAN, "baseline mean"),
@@ -531,36 +534,50 @@ class MetricPlots(pg.GraphicsLayoutWidget):
     def _stack_labels(self, force: bool = False) -> None:
         """Put the names of periods and impulses in rows so that none overlaps another.
 
-        Redone when they change, or when the time axis has stretched by a fifth (a label's
-        width in seconds grows with it).
+        Redone when they change, or when the time axis has stretched or moved by 2 % (a
+        label's width in seconds grows with it). A name that would run past the right edge is
+        written left of its line; one with no free row is hidden (its marker stays).
         """
         xr = self.plots["P"].viewRange()[0]
         span = max(xr[1] - xr[0], 1e-9)
-        if not force and abs(span - self._label_span) < 0.2 * self._label_span and \
-                abs(xr[1] - getattr(self, "_label_right", xr[1])) < 0.05 * span:
+        if not force and abs(span - self._label_span) < 0.02 * self._label_span and \
+                abs(xr[1] - getattr(self, "_label_right", xr[1])) < 0.02 * span:
             return
         self._label_span = span
         self._label_right = xr[1]
         width_px = max(self.plots["P"].getViewBox().width(), 1.0)
+        height_px = max(self.plots["P"].getViewBox().height(), 1.0)
+        # Rows at least a text line apart: as many of the four as the P plot's height holds.
+        text_h = 16.0
+        rows = [p for k, p in enumerate(_LABEL_ROWS)
+                if k == 0 or (_LABEL_ROWS[0] - p) * height_px >= k * text_h]
         labels = []
         for items in (*self._regions, *self._pulses):
             line = items[0].lines[0] if isinstance(items[0], pg.LinearRegionItem) else items[0]
             for child in line.childItems():
                 if isinstance(child, pg.InfLineLabel):
                     labels.append((line.value(), child))
-        ends = [-np.inf] * len(_LABEL_ROWS)
-        for t, label in sorted(labels, key=lambda x: x[0]):
-            px = label.textItem.boundingRect().width() + 6
-            row = next((k for k, end in enumerate(ends) if t >= end), len(ends) - 1)
-            ends[row] = t + px * span / width_px
+        placed = []
+        for t, label in labels:
+            w = (label.textItem.boundingRect().width() + 6) * span / width_px
             # A name that would run past the right edge is written to the left of its line.
-            flip = t + px * span / width_px > xr[1] and t - px * span / width_px >= xr[0]
+            flip = t + w > xr[1] and t - w >= xr[0]
+            placed.append((t - w if flip else t, t if flip else t + w, flip, label))
+        ends = [-np.inf] * len(rows)
+        for start, end, flip, label in sorted(placed, key=lambda x: x[0]):
+            row = next((k for k, e in enumerate(ends) if start >= e), None)
+            # No free row (a narrow plot, many events): the marker stays, its name hides
+            # rather than overwrite another's.
+            label.setVisible(row is not None)
+            if row is None:
+                continue
+            ends[row] = end
             anchor = (1, 0.5) if flip else (0, 0.5)
             if label.anchors[0] != anchor:
                 label.anchors = [anchor, anchor]
                 label.updatePosition()
-            if label.orthoPos != _LABEL_ROWS[row]:
-                label.setPosition(_LABEL_ROWS[row])
+            if label.orthoPos != rows[row]:
+                label.setPosition(rows[row])
 
     def export(self, path: str) -> None:
         """Save the plots as PNG or SVG (by the file's extension)."""
