@@ -573,8 +573,10 @@ def test_a_replay_names_its_bands_as_the_recorded_source_did(qtbot, tmp_path):
     w.close()
 
 
-@pytest.mark.parametrize("size", [(1024, 700), (1400, 900)])
+@pytest.mark.parametrize("size", [(1024, 700), (1400, 900), (1920, 1080)])
 def test_small_windows_show_every_plot_whole_and_nothing_overlaps(qtbot, window, size):
+    window.resize(1920, 1080)  # laid out wide first: narrowing must lay it out again
+    qtbot.wait(20)
     window.resize(*size)
     window.start_session(schedule=[(2000, "perturb", {"name": "sensor_noise",
                                                       "params": {"sigma_angle": 0.05}})])
@@ -585,6 +587,8 @@ def test_small_windows_show_every_plot_whole_and_nothing_overlaps(qtbot, window,
     # The scene (legend and plots) fits the view: no plot's right part, the newest data,
     # is hidden behind the next pane.
     assert plots.ci.boundingRect().width() <= plots.viewport().width() + 1
+    if size[0] >= 1400:  # room for the legend in one row
+        assert plots.legend.columnCount == len(plots.legend.items)
     right = window.right_scroll.widget()
     assert right.height() >= right.minimumSizeHint().height()  # scrolls, never squeezed
     window.stop_session()

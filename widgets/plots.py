@@ -269,14 +269,18 @@ class MetricPlots(pg.GraphicsLayoutWidget):
 
     def resizeEvent(self, ev: Any) -> None:
         """Keep the hint centred and the legend within the width."""
+        if hasattr(self, "legend"):
+            self._wrap_legend(fit=False)  # before the scene takes the new width
         super().resizeEvent(ev)
         if getattr(self, "_hint_on", False):  # (pyqtgraph resizes during construction)
             self._place_hint()
-        if hasattr(self, "legend"):
-            self._wrap_legend()
 
-    def _wrap_legend(self) -> None:
-        """As many legend entries per row as fit the widget's width (the rest wrap)."""
+    def _wrap_legend(self, fit: bool = True) -> None:
+        """As many legend entries per row as fit the widget's width (the rest wrap).
+
+        ``fit``: lay the scene out again at the widget's width (the legend's minimum width
+        bounds it).
+        """
         cos = self.plots.get("cos_sim")
         for legend, avail in ((self.legend, self.width() - 24),
                               (None if cos is None else cos.legend, self.width() - 90)):
@@ -289,8 +293,15 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             cols = len(items)
             while cols > 1 and sum(max(widths[j::cols]) for j in range(cols)) > max(avail, 100):
                 cols -= 1
+            # LegendItem sizes itself from its items' current (stretched) widths: bound it, or
+            # a legend laid out wide stays wide after the window narrows.
+            legend.setMaximumWidth(sum(max(widths[j::cols]) for j in range(cols)) + 8)
             if cols != legend.columnCount:
                 legend.setColumnCount(cols)
+            legend.updateSize()
+        if fit and self.centralWidget is not None:
+            self.ci.layout.invalidate()
+            self.centralWidget.setGeometry(self.range)
 
     def _update_legend(self) -> None:
         entries = [("dash", _MEAN, "baseline mean"),
