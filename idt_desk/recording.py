@@ -536,6 +536,8 @@ def export_recording(
     names = ["transitions", "windows", "events"] + (["turns"] if rec.turns is not None else [])
     for name in names:
         df = pd.DataFrame(rec.turns) if name == "turns" else getattr(rec, name)
+        if not len(df.columns):
+            continue  # a table the source of ``rec`` does not have (a session's transitions)
         p = out / f"{name}.{fmt}"
         if fmt == "csv":
             df.to_csv(p, index=False)

@@ -296,6 +296,10 @@ class Session:
         self._error: str | None = None
         self._ring = _WindowRing(self.config.history, WINDOW_COLUMNS)
         self._events: deque[dict[str, Any]] = deque(maxlen=500)
+        #: Every event of the session (a few per minute: kept whole for export_session).
+        self._event_log: list[dict[str, Any]] = []
+        #: The latest recording this session wrote (open or closed), or None.
+        self.recording_path: Path | None = None
         # Perturbation/modulation switches, kept apart so alarm chatter cannot push the start
         # of a long perturbation out of the bounded event log.
         self._switches: deque[dict[str, Any]] = deque(maxlen=200)
@@ -889,12 +893,40 @@ class Session:
         ev = {"kind": kind, "i": i, "t": self._time_at(i), "wall": time.time(), **fields}
         with self._lock:
             self._events.append(ev)
+            self._event_log.append(ev)
             if kind.startswith(("perturbation_", "modulation_")):
                 self._switches.append(ev)
         if self._recorder is not None:
             self._recorder.add_event(ev)
         for fn in self._event_listeners:
             fn(ev)
+
+    def export_session(self, out: str | Path, fmt: str = "csv") -> list[Path]:
+        """Write what the session holds without a recording: its windows and events.
+
+        ``windows.{fmt}`` (the latest ``history`` windows, every one of a shorter session),
+        ``events.{fmt}`` (all of them) and ``config.json`` (the session and preset, and what
+        is missing: the transitions, which only a recording keeps). The same layout and
+        writer as :func:`idt_desk.recording.export_recording`.
+        """
+        import pandas as pd
+
+        from idt_desk.recording import Recording, _json_safe, export_recording
+
+        with self._lock:
+            windows = self._ring.tail(self.config.history)
+            events = list(self._event_log)
+            n_windows = self._ring.total
+        table = pd.DataFrame(windows)
+        config = _json_safe({
+            "session": self.config.to_dict(), "preset": self.preset.to_dict(),
+            "source": {"name": self.source.name, "rate": self.source.rate},
+            "exported_without_recording": True, "n_transitions": self.n_transitions,
+            "n_windows": n_windows, "windows_exported": len(table),
+            "note": "no transitions: only a recording (Record) keeps them"})
+        rec = Recording(Path(out), config, pd.DataFrame(), table,
+                        pd.DataFrame([_json_safe(e) for e in events]), [], False, None)
+        return export_recording(rec, out, fmt)
 
     def _command(self, kind: str, **args: Any) -> None:
         self._commands.put((kind, args))
@@ -919,6 +951,7 @@ class Session:
             cfg["baselines"] = ({"columns": list(embeddings.BASELINE_COLUMNS),
                                  "model": embeddings.EMBEDDER} if self.config.baselines
                                 else None)
+        self.recording_path = Path(path)
         self._recorder = Recorder(path, cfg, self.source.state_names, self.source.action_names,
                                   WINDOW_COLUMNS, turns=self._turn_path)
         if self._turn_log:

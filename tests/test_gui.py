@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 
 pytest.importorskip("pytestqt")
@@ -592,3 +594,24 @@ def test_small_windows_show_every_plot_whole_and_nothing_overlaps(qtbot, window,
     right = window.right_scroll.widget()
     assert right.height() >= right.minimumSizeHint().height()  # scrolls, never squeezed
     window.stop_session()
+
+
+def test_export_without_having_pressed_record(qtbot, window, tmp_path):
+    window.baseline_spin.setValue(30)
+    window.start_session(schedule=[(3000, "perturb", {"name": "sensor_noise",
+                                                      "params": {"sigma_angle": 0.05}})])
+    qtbot.waitUntil(lambda: window.session.snapshot(1).n_windows > 80, timeout=WAIT)
+    window.stop_session()
+    assert window.last_recording is None and window.export_csv_button.isEnabled()
+    paths = window.export_last_recording("csv", tmp_path / "out")
+    names = sorted(p.name for p in paths)
+    assert names == ["config.json", "events.csv", "windows.csv"]  # no transitions: no Record
+    windows = pd.read_csv(tmp_path / "out" / "windows.csv")
+    snap = window.session.snapshot(10**6)
+    np.testing.assert_array_equal(windows["P"].to_numpy(), snap.windows["P"])
+    events = pd.read_csv(tmp_path / "out" / "events.csv")
+    assert {"session_start", "calibrated", "baseline", "perturbation_on"} <= set(events["kind"])
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["exported_without_recording"] and "only a recording" in config["note"]
+    paths = window.export_last_recording("parquet", tmp_path / "pq")
+    assert sorted(p.name for p in paths) == ["config.json", "events.parquet", "windows.parquet"]

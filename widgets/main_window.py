@@ -826,9 +826,11 @@ class MainWindow(QMainWindow):
                   self.baseline_button, self.apply_symbols_button):
             b.setEnabled(running)
         self.auto_check.setEnabled(bool(self.modulate_buttons))
-        has_rec = self.last_recording is not None
-        self.export_csv_button.setEnabled(has_rec and not self.record_button.isChecked())
-        self.export_parquet_button.setEnabled(has_rec and not self.record_button.isChecked())
+        # Without a recording, Export writes the session's own windows and events.
+        can = (self.last_recording is not None or self.session is not None) and \
+            not self.record_button.isChecked()
+        self.export_csv_button.setEnabled(can)
+        self.export_parquet_button.setEnabled(can)
 
     def _pause_toggled(self, on: bool) -> None:
         if self.session is None:
@@ -946,7 +948,26 @@ class MainWindow(QMainWindow):
             self._update_buttons()
 
     def export_last_recording(self, fmt: str, out: str | Path | None = None) -> list[Path]:
-        """Export the last recording's tables (next to it by default)."""
+        """Export the last recording's tables (next to it by default).
+
+        Without a recording of the current session, the session's own windows and events
+        (``Session.export_session``) go to a new folder in the recordings folder: a
+        forgotten Record costs the transitions, not the results.
+        """
+        recorded = self.last_recording is not None and self.session is not None and \
+            self.session.recording_path == self.last_recording
+        if not recorded and self.session is not None:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            out = Path(out) if out else self._record_dir / f"session-{stamp}-{fmt}"
+            try:
+                paths = self.session.export_session(out, fmt)
+            except (OSError, ValueError) as exc:
+                self.show_error(f"Export failed: {exc}")
+                return []
+            self.statusBar().showMessage(
+                f"exported the session's windows and events (no recording: no transitions) "
+                f"into {out}", 8000)
+            return paths
         if self.last_recording is None:
             return []
         out = Path(out) if out else self.last_recording.with_name(
