@@ -1,4 +1,7 @@
-"""Symbolisation and windowing presets: the paper's configurations (DESIGN §3)."""
+"""Symbolisation and windowing presets: the paper's configurations.
+
+See the paper's §3 and §10 and the README's section "The engine".
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Per-turn token metrics of a dialogue: the second metric path (DESIGN §3, paper §11.3).
+"""Per-turn token metrics of a dialogue: the second metric path.
+
+See the paper's §11.3 and the README's section "The per-turn metrics".
 
 A dialogue's loop is one transition per turn (paper §11.2):
 
@@ -9,7 +11,7 @@ A dialogue's loop is one transition per turn (paper §11.2):
 - S' = the teacher's next prompt.
 
 Each text becomes subword tokens (a SentencePiece model, :func:`load_tokenizer`) and then a
-token-frequency distribution. The reading of the paper's formulas used here (DESIGN §3):
+token-frequency distribution. The reading of the paper's formulas used here:
 
 - H(X) is the plug-in entropy, in bits, of X's token counts;
 - a joint such as H(S, A) is the entropy of the token counts of S and A *pooled*
