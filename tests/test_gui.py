@@ -615,3 +615,26 @@ def test_export_without_having_pressed_record(qtbot, window, tmp_path):
     assert config["exported_without_recording"] and "only a recording" in config["note"]
     paths = window.export_last_recording("parquet", tmp_path / "pq")
     assert sorted(p.name for p in paths) == ["config.json", "events.parquet", "windows.parquet"]
+
+
+def test_a_figure_at_twice_the_resolution_with_its_title_line(qtbot, window, tmp_path):
+    from PySide6.QtGui import QImage
+
+    window.baseline_spin.setValue(30)
+    window.start_session()
+    qtbot.waitUntil(lambda: window.alarms.idt.state in ("ok", "alarm"), timeout=WAIT)
+    window.stop_session()
+    window.refresh()
+    title = window.figure_title_text()
+    assert title.startswith("Double pendulum · preset pendulum-live (16 bins, W 300, stride 75)")
+    assert "baseline 30 windows" in title and "persistence (5 windows in a row)" in title
+    width = window.plots.ci.boundingRect().width()
+    window.figure_scale.setCurrentIndex(window.figure_scale.findData(2))
+    window.save_figure(tmp_path / "fig.png")
+    img = QImage(str(tmp_path / "fig.png"))
+    assert abs(img.width() - 2 * width) <= 2
+    assert img.height() > 2 * window.plots.ci.boundingRect().height()  # plus the title strip
+    window.save_figure(tmp_path / "fig.svg")
+    svg = (tmp_path / "fig.svg").read_text()
+    assert "Double pendulum" in svg and "persistence" in svg  # the title line is in it
+    assert window.plots.ci.boundingRect().width() == width  # the window is as it was

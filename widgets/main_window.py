@@ -397,6 +397,21 @@ class MainWindow(QMainWindow):
         row.addWidget(svg)
         lay.addLayout(row)
         row = QHBoxLayout()
+        self.figure_scale = compact_combo(QComboBox(box), 4)
+        for k in (1, 2, 3, 4):
+            self.figure_scale.addItem(f"{k}×", k)
+        self.figure_scale.setCurrentIndex(1)
+        self.figure_scale.setToolTip("PNG pixels per screen pixel (2× is about 200 dpi at "
+                                     "the size on screen)")
+        self.figure_title = QCheckBox("title line", box)
+        self.figure_title.setChecked(True)
+        self.figure_title.setToolTip("Write the source, model, preset, baseline and detector "
+                                     "above the plots")
+        row.addWidget(QLabel("Figure", box))
+        row.addWidget(self.figure_scale)
+        row.addWidget(self.figure_title)
+        lay.addLayout(row)
+        row = QHBoxLayout()
         self.note_edit = QLineEdit(box)
         self.note_edit.setPlaceholderText("note for the recording…")
         note = QPushButton("Add note", box)
@@ -984,7 +999,31 @@ class MainWindow(QMainWindow):
         path, _ = QFileDialog.getSaveFileName(self, "Save plots", f"idt-plots.{fmt}",
                                               f"{fmt.upper()} (*.{fmt})")
         if path:
-            self.plots.export(path)
+            self.save_figure(path)
+
+    def figure_title_text(self) -> str:
+        """What a figure says it shows: source, model, preset, baseline, detector."""
+        if self.session is None:
+            return ""
+        s, c, p = self.session.source, self.session.config, self.session.preset
+        model = ""
+        for key in ("policy", "student_model", "path"):
+            v = s.config.get(key)
+            if v:
+                model = f" · {Path(str(v)).name}"
+                break
+        det = self.session.snapshot(limit=1).detector or {}
+        symbols = "token counts per turn" if c.metric_path == "turns" else (
+            f"preset {p.name} ({p.bins} bins, W {p.window}, stride {p.stride})")
+        return (f"{s.label}{model} · {symbols} · baseline {c.baseline_windows} "
+                f"{'turns' if c.metric_path == 'turns' else 'windows'} · "
+                f"{det.get('describe', c.detector)}")
+
+    def save_figure(self, path: str | Path) -> None:
+        """Save the plots with the chosen scale and, if ticked, the title line."""
+        title = self.figure_title_text() if self.figure_title.isChecked() else None
+        self.plots.export(str(path), scale=float(self.figure_scale.currentData()),
+                          title=title or None)
 
     # -- errors -----------------------------------------------------------------------------
 

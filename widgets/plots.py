@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from pyqtgraph import exporters
-from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtCore import QMargins, QPointF, QRectF, Qt
 from PySide6.QtGui import QPainter, QPolygonF
 from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import QLabel
@@ -590,21 +590,62 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             if label.orthoPos != rows[row]:
                 label.setPosition(rows[row])
 
-    def export(self, path: str) -> None:
-        """Save the plots as PNG or SVG (by the file's extension)."""
+    def export(self, path: str, scale: float = 1.0, title: str | None = None) -> None:
+        """Save the plots as PNG or SVG (by the file's extension).
+
+        ``scale`` multiplies a PNG's pixels (2: twice the width and height on screen, for a
+        paper's figure); ``title`` is written, wrapped, in a strip above the plots (the
+        source, model, preset, baseline and detector, say); the window is left as it was.
+        """
+        from PySide6.QtCore import QRect
+        from PySide6.QtGui import QColor, QFont, QFontMetrics, QImage
+
+        def strip(width: int, k: float) -> tuple[QFont, int]:
+            font = QFont(self.font())
+            font.setPointSizeF(9.0 * k)
+            if not title:
+                return font, 0
+            rect = QFontMetrics(font).boundingRect(
+                QRect(0, 0, width - int(16 * k), 10_000), int(Qt.TextFlag.TextWordWrap), title)
+            return font, rect.height() + int(10 * k)
+
+        def write_title(painter: QPainter, width: int, k: float, height: int,
+                        font: QFont) -> None:
+            painter.setFont(font)
+            painter.setPen(QColor(32, 33, 36))
+            painter.drawText(QRect(int(8 * k), 0, width - int(16 * k), height),
+                             int(Qt.AlignmentFlag.AlignVCenter | Qt.TextFlag.TextWordWrap),
+                             title)
+
         if str(path).lower().endswith(".svg"):
             # Qt's own SVG painter: pyqtgraph 0.14's SVGExporter fails on the closed paths
             # Qt 6.11 writes ("Z"; pyqtgraph issue #3495).
+            font, top = strip(self.width(), 1.0)
             gen = QSvgGenerator()
             gen.setFileName(str(path))
-            gen.setSize(self.size())
-            gen.setViewBox(self.rect())
-            gen.setTitle("IDT Desk metrics")
+            gen.setSize(self.size().grownBy(QMargins(0, top, 0, 0)))
+            gen.setViewBox(QRect(0, 0, self.width(), self.height() + top))
+            gen.setTitle(title or "IDT Desk metrics")
             painter = QPainter(gen)
+            if top:
+                write_title(painter, self.width(), 1.0, top, font)
+                painter.translate(0, top)
             self.render(painter)
             painter.end()
-        else:
-            exporters.ImageExporter(self.ci).export(str(path))
+            return
+        exporter = exporters.ImageExporter(self.ci)
+        exporter.parameters()["width"] = round(self.ci.boundingRect().width() * scale)
+        plots = exporter.export(toBytes=True)
+        font, top = strip(plots.width(), scale)
+        image = QImage(plots.width(), plots.height() + top, QImage.Format.Format_ARGB32)
+        image.fill(QColor("white"))
+        painter = QPainter(image)
+        if top:
+            write_title(painter, plots.width(), scale, top, font)
+        painter.drawImage(0, top, plots)
+        painter.end()
+        if not image.save(str(path)):
+            raise OSError(f"cannot write {path}")
 
 
 #: Finished episodes shown on the return plot (the latest ones; bounded).
