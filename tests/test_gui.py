@@ -638,3 +638,32 @@ def test_a_figure_at_twice_the_resolution_with_its_title_line(qtbot, window, tmp
     svg = (tmp_path / "fig.svg").read_text()
     assert "Double pendulum" in svg and "persistence" in svg  # the title line is in it
     assert window.plots.ci.boundingRect().width() == width  # the window is as it was
+
+
+def test_a_slow_start_says_what_it_is_doing(qtbot, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from sources.pendulum import PendulumSource
+    from widgets.plots import _waiting_text
+
+    w = MainWindow(speed=1.0, record_dir=tmp_path)
+    qtbot.addWidget(w)
+    w.show()
+    seen = []
+    real_init = PendulumSource.__init__
+
+    def slow_init(self, **settings):
+        seen.append((w.status.text(), w.plots.hint.text()))
+        real_init(self, **settings)
+
+    monkeypatch.setattr(PendulumSource, "__init__", slow_init)
+    assert w.start_session()
+    assert seen and seen[0][0] == "loading Double pendulum…"
+    assert seen[0][1] == "Loading Double pendulum…"
+    w.stop_session()
+    w.close()
+    # Calibrating at 20 transitions per second of wall time (the RL source at 1x): how long.
+    snap = SimpleNamespace(error=None, calibration=(250, 1250), state="running",
+                           n_transitions=250, loop_rate=20.0)
+    text = _waiting_text(snap)
+    assert "about 50 s more at this speed" in text and "raise <b>Speed</b>" in text

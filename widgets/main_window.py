@@ -720,6 +720,11 @@ class MainWindow(QMainWindow):
             return False
         try:
             settings = self.settings_form.values()
+            # Building a source can take seconds (the RL source loads torch, the policy and
+            # MuJoCo): say so, and paint it, before the loop runs.
+            self.plots.show_hint(f"Loading {cls.label}…")
+            self.status.setText(f"loading {cls.label}…")
+            QApplication.processEvents()
             source = cls(**settings)
             # Show what the source resolved (the RL source's default policy, say).
             self.settings_form.set_values(source.config)

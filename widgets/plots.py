@@ -744,9 +744,16 @@ def _waiting_text(snap: Snapshot) -> str:
     paused = " (paused)" if snap.state == "paused" else ""
     if cal < need:
         pct = 100 * cal / max(need, 1)
+        eta = ""
+        rate = float(getattr(snap, "loop_rate", 0.0) or 0.0)
+        if rate > 0 and not paused:
+            left = (need - cal) / rate
+            eta = f"; about {left:,.0f} s more at this speed"
+            if left > 20:
+                eta += " — raise <b>Speed</b> to get there sooner"
         return (f"Calibrating symbols: {cal:,} / {need:,} transitions ({pct:.0f} %){paused}"
-                "<br><small>the first windows fix the symbols' bins; the plots start "
-                "when they are done</small>")
+                f"<br><small>the first windows fix the symbols' bins; the plots start "
+                f"when they are done{eta}</small>")
     return f"Waiting for the first window{paused}…"
 
 
