@@ -237,9 +237,8 @@ class Monitor:
     budget
         False alarms allowed per span of loop time (``Budget``; calibrated detectors need it).
     windows_per_unit
-        Windows per unit of the budget (``{"s": 13.3, "turns": 1.0, "episodes": 20.0}``);
-        without ``"s"``, a budget in seconds measures windows per second of loop time from
-        the baseline windows' ``t``.
+        Windows per unit of the budget (``{"s": 13.3, "turns": 1.0, "episodes": 20.0}``;
+        seconds of loop time convert through the source's rate: ``rate / stride``).
     overlap
         W / stride of the windows (the least correlation time the calibration assumes).
 
@@ -265,10 +264,11 @@ class Monitor:
             raise ValueError(f"the {self.spec.kind} detector needs a false-alarm budget")
         self.budget = budget
         self.windows_per_unit = dict(windows_per_unit or {})
-        if budget is not None and budget.unit not in ("s", "windows") \
+        if budget is not None and budget.unit != "windows" \
                 and budget.unit not in self.windows_per_unit:
-            raise ValueError(f"a budget per {budget.unit} needs a source with "
-                             f"{budget.unit}; give it per hour (1/h) or per windows")
+            what = "loop time (rate / stride)" if budget.unit == "s" else budget.unit
+            raise ValueError(f"a budget per {budget.unit} needs windows per {what} "
+                             "(windows_per_unit); or give it per windows")
         self.overlap = float(overlap)
         self.metrics = tuple(metrics)
         self.baseline: Baseline | None = None
@@ -277,7 +277,7 @@ class Monitor:
         #: Windows per false alarm the budget allows (None for the paper rule or before).
         self.arl_windows: float | None = None
         self._state: dict[str, np.ndarray | None] = {}
-        self._pending: dict[str, list[float]] = {m: [] for m in (*self.metrics, "t")}
+        self._pending: dict[str, list[float]] = {m: [] for m in self.metrics}
 
     def recalibrate(self, n_baseline: int | None = None) -> None:
         """Drop the baseline and gather a new one from the next windows."""
@@ -289,7 +289,7 @@ class Monitor:
         self.calibrations = {}
         self.arl_windows = None
         self._state = {}
-        self._pending = {m: [] for m in (*self.metrics, "t")}
+        self._pending = {m: [] for m in self.metrics}
 
     @property
     def baseline_progress(self) -> tuple[int, int]:
@@ -320,13 +320,7 @@ class Monitor:
         unit = self.budget.unit
         if unit == "windows":
             return 1.0
-        if unit in self.windows_per_unit:
-            return float(self.windows_per_unit[unit])
-        t = np.asarray(self._pending["t"], dtype=np.float64)
-        t = t[np.isfinite(t)]
-        if t.size < 2 or not t[-1] > t[0]:
-            raise ValueError("a false-alarm budget in seconds needs the windows' loop time")
-        return (t.size - 1) / float(t[-1] - t[0])
+        return float(self.windows_per_unit[unit])
 
     def _fit(self) -> None:
         data = {m: np.asarray(v, dtype=np.float64) for m, v in self._pending.items()}
@@ -361,10 +355,7 @@ class Monitor:
         return flags
 
     def update(self, windows: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """Flag a batch of new windows; windows used for the baseline are not flagged.
-
-        ``windows`` has a column per metric, and ``t`` (loop time) for a budget in seconds.
-        """
+        """Flag a batch of new windows; windows used for the baseline are not flagged."""
         n = len(np.asarray(windows[self.metrics[0]]))
         flags = {m: np.zeros(n, dtype=bool) for m in (*self.metrics, "IDT")}
         i = 0
@@ -372,9 +363,7 @@ class Monitor:
             need = self.n_baseline - len(self._pending[self.metrics[0]])
             take = min(need, n)
             for m in self._pending:
-                col = windows.get(m) if m == "t" else windows[m]
-                self._pending[m].extend(np.full(take, np.nan) if col is None else
-                                        np.asarray(col[:take], dtype=np.float64))
+                self._pending[m].extend(np.asarray(windows[m][:take], dtype=np.float64))
             i = take
             if take == need:
                 self._fit()

@@ -79,11 +79,6 @@ class WindowStage:
         """Whether the symbols are fitted."""
         return self.sym_s.calibrated
 
-    @property
-    def n_seen(self) -> int:
-        """Transitions pushed so far."""
-        return self.engine.n_seen
-
     def fit(self, s: np.ndarray, a: np.ndarray | None,
             ranges_s: Mapping[int, tuple[float, float]] | None = None,
             ranges_a: Mapping[int, tuple[float, float]] | None = None) -> None:
@@ -151,8 +146,6 @@ def judge(monitor: Monitor, table: Mapping[str, np.ndarray], first: int, skip_fi
     completed = None
     if k - skip > 0:
         rest = {m: table[m][skip:] for m in monitor.metrics}
-        if "t" in table:
-            rest["t"] = table["t"][skip:]
         flags = monitor.update(rest)
         verdict = slice(skip + min(gathering, k - skip), k)
         for m, f in flags.items():

@@ -39,7 +39,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +103,6 @@ class AlarmsConfig:
     conditions: tuple[str, ...] = tuple(c[0] for c in CONDITIONS)
     workers: int | None = None
     out: Path | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
         """Raise InputError on a bad setting, before anything runs."""
