@@ -812,6 +812,13 @@ class Session:
             if hits.size:
                 onset["latency"] = self._ring.total + int(hits[0]) - onset["first_window"]
                 onset["expired"] = False
+                self._verdict(onset, at=int(ends[hits[0]]))
+            elif onset.get("expired"):
+                self._verdict(onset, at=int(ends[judged[-1]]))
+            elif onset.get("off_i") is not None and \
+                    (table["start"][judged] >= onset["off_i"]).any():
+                # Every window holding the perturbed transitions judged: none alarmed.
+                self._verdict(onset, at=int(ends[judged[-1]]))
         if self._auto is not None:
             for j, what in self._auto.update(idt):
                 self._auto_switch(what, int(ends[judged[j]]), int(table["start"][judged[j]]))
@@ -826,6 +833,23 @@ class Session:
         return {"name": name, "i": i, "first_window": None, "latency": None,
                 "horizon": horizon, "expired": False, "impulse": bool(impulse),
                 "unit": "turn" if self._turn_path else "window"}
+
+    def _verdict(self, onset: dict[str, Any], at: int) -> None:
+        """Log once whether the onset's perturbation was detected (the event log's latency).
+
+        ``detected``: the latency in windows (turns) after the onset's first window;
+        ``not_detected``: the horizon ran out, or the perturbation went off undetected.
+        """
+        if onset.get("logged"):
+            return
+        onset["logged"] = True
+        common = {"name": onset["name"], "onset_i": onset["i"], "unit": onset["unit"]}
+        if onset["latency"] is not None:
+            self._later("detected", at=at, latency=onset["latency"], **common)
+        else:
+            self._later("not_detected", at=at, horizon=onset["horizon"],
+                        off=onset.get("off_i") is not None and not onset.get("expired"),
+                        **common)
 
     def _onset_off(self, name: str | None, i: int) -> None:
         """The perturbation latency is measured from has gone off at transition ``i``."""
@@ -900,6 +924,11 @@ class Session:
             self._recorder.add_event(ev)
         for fn in self._event_listeners:
             fn(ev)
+
+    def events_since(self, n: int) -> list[dict[str, Any]]:
+        """The session's events from the ``n``-th on (all of them from 0), oldest first."""
+        with self._lock:
+            return list(self._event_log[max(0, int(n)):])
 
     def export_session(self, out: str | Path, fmt: str = "csv") -> list[Path]:
         """Write what the session holds without a recording: its windows and events.

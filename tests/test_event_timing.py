@@ -243,6 +243,11 @@ def test_an_alarm_after_a_perturbation_went_off_is_not_its_detection():
     assert snap.alarm["IDT"]  # the late alarm did fire...
     onset = snap.onset  # ...but it is not the perturbation's detection
     assert onset["i"] == 400 and onset["off_i"] == 500 and onset["latency"] is None
+    # The event log's verdict: once every window holding perturbed transitions is judged.
+    verdicts = [e for e in session.events_since(0) if e["kind"].endswith("detected")]
+    assert len(verdicts) == 1 and verdicts[0]["kind"] == "not_detected"
+    assert verdicts[0]["off"] and verdicts[0]["onset_i"] == 400
+    assert verdicts[0]["name"] == "obs_noise" and verdicts[0]["i"] >= 500
 
 
 def test_an_alarm_beyond_the_horizon_is_not_a_detection():
@@ -270,3 +275,37 @@ def test_an_alarm_beyond_the_horizon_is_not_a_detection():
     assert session.snapshot(1).alarm["IDT"]  # the alarm fired...
     assert onset["first_window"] == 37 and onset["latency"] is None  # ...too late to count
     assert onset["expired"] and onset["horizon"] == 100 and onset["unit"] == "window"
+    verdicts = [e for e in session.events_since(0) if e["kind"].endswith("detected")]
+    assert [(e["kind"], e["off"], e["horizon"]) for e in verdicts] == [
+        ("not_detected", False, 100)]
+
+
+def test_a_detection_is_logged_with_its_latency():
+    """The verdict event carries the latency the alarm panel shows, once."""
+    session = Session(SessionConfig(speed=None, bins=4, window=40, stride=10,
+                                    calibration_windows=2, baseline_windows=5,
+                                    detector="paper"),
+                      source=ToySource())
+    session.schedule(400, "perturb", name="obs_noise", params={"sigma": 0.0})
+    real_update = session.monitor.update
+    seen = [2]
+
+    def alarm_at(windows):
+        flags = real_update(windows)
+        k = np.arange(seen[0], seen[0] + len(flags["IDT"]))
+        seen[0] += len(k)
+        flags["IDT"] = k >= 40  # window 37 is the first holding transition 400
+        return flags
+
+    session.monitor.update = alarm_at  # type: ignore[method-assign]
+    run_headless(session, steps=1000)
+    assert session.snapshot(1).onset["latency"] == 3
+    verdicts = [e for e in session.events_since(0) if e["kind"].endswith("detected")]
+    assert len(verdicts) == 1 and verdicts[0]["kind"] == "detected"
+    # Logged at the end of window 40 (start 400, end 440), after the onset event.
+    assert verdicts[0]["latency"] == 3 and verdicts[0]["i"] == 440
+    assert verdicts[0]["onset_i"] == 400 and verdicts[0]["unit"] == "window"
+    kinds = [e["kind"] for e in session.events_since(0)]
+    assert kinds.index("perturbation_on") < kinds.index("detected")
+    assert session.events_since(len(kinds)) == [] and len(session.events_since(3)) == \
+        len(kinds) - 3

@@ -667,3 +667,125 @@ def test_a_slow_start_says_what_it_is_doing(qtbot, tmp_path, monkeypatch):
                            n_transitions=250, loop_rate=20.0)
     text = _waiting_text(snap)
     assert "about 50 s more at this speed" in text and "raise <b>Speed</b>" in text
+
+
+def _wheel_on_plot(plots: pg.GraphicsView, steps: int = 1) -> None:
+    """A real mouse-wheel turn over the middle of the P plot."""
+    from PySide6.QtCore import QPointF
+    from PySide6.QtGui import QWheelEvent
+
+    vb = plots.plots["P"].getViewBox()
+    pos = QPointF(plots.mapFromScene(vb.mapViewToScene(vb.viewRect().center())))
+    widget = plots
+    ev = QWheelEvent(pos, widget.mapToGlobal(pos), QPoint(0, 0), QPoint(0, 120 * steps),
+                     Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier,
+                     Qt.ScrollPhase.NoScrollPhase, False)
+    QApplication.sendEvent(widget.viewport(), ev)
+
+
+def test_plot_navigation_follows_latest_freezes_and_reads_values(qtbot, window):
+    plots, nav = window.plots, window.navigator
+    window.set_speed(10.0)  # the frozen span stays among the windows held while it runs on
+    window.start_session()
+    qtbot.waitUntil(lambda: _windows_on_plot(window) > 300, timeout=WAIT)
+    x = plots.curves["P"].getData()[0]
+    lo, hi = plots.x_range()
+    assert lo <= x[0] and hi >= x[-1]  # whole history: every window held
+    # Latest 5 s: the view is 5 s wide and ends at the newest window.
+    nav.mode.setCurrentIndex(nav.mode.findData("latest"))
+    nav.span.setValue(5)
+    qtbot.wait(100)
+    lo, hi = plots.x_range()
+    newest = plots.curves["P"].getData()[0][-1]
+    assert 5.0 <= hi - lo <= 5.3 and abs(hi - newest) < 0.2
+    # A wheel turn over the plots zooms time only and freezes the view: it stays put while
+    # the loop runs on; the button says how to follow again.
+    _wheel_on_plot(plots)
+    assert plots.frozen and nav.freeze_button.isChecked() and nav.freeze_button.text() == \
+        "Follow"
+    frozen = plots.x_range()
+    assert frozen[1] - frozen[0] < 5.0  # zoomed in
+    qtbot.waitUntil(lambda: plots._last[0][-1] > frozen[1] + 1, timeout=WAIT)
+    assert plots.x_range() == pytest.approx(frozen)
+    # y fits what is in view (the band included), not the whole history.
+    x, y = plots._last[0], plots._last[1]["P"]
+    seen = y[(x >= frozen[0]) & (x <= frozen[1])]
+    assert seen.size
+    ylo, yhi = plots.plots["P"].viewRange()[1]
+    assert ylo <= seen.min() and yhi >= seen.max()
+    # Follow again: back to the newest data.
+    nav.freeze_button.click()
+    qtbot.wait(100)
+    assert not plots.frozen and plots.x_range()[1] > frozen[1] + 1
+    # The cursor: a dotted line on every plot and the nearest window's values in the
+    # status bar, exactly as the session has them.
+    window.stop_session()
+    snap = window.session.snapshot(window.history)
+    t = snap.windows["t"]
+    j = len(t) - 10
+    plots.show_cursor(float(t[j]) + 1e-6)
+    assert all(line.isVisible() and line.value() == pytest.approx(t[j])
+               for k, line in plots.cursor_lines.items() if plots.plots[k].isVisible())
+    msg = window.statusBar().currentMessage()
+    assert msg.startswith(f"t = {t[j]:,.2f} s") and f"P {snap.windows['P'][j]:.3f}" in msg
+    assert f"ΔH {snap.windows['dH'][j]:.3f}" in msg
+    # A real pointer move over the P plot shows it too; leaving the plots clears it.
+    vb = plots.plots["P"].getViewBox()
+    centre = plots.mapFromScene(vb.mapViewToScene(vb.viewRect().center()))
+    qtbot.mouseMove(plots.viewport(), centre)
+    qtbot.waitUntil(lambda: window.statusBar().currentMessage().startswith("t = "),
+                    timeout=2000)
+    plots.show_cursor(None)
+    assert window.statusBar().currentMessage() == "" and not plots.cursor_lines["P"].isVisible()
+
+
+def test_the_event_log_lists_centres_and_exports(qtbot, window, tmp_path):
+    window.baseline_spin.setValue(30)
+    log = window.events
+    window.start_session(schedule=[
+        (20_000, "perturb", {"name": "sensor_noise", "params": {"sigma_angle": 0.05}}),
+        (26_000, "perturb", {"name": "sensor_noise", "params": None})])
+    qtbot.waitUntil(lambda: any(e["kind"] == "detected" for e in log.events), timeout=WAIT)
+    window.session.note("a note")
+    qtbot.waitUntil(lambda: any(e["kind"] == "note" for e in log.events), timeout=WAIT)
+    window.stop_session()
+    # Every event of the session, in order, with the latency on the perturbation's row.
+    assert [e["kind"] for e in log.events] == [
+        e["kind"] for e in window.session.events_since(0)]
+    on = next(k for k, e in enumerate(log.events) if e["kind"] == "perturbation_on")
+    row = log._shown.index(on)
+    cells = [log.table.item(row, c).text() for c in range(5)]
+    onset = window.session.snapshot(1).onset
+    assert cells[0] == f"{log.events[on]['t']:,.2f} s" and cells[1] == "perturbation on"
+    assert cells[2] == "Sensor noise" and "sigma_angle=0.05" in cells[3]
+    assert cells[4].startswith(f"{onset['latency']} window")
+    assert log.count.text() == f"{len(log.events):,} events"
+    # The filter: alarms and detections only.
+    log.filter.setCurrentText("alarms and detections")
+    kinds = {log.events[k]["kind"] for k in log._shown}
+    assert kinds and kinds <= {"alarm_on", "alarm_off", "detected", "not_detected"}
+    assert log.table.rowCount() == len(log._shown) < len(log.events)
+    # A click on the detection centres the plots on it and freezes them.
+    det = next(r for r, k in enumerate(log._shown) if log.events[k]["kind"] == "detected")
+    width = window.plots.x_range()[1] - window.plots.x_range()[0]
+    rect = log.table.visualItemRect(log.table.item(det, 1))
+    qtbot.mouseClick(log.table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    lo, hi = window.plots.x_range()
+    assert window.plots.frozen
+    assert (lo + hi) / 2 == pytest.approx(log.events[log._shown[det]]["t"], abs=1e-6)
+    assert hi - lo == pytest.approx(width, rel=1e-6)
+    # Export: the rows shown, readable, with the event's own fields.
+    path = log.export(tmp_path / "events.csv")
+    table = pd.read_csv(path)
+    assert list(table["kind"]) == [log.events[k]["kind"] for k in log._shown]
+    assert set(table.columns) >= {"time", "event", "latency", "i", "x", "fields"}
+    detected = table[table["kind"] == "detected"].iloc[0]
+    assert json.loads(detected["fields"])["name"] == "sensor_noise"
+    assert detected["details"].endswith("after the onset")
+    # Folding gives the plots the height; a new session empties the log.
+    before = window.plots.height()
+    log.toggle.click()
+    qtbot.wait(50)
+    assert not log.table.isVisible() and window.plots.height() > before
+    window.reset_session()
+    assert log.events == [] and log.table.rowCount() == 0

@@ -140,4 +140,18 @@ def test_injection_markers_sit_on_the_turn_they_inject(qtbot, tmp_path):
     assert "injection" in legend and "impulse (kick)" not in legend
     injected = [t["turn"] for t in w.session.snapshot().info["transcript"] if t.get("injected")]
     assert injected == [31, 46, 61, 76, 91]
+    # The event log numbers turns as the plots and the transcript do: injections on their
+    # turn, an alarm on the turn it judged.
+    log = w.events
+    rows = [log.row_texts(k) for k, e in enumerate(log.events)]
+    assert [r[0] for r, e in zip(rows, log.events, strict=True)
+            if e["kind"] == "perturbation_pulse"] == [f"turn {n}" for n in injected]
+    assert all(r[1] == "injection" for r, e in zip(rows, log.events, strict=True)
+               if e["kind"] == "perturbation_pulse")
+    snap = w.session.snapshot(1000)
+    alarmed = set(snap.windows["t"][snap.windows["x_IDT"] == 1.0].astype(int))
+    assert any(e["kind"] == "alarm_on" for e in log.events)
+    for r, e in zip(rows, log.events, strict=True):
+        if e["kind"] == "alarm_on":
+            assert int(r[0].split()[1]) in alarmed
     w.close()

@@ -67,7 +67,7 @@ class _Light(QLabel):
             self.setToolTip(tip)
 
 
-def _plural(unit: str, n: object) -> str:
+def plural(unit: str, n: object) -> str:
     return unit if n == 1 else f"{unit}s"
 
 
@@ -250,16 +250,16 @@ class AlarmPanel(QGroupBox):
             first = onset.get("first_window")
             if onset.get("latency") is not None:
                 n = onset["latency"]
-                text = (f"Detected <b>{n}</b> {_plural(unit, n)} after the onset "
+                text = (f"Detected <b>{n}</b> {plural(unit, n)} after the onset "
                         f"of <i>{name}</i>")
             elif onset.get("expired"):
                 h = onset.get("horizon")
-                text = f"<i>{name}</i>: not detected within {h} {_plural(unit, h)}"
+                text = f"<i>{name}</i>: not detected within {h} {plural(unit, h)}"
             elif onset.get("off_i") is not None:
                 text = f"<i>{name}</i> is off again: not detected while it was on"
             else:
                 n = None if first is None else snap.n_windows - first
-                since = "" if n is None else f" ({n} {_plural(unit, n)} since"
+                since = "" if n is None else f" ({n} {plural(unit, n)} since"
                 since += "" if n is None or not onset.get("horizon") else \
                     f" of {onset['horizon']})"
                 state = "injected" if onset.get("impulse") else "on"

@@ -37,8 +37,9 @@ from idt_desk.source import Source
 from idt_desk.tokens import TOKENIZER
 from widgets.agency import AgencyPanel
 from widgets.alarms import AlarmPanel
+from widgets.events import EventLog
 from widgets.forms import ParamForm, WheelGuard, compact_combo, compact_form
-from widgets.plots import MetricPlots, ReturnPlot
+from widgets.plots import MetricPlots, PlotNavigator, ReturnPlot
 from widgets.views import make_view
 
 __all__ = ["SPEEDS", "MainWindow"]
@@ -127,8 +128,14 @@ class MainWindow(QMainWindow):
         self.auto_check.hide()
 
         self.plots = MetricPlots(self)
+        self.navigator = PlotNavigator(self.plots, self)
         self.returns = ReturnPlot(self)
         self.returns.hide()
+        self.events = EventLog(self)
+        self.events.selected.connect(self.plots.centre_on)
+        # Folded on a short window (the plots need the height) until the user decides.
+        self._events_chosen = False
+        self.events.toggle.toggled.connect(lambda _on: setattr(self, "_events_chosen", True))
         self.alarms = AlarmPanel(self)
         self.agency = AgencyPanel(self)
         self.view_box = QGroupBox("System", self)
@@ -163,12 +170,29 @@ class MainWindow(QMainWindow):
         self.banner.setWordWrap(True)
         self.banner.setStyleSheet("QLabel { background: #fde7e7; color: #8a1c1c; padding: 6px; }")
         self.banner.hide()
+        graphs = QWidget(self)
+        gl = QVBoxLayout(graphs)
+        gl.setContentsMargins(0, 0, 0, 0)
+        gl.setSpacing(0)
+        gl.addWidget(self.navigator)
+        gl.addWidget(self.plots, 1)
+        gl.addWidget(self.returns)
+        # The event log under the plots; its handle drags it larger, or shut.
+        self.centre_split = QSplitter(Qt.Orientation.Vertical, self)
+        self.centre_split.addWidget(graphs)
+        self.centre_split.addWidget(self.events)
+        self.centre_split.setStretchFactor(0, 1)
+        self.centre_split.setCollapsible(0, False)
+        self.centre_split.setCollapsible(1, False)
+        #: The event log's height when open (the user's, once they drag the handle).
+        self.events_height = 150
+        self.centre_split.splitterMoved.connect(self._event_log_dragged)
+        self.events.folded.connect(lambda _f: self._fit_event_log())
         centre = QWidget(self)
         cl = QVBoxLayout(centre)
         cl.setContentsMargins(0, 0, 0, 0)
         cl.addWidget(self.banner)
-        cl.addWidget(self.plots, 1)
-        cl.addWidget(self.returns)
+        cl.addWidget(self.centre_split, 1)
 
         right = QWidget(self)
         rl = QVBoxLayout(right)
@@ -212,6 +236,12 @@ class MainWindow(QMainWindow):
             label.setStyleSheet("QLabel { border-left: 1px solid #b9bec6; padding: 0 8px; }")
         self.statusBar().addPermanentWidget(self.fps_label)
         self.alarms.recalibrate.connect(self._recalibrate)
+        self.plots.cursorChanged.connect(
+            lambda text: self.statusBar().showMessage(text) if text
+            else self.statusBar().clearMessage())
+        self.events.message.connect(
+            lambda text: self.show_error(text) if text.startswith("Export failed")
+            else self.statusBar().showMessage(text, 8000))
 
         self.timer = QTimer(self)
         self.timer.setInterval(REFRESH_MS)
@@ -488,6 +518,7 @@ class MainWindow(QMainWindow):
         """
         names = {p.name: p.label for p in (*cls.perturbations, *cls.modulations)}
         self.alarms.names = names
+        self.events.names = names
         impulses = [p.label for p in cls.perturbations if p.impulse]
         if getattr(cls, "metric_path", "windows") == "turns":
             word = "injection"
@@ -506,6 +537,8 @@ class MainWindow(QMainWindow):
         """Symbol settings and a time axis, or token metrics and a turn axis (a dialogue)."""
         turns = path == "turns"
         self.plots.x_label = "turn" if turns else "loop time (s)"
+        self.navigator.set_unit("turns" if turns else "s")
+        self.events.set_turns(turns)
         self.symbol_box.setTitle("Token metrics and baseline" if turns
                                  else "Symbolisation and baseline")
         self._symbol_form.setRowVisible(self.tokens_label, turns)
@@ -760,6 +793,7 @@ class MainWindow(QMainWindow):
                 pass  # the raw names, then
         self.plots.clear_data()
         self.returns.clear_data()
+        self.events.clear()
         self.alarms.reset()
         self.agency.set_passive(source.passive)
         self._error_shown = None
@@ -808,6 +842,7 @@ class MainWindow(QMainWindow):
         self.session = None
         self.plots.clear_data()
         self.returns.clear_data()
+        self.events.clear()
         self.plots.show_hint(self._idle_hint())
         self.alarms.reset()
         self.agency.reset()
@@ -828,6 +863,41 @@ class MainWindow(QMainWindow):
                 print(f"idt-desk: {exc}", file=sys.stderr)
         if self.view is not None and hasattr(self.view, "close_view"):
             self.view.close_view()  # a live view's render thread (the cheetah's)
+
+    #: Below this window height the event log starts folded (the plots keep the height).
+    EVENTS_FOLDED_BELOW = 820
+
+    def resizeEvent(self, event: Any) -> None:
+        """Fold the event log on a short window, unless the user has opened or folded it."""
+        super().resizeEvent(event)
+        if not self._events_chosen:
+            self.events.set_expanded(self.height() >= self.EVENTS_FOLDED_BELOW)
+        self._fit_event_log()
+
+    def showEvent(self, event: Any) -> None:
+        """Give the event log its height once the splitter has one to share."""
+        super().showEvent(event)
+        self._fit_event_log()
+
+    def _fit_event_log(self) -> None:
+        """The plots take the centre's height but the event log's (its title line, folded).
+
+        QSplitter leaves a pane's height beyond its maximum empty, so the shares are set here.
+        """
+        split = self.centre_split
+        total = sum(split.sizes())
+        if not split.isVisible() or total < 200:
+            return  # not laid out yet: showEvent comes back
+        if self.events.expanded:
+            mine = max(min(self.events_height, total // 2), 90)
+        else:
+            mine = self.events.maximumHeight()
+        if split.sizes()[1] != mine:
+            split.setSizes([total - mine, mine])
+
+    def _event_log_dragged(self, _pos: int, _index: int) -> None:
+        if self.events.expanded:
+            self.events_height = self.centre_split.sizes()[1]
 
     def closeEvent(self, event: Any) -> None:
         """Join the worker before the window goes."""
@@ -1072,6 +1142,7 @@ class MainWindow(QMainWindow):
             return
         snap: Snapshot = self.session.snapshot(limit=self.history)
         self.plots.update_snapshot(snap)
+        self.events.add_events(self.session.events_since(len(self.events.events)))
         self.alarms.update_snapshot(snap)
         self.agency.update_snapshot(snap)
         if not self.returns.isHidden():

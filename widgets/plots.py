@@ -4,20 +4,27 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pyqtgraph as pg
 from pyqtgraph import exporters
-from PySide6.QtCore import QMargins, QPointF, QRectF, Qt
+from PySide6.QtCore import QMargins, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QPainter, QPolygonF
 from PySide6.QtSvg import QSvgGenerator
-from PySide6.QtWidgets import QLabel
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QWidget,
+)
 
 from idt_desk.session import Snapshot, undefined_reason
 
-__all__ = ["MAX_EPISODES", "METRICS", "NON_NEGATIVE", "STRUCTURAL", "MetricPlots",
-           "ReturnPlot"]
+__all__ = ["MAX_EPISODES", "METRICS", "NON_NEGATIVE", "STRUCTURAL", "WINDOW_EVENTS",
+           "MetricPlots", "PlotNavigator", "ReturnPlot", "event_x", "format_params"]
 
 #: (window column, axis label (HTML), curve colour)
 METRICS = (
@@ -54,6 +61,32 @@ MAX_PULSES = 40
 MAX_UNDEFINED = 500
 #: Smallest y span shown (bits; P is a ratio): a constant metric is not magnified to noise.
 MIN_SPAN = 1e-3
+
+
+#: Events the pipeline logs at the end of a window: their ``i`` is the window's end, which on
+#: the turn path is the turn itself.
+WINDOW_EVENTS = frozenset({"baseline", "alarm_on", "alarm_off", "detected", "not_detected",
+                           "symbols_out_of_range", "symbols_in_range"})
+
+
+def event_x(ev: dict[str, Any], turns: bool) -> float:
+    """Where an event stands on the plots' x axis: its loop time, or its turn.
+
+    On the turn path a command at transition i acts on turn i + 1 (an injection is the S' of
+    turn i + 1) and is drawn on that turn, as the transcript and the README number them; a
+    window's event (an alarm) stands on the turn it judged.
+    """
+    if not turns:
+        return float(ev.get("t", math.nan))
+    i = int(ev.get("i", 0))
+    return float(i if ev.get("kind") in WINDOW_EVENTS else i + 1)
+
+
+def format_params(params: dict[str, Any] | None) -> str:
+    """Scalar parameters as "k=v, k=v" (floats short: 0.05, 1e-06)."""
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                     for k, v in (params or {}).items()
+                     if isinstance(v, bool | int | float | str))
 
 
 class _Swatch(pg.ItemSample):
@@ -108,7 +141,17 @@ class MetricPlots(pg.GraphicsLayoutWidget):
     events with their names, marks one-shot impulses (a kick) with a labelled vertical line,
     and marks windows whose P is undefined with a grey triangle on the P plot's lower edge.
     One legend row above the plots explains all of these.
+
+    The x axis follows the data (:meth:`set_follow`: the whole history held, or the latest
+    ``span`` seconds or turns) until it is frozen (:meth:`freeze`, or a drag or wheel turn on
+    a plot, which only moves x); the y ranges fit what is in view. Hovering shows a cursor
+    line and the values of the nearest window (:attr:`cursor_text`, ``cursorChanged``).
     """
+
+    #: The view was frozen (a drag, a wheel turn, centre_on) or follows the data again.
+    frozenChanged = Signal(bool)
+    #: The values under the cursor in words ("" when the pointer left the plots).
+    cursorChanged = Signal(str)
 
     def __init__(self, parent: Any = None) -> None:
         pg.setConfigOptions(antialias=False, useOpenGL=False)
@@ -133,6 +176,9 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             p.setDownsampling(auto=True, mode="peak")
             p.setMenuEnabled(False)
             p.hideButtons()
+            # A drag or a wheel turn moves time only (and freezes the view); y fits the data.
+            p.setMouseEnabled(x=True, y=False)
+            p.getViewBox().sigRangeChangedManually.connect(self._moved_by_hand)
             # Ranges are managed here (see _follow): pyqtgraph's per-frame auto-range makes
             # every axis regenerate its ticks each frame, which halves the frame rate.
             p.disableAutoRange()
@@ -203,6 +249,23 @@ class MetricPlots(pg.GraphicsLayoutWidget):
                 self.extra[key] = cos.plot(pen=pg.mkPen(color, width=1))
             legend.addItem(self.curves[key] if key == "cos_sim" else self.extra[key], text)
         self._optional = {"reward": False, "cos_sim": False}
+        # Navigation: what x follows, whether it is frozen, the cursor.
+        self.follow = "all"
+        self.span = 60.0
+        self.frozen = False
+        self._setting_x = False
+        self._last: tuple[np.ndarray, dict[str, np.ndarray], Any] | None = None
+        self.cursor_text = ""
+        cursor_pen = pg.mkPen((90, 90, 90), width=1, style=Qt.PenStyle.DotLine)
+        self.cursor_lines: dict[str, pg.InfiniteLine] = {}
+        for key, plot in self.plots.items():
+            line = pg.InfiniteLine(angle=90, movable=False, pen=cursor_pen)
+            line.setZValue(20)
+            line.setVisible(False)
+            plot.addItem(line, ignoreBounds=True)
+            self.cursor_lines[key] = line
+        self.scene().sigMouseMoved.connect(self._mouse_moved)
+        self.plots["P"].getViewBox().sigXRangeChanged.connect(self._x_changed)
         self._layout_rows()
         self._update_legend()
 
@@ -324,11 +387,101 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             self.legend.addItem(_Swatch(kind, color), text)
         self._wrap_legend()
 
+    # -- navigation -------------------------------------------------------------------------
+
+    def set_follow(self, mode: str, span: float | None = None) -> None:
+        """Follow ``"all"`` (every window held) or the ``"latest"`` ``span`` x units.
+
+        Choosing what to follow also unfreezes the view.
+        """
+        if mode not in ("all", "latest"):
+            raise ValueError(f"follow 'all' or 'latest', not {mode!r}")
+        if span is not None:
+            if not (math.isfinite(span) and span > 0):
+                raise ValueError(f"the span must be a positive number, not {span!r}")
+            self.span = float(span)
+        self.follow = mode
+        self.freeze(False)
+
+    def freeze(self, on: bool = True) -> None:
+        """Stop (or resume) following the data; a frozen view keeps its x range."""
+        on = bool(on)
+        if on == self.frozen:
+            return
+        self.frozen = on
+        if not on and self._last is not None:
+            self._follow(*self._last)
+        self.frozenChanged.emit(on)
+
+    def centre_on(self, x: float) -> None:
+        """Freeze the view with ``x`` (an event's time or turn) at its centre, same width."""
+        xr = self.plots["P"].viewRange()[0]
+        half = 0.5 * max(xr[1] - xr[0], 1e-6)
+        self.freeze(True)
+        self.plots["P"].setXRange(x - half, x + half, padding=0)
+
+    def x_range(self) -> tuple[float, float]:
+        """The x range in view."""
+        lo, hi = self.plots["P"].viewRange()[0]
+        return float(lo), float(hi)
+
+    def _moved_by_hand(self, *_args: Any) -> None:
+        self.freeze(True)
+
+    def _x_changed(self, *_args: Any) -> None:
+        """A move not made by _follow (by hand, centre_on): y fits the data now in view."""
+        if not self._setting_x and self._last is not None:
+            self._fit_y(*self._last, force=True)
+            if self._regions or self._pulses:
+                self._stack_labels()
+
+    def _mouse_moved(self, pos: QPointF) -> None:
+        """A dotted line at the pointer's time on every plot; the nearest window's values."""
+        x = None
+        for plot in self.plots.values():
+            if plot.isVisible() and plot.sceneBoundingRect().contains(pos):
+                x = plot.getViewBox().mapSceneToView(pos).x()
+                break
+        self.show_cursor(x)
+
+    def show_cursor(self, x: float | None) -> None:
+        """The cursor at ``x`` (None: hidden) and the values of the window nearest to it."""
+        text = ""
+        if x is not None and self._last is not None and len(self._last[0]):
+            xs, w = self._last[0], self._last[1]
+            j = int(np.clip(np.searchsorted(xs, x), 1, len(xs) - 1)) if len(xs) > 1 else 0
+            if len(xs) > 1 and abs(xs[j - 1] - x) <= abs(xs[j] - x):
+                j -= 1
+            unit = "turn" if self.x_label == "turn" else "t"
+            where = f"turn {xs[j]:.0f}" if unit == "turn" else f"t = {xs[j]:,.2f} s"
+            parts = [where]
+            for key, name in (("P", "P"), ("H_f", "H_f"), ("H_b", "H_b"), ("dH", "ΔH"),
+                              ("reward", "reward")):
+                if self.plots[key].isVisible():
+                    v = float(w[key][j])
+                    parts.append(f"{name} {v:.3f}" if math.isfinite(v) else f"{name} —")
+            flag = w.get("x_IDT")
+            if flag is not None and flag[j] == 1.0:
+                parts.append("alarmed")
+            text = " · ".join(parts)
+        for line in self.cursor_lines.values():
+            if x is None:
+                line.setVisible(False)
+            else:
+                line.setValue(x)
+                line.setVisible(True)
+        if text != self.cursor_text:
+            self.cursor_text = text
+            self.cursorChanged.emit(text)
+
     # -- data -------------------------------------------------------------------------------
 
     def clear_data(self) -> None:
-        """Forget everything drawn (a new session)."""
+        """Forget everything drawn (a new session); the view follows the data again."""
         self._yrange.clear()
+        self._last = None
+        self.show_cursor(None)
+        self.freeze(False)
         for key in self.plots:
             self.curves[key].setData([], [])
             self.dots[key].setData([], [])
@@ -383,46 +536,63 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         now = float(x[-1]) if len(x) else snap.sim_time
         switches = snap.switches
         if self.x_label == "turn":
-            # An event at transition i acts on turn i + 1 (an injection is the S' of turn
-            # i + 1): drawn on that turn, as the transcript and the README number them.
-            switches = [{**ev, "t": float(ev["i"]) + 1.0} if "i" in ev else ev
+            switches = [{**ev, "t": event_x(ev, turns=True)} if "i" in ev else ev
                         for ev in switches]
         self._set_periods(_periods(switches, now))
         self._set_pulses(_pulses(switches))
-        self._follow(x, w, snap)
+        self._follow(x, w, snap.baseline)
         if self._regions or self._pulses:
             self._stack_labels()
         self._set_undefined(w)
         self.show_hint(None if len(x) else _waiting_text(snap))
 
-    def _follow(self, x: np.ndarray, w: dict[str, np.ndarray], snap: Snapshot) -> None:
-        """Scroll x to the data; move y ranges only when the data leaves them.
+    def _follow(self, x: np.ndarray, w: dict[str, np.ndarray], baseline: Any) -> None:
+        """Scroll x to the data (unless frozen); move y ranges only when the data leaves them.
 
         A y range also shrinks when the data has become much narrower (at most twice a
         second), so the y axes are rarely redrawn.
         """
+        self._last = (x, w, baseline)
         if len(x) == 0:
             return
         x0, x1 = float(x[0]), float(x[-1])
-        self.plots["P"].setXRange(x0, x1 if x1 > x0 else x0 + 1.0, padding=0.01)
+        if not self.frozen:
+            if self.follow == "latest":
+                x0 = max(x0, x1 - self.span)
+            self._setting_x = True
+            try:
+                self.plots["P"].setXRange(x0, x1 if x1 > x0 else x0 + 1.0, padding=0.01)
+            finally:
+                self._setting_x = False
+        lo, hi = self.x_range()
         # Turns are whole numbers: a few turns get a tick each, never "1.5".
-        whole = self.x_label == "turn" and x1 - x0 < 12
+        whole = self.x_label == "turn" and hi - lo < 12
         if whole != self._whole_ticks:
             self._whole_ticks = whole
             for plot in self.plots.values():
                 axis = plot.getAxis("bottom")
                 axis.setTickSpacing(1, 1) if whole else axis.setTickSpacing()
+        self._fit_y(x, w, baseline)
+
+    def _fit_y(self, x: np.ndarray, w: dict[str, np.ndarray], baseline: Any,
+               force: bool = False) -> None:
+        """Each visible plot's y range around its data in the x range in view (and the band).
+
+        ``force``: fit now (the view moved), not only when the data left the range.
+        """
+        xr = self.x_range()
+        view = (x >= xr[0]) & (x <= xr[1])
         now = time.monotonic()
         for key, plot in self.plots.items():
             if not plot.isVisible():
                 continue
-            y = (np.concatenate([w[k] for k, _t, _c in STRUCTURAL]) if key == "cos_sim"
-                 else w[key])
+            y = (np.concatenate([w[k][view] for k, _t, _c in STRUCTURAL]) if key == "cos_sim"
+                 else w[key][view])
             y = y[np.isfinite(y)]
             if not y.size:
                 continue
             lo, hi = float(y.min()), float(y.max())
-            band = _band(snap.baseline, key)
+            band = _band(baseline, key)
             if band is not None:
                 lo, hi = min(lo, band[0]), max(hi, band[1])
             if hi - lo < MIN_SPAN:
@@ -435,7 +605,8 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             span = max(hi - lo, 1e-6 * max(abs(lo), abs(hi)))
             cur = self._yrange.get(key)
             outside = cur is None or lo < cur[0] or hi > cur[1]
-            loose = cur is not None and (cur[1] - cur[0]) > 3.0 * span and now - cur[2] > 0.5
+            loose = cur is not None and (cur[1] - cur[0]) > 3.0 * span and \
+                (force or now - cur[2] > 0.5)
             if outside or loose:
                 bottom = lo - 0.1 * span
                 if key in NON_NEGATIVE and lo >= 0:
@@ -511,10 +682,10 @@ class MetricPlots(pg.GraphicsLayoutWidget):
     def _label(self, name: str, params: tuple[tuple[str, Any], ...]) -> str:
         """A band's label: the name, and the parameters that differ from the declared ones."""
         default = self.defaults.get(name, {})
-        changed = [f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in params
-                   if k in default and v != default[k]]
+        changed = format_params({k: v for k, v in params
+                                 if k in default and v != default[k]})
         label = self.names.get(name, name)
-        return f"{label} · {', '.join(changed)}" if changed else label
+        return f"{label} · {changed}" if changed else label
 
     def _set_pulses(self, pulses: list[tuple[float, str]]) -> None:
         """Vertical lines at one-shot impulses (a kick), labelled with the name on P."""
@@ -646,6 +817,76 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         painter.end()
         if not image.save(str(path)):
             raise OSError(f"cannot write {path}")
+
+
+class PlotNavigator(QWidget):
+    """Above the plots: follow the whole history or the latest N, freeze or follow.
+
+    Drives a :class:`MetricPlots` (``set_follow``, ``freeze``) and shows when it froze itself
+    (``frozenChanged``: a drag or a wheel turn on a plot). The values under the cursor go to
+    the window's status bar (``cursorChanged``), which is as wide as the window.
+    """
+
+    #: Default span of "latest" (seconds, turns).
+    SPANS: ClassVar[dict[str, float]] = {"s": 60.0, "turns": 20.0}
+
+    def __init__(self, plots: MetricPlots, parent: Any = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("plot_navigator")
+        self.plots = plots
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(4, 2, 4, 0)
+        lay.setSpacing(6)
+        self.mode = QComboBox(self)
+        self.mode.addItem("Whole history", "all")
+        self.mode.addItem("Latest", "latest")
+        self.mode.setToolTip("What the time axis follows: every window the dashboard holds, "
+                             "or the latest span")
+        self.span = QDoubleSpinBox(self)
+        self.span.setRange(1.0, 1e7)
+        self.span.setDecimals(0)
+        self.span.setToolTip("The span 'Latest' shows")
+        self.freeze_button = QPushButton("Freeze", self)
+        self.freeze_button.setMinimumWidth(64)  # the style's 80 px minimum
+        self.freeze_button.setCheckable(True)
+        self.freeze_button.setToolTip(
+            "Hold the view while the loop runs (a drag or a wheel turn on the plots freezes "
+            "it too); press again to follow the data")
+        for w in (self.mode, self.span, self.freeze_button):
+            lay.addWidget(w)
+        lay.addStretch(1)
+        self.set_unit("s")
+        self.mode.currentIndexChanged.connect(self._apply)
+        self.span.valueChanged.connect(self._apply)
+        self.freeze_button.toggled.connect(self._freeze_toggled)
+        plots.frozenChanged.connect(self._frozen)
+
+    def set_unit(self, unit: str) -> None:
+        """Seconds ("s") or turns: the span's suffix and its default."""
+        self.span.blockSignals(True)
+        self.span.setSuffix(f" {unit}")
+        self.span.setValue(self.SPANS.get(unit, 60.0))
+        self.span.blockSignals(False)
+        self.span.setEnabled(self.mode.currentData() == "latest")
+        self.plots.span = self.span.value()
+
+    def _apply(self, *_args: Any) -> None:
+        mode = self.mode.currentData()
+        self.span.setEnabled(mode == "latest")
+        self.plots.set_follow(mode, self.span.value())
+
+    def _freeze_toggled(self, on: bool) -> None:
+        self.plots.freeze(on)
+
+    def _frozen(self, on: bool) -> None:
+        self.freeze_button.blockSignals(True)
+        self.freeze_button.setChecked(on)
+        self.freeze_button.blockSignals(False)
+        self.freeze_button.setText("Follow" if on else "Freeze")
+        self.freeze_button.setToolTip(
+            "Frozen: press to follow the data again" if on else
+            "Hold the view while the loop runs (a drag or a wheel turn on the plots freezes "
+            "it too); press again to follow the data")
 
 
 #: Finished episodes shown on the return plot (the latest ones; bounded).
