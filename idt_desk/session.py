@@ -139,9 +139,17 @@ class SessionConfig:
     #: embeddings extra is installed, True requires it, False never.
     baselines: bool | None = None
 
+    #: Settings only the windows path uses (symbols over sliding windows).
+    SYMBOL_FIELDS = ("preset", "bins", "window", "stride", "calibration_windows", "correction",
+                     "preset_spec")
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return asdict(self)
+        """JSON-able form; a turn path's leaves out the symbol settings, which do not apply."""
+        out = asdict(self)
+        if self.metric_path == "turns":
+            for key in self.SYMBOL_FIELDS:
+                out.pop(key, None)
+        return out
 
 
 @dataclass
@@ -948,7 +956,7 @@ class Session:
             n_windows = self._ring.total
         table = pd.DataFrame(windows)
         config = _json_safe({
-            "session": self.config.to_dict(), "preset": self.preset.to_dict(),
+            "session": self.config.to_dict(), "preset": self._preset_record(),
             "source": {"name": self.source.name, "rate": self.source.rate},
             "exported_without_recording": True, "n_transitions": self.n_transitions,
             "n_windows": n_windows, "windows_exported": len(table),
@@ -956,6 +964,21 @@ class Session:
         rec = Recording(Path(out), config, pd.DataFrame(), table,
                         pd.DataFrame([_json_safe(e) for e in events]), [], False, None)
         return export_recording(rec, out, fmt)
+
+    def _pipeline_record(self) -> dict[str, Any]:
+        """The pipeline as recorded (a replay rebuilds it): the preset in full, by value.
+
+        The turn path's leaves out the symbol settings, which do not apply to it.
+        """
+        p = {**self._pipeline_dict(), "preset": None, "preset_spec": self.preset.to_dict()}
+        if self._turn_path:
+            for key in SessionConfig.SYMBOL_FIELDS:
+                p.pop(key, None)
+        return p
+
+    def _preset_record(self) -> dict[str, Any] | None:
+        """The symbols' preset as a recording states it (None on the turn path: no symbols)."""
+        return None if self._turn_path else self.preset.to_dict()
 
     def _command(self, kind: str, **args: Any) -> None:
         self._commands.put((kind, args))
@@ -971,7 +994,7 @@ class Session:
                        "has_reward": self.source.has_reward,
                        "passive": self.source.passive, "view": self.source.view,
                        "details": self.source.describe()},
-            "preset": self.preset.to_dict(),
+            "preset": self._preset_record(),
             "versions": _versions(),
             "start_index": self.n_transitions,
         }
@@ -989,9 +1012,7 @@ class Session:
             keep = ("turn", "prompt", "reply", "next_prompt", "context_start")
             self._recorder.add_turns([{**{k: r[k] for k in keep if k in r}, "history": True}
                                       for r in self._turn_log])
-        self._event("recording_start", path=str(path),
-                    pipeline={**self._pipeline_dict(), "preset": None,
-                              "preset_spec": self.preset.to_dict()},
+        self._event("recording_start", path=str(path), pipeline=self._pipeline_record(),
                     perturbations=self.source.active_perturbations,
                     modulations=self.source.active_modulations)
 
@@ -1059,11 +1080,10 @@ class Session:
                 setattr(self.config, key, value)
             self._build_pipeline()
             self._info.pop("baseline_logged", None)
-            self._event("reconfigure", pipeline={**self._pipeline_dict(), "preset": None,
-                                                 "preset_spec": self.preset.to_dict()})
+            self._event("reconfigure", pipeline=self._pipeline_record())
             if self._recorder is not None:
                 self._recorder.write_config(session=self.config.to_dict(),
-                                            preset=self.preset.to_dict())
+                                            preset=self._preset_record())
         elif kind == "note":
             self._event("note", text=args["text"])
         elif kind == "record":

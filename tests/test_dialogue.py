@@ -120,6 +120,14 @@ def test_replay_recomputes_the_metrics_identically(server, tmp_path):
     ses.schedule(6, "perturb", name="non_sequitur", params={})
     run_headless(ses, steps=9)
     rec = load_recording(tmp_path / "rec")
+    # The recording states what applies to a dialogue: tokenizer and baseline turns, no
+    # symbol settings (bins, window, stride, calibration, preset).
+    session_cfg = rec.config["session"]
+    assert session_cfg["metric_path"] == "turns" and session_cfg["baseline_windows"] == 5
+    assert not set(SessionConfig.SYMBOL_FIELDS) & set(session_cfg)
+    assert rec.config["preset"] is None
+    start = rec.events[rec.events["kind"] == "recording_start"].iloc[0]["pipeline"]
+    assert "bins" not in start and start["detector"] == "persistence"
     replay = Session(SessionConfig(source="replay", speed=None),
                      source=ReplaySource(path=str(tmp_path / "rec")))
     run_headless(replay)
