@@ -558,14 +558,15 @@ def _report_run(args: argparse.Namespace, snap, received: list[int]) -> int:
     det = getattr(snap, "detector", None)
     if det:
         n = getattr(snap, "n_alarms", 0)
+        unit = "turns" if getattr(snap, "tokenizer", None) is not None else "windows"
         if not det["calibrated"]:
-            base = f"baseline not complete ({det['baseline_windows']} windows needed): no verdict"
+            base = f"baseline not complete ({det['baseline_windows']} {unit} needed): no verdict"
         elif det["too_short"]:
-            base = (f"baseline {det['baseline_windows']} windows, too short for the budget"
+            base = (f"baseline {det['baseline_windows']} {unit}, too short for the budget"
                     + (f" (about {det['needed_windows']:,} needed)"
                        if det.get("needed_windows") else ""))
         else:
-            base = f"baseline {det['baseline_windows']} windows"
+            base = f"baseline {det['baseline_windows']} {unit}"
         print(f"alarm: {det['describe']}; {base}; {n} alarm{'s' if n != 1 else ''}")
     n_undefined = getattr(snap, "n_undefined", 0)
     if n_undefined:

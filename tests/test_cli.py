@@ -629,3 +629,15 @@ def test_small_rough_edges_of_run_and_export():
     rc, out, _ = _call(["export", "--help"])
     text = " ".join(out.split())
     assert rc == 0 and "the recording directory" in text and "output directory" in text
+
+
+def test_the_progress_bar_and_its_loop_time_agree():
+    # Every progress line's t is the loop time of the transitions its bar counts (a bar at
+    # 100 % never says t = 0.0 s), also while the symbols are still calibrating.
+    for extra in ([], ["--window", "100000"]):
+        rc, _out, err = _call(["run", "--source", "pendulum", "--seconds", "2", *extra])
+        assert rc == 0
+        lines = re.findall(r"(\d+)/2000 \[[^\]]*t=([\d.]+)s", err)
+        assert lines and lines[-1][0] == "2000"
+        for n, t in lines:
+            assert abs(float(t) - int(n) / 1000) <= 0.051, (n, t)

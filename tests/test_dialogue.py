@@ -332,3 +332,13 @@ def test_a_dialogues_alarm_defaults_count_turns(server):
     assert ses.monitor.describe() == ("calibrated |z| > k (each window), "
                                       "≤ 1 false alarm / 100 turns")
     assert ses.monitor.overlap == 1.0
+
+
+def test_run_reports_a_dialogue_in_turns(server):
+    rc, out, _err = call(["run", "--source", "dialogue", "--set", f"host={server.host}",
+                          "--set", "student_model=student:1b", "--set",
+                          "teacher_model=teacher:1b", "--steps", "4", "--quiet",
+                          "--baseline-windows", "3"])
+    assert rc == 0
+    assert "dialogue: 4 turns, state stopped" in out
+    assert "baseline 3 turns" in out and "windows" not in out.split("alarm:")[1]
