@@ -617,6 +617,15 @@ def test_export_without_having_pressed_record(qtbot, window, tmp_path):
     assert sorted(p.name for p in paths) == ["config.json", "events.parquet", "windows.parquet"]
 
 
+def _grey(img) -> np.ndarray:
+    """A QImage as a (height, width) array of grey levels 0-255."""
+    from PySide6.QtGui import QImage
+
+    img = img.convertToFormat(QImage.Format.Format_Grayscale8)
+    arr = np.frombuffer(img.constBits(), np.uint8).reshape(img.height(), img.bytesPerLine())
+    return arr[:, :img.width()].astype(float)
+
+
 def test_a_figure_at_twice_the_resolution_with_its_title_line(qtbot, window, tmp_path):
     from PySide6.QtGui import QImage
 
@@ -634,6 +643,23 @@ def test_a_figure_at_twice_the_resolution_with_its_title_line(qtbot, window, tmp
     img = QImage(str(tmp_path / "fig.png"))
     assert abs(img.width() - 2 * width) <= 2
     assert img.height() > 2 * window.plots.ci.boundingRect().height()  # plus the title strip
+    # Everything grows with the scale, the legend's text too: the 2× figure shrunk back
+    # to 1× looks like the 1× one, the legend row included.
+    window.figure_title.setChecked(False)
+    window.figure_scale.setCurrentIndex(window.figure_scale.findData(1))
+    window.save_figure(tmp_path / "one.png")
+    window.figure_scale.setCurrentIndex(window.figure_scale.findData(2))
+    window.save_figure(tmp_path / "two.png")
+    one = _grey(QImage(str(tmp_path / "one.png")))
+    two = QImage(str(tmp_path / "two.png"))
+    two = _grey(two.scaled(two.width() // 2, two.height() // 2,
+                           Qt.AspectRatioMode.IgnoreAspectRatio,
+                           Qt.TransformationMode.SmoothTransformation))
+    rows = slice(0, int(window.plots.legend.sceneBoundingRect().bottom()) + 4)
+    assert one.shape == two.shape
+    ink_one, ink_two = (one[rows] < 200).mean(), (two[rows] < 200).mean()
+    assert ink_one > 0.005 and abs(ink_two - ink_one) < 0.3 * ink_one
+    window.figure_title.setChecked(True)
     window.save_figure(tmp_path / "fig.svg")
     svg = (tmp_path / "fig.svg").read_text()
     assert "Double pendulum" in svg and "persistence" in svg  # the title line is in it

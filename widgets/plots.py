@@ -8,13 +8,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pyqtgraph as pg
-from pyqtgraph import exporters
 from PySide6.QtCore import QMargins, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QPainter, QPolygonF
 from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
+    QGraphicsView,
     QHBoxLayout,
     QLabel,
     QPushButton,
@@ -165,6 +165,9 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         self.legend = _Legend(colCount=7, labelTextColor=(60, 60, 60), labelTextSize="8.5pt",
                               sampleType=_Swatch, horSpacing=4, frame=False)
         self.legend.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
+        # pyqtgraph's legends ignore transformations (to keep their size in a zoomed view);
+        # these are not in a zoomed view, and must grow with a figure exported at 2×.
+        self.legend.setFlag(self.legend.GraphicsItemFlag.ItemIgnoresTransformations, False)
         self.addItem(self.legend, row=0, col=0)
         self._legend_key: tuple = ()
         self._band_text = "alarm band"
@@ -244,6 +247,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         legend = cos.addLegend(offset=(4, 1), labelTextSize="8pt", colCount=3,
                                labelTextColor=(60, 60, 60), brush=pg.mkBrush(255, 255, 255, 200),
                                verSpacing=-6)
+        legend.setFlag(legend.GraphicsItemFlag.ItemIgnoresTransformations, False)
         for key, text, color in STRUCTURAL:
             if key != "cos_sim":
                 self.extra[key] = cos.plot(pen=pg.mkPen(color, width=1))
@@ -804,16 +808,20 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             self.render(painter)
             painter.end()
             return
-        exporter = exporters.ImageExporter(self.ci)
-        exporter.parameters()["width"] = round(self.ci.boundingRect().width() * scale)
-        plots = exporter.export(toBytes=True)
-        font, top = strip(plots.width(), scale)
-        image = QImage(plots.width(), plots.height() + top, QImage.Format.Format_ARGB32)
+        # The view drawn into a rectangle ``scale`` times its size: text, legend, markers and
+        # axes all grow and stay sharp (pyqtgraph's ImageExporter enlarged the plots but left
+        # the legend at screen size).
+        width, height = round(self.width() * scale), round(self.height() * scale)
+        font, top = strip(width, scale)
+        image = QImage(width, height + top, QImage.Format.Format_ARGB32)
         image.fill(QColor("white"))
         painter = QPainter(image)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setRenderHint(QPainter.RenderHint.TextAntialiasing)
         if top:
-            write_title(painter, plots.width(), scale, top, font)
-        painter.drawImage(0, top, plots)
+            write_title(painter, width, scale, top, font)
+        QGraphicsView.render(self, painter, QRectF(0, top, width, height),
+                             self.viewport().rect())
         painter.end()
         if not image.save(str(path)):
             raise OSError(f"cannot write {path}")
