@@ -815,3 +815,46 @@ def test_the_event_log_lists_centres_and_exports(qtbot, window, tmp_path):
     assert not log.table.isVisible() and window.plots.height() > before
     window.reset_session()
     assert log.events == [] and log.table.rowCount() == 0
+
+
+def test_a_band_name_whose_line_left_the_view_is_hidden_not_cut(qtbot, window):
+    window.set_speed(10.0)
+    window.start_session(schedule=[(25_000, "perturb", {"name": "sensor_noise",
+                                                        "params": {"sigma_angle": 0.05}})])
+    qtbot.waitUntil(lambda: bool(window.plots._regions) and window.plots._last is not None
+                    and window.plots._last[0][-1] > 30, timeout=WAIT)
+    window.stop_session()
+    label = next(c for c in window.plots._regions[0][0].lines[0].childItems()
+                 if isinstance(c, pg.InfLineLabel))
+    plots = window.plots
+    plots.plots["P"].setXRange(20, 32, padding=0)  # the band starts at 25 s: in view
+    plots._stack_labels(force=True)
+    assert label.isVisible() and _period_labels(window) == ["Sensor noise"]
+    plots.plots["P"].setXRange(27, 32, padding=0)  # its start has scrolled out on the left
+    plots._stack_labels(force=True)
+    assert not label.isVisible()
+    assert window.plots._regions[0][0].isVisible()  # the band itself stays
+
+
+def test_the_event_log_keeps_episode_ends_out_of_the_way(qtbot):
+    from widgets.events import EventLog
+
+    log = EventLog()
+    qtbot.addWidget(log)
+    events = [{"kind": "session_start", "i": 0, "t": 0.0, "source": "gym"}]
+    events += [{"kind": "episode_end", "i": 1000 * k, "t": 50.0 * k, "episode": k,
+                "return": 6000.0 + k} for k in range(1, 40)]
+    events += [{"kind": "perturbation_on", "i": 40_500, "t": 14_250.25, "name": "obs_noise_3",
+                "params": {"sigma": 3.0}}]
+    log.names = {"obs_noise_3": "Observation noise 3 %"}
+    log.add_events(events)
+    # By default an RL loop's episode ends do not bury the rest...
+    assert [log.events[k]["kind"] for k in log._shown] == ["session_start", "perturbation_on"]
+    assert log.count.text() == f"2 of {len(events)} events"
+    assert log.row_texts(len(events) - 1)[:3] == ["14,250.2 s", "perturbation on",
+                                                  "Observation noise 3 %"]
+    # ...and "all events" lists them, with the episode's return.
+    log.filter.setCurrentText("all events")
+    assert log.table.rowCount() == len(events)
+    assert log.table.item(1, 1).text() == "episode end"
+    assert log.table.item(1, 3).text() == "episode 1, return 6,001"

@@ -36,6 +36,7 @@ __all__ = ["COLUMNS", "FILTERS", "EventLog", "describe_event"]
 COLUMNS = ("time", "event", "name", "details", "latency")
 #: Filter choices: label -> kinds shown (None: all).
 FILTERS: dict[str, frozenset[str] | None] = {
+    "all but episode ends": None,
     "all events": None,
     "perturbations and modulations": frozenset({
         "perturbation_on", "perturbation_off", "perturbation_pulse", "modulation_on",
@@ -46,6 +47,9 @@ FILTERS: dict[str, frozenset[str] | None] = {
         "reconfigure", "symbols_out_of_range", "symbols_in_range", "recording_start",
         "recording_stop", "error", "source_paused", "source_done"}),
 }
+#: Kinds the default filter leaves out: an episode's end comes every few seconds of an RL
+#: loop and would bury everything else.
+_ROUTINE = frozenset({"episode_end"})
 #: Row tints by kind (perturbations red, modulations blue, alarms amber).
 _TINT = {"perturbation": QColor(253, 236, 234), "modulation": QColor(234, 240, 253),
          "alarm": QColor(255, 244, 214), "note": QColor(238, 246, 238)}
@@ -58,6 +62,7 @@ _WORDS = {
     "perturbation_pulse": "impulse", "modulation_on": "modulation on",
     "modulation_off": "modulation off", "auto": "auto modulation", "note": "note",
     "detected": "detected", "not_detected": "not detected", "pause": "paused",
+    "episode_end": "episode end",
     "resume": "resumed", "speed": "speed", "calibrate_baseline": "baseline asked for",
     "reconfigure": "re-symbolised", "symbols_out_of_range": "symbols out of range",
     "symbols_in_range": "symbols in range", "recording_start": "recording started",
@@ -109,6 +114,10 @@ def describe_event(ev: dict[str, Any], turns: bool = False) -> tuple[str, str]:
                    f"{auto.get('modulation')} after {auto.get('persist')} alarmed windows")
     elif kind == "session_start":
         details = f"{ev.get('source', '')} {format_params(ev.get('settings'))}".strip()
+    elif kind == "episode_end":
+        ret = ev.get("return")
+        details = f"episode {ev.get('episode', '?')}" + (
+            f", return {ret:,.0f}" if isinstance(ret, int | float) else "")
     elif kind == "session_end":
         details = str(ev.get("state", ""))
     else:
@@ -185,7 +194,7 @@ class EventLog(QFrame):
         for col in range(len(COLUMNS)):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
         header.setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
-        for col, width in enumerate((78, 140, 110, 0, 160)):
+        for col, width in enumerate((88, 140, 110, 0, 160)):
             if width:
                 self.table.setColumnWidth(col, width)
         self.table.setToolTip("Click an event to centre the plots on it")
@@ -238,7 +247,6 @@ class EventLog(QFrame):
             return
         bar = self.table.verticalScrollBar()
         at_end = bar.value() >= bar.maximum() - 2
-        kinds = FILTERS.get(self.filter.currentText())
         for ev in events:
             k = len(self.events)
             self.events.append(ev)
@@ -252,7 +260,7 @@ class EventLog(QFrame):
                     row = self._row_of(onset)
                     if row is not None:
                         self.table.setItem(row, 4, QTableWidgetItem(self._latency[onset]))
-            if kinds is None or kind in kinds:
+            if self._shows(ev):
                 self._append_row(k)
         self._update_count()
         if at_end:
@@ -278,7 +286,9 @@ class EventLog(QFrame):
         """The cells of event ``k``: time, event, name, details, latency."""
         ev = self.events[k]
         x = event_x(ev, self.turns)
-        when = (f"turn {x:.0f}" if self.turns else f"{x:,.2f} s") if math.isfinite(x) else ""
+        digits = 2 if abs(x) < 1000 else 1  # 14,250.0 s fits the column
+        when = (f"turn {x:.0f}" if self.turns else f"{x:,.{digits}f} s") \
+            if math.isfinite(x) else ""
         word, details = describe_event(ev, self.turns)
         name = ev.get("name")
         label = "" if name is None else self.names.get(str(name), str(name))
@@ -302,6 +312,14 @@ class EventLog(QFrame):
                 item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
             self.table.setItem(row, col, item)
 
+    def _shows(self, ev: dict[str, Any]) -> bool:
+        """Whether the filter chosen lists this event."""
+        choice = self.filter.currentText()
+        if choice == "all but episode ends":
+            return ev.get("kind") not in _ROUTINE
+        kinds = FILTERS.get(choice)
+        return kinds is None or ev.get("kind") in kinds
+
     def _row_of(self, k: int) -> int | None:
         try:
             return self._shown.index(k)
@@ -311,9 +329,8 @@ class EventLog(QFrame):
     def _rebuild(self, *_args: Any) -> None:
         self.table.setRowCount(0)
         self._shown = []
-        kinds = FILTERS.get(self.filter.currentText())
         for k, ev in enumerate(self.events):
-            if kinds is None or ev.get("kind") in kinds:
+            if self._shows(ev):
                 self._append_row(k)
         self._update_count()
         self.table.scrollToBottom()

@@ -722,7 +722,8 @@ class MetricPlots(pg.GraphicsLayoutWidget):
 
         Redone when they change, or when the time axis has stretched or moved by 2 % (a
         label's width in seconds grows with it). A name that would run past the right edge is
-        written left of its line; one with no free row is hidden (its marker stays).
+        written left of its line; one with no free row, or whose line has scrolled out on the
+        left, is hidden (its marker or band stays).
         """
         xr = self.plots["P"].viewRange()[0]
         span = max(xr[1] - xr[0], 1e-9)
@@ -745,6 +746,10 @@ class MetricPlots(pg.GraphicsLayoutWidget):
                     labels.append((line.value(), child))
         placed = []
         for t, label in labels:
+            if t < xr[0]:
+                # Its line has scrolled out on the left: the name would be cut at the axis.
+                label.setVisible(False)
+                continue
             w = (label.textItem.boundingRect().width() + 6) * span / width_px
             # A name that would run past the right edge is written to the left of its line.
             flip = t + w > xr[1] and t - w >= xr[0]
