@@ -214,6 +214,15 @@ def _add_bench(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     g.add_argument("--seconds", type=float, default=10.0)
     g.add_argument("--source", default="pendulum", help="source to run (default pendulum)")
     g.set_defaults(func=_run_bench_gui)
+    st = bsub.add_parser("storm", help="click storm soak: random actions on the window, per "
+                         "source, with exceptions and the memory curve")
+    st.add_argument("--minutes", type=float, default=5.0, help="minutes per source (default 5)")
+    st.add_argument("--source", action="append", default=None,
+                    help="source to storm (repeat; default: pendulum and gym)")
+    st.add_argument("--seed", type=int, default=0)
+    st.add_argument("--only", choices=("all", "lifecycle"), default="all",
+                    help="'lifecycle': only Start and Stop (the RL leak's bisection)")
+    st.set_defaults(func=_run_bench_storm)
     m = bsub.add_parser("memory", help="RSS over a long headless run (flat memory)")
     m.add_argument("--seconds", type=float, default=1800.0, help="wall seconds (default 1800)")
     m.add_argument("--source", default="pendulum")
@@ -226,6 +235,16 @@ def _run_bench_gui(args: argparse.Namespace) -> int:
 
     bench_gui(seconds=args.seconds, source=args.source)
     return 0
+
+
+def _run_bench_storm(args: argparse.Namespace) -> int:
+    from idt_desk.gui_main import bench_storm
+
+    failed = 0
+    for source in args.source or ["pendulum", "gym"]:
+        failed += bench_storm(minutes=args.minutes, source=source, seed=args.seed,
+                              lifecycle_only=args.only == "lifecycle")
+    return 1 if failed else 0
 
 
 def _run_bench_memory(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_gui"]
+__all__ = ["bench_gui", "bench_storm", "run_gui"]
 
 
 def run_gui(
@@ -96,6 +96,51 @@ def _close_on_signals(app: Any, win: Any) -> list[Any]:
     tick.timeout.connect(lambda: None)
     tick.start(200)
     return received
+
+
+def bench_storm(minutes: float = 5.0, source: str = "pendulum", seed: int = 0,
+                lifecycle_only: bool = False, print_fn: Any = print) -> int:
+    """Storm the window for ``minutes``: print actions, errors and RSS every 10 s; 1 on errors.
+
+    ``lifecycle_only``: only Start and Stop, as fast as the window takes them.
+    """
+    import tempfile
+
+    if not os.environ.get("DISPLAY") and not os.environ.get("QT_QPA_PLATFORM"):
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    from PySide6.QtWidgets import QApplication
+
+    from widgets.main_window import MainWindow
+    from widgets.storm import ClickStorm, print_report
+
+    app = QApplication.instance() or QApplication(["idt-desk"])
+    with tempfile.TemporaryDirectory(prefix="idt-storm-") as tmp:
+        win = MainWindow(source=source, speed=None, record_dir=Path(tmp) / "recordings")
+        win.resize(1400, 900)
+        win.show()
+        app.processEvents()
+        storm = ClickStorm(win, seed=seed, scratch=Path(tmp) / "scratch",
+                           lifecycle_share=1.0 if lifecycle_only else 0.35)
+        if lifecycle_only:
+            storm.LIFECYCLE = ("start_button", "stop_button")
+        print_fn(f"storm: {source}, {minutes:g} min, seed {seed}"
+                 + (", Start/Stop only" if lifecycle_only else ""))
+        warm = storm.warm_up()
+        print_fn(f"  warm-up session (to its first window) done: RSS {warm:,.0f} MiB")
+
+        def sample(t: float, rss: float) -> None:
+            print_fn(f"  {t:6.0f} s  {storm.report.actions:6d} actions  "
+                     f"{storm.report.sessions_started:5d} sessions  RSS {rss:7.0f} MiB  "
+                     f"{len(storm.report.errors)} errors")
+
+        rep = storm.run(minutes * 60, sample_every=10.0, on_sample=sample)
+        print_report(rep)
+        end = rep.memory[-1][1]
+        print_fn(f"  RSS after the warm-up {warm:,.0f} MiB, after the storm {end:,.0f} MiB "
+                 f"({end - warm:+,.0f} MiB); {rep.by_control.get('Start', 0)} Start and "
+                 f"{rep.by_control.get('Stop', 0)} Stop clicks")
+        win.close()
+    return 1 if rep.errors else 0
 
 
 def bench_gui(seconds: float = 10.0, print_fn: Any = print, source: str = "pendulum"

@@ -75,8 +75,14 @@ class FrozenPolicy:
             raise PolicyError(f"{self.path}: no such policy file")
         self.algorithm = algorithm_of(self.path)
         cls = getattr(sb3, self.algorithm)
+        from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+
+        # A frozen policy never trains: SAC/TD3/DDPG would otherwise build the saved replay
+        # buffer (1M transitions: ~280 MB of zeroed arrays) at every load. Allocated and freed
+        # at each Start/Stop, those arrays fragmented the heap by ~8 MB a cycle (issue 22).
+        small = {"buffer_size": 1} if issubclass(cls, OffPolicyAlgorithm) else {}
         try:
-            model = cls.load(self.path, device="cpu")
+            model = cls.load(self.path, device="cpu", **small)
         except Exception as exc:  # a damaged or foreign zip: one line, not a traceback
             raise PolicyError(f"{self.path}: cannot load as {self.algorithm}: "
                               f"{type(exc).__name__}: {exc}") from None
