@@ -26,6 +26,7 @@ from idt_desk._monitor import (
     first_post_onset_window,
 )
 from idt_desk._symbolize import SymbolizationError, Symbolizer, combine_digits
+from idt_desk.loop import Recorder
 from idt_desk.presets import PRESETS, Preset, get_preset
 from idt_desk.recording import RecordingError, export_recording, load_recording
 
@@ -41,6 +42,7 @@ __all__ = [
     "MetricEngine",
     "Monitor",
     "Preset",
+    "Recorder",
     "RecordingError",
     "SymbolizationError",
     "Symbolizer",

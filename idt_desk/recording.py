@@ -292,12 +292,16 @@ class Recorder:
             self.flush()
 
     def flush(self) -> None:
-        """Hand everything pending to the operating system."""
-        self._transitions.flush()
-        self._windows.flush()
+        """Hand everything pending to the operating system.
+
+        Events first: a reader that reads the transitions, then the events, finds every
+        event logged before the transitions it has (a follower places each at its row).
+        """
+        self._events.flush()
         if self._turns is not None:
             self._turns.flush()
-        self._events.flush()
+        self._transitions.flush()
+        self._windows.flush()
         self._last_flush = time.monotonic()
 
     def close(self, **config_updates: Any) -> None:

@@ -1,0 +1,136 @@
+"""``idt_desk.Recorder``: any Python loop writes an ordinary recording (issue 20, part 1)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import idt_desk
+from idt_desk.recording import load_recording
+from idt_desk.session import Session, SessionConfig, run_headless
+from sources.replay import ReplaySource
+
+from .toy_source import ToySource
+
+PIPE = dict(window=100, stride=20, calibration_windows=20, baseline_windows=300)
+METRICS = ("start", "end", "P", "H_f", "H_b", "dH", "out_of_range", "x_P", "x_H_f", "x_H_b",
+           "x_dH", "x_IDT")
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    """The dashboard's own recording of a toy loop, with a perturbation from 9,000 on."""
+    path = tmp_path_factory.mktemp("live") / "rec"
+    session = Session(SessionConfig(speed=None, **PIPE), source=ToySource(), record=path)
+    session.schedule(9000, "perturb", name="obs_noise", params={"sigma": 3.0})
+    run_headless(session, steps=12_000)
+    return load_recording(path)
+
+
+def _columns(rec):
+    tr = rec.transitions
+    return (tr[["s_0", "s_1"]].to_numpy(), tr[["a_0"]].to_numpy(),
+            tr[["s_next_0", "s_next_1"]].to_numpy(), tr["reward"].to_numpy(),
+            tr["t"].to_numpy())
+
+
+def _same_windows(a, b):
+    assert len(a) == len(b) > 400
+    for c in METRICS:
+        np.testing.assert_array_equal(a[c].to_numpy(np.float64), b[c].to_numpy(np.float64),
+                                      err_msg=c)
+    np.testing.assert_allclose(a["reward"], b["reward"], rtol=1e-12, atol=1e-12)
+
+
+def test_package_root_exports_the_recorder():
+    assert idt_desk.Recorder is idt_desk.loop.Recorder and "Recorder" in idt_desk.__all__
+
+
+@pytest.mark.parametrize("batch", [1, 37, 5000])
+def test_a_loop_recorded_one_transition_or_a_batch_at_a_time_equals_the_dashboards_recording(
+        live, tmp_path, batch):
+    s, a, s2, r, t = _columns(live)
+    path = tmp_path / "loop"
+    with idt_desk.Recorder(path, state_names=["x", "v"], action_names=["u"],
+                           rate=ToySource.rate, reward=True, chunk=500, **PIPE) as rec:
+        for lo in range(0, len(s), batch):
+            hi = min(lo + batch, len(s))
+            if lo <= 9000 < hi or (batch == 1 and lo == 9000):
+                # The loop's own perturbation: marked at the transition it acts on.
+                k = 9000 - lo
+                if k:
+                    rec.add(s[lo:lo + k], a[lo:lo + k], s2[lo:lo + k], reward=r[lo:lo + k])
+                rec.perturb("obs_noise", sigma=3.0)
+                lo += k
+            if batch == 1:
+                rec.add(s[lo], a[lo], s2[lo], reward=r[lo])  # vectors, not rows
+            elif lo < hi:
+                rec.add(s[lo:hi], a[lo:hi], s2[lo:hi], reward=r[lo:hi])
+        rec.note("done")
+    mine = load_recording(path)
+    assert mine.complete, mine.warnings
+    assert mine.state_names == ["x", "v"] and mine.action_names == ["u"]
+    np.testing.assert_array_equal(mine.transitions[["s_0", "s_1"]].to_numpy(), s)
+    np.testing.assert_allclose(mine.transitions["t"].to_numpy(), t, rtol=1e-12)
+    _same_windows(mine.windows, live.windows)
+    ev = mine.events
+    on = ev[ev["kind"] == "perturbation_on"].iloc[0]
+    assert on["name"] == "obs_noise" and int(on["i"]) == 9000
+    assert on["params"] == {"sigma": 3.0}
+    assert ev[ev["kind"] == "note"].iloc[0]["text"] == "done"
+    assert ev["kind"].iloc[-1] == "session_end"
+    assert np.nansum(mine.windows["x_IDT"]) > 0  # the perturbation is alarmed
+
+
+def test_a_recorders_recording_replays_to_the_same_windows(live, tmp_path):
+    s, a, s2, r, _t = _columns(live)
+    path = tmp_path / "loop"
+    with idt_desk.Recorder(path, ["x", "v"], ["u"], rate=100.0, reward=True, **PIPE) as rec:
+        rec.add(s, a, s2, reward=r)
+    replay = Session(SessionConfig(speed=None), source=ReplaySource(path=str(path)),
+                     record=tmp_path / "again")
+    run_headless(replay)
+    _same_windows(load_recording(tmp_path / "again").windows, load_recording(path).windows)
+
+
+def test_a_passive_loop_without_a_rate_counts_steps_and_budgets_windows(tmp_path):
+    rng = np.random.default_rng(0)
+    x = np.cumsum(rng.normal(size=(3001, 2)), axis=0)
+    with idt_desk.Recorder(tmp_path / "p", ["a", "b"], window=100, stride=20,
+                           calibration_windows=10, baseline_windows=50) as rec:
+        rec.add(x[:-1], None, x[1:])
+    got = load_recording(tmp_path / "p")
+    assert got.complete and got.action_names == []
+    assert got.transitions["t"].iloc[-1] == 3000.0  # the step count
+    cfg = json.loads((tmp_path / "p" / "config.json").read_text())
+    assert cfg["session"]["false_alarms"] == "1/1000windows"
+
+
+def test_bad_input_is_refused_with_what_was_expected(tmp_path):
+    rec = idt_desk.Recorder(tmp_path / "r", ["x", "v"], ["u"])
+    with pytest.raises(ValueError, match="s_next: expected 2 value"):
+        rec.add([0.0, 1.0], [0.5], [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="s has 2 row"):
+        rec.add(np.zeros((2, 2)), np.zeros((3, 1)), np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="action variable"):
+        rec.add([0.0, 1.0], None, [1.0, 2.0])
+    rec.close()
+    with pytest.raises(ValueError, match="closed"):
+        rec.add([0.0, 1.0], [0.5], [1.0, 2.0])
+    with pytest.raises(ValueError, match="at least one state variable"):
+        idt_desk.Recorder(tmp_path / "q", [])
+    with pytest.raises(ValueError, match="rate"):
+        idt_desk.Recorder(tmp_path / "q", ["x"], rate=-1)
+
+
+def test_an_exception_in_the_loop_closes_the_recording_as_an_error(tmp_path):
+    with pytest.raises(RuntimeError, match="boom"), \
+            idt_desk.Recorder(tmp_path / "e", ["x"]) as rec:
+        rec.add(np.zeros((10, 1)), None, np.ones((10, 1)))
+        raise RuntimeError("boom")
+    got = load_recording(tmp_path / "e")
+    end = got.events[got.events["kind"] == "session_end"].iloc[0]
+    assert end["state"] == "error" and "boom" in end["error"]
+    assert len(got.transitions) == 10
