@@ -700,12 +700,8 @@ def _add_gui(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run_gui)
 
 
-def _run_gui(args: argparse.Namespace) -> int:
-    from idt_desk.gui_main import run_gui
-
-    # The same checks as `idt-desk run`, before any window opens.
-    speed = parse_speed(args.speed)
-    check_out_dir(args.record, "--record")
+def _window_options(args: argparse.Namespace) -> tuple[int, int] | None:
+    """Check --quit-after, --size and --screenshot (gui, watch); the size, if given."""
     check_float("--quit-after", args.quit_after, 0.0)
     size = None
     if args.size is not None:
@@ -720,6 +716,61 @@ def _run_gui(args: argparse.Namespace) -> int:
         check_out_dir(args.screenshot.parent, "--screenshot")
         if args.screenshot.is_dir():
             raise InputError(f"--screenshot {args.screenshot}: is a directory; give a file")
+    return size
+
+
+def _add_watch(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "watch", help="open the dashboard on a recording another program is writing "
+        "(idt_desk.Recorder, IDT Desk's own) and keep up as it grows",
+        description="PATH is a recording, or a folder of them: then the newest run is "
+        "followed. Waits for the writer to start. Headless, the same is `idt-desk run "
+        "--source replay --set path=RUN --set follow=true`.")
+    p.add_argument("path", type=Path, help="a recording directory, or a folder of runs")
+    p.add_argument("--silence", type=float, default=10.0,
+                   help="seconds without new data (and no session_end) after which the "
+                   "writer counts as stopped (default 10)")
+    p.add_argument("--wait", type=float, default=600.0,
+                   help="seconds to wait for a run to appear (default 600)")
+    p.add_argument("--screenshot", type=Path, help="save a PNG of the window, then quit")
+    p.add_argument("--quit-after", type=float, default=None,
+                   help="seconds before the screenshot / quitting")
+    p.add_argument("--size", metavar="WxH", help="window size in pixels, e.g. 1024x700")
+    p.set_defaults(func=_run_watch)
+
+
+def _run_watch(args: argparse.Namespace) -> int:
+    import time
+
+    from idt_desk.gui_main import run_gui
+    from idt_desk.recording import newest_recording
+
+    check_float("--silence", args.silence, 0.5)
+    check_float("--wait", args.wait, 0.0)
+    size = _window_options(args)
+    deadline = time.monotonic() + args.wait
+    said = False
+    while (run := newest_recording(args.path)) is None:
+        if time.monotonic() > deadline:
+            raise InputError(f"{args.path}: no recording appeared within {args.wait:g} s")
+        if not said:
+            print(f"idt-desk watch: waiting for a recording in {args.path} …", file=sys.stderr)
+            said = True
+        time.sleep(0.2)
+    print(f"idt-desk watch: following {run}", file=sys.stderr)
+    return run_gui(source="replay", settings={"path": str(run), "follow": True,
+                                              "silence": args.silence, "wait": args.wait},
+                   start=True, speed=None, screenshot=args.screenshot,
+                   quit_after=args.quit_after, size=size)
+
+
+def _run_gui(args: argparse.Namespace) -> int:
+    from idt_desk.gui_main import run_gui
+
+    # The same checks as `idt-desk run`, before any window opens.
+    speed = parse_speed(args.speed)
+    check_out_dir(args.record, "--record")
+    size = _window_options(args)
     for option, specs in (("--perturb", args.perturb), ("--modulate", args.modulate)):
         if specs and not args.start:
             raise InputError(f"{option} {specs[0]}: needs --start (scheduled times count "
@@ -746,6 +797,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_gui(sub)
+    _add_watch(sub)
     _add_run(sub)
     _add_analyze(sub)
     _add_export(sub)

@@ -11,11 +11,12 @@ recorded event, so each one is handed over before the batch it precedes (``row``
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
 
-from idt_desk.recording import Recording, load_recording
+from idt_desk.recording import RecordingError, RecordingTail, load_recording
 from idt_desk.source import Batch, Param, Source
 
 __all__ = ["ReplaySource"]
@@ -31,61 +32,143 @@ class ReplaySource(Source):
     name = "replay"
     label = "Replay a recording"
     description = "Re-run a recorded session through the IDT pipeline at any speed."
-    settings = (Param("path", "", "Recording", help="recording directory"),)
+    settings = (
+        Param("path", "", "Recording", help="recording directory"),
+        Param("follow", False, "Follow while written",
+              help="keep up with a recording that is still being written (idt-desk watch)"),
+        Param("silence", 10.0, "Writer silent after", 0.5, 86_400.0, unit="s",
+              help="following: stop when no new data has come for this long and the writer "
+                   "has not ended the recording"),
+        Param("wait", 60.0, "Wait for the writer", 0.0, 86_400.0, unit="s",
+              help="following: how long to wait for the recording to start"),
+    )
     chunk = 50
 
     def __init__(self, **settings: Any) -> None:
         super().__init__(**settings)
-        if not self.config["path"]:
+        path = self.config["path"]
+        if not path:
             raise ValueError("replay: set 'path' to a recording directory")
-        self.recording: Recording = load_recording(self.config["path"])
-        rec = self.recording
+        self.follow = bool(self.config["follow"])
         #: Said once before the replay runs (the command line, the GUI's banner): what the
         #: recording lacks. None for a complete recording.
         self.notice: str | None = None
-        if not rec.complete:
-            self.notice = (f"{rec.path} is incomplete ({'; '.join(rec.warnings)}): the replay "
-                           f"runs the {len(rec.transitions):,} transitions it holds")
-        src = rec.config.get("source", {})
-        self.state_names = tuple(rec.state_names)
-        self.action_names = tuple(rec.action_names)
+        self._tail: RecordingTail | None = None
+        if self.follow:
+            self._tail = tail = RecordingTail(path)
+            deadline = time.monotonic() + float(self.config["wait"])
+            early_rows, events = [], []
+            # The writer logs recording_start (the pipeline to rebuild) when it opens.
+            while True:
+                if tail.ready():
+                    got, new = tail.poll()
+                    early_rows.append(got)
+                    events.extend(new)
+                    if any(e.get("kind") == "recording_start" for e in events):
+                        break
+                if time.monotonic() > deadline:
+                    raise ValueError(f"replay: no recording started in {path} within "
+                                     f"{self.config['wait']:g} s")
+                time.sleep(0.05)
+            config = tail.config
+            rows = np.concatenate(early_rows)
+        else:
+            rec = load_recording(path)
+            if not rec.complete:
+                self.notice = (f"{rec.path} is incomplete ({'; '.join(rec.warnings)}): the "
+                               f"replay runs the {len(rec.transitions):,} transitions it "
+                               f"holds")
+            config = rec.config
+            rows = rec.transitions
+            events = rec.events.to_dict("records") if len(rec.events) else []
+        src = config.get("source", {})
+        self.state_names = tuple(config.get("state_names", ()))
+        self.action_names = tuple(config.get("action_names", ()))
         self.has_reward = bool(src.get("has_reward", False))
         self.rate = float(src.get("rate", 1000.0)) or 1000.0
         self.episode_steps = src.get("episode_steps") or None
         #: The recorded source's name (its declarations label the replayed switches).
         self.recorded_source: str | None = src.get("name")
         self.view = str(src.get("view", ""))
-        session = rec.config.get("session", {})
+        session = config.get("session", {})
         self.metric_path = str(session.get("metric_path", "windows"))
+        if self.follow and self.metric_path == "turns":
+            raise ValueError("replay: following a dialogue (turns) recording as it is written "
+                             "is not supported yet; replay it once it has ended")
         self._tokenizer = session.get("tokenizer")
-        _metric = ("i", "P", "dH", "H_b", "alarm")
-        self._turns = [] if rec.turns is None else [
-            {k: v for k, v in turn.items() if k not in _metric} for turn in rec.turns]
-        self._history = [t for t in self._turns if t.get("history")]
-        self._turns = [t for t in self._turns if not t.get("history")]
-        if self.metric_path == "turns" and len(self._turns) != len(rec.transitions):
-            raise ValueError(f"replay: {rec.path} holds {len(rec.transitions)} transitions "
-                             f"but {len(self._turns)} turns")
-        tr = rec.transitions
+        self._turns: list[dict[str, Any]] = []
+        self._history: list[dict[str, Any]] = []
+        if not self.follow:
+            _metric = ("i", "P", "dH", "H_b", "alarm")
+            turns = [] if rec.turns is None else [
+                {k: v for k, v in turn.items() if k not in _metric} for turn in rec.turns]
+            self._history = [t for t in turns if t.get("history")]
+            self._turns = [t for t in turns if not t.get("history")]
+            if self.metric_path == "turns" and len(self._turns) != len(rec.transitions):
+                raise ValueError(f"replay: {rec.path} holds {len(rec.transitions)} transitions "
+                                 f"but {len(self._turns)} turns")
         ds, da = len(self.state_names), len(self.action_names)
-        self._s = tr[[f"s_{j}" for j in range(ds)]].to_numpy(np.float64)
-        self._n = tr[[f"s_next_{j}" for j in range(ds)]].to_numpy(np.float64)
-        self._a = tr[[f"a_{j}" for j in range(da)]].to_numpy(np.float64) if da else None
-        self._t = tr["t"].to_numpy(np.float64)
-        self._r = tr["reward"].to_numpy(np.float64) if self.has_reward else None
-        ep = tr["episode"].to_numpy(np.float64)
-        self._ep = None if np.isnan(ep).all() else ep.astype(np.int64)
+        self._cols = ([f"s_{j}" for j in range(ds)], [f"s_next_{j}" for j in range(ds)],
+                      [f"a_{j}" for j in range(da)])
+        self._s = np.empty((0, ds))
+        self._n = np.empty((0, ds))
+        self._a = np.empty((0, da)) if da else None
+        self._t = np.empty(0)
+        self._r = np.empty(0) if self.has_reward else None
+        self._ep: np.ndarray | None = np.empty(0, dtype=np.int64)
+        self._has_episodes = False
         # The live view of the replayed system is drawn from the recorded state and settings.
         self._view_info = {k: float(v) for k, v in src.get("settings", {}).items()
                            if isinstance(v, int | float) and not isinstance(v, bool)}
-        start = int(rec.config.get("start_index", tr["i"].iloc[0] if len(tr) else 0))
+        self._start = int(config.get("start_index", 0))
         self._events: list[tuple[int, dict[str, Any]]] = []
         self._pipeline0: dict[str, Any] | None = None
         # Ranges the recorded source declared at each calibration, so symbols come out the same.
         self._ranges: list[tuple[int, dict[str, tuple[float, float]]]] = []
-        for ev in rec.events.to_dict("records") if len(rec.events) else []:
+        if not self.follow and len(rows):
+            self._start = int(config.get("start_index", rows["i"].iloc[0]))
+        self._take_events(events)
+        self._take_rows(rows)
+        self._pos = 0
+        self._next_event = 0
+        self._ended = False
+
+    def _take_rows(self, rows: Any) -> None:
+        """Append recorded transitions (a DataFrame, or an array in the tail's columns)."""
+        if len(rows) == 0:
+            return
+        if isinstance(rows, np.ndarray):
+            idx = {c: j for j, c in enumerate(self._tail.columns)}  # type: ignore[union-attr]
+
+            def cols(names: list[str]) -> np.ndarray:
+                return rows[:, [idx[c] for c in names]]
+
+            def col(name: str) -> np.ndarray:
+                return rows[:, idx[name]]
+        else:
+            def cols(names: list[str]) -> np.ndarray:
+                return rows[names].to_numpy(np.float64)
+
+            def col(name: str) -> np.ndarray:
+                return rows[name].to_numpy(np.float64)
+        s_cols, n_cols, a_cols = self._cols
+        self._s = np.concatenate([self._s, cols(s_cols)])
+        self._n = np.concatenate([self._n, cols(n_cols)])
+        if self._a is not None:
+            self._a = np.concatenate([self._a, cols(a_cols)])
+        self._t = np.concatenate([self._t, col("t")])
+        if self._r is not None:
+            self._r = np.concatenate([self._r, col("reward")])
+        ep = col("episode")
+        if not np.isnan(ep).all():
+            self._has_episodes = True
+        self._ep = np.concatenate([self._ep, np.nan_to_num(ep, nan=-1).astype(np.int64)])
+
+    def _take_events(self, events: list[dict[str, Any]]) -> None:
+        """File recorded events at the transitions they were logged at."""
+        for ev in events:
             ev = {k: v for k, v in ev.items() if not _missing(v)}
-            kind, i = ev.get("kind"), int(ev.get("i", start)) - start
+            kind, i = ev.get("kind"), int(ev.get("i", self._start)) - self._start
             if kind == "recording_start":
                 self._pipeline0 = ev.get("pipeline")
             elif kind == "calibrated":
@@ -96,9 +179,8 @@ class ReplaySource(Source):
                 self._events.append((i, ev))
             elif kind in _SHOWN:
                 self._events.append((i, {**ev, "replayed": True}))
+        # Stable: events of one transition keep the order they were logged in.
         self._events.sort(key=lambda e: e[0])
-        self._pos = 0
-        self._next_event = 0
 
     def pipeline_overrides(self) -> dict[str, Any] | None:
         """The pipeline configuration the recording started with (and its tokenizer).
@@ -123,9 +205,50 @@ class ReplaySource(Source):
         self._pos = 0
         self._next_event = 0
 
+    #: Following: how long a step waits for new data before it hands over an empty batch.
+    FOLLOW_POLL = 0.05
+
+    def _follow(self, need: int) -> list[dict[str, Any]]:
+        """Read what the writer added until ``need`` transitions are at hand.
+
+        Stops early when the recording ends or the writer has gone silent; returns the
+        events to log now (a silent writer's note).
+        """
+        tail = self._tail
+        assert tail is not None
+        deadline = time.monotonic() + self.FOLLOW_POLL
+        while True:
+            try:
+                rows, events = tail.poll()
+            except RecordingError as exc:
+                self._ended = True
+                return [{"kind": "note", "text": f"following stopped: {exc}"}]
+            self._take_events(events)
+            self._take_rows(rows)
+            if len(self._s) >= need:
+                return []
+            if tail.finished:
+                self._ended = True  # the writer closed it and every row has been read
+                return []
+            if tail.silent_for() > float(self.config["silence"]):
+                self._ended = True
+                return [{"kind": "note", "text": (
+                    f"the writer stopped responding: no new data for "
+                    f"{self.config['silence']:g} s and no session_end; following stopped "
+                    f"after {len(self._s):,} transitions")}]
+            if time.monotonic() > deadline or self.should_stop():
+                return []
+            time.sleep(0.005)
+
     def step(self, n: int) -> Batch:
-        """The next ``n`` recorded transitions, cut so every event lands on a batch start."""
+        """The next ``n`` recorded transitions, cut so every event lands on a batch start.
+
+        Following, a step waits briefly for the writer and may hand over fewer (or none).
+        """
         lo = self._pos
+        notes: list[dict[str, Any]] = []
+        if self._tail is not None and not self._ended and lo + n > len(self._s):
+            notes = self._follow(lo + n)
         hi = min(lo + n, len(self._s))
         events = []
         while self._next_event < len(self._events) and self._events[self._next_event][0] <= lo:
@@ -133,14 +256,17 @@ class ReplaySource(Source):
             self._next_event += 1
         if self._next_event < len(self._events):
             hi = min(hi, max(self._events[self._next_event][0], lo + 1))
+        hi = max(lo, min(hi, len(self._s)))
         self._pos = hi
         sl = slice(lo, hi)
+        done = hi >= len(self._s) and (self._tail is None or self._ended)
+        events += [{**e, "row": -1} for e in notes]
         return Batch(
             s=self._s[sl], s_next=self._n[sl],
             a=None if self._a is None else self._a[sl],
             reward=None if self._r is None else self._r[sl],
-            episode=None if self._ep is None else self._ep[sl],
-            t=self._t[sl], events=events, done=hi >= len(self._s),
+            episode=self._ep[sl] if self._has_episodes else None,
+            t=self._t[sl], events=events, done=done,
             turns=None if self.metric_path != "turns" else
             [*(self._history if lo == 0 else ()), *self._turns[sl]],
             info={**self._view_info, "replay_progress": hi / max(len(self._s), 1),

@@ -1,0 +1,206 @@
+"""Following a recording while another process writes it (issue 20, part 2).
+
+The writer is a separate Python process (``tests/loop_writer.py``, ``idt_desk.Recorder``);
+the follower is a replay session with ``follow=True``. Whether it starts before the writer,
+while it writes or after it finished, the follower must compute exactly the writer's own
+windows; a writer killed mid-run leaves a follower that shows what arrived and says so.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from idt_desk.recording import RecordingTail, load_recording
+from idt_desk.session import Session, SessionConfig, run_headless
+from sources.replay import ReplaySource
+
+ROOT = Path(__file__).resolve().parents[1]
+METRICS = ("start", "end", "P", "H_f", "H_b", "dH", "out_of_range", "x_P", "x_H_f", "x_H_b",
+           "x_dH", "x_IDT")
+
+
+def _writer(path: Path, n: int, chunk: int, delay: float) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tests.loop_writer", str(path), str(n),
+                             str(chunk), str(delay)], cwd=ROOT)
+
+
+def _follow(path: Path, out: Path, silence: float = 3.0, wait: float = 60.0):
+    source = ReplaySource(path=str(path), follow=True, silence=silence, wait=wait)
+    session = Session(SessionConfig(speed=None), source=source, record=out)
+    run_headless(session)
+    return load_recording(out), session
+
+
+def _same(follower, writer, rows: int | None = None):
+    w = writer.windows if rows is None else writer.windows.iloc[:rows]
+    f = follower.windows.iloc[:len(w)]
+    assert len(w) > 50
+    for c in METRICS:
+        np.testing.assert_array_equal(f[c].to_numpy(np.float64), w[c].to_numpy(np.float64),
+                                      err_msg=c)
+    # Window means are differences of running sums over differently cut blocks.
+    np.testing.assert_allclose(f["reward"], w["reward"], rtol=1e-12, atol=1e-12)
+
+
+def _events(rec, kind):
+    ev = rec.events
+    return ev[ev["kind"] == kind]
+
+
+@pytest.mark.parametrize("when", ["before", "during", "after"])
+def test_the_follower_computes_the_writers_windows(tmp_path, when):
+    src, out = tmp_path / "run", tmp_path / "follower"
+    n = 8000
+    if when == "after":
+        _writer(src, n, 2000, 0.0).wait(60)
+    elif when == "during":
+        proc = _writer(src, n, 400, 0.1)
+        while not (src / "transitions.csv").exists() or \
+                (src / "transitions.csv").stat().st_size < 20_000:
+            time.sleep(0.02)
+    else:  # the follower waits for a writer that starts a second later
+        timer = threading.Timer(1.0, lambda: setattr(timer, "proc",
+                                                     _writer(src, n, 400, 0.1)))
+        timer.start()
+    follower, session = _follow(src, out)
+    if when == "during":
+        proc.wait(60)
+    elif when == "before":
+        timer.join()
+        timer.proc.wait(60)
+    writer = load_recording(src)
+    assert writer.complete, writer.warnings
+    assert len(follower.transitions) == len(writer.transitions) == n
+    assert len(follower.windows) == len(writer.windows)
+    _same(follower, writer)
+    # The writer's own perturbation mark reaches the follower at its transition.
+    on = _events(follower, "perturbation_on")
+    assert list(on["name"]) == ["noise"] and int(on["i"].iloc[0]) == n // 2
+    assert np.nansum(follower.windows["x_IDT"]) > 0
+    assert session.snapshot(1).state == "stopped" and session.error is None
+    assert not _events(follower, "note").shape[0]  # no silence note: the writer ended it
+
+
+def test_a_killed_writer_leaves_what_arrived_and_a_note(tmp_path):
+    src, out = tmp_path / "run", tmp_path / "follower"
+    proc = _writer(src, 10**6, 300, 0.05)
+    while not (src / "transitions.csv").exists() or \
+            (src / "transitions.csv").stat().st_size < 200_000:
+        time.sleep(0.02)
+    threading.Timer(0.5, lambda: os.kill(proc.pid, signal.SIGKILL)).start()
+    t0 = time.monotonic()
+    follower, _session = _follow(src, out, silence=1.5)
+    proc.wait(10)
+    assert time.monotonic() - t0 < 30
+    writer = load_recording(src)
+    assert not writer.complete
+    # Every whole line the writer got out was followed, nothing more.
+    np.testing.assert_array_equal(follower.transitions["s_0"].to_numpy(),
+                                  writer.transitions["s_0"].to_numpy())
+    _same(follower, writer, rows=len(writer.windows))
+    note = _events(follower, "note")
+    assert len(note) == 1 and "stopped responding" in note["text"].iloc[0]
+    assert "1.5 s" in note["text"].iloc[0]
+
+
+def test_a_recording_deleted_while_followed_ends_with_one_line(tmp_path):
+    import shutil
+
+    src, out = tmp_path / "run", tmp_path / "follower"
+    proc = _writer(src, 10**6, 300, 0.05)
+    while not (src / "transitions.csv").exists() or \
+            (src / "transitions.csv").stat().st_size < 100_000:
+        time.sleep(0.02)
+    proc.kill()
+    proc.wait(10)
+    source = ReplaySource(path=str(src), follow=True, silence=30.0)
+    session = Session(SessionConfig(speed=None), source=source, record=out)
+    threading.Timer(1.0, lambda: shutil.rmtree(src)).start()
+    run_headless(session)
+    rec = load_recording(out)
+    note = _events(rec, "note")
+    assert len(note) == 1 and "is gone" in note["text"].iloc[0]
+    assert session.error is None
+
+
+def test_a_waiting_follower_gives_up_with_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match=r"no recording started .* within 0\.3 s"):
+        ReplaySource(path=str(tmp_path / "nothing"), follow=True, wait=0.3)
+
+
+def test_the_tail_takes_whole_lines_only(tmp_path):
+    from idt_desk.recording import FORMAT_VERSION
+
+    (tmp_path / "config.json").write_text(f'{{"format_version": {FORMAT_VERSION}}}')
+    (tmp_path / "events.jsonl").write_text("")
+    tr = tmp_path / "transitions.csv"
+    tr.write_text("i,t,s_0\n0,0.5,1.25\n1,1.0,2.")
+    tail = RecordingTail(tmp_path)
+    rows, events = tail.poll()
+    assert tail.columns == ["i", "t", "s_0"] and events == []
+    np.testing.assert_array_equal(rows, [[0, 0.5, 1.25]])  # the torn line waits
+    with open(tr, "a") as f:
+        f.write("5\n2,1.5,3.0\n")
+    with open(tmp_path / "events.jsonl", "a") as f:
+        f.write('{"kind": "note", "i": 1, "text": "x"}\n{"kind": "session_e')
+    rows, events = tail.poll()
+    np.testing.assert_array_equal(rows, [[1, 1.0, 2.5], [2, 1.5, 3.0]])
+    assert events == [{"kind": "note", "i": 1, "text": "x"}] and not tail.ended
+    with open(tmp_path / "events.jsonl", "a") as f:
+        f.write('nd"}\n')
+    assert tail.poll()[1] == [{"kind": "session_end"}] and tail.ended
+    # The closing event comes before the last rows and the promised count: not finished.
+    assert not tail.finished
+    with open(tr, "a") as f:
+        f.write("3,2.0,4.0\n")
+    assert not tail.finished  # config.json does not promise a count yet
+    (tmp_path / "config.json").write_text(
+        f'{{"format_version": {FORMAT_VERSION}, "complete": true, "n_transitions": 4}}')
+    assert not tail.finished  # 3 rows read of the 4 promised
+    rows, _ = tail.poll()
+    np.testing.assert_array_equal(rows, [[3, 2.0, 4.0]])
+    assert tail.finished and tail.n_read == 4
+    # pandas reads the same bytes the same way (an independent parse).
+    ref = pd.read_csv(tr).to_numpy(np.float64)
+    np.testing.assert_array_equal(ref, [[0, 0.5, 1.25], [1, 1.0, 2.5], [2, 1.5, 3.0],
+                                        [3, 2.0, 4.0]])
+
+
+def test_the_window_follows_a_growing_recording(qtbot, tmp_path):
+    pytest.importorskip("pytestqt")
+    from widgets.main_window import MainWindow
+
+    src = tmp_path / "run"
+    proc = _writer(src, 6000, 300, 0.1)
+    try:
+        while not (src / "events.jsonl").exists() or \
+                b"recording_start" not in (src / "events.jsonl").read_bytes():
+            time.sleep(0.02)
+        w = MainWindow(source="replay", settings={"path": str(src), "follow": True,
+                                                  "silence": 5.0}, speed=None,
+                       record_dir=tmp_path / "recordings")
+        qtbot.addWidget(w)
+        w.show()
+        assert w.start_session(), w.banner.text()
+        # It shows windows while the writer is still writing ...
+        qtbot.waitUntil(lambda: w.session.snapshot(1).n_windows > 20, timeout=30_000)
+        assert proc.poll() is None
+        qtbot.waitUntil(lambda: w.plots.curves["P"].getData()[0] is not None and
+                        len(w.plots.curves["P"].getData()[0]) > 20, timeout=30_000)
+        # ... and ends when the writer ends the recording, with every window it wrote.
+        qtbot.waitUntil(lambda: not w.session.running, timeout=60_000)
+    finally:
+        proc.wait(60)
+    writer = load_recording(src)
+    assert w.session.snapshot(1).n_windows == len(writer.windows)
+    qtbot.waitUntil(w.start_button.isEnabled, timeout=5_000)  # the window saw it end
