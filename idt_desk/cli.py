@@ -693,11 +693,16 @@ def _add_gui(sub: argparse._SubParsersAction) -> None:
                    help="with --start, schedule a perturbation: NAME[:k=v,...]@START[-END] (s)")
     p.add_argument("--modulate", action="append", default=[], metavar="SPEC",
                    help="with --start, schedule a modulation: NAME[:k=v,...]@START[-END] (s)")
+    _add_window_args(p)
+    p.set_defaults(func=_run_gui)
+
+
+def _add_window_args(p: argparse.ArgumentParser) -> None:
+    """--screenshot, --quit-after and --size (gui, watch; checked by _window_options)."""
     p.add_argument("--screenshot", type=Path, help="save a PNG of the window, then quit")
     p.add_argument("--quit-after", type=float, default=None,
                    help="seconds before the screenshot / quitting")
     p.add_argument("--size", metavar="WxH", help="window size in pixels, e.g. 1024x700")
-    p.set_defaults(func=_run_gui)
 
 
 def _window_options(args: argparse.Namespace) -> tuple[int, int] | None:
@@ -732,10 +737,7 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
                    "writer counts as stopped (default 10)")
     p.add_argument("--wait", type=float, default=600.0,
                    help="seconds to wait for a run to appear (default 600)")
-    p.add_argument("--screenshot", type=Path, help="save a PNG of the window, then quit")
-    p.add_argument("--quit-after", type=float, default=None,
-                   help="seconds before the screenshot / quitting")
-    p.add_argument("--size", metavar="WxH", help="window size in pixels, e.g. 1024x700")
+    _add_window_args(p)
     p.set_defaults(func=_run_watch)
 
 

@@ -34,6 +34,13 @@ def _writer(path: Path, n: int, chunk: int, delay: float) -> subprocess.Popen:
                              str(chunk), str(delay)], cwd=ROOT)
 
 
+def _wait_for_bytes(src: Path, size: int) -> None:
+    """Until the writer has written ``size`` bytes of transitions."""
+    tr = src / "transitions.csv"
+    while not tr.exists() or tr.stat().st_size < size:
+        time.sleep(0.02)
+
+
 def _follow(path: Path, out: Path, silence: float = 3.0, wait: float = 60.0):
     source = ReplaySource(path=str(path), follow=True, silence=silence, wait=wait)
     session = Session(SessionConfig(speed=None), source=source, record=out)
@@ -65,9 +72,7 @@ def test_the_follower_computes_the_writers_windows(tmp_path, when):
         _writer(src, n, 2000, 0.0).wait(60)
     elif when == "during":
         proc = _writer(src, n, 400, 0.1)
-        while not (src / "transitions.csv").exists() or \
-                (src / "transitions.csv").stat().st_size < 20_000:
-            time.sleep(0.02)
+        _wait_for_bytes(src, 20_000)
     else:  # the follower waits for a writer that starts a second later
         timer = threading.Timer(1.0, lambda: setattr(timer, "proc",
                                                      _writer(src, n, 400, 0.1)))
@@ -94,9 +99,7 @@ def test_the_follower_computes_the_writers_windows(tmp_path, when):
 def test_a_killed_writer_leaves_what_arrived_and_a_note(tmp_path):
     src, out = tmp_path / "run", tmp_path / "follower"
     proc = _writer(src, 10**6, 300, 0.05)
-    while not (src / "transitions.csv").exists() or \
-            (src / "transitions.csv").stat().st_size < 200_000:
-        time.sleep(0.02)
+    _wait_for_bytes(src, 200_000)
     threading.Timer(0.5, lambda: os.kill(proc.pid, signal.SIGKILL)).start()
     t0 = time.monotonic()
     follower, _session = _follow(src, out, silence=1.5)
@@ -118,9 +121,7 @@ def test_a_recording_deleted_while_followed_ends_with_one_line(tmp_path):
 
     src, out = tmp_path / "run", tmp_path / "follower"
     proc = _writer(src, 10**6, 300, 0.05)
-    while not (src / "transitions.csv").exists() or \
-            (src / "transitions.csv").stat().st_size < 100_000:
-        time.sleep(0.02)
+    _wait_for_bytes(src, 100_000)
     proc.kill()
     proc.wait(10)
     source = ReplaySource(path=str(src), follow=True, silence=30.0)
