@@ -1,4 +1,4 @@
-"""A click storm on the window, for every built-in source (issue 22).
+"""A click storm on the window, for every built-in source.
 
 Random actions on every enabled button, check box and combo box (the source picker
 excepted), one every 50 ms for ``STORM_SECONDS`` (20 s), a third of them on Start / Stop

@@ -1,4 +1,4 @@
-"""Following a recording while another process writes it (issue 20, part 2).
+"""Following a recording while another process writes it.
 
 The writer is a separate Python process (``tests/loop_writer.py``, ``idt_desk.Recorder``);
 the follower is a replay session with ``follow=True``. Whether it starts before the writer,

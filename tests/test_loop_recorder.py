@@ -1,4 +1,4 @@
-"""``idt_desk.Recorder``: any Python loop writes an ordinary recording (issue 20, part 1)."""
+"""``idt_desk.Recorder``: any Python loop writes an ordinary recording."""
 
 from __future__ import annotations
 

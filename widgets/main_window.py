@@ -871,8 +871,8 @@ class MainWindow(QMainWindow):
         session's methods; an SB3 model refers to itself), so they are freed only by
         Python's full collection, which a process holding torch's million long-lived objects
         runs rarely: every stopped RL session's MuJoCo data and policy tensors (~5 MB) stayed
-        in memory, ~3 GB after 1,000 Start/Stop clicks (issue 22). Coalesced: a click storm
-        triggers one collection a second, not one a click.
+        in memory (RSS 767 → 2,579 MiB after 449 Start/Stop clicks in a minute). Coalesced:
+        a click storm triggers one collection a second, not one a click.
         """
         if self._collect_timer.isActive():
             return

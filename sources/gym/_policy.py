@@ -79,7 +79,7 @@ class FrozenPolicy:
 
         # A frozen policy never trains: SAC/TD3/DDPG would otherwise build the saved replay
         # buffer (1M transitions: ~280 MB of zeroed arrays) at every load. Allocated and freed
-        # at each Start/Stop, those arrays fragmented the heap by ~8 MB a cycle (issue 22).
+        # at each Start/Stop, those arrays fragmented the heap by ~8 MB a cycle.
         small = {"buffer_size": 1} if issubclass(cls, OffPolicyAlgorithm) else {}
         try:
             model = cls.load(self.path, device="cpu", **small)
