@@ -205,6 +205,18 @@ class ReplaySource(Source):
         self._pos = 0
         self._next_event = 0
 
+    def _follow_info(self, done: bool) -> dict[str, Any]:
+        """What the window's status line says while following (nothing for a replay)."""
+        tail = self._tail
+        if tail is None:
+            return {}
+        if not done:
+            writer = "writing" if tail.silent_for() < 2.0 else \
+                f"no new data for {tail.silent_for():.0f} s"
+        else:
+            writer = "ended the run" if tail.finished else "stopped responding"
+        return {"following": str(tail.path), "writer": writer}
+
     #: Following: how long a step waits for new data before it hands over an empty batch.
     FOLLOW_POLL = 0.05
 
@@ -270,6 +282,7 @@ class ReplaySource(Source):
             turns=None if self.metric_path != "turns" else
             [*(self._history if lo == 0 else ()), *self._turns[sl]],
             info={**self._view_info, "replay_progress": hi / max(len(self._s), 1),
+                  **self._follow_info(done),
                   **({"y": self._n[hi - 1].copy(), "time": float(self._t[hi - 1])}
                      if hi > lo else {})},
         )

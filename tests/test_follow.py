@@ -196,6 +196,8 @@ def test_the_window_follows_a_growing_recording(qtbot, tmp_path):
         # It shows windows while the writer is still writing ...
         qtbot.waitUntil(lambda: w.session.snapshot(1).n_windows > 20, timeout=30_000)
         assert proc.poll() is None
+        qtbot.waitUntil(lambda: f"following {src} (the writer: writing)" in w.status.text(),
+                        timeout=5_000)
         qtbot.waitUntil(lambda: w.plots.curves["P"].getData()[0] is not None and
                         len(w.plots.curves["P"].getData()[0]) > 20, timeout=30_000)
         # ... and ends when the writer ends the recording, with every window it wrote.
@@ -205,3 +207,4 @@ def test_the_window_follows_a_growing_recording(qtbot, tmp_path):
     writer = load_recording(src)
     assert w.session.snapshot(1).n_windows == len(writer.windows)
     qtbot.waitUntil(w.start_button.isEnabled, timeout=5_000)  # the window saw it end
+    assert "(the writer: ended the run)" in w.status.text()

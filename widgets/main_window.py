@@ -1165,6 +1165,10 @@ class MainWindow(QMainWindow):
         speed = "max speed" if not snap.speed else f"{snap.speed:g}× real time"
         text = (f"{snap.state} — {snap.source} at {speed} — t = {snap.sim_time:.2f} s — "
                 f"{snap.n_transitions:,} transitions, {snap.n_windows:,} windows")
+        if snap.info.get("following"):  # a recording another program writes
+            text = (f"{snap.state} — following {snap.info['following']} (the writer: "
+                    f"{snap.info.get('writer', '?')}) — t = {snap.sim_time:.2f} s — "
+                    f"{snap.n_transitions:,} transitions, {snap.n_windows:,} windows")
         if snap.tokenizer is not None:  # one transition per turn
             text = f"{snap.state} — {snap.source} — {snap.n_transitions:,} turns"
         if snap.paused_reason:
