@@ -59,19 +59,21 @@ class LoopSource(Source):
 
     def set_perturbation(self, name: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
         """Mark the loop's own perturbation on (params) or off (None)."""
-        if params is None:
-            self.active_perturbations.pop(name, None)
-            return {}
-        self.active_perturbations[name] = dict(params)
-        return dict(params)
+        return _switch(self.active_perturbations, name, params)
 
     def set_modulation(self, name: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
         """Mark the loop's own modulation on (params) or off (None)."""
-        if params is None:
-            self.active_modulations.pop(name, None)
-            return {}
-        self.active_modulations[name] = dict(params)
-        return dict(params)
+        return _switch(self.active_modulations, name, params)
+
+
+def _switch(active: dict[str, dict[str, Any]], name: str,
+            params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Record ``name`` as on (with ``params``) or off (None) in ``active``."""
+    if params is None:
+        active.pop(name, None)
+        return {}
+    active[name] = dict(params)
+    return dict(params)
 
 
 def _rows(x: Any, width: int, what: str) -> np.ndarray:

@@ -117,6 +117,10 @@ class ReplaySource(Source):
         self._r = np.empty(0) if self.has_reward else None
         self._ep: np.ndarray | None = np.empty(0, dtype=np.int64)
         self._has_episodes = False
+        #: Transition index of the arrays' first row: following drops the rows it has
+        #: handed over, so memory holds only what is yet to be stepped.
+        self._base = 0
+        self._pos = 0  # the next transition to hand over
         # The live view of the replayed system is drawn from the recorded state and settings.
         self._view_info = {k: float(v) for k, v in src.get("settings", {}).items()
                            if isinstance(v, int | float) and not isinstance(v, bool)}
@@ -129,7 +133,6 @@ class ReplaySource(Source):
             self._start = int(config.get("start_index", rows["i"].iloc[0]))
         self._take_events(events)
         self._take_rows(rows)
-        self._pos = 0
         self._next_event = 0
         self._ended = False
 
@@ -137,6 +140,17 @@ class ReplaySource(Source):
         """Append recorded transitions (a DataFrame, or an array in the tail's columns)."""
         if len(rows) == 0:
             return
+        if self._tail is not None and self._pos > self._base:
+            # Following: keep only the rows not yet handed over (bounded memory; each poll
+            # copies what is pending, not the whole run).
+            k = self._pos - self._base
+            self._s, self._n, self._t, self._ep = (self._s[k:], self._n[k:], self._t[k:],
+                                                   self._ep[k:])
+            if self._a is not None:
+                self._a = self._a[k:]
+            if self._r is not None:
+                self._r = self._r[k:]
+            self._base = self._pos
         if isinstance(rows, np.ndarray):
             idx = {c: j for j, c in enumerate(self._tail.columns)}  # type: ignore[union-attr]
 
@@ -201,9 +215,17 @@ class ReplaySource(Source):
         return done[-1] if done else {}
 
     def reset(self, seed: int | None = None) -> None:
-        """Rewind to the first recorded transition."""
+        """Rewind to the first recorded transition.
+
+        Following, only before the first step: the rows handed over are dropped.
+        """
         self._pos = 0
         self._next_event = 0
+
+    @property
+    def _n_rows(self) -> int:
+        """Transitions read so far (handed over or pending)."""
+        return self._base + len(self._s)
 
     def _follow_info(self, done: bool) -> dict[str, Any]:
         """What the window's status line says while following (nothing for a replay)."""
@@ -237,7 +259,7 @@ class ReplaySource(Source):
                 return [{"kind": "note", "text": f"following stopped: {exc}"}]
             self._take_events(events)
             self._take_rows(rows)
-            if len(self._s) >= need:
+            if self._n_rows >= need:
                 return []
             if tail.finished:
                 self._ended = True  # the writer closed it and every row has been read
@@ -247,7 +269,7 @@ class ReplaySource(Source):
                 return [{"kind": "note", "text": (
                     f"the writer stopped responding: no new data for "
                     f"{self.config['silence']:g} s and no session_end; following stopped "
-                    f"after {len(self._s):,} transitions")}]
+                    f"after {self._n_rows:,} transitions")}]
             if time.monotonic() > deadline or self.should_stop():
                 return []
             time.sleep(0.005)
@@ -259,19 +281,20 @@ class ReplaySource(Source):
         """
         lo = self._pos
         notes: list[dict[str, Any]] = []
-        if self._tail is not None and not self._ended and lo + n > len(self._s):
+        if self._tail is not None and not self._ended and lo + n > self._n_rows:
             notes = self._follow(lo + n)
-        hi = min(lo + n, len(self._s))
+        total, base = self._n_rows, self._base
+        hi = min(lo + n, total)
         events = []
         while self._next_event < len(self._events) and self._events[self._next_event][0] <= lo:
             events.append({**self._events[self._next_event][1], "row": -1})
             self._next_event += 1
         if self._next_event < len(self._events):
             hi = min(hi, max(self._events[self._next_event][0], lo + 1))
-        hi = max(lo, min(hi, len(self._s)))
+        hi = max(lo, min(hi, total))
         self._pos = hi
-        sl = slice(lo, hi)
-        done = hi >= len(self._s) and (self._tail is None or self._ended)
+        sl = slice(lo - base, hi - base)
+        done = hi >= total and (self._tail is None or self._ended)
         events += [{**e, "row": -1} for e in notes]
         return Batch(
             s=self._s[sl], s_next=self._n[sl],
@@ -281,9 +304,9 @@ class ReplaySource(Source):
             t=self._t[sl], events=events, done=done,
             turns=None if self.metric_path != "turns" else
             [*(self._history if lo == 0 else ()), *self._turns[sl]],
-            info={**self._view_info, "replay_progress": hi / max(len(self._s), 1),
+            info={**self._view_info, "replay_progress": hi / max(total, 1),
                   **self._follow_info(done),
-                  **({"y": self._n[hi - 1].copy(), "time": float(self._t[hi - 1])}
+                  **({"y": self._n[hi - 1 - base].copy(), "time": float(self._t[hi - 1 - base])}
                      if hi > lo else {})},
         )
 
