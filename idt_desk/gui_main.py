@@ -120,9 +120,9 @@ def bench_storm(minutes: float = 5.0, source: str = "pendulum", seed: int = 0,
         win.show()
         app.processEvents()
         storm = ClickStorm(win, seed=seed, scratch=Path(tmp) / "scratch",
-                           lifecycle_share=1.0 if lifecycle_only else 0.35)
-        if lifecycle_only:
-            storm.LIFECYCLE = ("start_button", "stop_button")
+                           **({"lifecycle_share": 1.0,
+                               "lifecycle": ("start_button", "stop_button")}
+                              if lifecycle_only else {}))
         print_fn(f"storm: {source}, {minutes:g} min, seed {seed}"
                  + (", Start/Stop only" if lifecycle_only else ""))
         warm = storm.warm_up()

@@ -1,6 +1,6 @@
 """A click storm: random actions on every enabled control of the main window, seeded.
 
-Used by the test suite (``tests/test_click_storm.py``, ~25 s a source) and by the soak
+Used by the test suite (``tests/test_click_storm.py``, 20 s a source) and by the soak
 benchmark ``idt-desk bench storm`` (minutes a source, with the memory curve). Every action
 goes through the control as a click would (``QAbstractButton.click``, a combo box's
 ``setCurrentIndex``), one action every ``interval_ms`` on the window's own event loop, so
@@ -87,19 +87,23 @@ class ClickStorm:
     interval_ms
         Time between actions.
     lifecycle_share
-        Fraction of actions spent on Start / Stop / Reset / Pause (when enabled).
+        Fraction of actions spent on the lifecycle buttons (when enabled).
+    lifecycle
+        The lifecycle buttons, by attribute name (default Start, Stop, Reset, Pause).
     """
 
     LIFECYCLE = ("start_button", "stop_button", "reset_button", "pause_button")
 
     def __init__(self, window: Any, seed: int, scratch: str | Path, interval_ms: int = 50,
-                 lifecycle_share: float = 0.35) -> None:
+                 lifecycle_share: float = 0.35,
+                 lifecycle: tuple[str, ...] = LIFECYCLE) -> None:
         self.window = window
         self.rng = random.Random(seed)
         self.scratch = Path(scratch)
         self.scratch.mkdir(parents=True, exist_ok=True)
         self.interval_ms = int(interval_ms)
         self.lifecycle_share = float(lifecycle_share)
+        self.lifecycle = tuple(lifecycle)
         name = window.source_combo.currentData() or "?"
         self.report = StormReport(seed=seed, source=str(name))
         self._session_ids: set[int] = set()
@@ -112,7 +116,7 @@ class ClickStorm:
     def controls(self) -> tuple[list[QAbstractButton], list[QWidget]]:
         """(lifecycle buttons, other controls) that are enabled and visible now."""
         w = self.window
-        life = [getattr(w, n) for n in self.LIFECYCLE]
+        life = [getattr(w, n) for n in self.lifecycle]
         life = [b for b in life if b.isEnabled() and b.isVisible()]
         skip = {id(b) for b in life} | {id(w.source_combo)}
         others: list[QWidget] = []
