@@ -8,7 +8,10 @@ For researchers who never open the dashboard:
   an SB3 model and logs ``idt/P``, ``idt/H_f``, ``idt/H_b``, ``idt/dH`` and
   ``idt/unique_frac`` to the model's logger.
 
-Both feed the same internal stream (symbolisers + :class:`~idt_desk.MetricEngine`).
+Both feed the same internal stream (symbolisers + :class:`~idt_desk.MetricEngine`). With
+``record=`` either also writes its stream as an ordinary IDT Desk recording (through
+:class:`~idt_desk.Recorder`, the dashboard's own pipeline), which ``idt-desk watch`` follows
+while the env runs and replay reads afterwards, with the same windows and flags.
 
 The transition
 --------------
@@ -52,14 +55,18 @@ module.
 from __future__ import annotations
 
 import math
+import os
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gymnasium
 import numpy as np
 from gymnasium import spaces
 
+from idt_desk._detectors import parse_budget
 from idt_desk._engine import WINDOW_KEYS
 from idt_desk._monitor import IDT_METRICS, Monitor
 from idt_desk._pipeline import FLAG_COLUMNS, WindowStage, build_monitor, judge
@@ -68,6 +75,8 @@ from idt_desk.presets import PRESETS, Preset
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from idt_desk.loop import Recorder
 
 __all__ = [
     "GENERIC_PRESET",
@@ -379,13 +388,139 @@ def _alarm_monitor(options: Mapping[str, Any], preset: Preset, rate: float | Non
     """A session's monitor for a wrapped stream (``detector`` None: windows only)."""
     if options["detector"] is None:
         return None
-    budget = options["false_alarms"] or ("1/h" if rate else
-                                         "1/100episodes" if episode_steps else "1/10000windows")
     return build_monitor(
         IDT_METRICS, baseline_windows=options["baseline_windows"],
-        detector=options["detector"], false_alarms=budget, k=options["k"],
-        persist=options["persist"], rate=rate, stride=preset.stride, window=preset.window,
-        episode_steps=episode_steps, what="this env")
+        detector=options["detector"], false_alarms=_budget(options, rate, episode_steps),
+        k=options["k"], persist=options["persist"], rate=rate, stride=preset.stride,
+        window=preset.window, episode_steps=episode_steps, what="this env")
+
+
+def _budget(options: Mapping[str, Any], rate: float | None, episode_steps: int | None) -> str:
+    """The false-alarm budget in force: the one given, else per hour, episodes or windows."""
+    return options["false_alarms"] or ("1/h" if rate else
+                                       "1/100episodes" if episode_steps else "1/10000windows")
+
+
+# ---------------------------------------------------------------------------------------------
+# Recordings: record= of the wrapper and the callback
+# ---------------------------------------------------------------------------------------------
+
+
+def _record_path(record: Any) -> Path | None:
+    """``record`` as a Path (None: no recording); a path already holding one is refused."""
+    if record is None:
+        return None
+    if not isinstance(record, str | os.PathLike):
+        raise TypeError(f"record must be a path (str or os.PathLike) or None, "
+                        f"got {type(record).__name__}")
+    path = Path(record)
+    if (path / "config.json").exists():
+        from idt_desk.recording import RecordingError
+
+        raise RecordingError(f"record={str(record)!r}: {path} already holds a recording; "
+                             f"choose a new path")
+    return path
+
+
+def _check_options(correction: str | None, alarm: Mapping[str, Any]) -> None:
+    """Refuse options :class:`~idt_desk.Recorder` does not take (it runs their defaults)."""
+    fixed = [f"{key}={alarm[key]!r}" for key in ("persist", "k")
+             if alarm[key] != ALARM_DEFAULTS[key]]
+    if correction is not None:
+        fixed.append(f"correction={correction!r}")
+    if fixed:
+        raise ValueError(f"record= writes through idt_desk.Recorder, which runs persist=5, "
+                         f"k=3.0 and no entropy correction; {', '.join(fixed)} cannot be "
+                         f"recorded: leave it at its default or drop record=")
+
+
+def _check_recordable(preset: Preset, state: _SpaceCodec, action: _SpaceCodec,
+                      correction: str | None, alarm: Mapping[str, Any]) -> None:
+    """Refuse what :class:`~idt_desk.Recorder`'s pipeline cannot reproduce exactly."""
+    _check_options(correction, alarm)
+    for role, codec in (("observation", state), ("action", action)):
+        n = codec.discrete_n
+        if n is not None and n > preset.bins:
+            raise ValueError(
+                f"record=: the {role} space {codec.space} has {n} values but bins={preset.bins}; "
+                f"a recording bins every variable alike, so it needs bins >= {n} to keep "
+                f"each value its own symbol (pass bins={n} or more, or drop record=)")
+
+
+def _recorder_preset(given: str | Preset | None, preset: Preset, state: _SpaceCodec) -> str:
+    """The preset name :class:`~idt_desk.Recorder` takes for the resolved ``preset``.
+
+    The recording states its preset by name (with ``bins``, ``window`` and ``stride`` given
+    apart): a name, None (the generic preset, registered as ``"gym"``), or a
+    :class:`~idt_desk.Preset` whose symbols are those of a registered preset of its name
+    or, without groups and wrapped angles, of ``"gym"``.
+    """
+    if isinstance(given, str):
+        return given
+    if given is None:
+        return "gym"
+
+    def symbols(p: Preset) -> tuple:
+        return (p.state_groups, p.action_groups, p.angles if p.angle_mode == "wrap" else ())
+
+    same = PRESETS.get(preset.name)
+    if same is not None and symbols(same) == symbols(preset) and \
+            same.n_state in (None, state.dim):
+        return preset.name
+    if symbols(preset) == symbols(PRESETS["gym"]):
+        return "gym"
+    raise ValueError(
+        f"record=: preset {preset.name!r} is not a registered preset and has groups or "
+        f"wrapped angles; idt_desk.Recorder takes a preset by name, so pass a name from "
+        f"idt_desk.PRESETS (or a Preset without groups and wrapped angles), or drop record=")
+
+
+def _open_recording(
+    path: Path,
+    given: str | Preset | None,
+    preset: Preset,
+    state: _SpaceCodec,
+    action: _SpaceCodec,
+    calibration_windows: int,
+    alarm: Mapping[str, Any],
+    rate: float | None,
+    episode_steps: int | None,
+) -> Recorder:
+    """An :class:`~idt_desk.Recorder` at ``path`` running the stream's own pipeline.
+
+    Its windows equal the stream's: the same preset, calibration, baseline, detector and
+    budget (a budget per episode is handed over in windows, which the recorder's loop has no
+    episodes for), and a Discrete space's value range declared to the calibration, so that
+    each of its values keeps a bin of its own (``bins`` >= its n, checked before).
+    """
+    from idt_desk.loop import Recorder
+
+    budget = _budget(alarm, rate, episode_steps)
+    parsed = parse_budget(budget)
+    if parsed.unit == "episodes" and episode_steps:
+        # build_monitor's windows per episode, in the same float operations.
+        per = parsed.per * (float(episode_steps) / preset.stride)
+        budget = f"{parsed.alarms!r}/{per!r}windows"
+    rec = Recorder(
+        path, [f"obs_{j}" for j in range(state.dim)], [f"act_{j}" for j in range(action.dim)],
+        rate=rate, reward=True, preset=_recorder_preset(given, preset, state),
+        bins=preset.bins, window=preset.window, stride=preset.stride,
+        calibration_windows=int(calibration_windows),
+        baseline_windows=int(alarm["baseline_windows"]),
+        detector=alarm["detector"] or ALARM_DEFAULTS["detector"], false_alarms=budget)
+    ranges = {f"{prefix}_0": codec.ranges[0] for prefix, codec in (("obs", state),
+                                                                    ("act", action))
+              if codec.discrete_n is not None}
+    if ranges:
+        # The loop's source declares them as any source does (asked at calibration and
+        # written to the ``calibrated`` event, which a replay reads back).
+        rec.source.value_ranges = lambda: dict(ranges)  # type: ignore[method-assign]
+    return rec
+
+
+def _flat(x: Any) -> np.ndarray:
+    """One observation or action as a flat row of floats (a recording's variables)."""
+    return np.asarray(x, dtype=np.float64).reshape(-1)
 
 
 def _frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
@@ -441,12 +576,28 @@ class IDTMonitor(gymnasium.Wrapper):
         in the env's loop time (its ``dt``, else ``metadata["render_fps"]``), episodes (its
         time limit) or windows; default 1/h, else 1/100episodes, else 1/10000windows. The
         flags are the ``x_*`` keys of ``info["idt"]``.
+    record
+        A directory to write the stream to as an ordinary IDT Desk recording (None: none),
+        which ``idt-desk watch`` follows while the env runs and replay reads afterwards. An
+        :class:`~idt_desk.Recorder` (:attr:`recorder`) gets every transition the wrapper
+        records, with its reward and episode: state variables ``obs_0`` … and action
+        variables ``act_0`` … (the spaces flattened), the env's rate (1 / ``dt``, else
+        ``render_fps``; without one the time is the step count) and this wrapper's
+        pipeline, so the recording's windows and flags equal :attr:`windows` window for
+        window. :meth:`close` (or leaving a ``with`` block) completes it; an exception
+        leaving the ``with`` block closes it as an error. With ``detector=None`` the
+        recording still alarms, by the default detector.
 
     Raises
     ------
     ValueError
         An unsupported space, or a preset that does not fit the env (its ``n_state`` /
-        ``n_action`` against the observation / action variables).
+        ``n_action`` against the observation / action variables). With ``record``: a
+        path that already holds a recording (:class:`~idt_desk.recording.RecordingError`),
+        ``persist``, ``k`` or ``correction`` other than their defaults, a Discrete space of
+        more values than ``bins`` (a recording bins all variables alike) or a
+        :class:`~idt_desk.Preset` the recording cannot name (groups or wrapped angles, and
+        not a registered preset).
 
     Notes
     -----
@@ -461,7 +612,13 @@ class IDTMonitor(gymnasium.Wrapper):
     A vector env is monitored by wrapping each of its envs, e.g.
     ``gymnasium.make_vec(id, n, wrappers=[IDTMonitor])`` or SB3's
     ``make_vec_env(id, n, wrapper_class=IDTMonitor)``; for training, ``IDTCallback`` does
-    this from SB3's side.
+    this from SB3's side (and its ``record`` writes one recording per env; the wrappers of
+    a vector env would need a path each).
+
+    A recording is complete once :meth:`close` has run: an env never closed leaves it
+    without its ``session_end`` (a follower then says the writer stopped responding).
+    A budget per episode is written to the recording as the same number of windows (the
+    recording's loop knows no time limit).
 
     """
 
@@ -480,24 +637,41 @@ class IDTMonitor(gymnasium.Wrapper):
         baseline_windows: int = ALARM_DEFAULTS["baseline_windows"],
         persist: int = ALARM_DEFAULTS["persist"],
         k: float = ALARM_DEFAULTS["k"],
+        record: str | os.PathLike | None = None,
     ) -> None:
         super().__init__(env)
+        self._recorder: Recorder | None = None
+        path = _record_path(record)
         self.preset = resolve_preset(preset, env.observation_space, env.action_space,
                                      bins, window, stride)
         spec = getattr(env, "spec", None)
+        alarm = {"detector": detector, "false_alarms": false_alarms,
+                 "baseline_windows": baseline_windows, "persist": persist, "k": k}
+        rate, steps = _loop_rate(env), getattr(spec, "max_episode_steps", None)
         #: The alarm's monitor (None without a detector): its ``describe()`` and calibration.
-        self.monitor = _alarm_monitor(
-            {"detector": detector, "false_alarms": false_alarms,
-             "baseline_windows": baseline_windows, "persist": persist, "k": k},
-            self.preset, _loop_rate(env), getattr(spec, "max_episode_steps", None))
-        self._stream = _Stream(
-            self.preset, _SpaceCodec(env.observation_space, "observation"),
-            _SpaceCodec(env.action_space, "action"), calibration_windows, correction, block,
-            self.monitor)
+        self.monitor = _alarm_monitor(alarm, self.preset, rate, steps)
+        state = _SpaceCodec(env.observation_space, "observation")
+        action = _SpaceCodec(env.action_space, "action")
+        self._stream = _Stream(self.preset, state, action, calibration_windows, correction,
+                               block, self.monitor)
+        if path is not None:
+            _check_recordable(self.preset, state, action, correction, alarm)
+            self._recorder = _open_recording(path, preset, self.preset, state, action,
+                                             calibration_windows, alarm, rate, steps)
         self._obs: Any = None
         self._done = False
         #: Episode index of the current episode (0 after the first ``reset``).
         self.episode = -1
+
+    @property
+    def recorder(self) -> Recorder | None:
+        """The :class:`~idt_desk.Recorder` writing ``record`` (None without ``record``).
+
+        Its ``perturb``, ``impulse``, ``modulate`` and ``note`` mark what the loop does
+        itself, at the next transition; ``close`` does not need calling (``close`` of the
+        wrapper does it).
+        """
+        return self._recorder
 
     @property
     def n_transitions(self) -> int:
@@ -548,11 +722,32 @@ class IDTMonitor(gymnasium.Wrapper):
             self.episode += 1  # the env reset itself: this obs starts a new episode
         else:
             self._stream.add(self._obs, action, obs, reward, self.episode)
+            if self._recorder is not None:
+                self._recorder.add(_flat(self._obs), _flat(action), _flat(obs),
+                                   reward=float(reward), episode=self.episode)
         self._obs = np.array(obs)
         self._done = bool(terminated or truncated)
         if self._stream.latest is not None:
             info["idt"] = dict(self._stream.latest)
         return obs, reward, terminated, truncated, info
+
+    def close(self) -> None:
+        """Close the recording (if ``record`` was given: complete) and the env."""
+        try:
+            if self._recorder is not None:
+                self._recorder.close()
+        finally:
+            super().close()
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        """Leave a ``with`` block: close the env; an exception closes the recording as an error.
+
+        The recording's ``session_end`` then has state ``error`` and the exception.
+        """
+        if exc is not None and self._recorder is not None:
+            self._recorder.close(f"{type(exc).__name__}: {exc}")
+        self.close()
+        return False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -590,12 +785,37 @@ class _IDTCallbackImpl:
         Window keys to log (default :data:`LOGGED_METRICS`).
     verbose
         SB3 verbosity.
+    record
+        A directory to write the training envs' streams to as IDT Desk recordings (None:
+        none), one per env, since a window covers consecutive transitions of one env: with
+        one env the recording is ``record`` itself, with n envs ``record/env-0`` …
+        ``record/env-{n-1}`` (``idt-desk watch record`` follows the newest). Each is
+        written by an :class:`~idt_desk.Recorder` (:attr:`recorders`), as
+        :class:`IDTMonitor`'s ``record`` does (variables ``obs_0`` …, ``act_0`` …, reward
+        and episode, the first env's rate), so env i's recording has the windows and
+        flags of :meth:`windows` (i). They are opened when training starts and closed
+        (complete) when it ends.
+
+    Raises
+    ------
+    ValueError
+        Unknown metrics, a bad ``every`` or ``correction``; with ``record``, a path that
+        already holds a recording or options a recording cannot reproduce (as
+        :class:`IDTMonitor`'s; those that depend on the env's spaces are refused when
+        training starts).
 
     Notes
     -----
     ``stable_baselines3`` (and torch) are imported when ``IDTCallback`` is first looked up
     in :mod:`idt_desk.gym`, not when the module is imported. Windows are kept per env
     (:meth:`windows`), about 200 bytes each.
+
+    ``learn`` again with the same callback continues its windows and logs, but not its
+    recordings: they ended with the first ``learn`` (a recording, once closed, stays
+    complete), and a warning says so; a new callback with a new ``record`` records the
+    next ``learn`` (its symbols calibrated afresh). ``learn`` stopped by an exception
+    skips the end of training: close the recordings with ``recorders`` (``close(error=...)``)
+    or they are left without their ``session_end`` (incomplete).
 
     """
 
@@ -617,8 +837,10 @@ class _IDTCallbackImpl:
         baseline_windows: int = ALARM_DEFAULTS["baseline_windows"],
         persist: int = ALARM_DEFAULTS["persist"],
         k: float = ALARM_DEFAULTS["k"],
+        record: str | os.PathLike | None = None,
     ) -> None:
         super().__init__(verbose)  # BaseCallback's (see _callback_class)
+        self._record = _record_path(record)
         bad = [m for m in metrics if m not in IDT_COLUMNS]
         if bad:
             raise ValueError(f"unknown metrics {bad}; window keys: {', '.join(IDT_COLUMNS)}")
@@ -632,6 +854,11 @@ class _IDTCallbackImpl:
         self._block = block
         self._alarm = {"detector": detector, "false_alarms": false_alarms,
                        "baseline_windows": baseline_windows, "persist": persist, "k": k}
+        if self._record is not None:
+            # What does not depend on the env, refused now rather than when training starts.
+            _check_options(correction, self._alarm)
+        self._recorders: list[Recorder] = []
+        self._recording_ended = False
         self.every = every
         self.metrics = tuple(metrics)
         self.preset: Preset | None = None
@@ -653,6 +880,16 @@ class _IDTCallbackImpl:
         """The latest finished window of each env (None before its calibration)."""
         return [None if s.latest is None else dict(s.latest) for s in self._streams]
 
+    @property
+    def recorders(self) -> list[Recorder]:
+        """The :class:`~idt_desk.Recorder` of each training env (empty without ``record``).
+
+        Their ``perturb``, ``note``, ... mark what the training does itself; after an
+        exception in ``learn`` (SB3 then skips the end of training) ``close(error=...)``
+        ends each recording as an error.
+        """
+        return list(self._recorders)
+
     def windows(self, env: int = 0) -> pd.DataFrame:
         """Every window so far of training env ``env``, columns :data:`IDT_COLUMNS`."""
         table = self._streams[env].flush()  # with block > stride, windows not yet logged
@@ -670,15 +907,27 @@ class _IDTCallbackImpl:
                                          self._options["window"], self._options["stride"])
             first = venv.envs[0] if hasattr(venv, "envs") else None
             steps = getattr(getattr(first, "spec", None), "max_episode_steps", None)
-            self._streams = [
-                _Stream(self.preset, _SpaceCodec(venv.observation_space, "observation"),
-                        _SpaceCodec(venv.action_space, "action"), self._calibration_windows,
+            rate = None if first is None else _loop_rate(first)
+            state = _SpaceCodec(venv.observation_space, "observation")
+            action = _SpaceCodec(venv.action_space, "action")
+            streams = [
+                _Stream(self.preset, state, action, self._calibration_windows,
                         self._correction, self._block,
-                        _alarm_monitor(self._alarm, self.preset,
-                                       None if first is None else _loop_rate(first), steps))
+                        _alarm_monitor(self._alarm, self.preset, rate, steps))
                 for _ in range(venv.num_envs)
             ]
+            if self._record is not None:
+                self._recorders = self._open_recordings(venv.num_envs, state, action, rate,
+                                                        steps)
+            self._streams = streams
             self._episodes = [0] * venv.num_envs
+        elif self._recording_ended and self._recorders:
+            warnings.warn(
+                f"IDTCallback: its recordings ({self._record}) ended with the previous "
+                f"learn(); this one is followed (windows, logs) but not recorded. Give it a "
+                f"new IDTCallback(record=...) to record it (calibrated afresh).",
+                stacklevel=2)
+            self._recorders = []
         last = getattr(self.model, "_last_obs", None)
         if isinstance(last, np.ndarray) and len(last) == len(self._streams):
             last = np.array(last)
@@ -708,6 +957,10 @@ class _IDTCallbackImpl:
                 else:
                     s_next = new_obs[i]
                 table = stream.add(prev[i], actions[i], s_next, rewards[i], self._episodes[i])
+                if self._recorders:
+                    self._recorders[i].add(_flat(prev[i]), _flat(actions[i]), _flat(s_next),
+                                           reward=float(rewards[i]),
+                                           episode=self._episodes[i])
                 if dones[i]:
                     self._episodes[i] += 1
                 if table is not None:
@@ -719,6 +972,30 @@ class _IDTCallbackImpl:
                 self.logger.dump(self.num_timesteps)
         return True
 
+    def _on_training_end(self) -> None:
+        """Close the recordings (complete); a later ``learn`` is no longer recorded."""
+        if self._recorders and not self._recording_ended:
+            self._recording_ended = True
+            _close_all(self._recorders)
+
+    def _open_recordings(self, n: int, state: _SpaceCodec, action: _SpaceCodec,
+                         rate: float | None, steps: int | None) -> list[Recorder]:
+        assert self._record is not None and self.preset is not None
+        _check_recordable(self.preset, state, action, self._correction, self._alarm)
+        paths = [self._record] if n == 1 else [self._record / f"env-{i}" for i in range(n)]
+        for path in paths:
+            _record_path(path)  # refused before any is created
+        opened: list[Recorder] = []
+        try:
+            for path in paths:
+                opened.append(_open_recording(path, self._options["preset"], self.preset,
+                                              state, action, self._calibration_windows,
+                                              self._alarm, rate, steps))
+        except BaseException as exc:
+            _close_all(opened, f"{type(exc).__name__}: {exc}")
+            raise
+        return opened
+
     def _log(self, table: Mapping[str, np.ndarray]) -> None:
         for m in self.metrics:
             for v in table[m]:
@@ -726,6 +1003,18 @@ class _IDTCallbackImpl:
                     self.logger.record_mean(f"idt/{m}", float(v))
         self._n_windows += len(table["start"])
         self.logger.record("idt/windows", self._n_windows)
+
+
+def _close_all(recorders: Sequence[Recorder], error: str | None = None) -> None:
+    """Close every recorder, even when one of them fails (the first failure is raised)."""
+    failed: BaseException | None = None
+    for rec in recorders:
+        try:
+            rec.close(error)
+        except BaseException as exc:  # the others still close
+            failed = failed or exc
+    if failed is not None:
+        raise failed
 
 
 _CALLBACK_CLASS: type | None = None
