@@ -53,15 +53,20 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "analyze",
-        help="symbolise a CSV/Parquet trajectory and compute windowed P, H_f, H_b, dH",
+        help="symbolise a CSV/Parquet trajectory and compute windowed P, H_f, H_b, dH; or "
+        "a dialogue recording's per-turn metrics and their length confound",
         description=(
             "Read a trajectory (columns s_0.., a_0.., s_next_0.., optional reward, episode), "
             "symbolise it with the whole file as calibration, and write the per-window table "
             "(windows.csv), summary.json (min/mean/max/std as in the paper's Tables 1-2) and "
-            "metrics.png into --out."
+            "metrics.png into --out. Given a dialogue recording (a directory with "
+            "turns.jsonl): one row per turn, the length confound (r of each metric with the "
+            "log token counts over the baseline turns, --baseline-windows, default the "
+            "recording's), the length-adjusted metrics and every injection's z and verdict."
         ),
     )
-    p.add_argument("file", type=Path, help="trajectory file (.csv or .parquet)")
+    p.add_argument("file", type=Path, help="trajectory file (.csv or .parquet), or a dialogue "
+                   "recording's directory")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--preset", choices=sorted(PRESETS), help="symbolisation/window preset")
     p.add_argument("--bins", type=int, help="equal-width bins per variable (default 16)")
@@ -101,7 +106,37 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run_analyze)
 
 
+def _run_analyze_dialogue(args: argparse.Namespace) -> int:
+    """``analyze`` of a dialogue recording: per-turn metrics, length confound, injections."""
+    from idt_desk.analyze import analyze_dialogue, format_table, write_outputs
+
+    check_out_dir(args.out, "--out")
+    if args.baseline_windows is not None:
+        check_int("--baseline-windows", args.baseline_windows, 2)
+    result = analyze_dialogue(args.file, baseline_turns=args.baseline_windows)
+    paths = write_outputs(result, args.out, title=f"{args.file.name} — per turn")
+    s = result.summary
+    print(f"{args.file}: a dialogue, {s['turns']} turns; baseline turns 1-"
+          f"{s['config']['baseline_turns']}")
+    print(format_table(s, label=""))
+    print("length confound, r with log(1 + tokens) of S' over the baseline turns: " + ", ".join(
+        f"{m} {c['n_S_next']['r']:+.2f}" for m, c in s["length_confound"].items()
+        if c["n_S_next"]["r"] is not None))
+    for inj in s["injections"]:
+        print(f"injection at turn {inj['turn']} ({inj['type']}): " + ", ".join(
+            f"{d} {'detected' if v['detected'] else 'not'} (z {_z(v['z'])})"
+            for d, v in inj.items() if isinstance(v, dict)))
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def _z(zs: list[float | None]) -> str:
+    return ", ".join("—" if z is None else f"{z:+.1f}" for z in zs)
+
+
 def _run_analyze(args: argparse.Namespace) -> int:
+    if args.file.is_dir() and (args.file / "turns.jsonl").is_file():
+        return _run_analyze_dialogue(args)
     from idt_desk._io import load_trajectory
     from idt_desk.analyze import (
         analyze_trajectory,
@@ -223,6 +258,13 @@ def _add_bench(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     st.add_argument("--only", choices=("all", "lifecycle"), default="all",
                     help="'lifecycle': only Start and Stop (the RL leak's bisection)")
     st.set_defaults(func=_run_bench_storm)
+    f = bsub.add_parser("follow", help="the window following a recording a fast writer "
+                        "writes: writer vs follower rate, lag, GUI frame rate")
+    f.add_argument("--seconds", type=float, default=20.0,
+                   help="seconds measured, after the warm-up (default 20)")
+    f.add_argument("--rate", type=float, default=100_000.0,
+                   help="the writer's target in transitions/s (default 100,000)")
+    f.set_defaults(func=_run_bench_follow)
     m = bsub.add_parser("memory", help="RSS over a long headless run (flat memory)")
     m.add_argument("--seconds", type=float, default=1800.0, help="wall seconds (default 1800)")
     m.add_argument("--source", default="pendulum")
@@ -235,6 +277,15 @@ def _run_bench_gui(args: argparse.Namespace) -> int:
 
     bench_gui(seconds=args.seconds, source=args.source)
     return 0
+
+
+def _run_bench_follow(args: argparse.Namespace) -> int:
+    from idt_desk.gui_main import bench_follow
+
+    check_float("--seconds", args.seconds, 0.5)
+    check_float("--rate", args.rate, 1.0)
+    res = bench_follow(seconds=args.seconds, rate=args.rate)
+    return 0 if res["final_follower_rows"] == res["final_writer_rows"] else 1
 
 
 def _run_bench_storm(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["bench_gui", "bench_storm", "run_gui"]
+__all__ = ["bench_follow", "bench_gui", "bench_storm", "run_gui"]
 
 
 def run_gui(
@@ -194,3 +194,158 @@ def bench_gui(seconds: float = 10.0, print_fn: Any = print, source: str = "pendu
     print_fn(f"frame rate at maximum speed / at real time: {ratio:.2f}")
     results["ratio"] = ratio
     return results
+
+
+def bench_follow(seconds: float = 20.0, rate: float = 100_000.0, batch: int = 10_000,
+                 warmup: float = 3.0, print_fn: Any = print) -> dict[str, float]:
+    """Whether the window following a recording keeps up with a fast writer: the figures.
+
+    A writer process (``python -m idt_desk._bench_writer``: ``idt_desk.Recorder``, 2-D
+    state, 1-D action, ``batch`` transitions an ``add``, window 300, stride 50) writes as
+    fast as it can up to ``rate`` transitions/s; the real window follows it (the replay
+    source, ``follow=true``; offscreen when there is no display). After the follower has
+    calibrated its baseline and ``warmup`` more seconds, ``seconds`` are measured: the
+    writer's rate (from its output), the follower's (the session's transitions), the GUI's
+    frames/s (``refresh`` calls, as :func:`bench_gui` counts them) and the lag at the end.
+    Then the writer stops and the follower must end with every row it wrote.
+
+    Returns the figures: ``writer_rate``, ``follower_rate``, ``ratio`` (follower / writer),
+    ``fps``, ``lag`` (rows), ``lag_s`` (lag / writer rate), ``writer_rows`` and
+    ``follower_rows`` (at the end of the measurement), ``final_writer_rows`` and
+    ``final_follower_rows`` (after the writer ended), ``caught_up_s`` (from the writer's
+    end to the follower's).
+    """
+    import subprocess
+    import tempfile
+    import threading
+    import time
+
+    if not os.environ.get("DISPLAY") and not os.environ.get("QT_QPA_PLATFORM"):
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    from PySide6.QtWidgets import QApplication
+
+    from widgets.main_window import MainWindow
+
+    app = QApplication.instance() or QApplication(["idt-desk"])
+
+    def pump(until: Any, limit: float, what: str) -> None:
+        """Run the event loop until ``until()`` holds; RuntimeError after ``limit`` s."""
+        t_end = time.monotonic() + limit
+        while not until():
+            if time.monotonic() > t_end:
+                raise RuntimeError(f"bench follow: {what} within {limit:g} s")
+            app.processEvents()
+            time.sleep(0.001)
+
+    batch = max(1, min(batch, int(rate / 10)))  # as the writer cuts it
+    with tempfile.TemporaryDirectory(prefix="idt-follow-") as tmp:
+        run = Path(tmp) / "run"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "idt_desk._bench_writer", str(run), "--rate", f"{rate:g}",
+             "--batch", str(batch), "--seconds", "3600", "--stdin"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        written: dict[str, Any] = {"at": time.monotonic(), "n": 0, "done": None}
+
+        def read_writer() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                kind, n, _t = line.split()
+                written["at"], written["n"] = time.monotonic(), int(n)
+                if kind == "done":
+                    written["done"] = int(n)
+
+        reader = threading.Thread(target=read_writer, daemon=True)
+        reader.start()
+        win = None
+        try:
+            events = run / "events.jsonl"
+            pump(lambda: proc.poll() is not None or (
+                events.exists() and b"recording_start" in events.read_bytes()), 60.0,
+                "the writer did not start")
+            if proc.poll() is not None:
+                raise RuntimeError(f"bench follow: the writer exited ({proc.returncode})")
+            win = MainWindow(source="replay", settings={"path": str(run), "follow": True,
+                                                        "silence": 30.0, "wait": 60.0},
+                             speed=None, record_dir=Path(tmp) / "recordings")
+            win.resize(1400, 900)
+            win.show()
+            if not win.start_session():
+                raise RuntimeError(f"bench follow: the window did not start: "
+                                   f"{win.banner.text()}")
+            count = {"n": 0}
+            orig = win.refresh
+
+            def counted() -> None:
+                count["n"] += 1
+                orig()
+
+            win.timer.timeout.disconnect()
+            win.timer.timeout.connect(counted)
+            session = win.session
+            assert session is not None
+            # Warm-up: kernels load, symbols and the detector calibrate (once, seconds).
+            pump(lambda: session.snapshot(1).baseline is not None or not session.running,
+                 120.0, "the follower did not calibrate its baseline")
+            t_end = time.monotonic() + warmup
+            pump(lambda: time.monotonic() > t_end or not session.running, warmup + 1, "")
+            if not session.running:
+                raise RuntimeError(f"bench follow: the follower stopped: {session.error}")
+            count["n"] = 0
+            t0, w0, f0 = time.monotonic(), written["n"], session.snapshot(1).n_transitions
+            wt0 = written["at"]
+            print_fn(f"follow: the writer targets {rate:,.0f} transitions/s ({batch:,} an "
+                     f"add, window 300, stride 50); measuring {seconds:g} s from a lag of "
+                     f"{w0 - f0:,} rows")
+            next_say = t0 + 5.0
+            while (now := time.monotonic()) - t0 < seconds:
+                app.processEvents()
+                time.sleep(0.001)
+                if now >= next_say:
+                    f = session.snapshot(1).n_transitions
+                    print_fn(f"  {now - t0:5.1f} s  writer {written['n']:>12,}  follower "
+                             f"{f:>12,}  lag {written['n'] - f:>10,}")
+                    next_say += 5.0
+            t1 = time.monotonic()
+            w1, wt1 = written["n"], written["at"]
+            f1 = session.snapshot(1).n_transitions
+            fps = count["n"] / (t1 - t0)
+            writer_rate = (w1 - w0) / max(wt1 - wt0, 1e-9)
+            follower_rate = (f1 - f0) / (t1 - t0)
+            # The writer stops (closing the recording); the follower ends with every row.
+            assert proc.stdin is not None
+            proc.stdin.close()
+            pump(lambda: written["done"] is not None or proc.poll() is not None, 60.0,
+                 "the writer did not close its recording")
+            t_done = time.monotonic()
+            pump(lambda: not session.running, 60.0 + (w1 - f1) / max(follower_rate, 1.0),
+                 "the follower did not reach the writer's end")
+            caught_up = time.monotonic() - t_done
+            final_f = session.snapshot(1).n_transitions
+            final_w = written["done"] if written["done"] is not None else -1
+        finally:
+            if proc.stdin is not None and not proc.stdin.closed:
+                proc.stdin.close()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if win is not None:
+                win.close()
+    ratio = follower_rate / writer_rate if writer_rate > 0 else float("nan")
+    lag = w1 - f1
+    res = {"writer_rate": writer_rate, "follower_rate": follower_rate, "ratio": ratio,
+           "fps": fps, "lag": float(lag), "lag_s": lag / writer_rate if writer_rate else 0.0,
+           "writer_rows": float(w1), "follower_rows": float(f1),
+           "final_writer_rows": float(final_w), "final_follower_rows": float(final_f),
+           "caught_up_s": caught_up}
+    print_fn(f"{'':>10}  {'transitions/s':>14}  {'rows at the end':>16}")
+    print_fn(f"{'writer':>10}  {writer_rate:>14,.0f}  {w1:>16,}")
+    print_fn(f"{'follower':>10}  {follower_rate:>14,.0f}  {f1:>16,}")
+    print_fn(f"follower / writer: {ratio:.3f}   lag at the end: {lag:,} rows "
+             f"({res['lag_s']:.2f} s of writing)")
+    print_fn(f"GUI: {fps:.1f} frames/s (target >= 25)")
+    print_fn(f"after the writer ended ({final_w:,} rows) the follower had "
+             f"{final_f:,} in {caught_up:.1f} s"
+             + ("" if final_f == final_w else "  << ROWS MISSING"))
+    return res
