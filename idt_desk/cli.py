@@ -779,9 +779,10 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "watch", help="open the dashboard on a recording another program is writing "
         "(idt_desk.Recorder, IDT Desk's own) and keep up as it grows",
-        description="PATH is a recording, or a folder of them: then the newest run is "
-        "followed. Waits for the writer to start. Headless, the same is `idt-desk run "
-        "--source replay --set path=RUN --set follow=true`.")
+        description="PATH is a recording, or a folder of them: then the runs are listed "
+        "and the one that started last is followed; when a new run starts in the folder, "
+        "the window switches to it. Waits for the writer to start. Headless, the same is "
+        "`idt-desk run --source replay --set path=RUN --set follow=true`.")
     p.add_argument("path", type=Path, help="a recording directory, or a folder of runs")
     p.add_argument("--silence", type=float, default=10.0,
                    help="seconds without new data (and no session_end) after which the "
@@ -793,10 +794,11 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_watch(args: argparse.Namespace) -> int:
+    import json
     import time
 
     from idt_desk.gui_main import run_gui
-    from idt_desk.recording import newest_recording
+    from idt_desk.recording import _runs_by_start, newest_recording
 
     check_float("--silence", args.silence, 0.5)
     check_float("--wait", args.wait, 0.0)
@@ -810,11 +812,27 @@ def _run_watch(args: argparse.Namespace) -> int:
             print(f"idt-desk watch: waiting for a recording in {args.path} …", file=sys.stderr)
             said = True
         time.sleep(0.2)
-    print(f"idt-desk watch: following {run}", file=sys.stderr)
+    folder = None if run == args.path else args.path
+    if folder is not None:
+        runs = _runs_by_start(folder)
+        print(f"idt-desk watch: {len(runs)} run{'s' if len(runs) != 1 else ''} in {folder} "
+              "(by start, the latest last):", file=sys.stderr)
+        for started, d in runs:
+            try:
+                done = bool(json.loads((d / "config.json").read_bytes()).get("complete"))
+            except (OSError, ValueError, AttributeError):
+                done = False
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
+            print(f"  {d.name}  started {when}  "
+                  f"{'ended' if done else 'open (being written, or its writer died)'}",
+                  file=sys.stderr)
+    print(f"idt-desk watch: following {run}"
+          + (f"; a run that starts in {folder} later is followed in its turn"
+             if folder is not None else ""), file=sys.stderr)
     return run_gui(source="replay", settings={"path": str(run), "follow": True,
                                               "silence": args.silence, "wait": args.wait},
                    start=True, speed=None, screenshot=args.screenshot,
-                   quit_after=args.quit_after, size=size)
+                   quit_after=args.quit_after, size=size, watch_folder=folder)
 
 
 def _run_gui(args: argparse.Namespace) -> int:

@@ -23,8 +23,13 @@ def run_gui(
     record: Path | None = None,
     schedule: list[tuple[int, str, dict]] | None = None,
     size: tuple[int, int] | None = None,
+    watch_folder: Path | None = None,
 ) -> int:
-    """Open the main window; optionally start, screenshot after ``quit_after`` s, and quit."""
+    """Open the main window; optionally start, screenshot after ``quit_after`` s, and quit.
+
+    ``watch_folder``: a folder of runs (``idt-desk watch FOLDER``); the window follows a run
+    that starts there later in its turn.
+    """
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
@@ -37,7 +42,8 @@ def run_gui(
         return 2
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "idt-desk"])
     app.setApplicationName("IDT Desk")
-    win = MainWindow(source=source, settings=settings or {}, speed=speed, record_dir=record)
+    win = MainWindow(source=source, settings=settings or {}, speed=speed, record_dir=record,
+                     watch_folder=watch_folder)
     app.aboutToQuit.connect(win.shutdown)
     if size is not None:
         win.resize(*size)

@@ -513,19 +513,87 @@ def load_recording(path: str | Path) -> Recording:
 
 
 def newest_recording(path: str | Path) -> Path | None:
-    """The recording to follow at ``path``: itself, or the newest run inside it.
+    """The recording to follow at ``path``: itself, or the run inside it that started last.
 
-    ``path`` itself if its config.json is there, else the newest recording directly inside
-    it (by config.json's time), else None (nothing written yet).
+    ``path`` itself if its config.json is there, else the recording directly inside it that
+    started last, else None (nothing written yet). Runs are ordered by when they started,
+    never by a file's modification time: a writer rewrites config.json when it closes, so a
+    run that has just finished would look newer than one still being written. See
+    :func:`_runs_by_start` for what "started" is read from.
     """
     path = Path(path)
     if (path / "config.json").is_file():
         return path
-    if not path.is_dir():
+    runs = _runs_by_start(path)
+    return runs[-1][1] if runs else None
+
+
+#: Start times already read, by (run directory, events.jsonl's device and inode): a run's
+#: start never changes, so polling a folder costs a listing and two stats a run.
+_STARTED: dict[tuple[str, int, int], float] = {}
+
+
+def _runs_by_start(folder: str | Path) -> list[tuple[float, Path]]:
+    """The recordings directly inside ``folder`` as (start time, path), the latest last.
+
+    The start time is the wall-clock time of the first event in events.jsonl (a writer logs
+    ``recording_start`` as it opens the recording; exact, and written once). Until that line
+    is out, config.json's ``created`` (whole seconds), else config.json's modification time.
+    """
+    folder = Path(folder)
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return []
+    runs = []
+    for d in entries:
+        config = d / "config.json"
+        try:
+            if not config.is_file():
+                continue
+            ev = (d / "events.jsonl").stat()
+        except OSError:
+            ev = None
+        key = None if ev is None else (str(d), ev.st_dev, ev.st_ino)
+        started = _STARTED.get(key) if key is not None else None
+        if started is None:
+            started = _first_event_wall(d / "events.jsonl") if ev is not None else None
+            if started is not None:
+                _STARTED[key] = started  # type: ignore[index]
+            else:
+                started = _created(config)
+        if started is not None:
+            runs.append((started, d))
+    return sorted(runs, key=lambda r: (r[0], r[1].name))
+
+
+def _first_event_wall(events: Path) -> float | None:
+    """The ``wall`` time of the first event in ``events`` (None until a whole line is there)."""
+    try:
+        with open(events, "rb") as f:
+            head = f.read(1 << 16)
+        line, newline, _ = head.partition(b"\n")
+        if not newline:
+            return None
+        wall = json.loads(line).get("wall")
+    except (OSError, ValueError, AttributeError):
         return None
-    runs = [(c.stat().st_mtime, d) for d in path.iterdir()
-            if d.is_dir() and (c := d / "config.json").is_file()]
-    return max(runs)[1] if runs else None
+    return float(wall) if isinstance(wall, int | float) and math.isfinite(wall) else None
+
+
+def _created(config: Path) -> float | None:
+    """config.json's ``created`` time (whole seconds), else its modification time."""
+    import datetime as dt
+
+    try:
+        created = json.loads(config.read_bytes()).get("created")
+        return dt.datetime.strptime(str(created), "%Y-%m-%dT%H:%M:%S%z").timestamp()
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        return config.stat().st_mtime
+    except OSError:
+        return None
 
 
 class RecordingTail:

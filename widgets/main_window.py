@@ -32,7 +32,12 @@ from PySide6.QtWidgets import (
 
 from idt_desk.plugins import SourceLoadError, discover
 from idt_desk.presets import PRESETS
-from idt_desk.recording import RecordingError, export_recording, load_recording
+from idt_desk.recording import (
+    RecordingError,
+    export_recording,
+    load_recording,
+    newest_recording,
+)
 from idt_desk.session import Session, SessionConfig, Snapshot
 from idt_desk.source import Source
 from idt_desk.tokens import TOKENIZER
@@ -96,7 +101,14 @@ class MainWindow(QMainWindow):
         Folder new recordings are created in.
     history
         Windows shown on the plots (older ones scroll out; memory stays flat).
+    watch_folder
+        A folder of runs being watched (``idt-desk watch FOLDER``): once a second the window
+        looks for a run that has started there since, and follows it (the replay source,
+        following) in place of the one it follows.
     """
+
+    #: Watching a folder: how often it is looked at for a new run (ms).
+    WATCH_MS = 1000
 
     def __init__(
         self,
@@ -105,6 +117,7 @@ class MainWindow(QMainWindow):
         speed: float | None = 1.0,
         record_dir: str | Path | None = None,
         history: int = 2000,
+        watch_folder: str | Path | None = None,
     ) -> None:
         super().__init__()
         self.setWindowTitle("IDT Desk — Information Digital Twin")
@@ -255,6 +268,14 @@ class MainWindow(QMainWindow):
 
         self.set_speed(speed)
         self._select_source(source, settings or {})
+        self.watch_folder = Path(watch_folder) if watch_folder is not None else None
+        self._watch_timer = QTimer(self)
+        self._watch_timer.setInterval(self.WATCH_MS)
+        self._watch_timer.timeout.connect(self._look_for_new_run)
+        #: Runs in the watched folder that are not new: there when the watch began, or seen.
+        self.runs_seen: set[Path] = set()
+        if self.watch_folder is not None:
+            self._watch(self.watch_folder, (settings or {}).get("path"))
 
     def set_speed(self, speed: float | None) -> None:
         """Select a speed (any positive multiple of real time, or None for max).
@@ -901,6 +922,7 @@ class MainWindow(QMainWindow):
     def shutdown(self) -> None:
         """Stop timers and the worker thread (on close and on application quit)."""
         self.timer.stop()
+        self._watch_timer.stop()
         self._collect_timer.stop()
         if self.session is not None and self.session.running:
             try:
@@ -1052,6 +1074,67 @@ class MainWindow(QMainWindow):
         if text and self.session is not None and self.session.running:
             self.session.note(text)
             self.note_edit.clear()
+
+    # -- watching a folder of runs -----------------------------------------------------------
+
+    def _watch(self, folder: Path, followed: str | None) -> None:
+        """Begin watching ``folder``: the runs there now are not new.
+
+        Except the one that started last when it is not ``followed``: it started after the
+        run to follow was picked.
+        """
+        try:
+            self.runs_seen = {d for d in folder.iterdir() if (d / "config.json").is_file()}
+        except OSError:
+            self.runs_seen = set()
+        newest = newest_recording(folder)
+        if newest is not None and (not followed or Path(followed) != newest):
+            self.runs_seen.discard(newest)
+        self._watch_timer.start()
+
+    def _look_for_new_run(self) -> None:
+        """The watch timer's slot: follow the run that started last, if it is new.
+
+        Cheap enough for once a second: a listing of the folder and a stat or two a run
+        (``newest_recording``; a run's start time is read once). Runs are ordered by when
+        they started, so the previous run finishing later (its config.json rewritten) never
+        takes the window back.
+        """
+        folder = self.watch_folder
+        if folder is None or self._starting:
+            return
+        run = newest_recording(folder)
+        if run is None or run == folder or run in self.runs_seen:
+            return
+        try:  # its writer has logged recording_start: following it starts at once
+            with open(run / "events.jsonl", "rb") as f:
+                if b'"recording_start"' not in f.read(1 << 16).partition(b"\n")[0]:
+                    return
+        except OSError:
+            return
+        self.runs_seen.add(run)
+        self.follow_new_run(run)
+
+    def follow_new_run(self, run: Path) -> bool:
+        """A new run started in the watched folder: stop this session and follow ``run``.
+
+        Says so in the status bar and in the new session's event log. Nothing changes when
+        another source than the replay is selected (the user chose it); False then, or when
+        the new run cannot be followed (the banner says why).
+        """
+        text = f"a new run started: {run.name}; following it"
+        if self._source_cls is None or self._source_cls.name != "replay" or \
+                self.settings_form is None:
+            self.statusBar().showMessage(
+                f"a new run started: {run.name} (not followed: another source is selected)",
+                10_000)
+            return False
+        self.stop_session()
+        self.settings_form.set_values({"path": str(run), "follow": True})
+        # The note leads the new session's event log (at its first transition).
+        started = self.start_session(schedule=[(0, "note", {"text": text})])
+        self.statusBar().showMessage(text, 10_000)
+        return started
 
     # -- recording and export ---------------------------------------------------------------
 
