@@ -20,9 +20,12 @@ from idt_desk._detectors import (
     calibrate,
     detector_statistic,
 )
+from idt_desk.tokens import ADJUSTED
 
 __all__ = [
+    "ADJUSTED_METRICS",
     "IDT_METRICS",
+    "UNIONS",
     "Baseline",
     "Detection",
     "Monitor",
@@ -33,6 +36,33 @@ __all__ = [
 
 #: The IDT alarm is the union of excursions of these four.
 IDT_METRICS = ("P", "H_f", "H_b", "dH")
+
+#: A dialogue's length-adjusted metrics (``idt_desk.tokens``): a detector group of their own,
+#: with its own false-alarm budget and its union alarm ``IDT_adj``.
+ADJUSTED_METRICS = tuple(ADJUSTED.values())
+
+#: The union alarm of each group of metrics that shares a budget (the rest: one group each).
+UNIONS = {"IDT": IDT_METRICS, "IDT_adj": ADJUSTED_METRICS}
+
+
+def metric_groups(metrics: Iterable[str]) -> dict[str, list[str]]:
+    """Detector groups: each shares one false-alarm budget; its alarm is its metrics' union.
+
+    ``IDT`` and ``IDT_adj`` (:data:`UNIONS`); ``reward`` is the rest.
+    """
+    metrics = list(metrics)
+    groups = {g: [m for m in metrics if m in members] for g, members in UNIONS.items()}
+    groups["reward"] = [m for m in metrics if not any(m in v for v in UNIONS.values())]
+    return groups
+
+
+def union_flags(flags: dict[str, np.ndarray], metrics: Iterable[str]) -> None:
+    """Add each group's union alarm (``IDT``, ``IDT_adj``) to per-metric ``flags``."""
+    metrics = list(metrics)
+    for g, members in UNIONS.items():
+        part = [flags[m] for m in members if m in metrics and m in flags]
+        if part:
+            flags[g] = np.logical_or.reduce(part)
 
 
 @dataclass(frozen=True)
@@ -94,15 +124,13 @@ class Baseline:
         return float(self.thresholds.get(metric, self.k)) if self.thresholds else self.k
 
     def excursions(self, windows: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """Boolean excursion flags per metric, plus ``"IDT"`` (union of the IDT metrics)."""
+        """Boolean excursion flags per metric, plus the unions (``"IDT"``, ``"IDT_adj"``)."""
         flags: dict[str, np.ndarray] = {}
         for m in self.mean:
             x = np.asarray(windows[m], dtype=np.float64)
             with np.errstate(invalid="ignore"):
                 flags[m] = np.abs(x - self.mean[m]) > self.k * self.std[m]
-        idt = [flags[m] for m in IDT_METRICS if m in flags]
-        if idt:
-            flags["IDT"] = np.logical_or.reduce(idt)
+        union_flags(flags, self.mean)
         return flags
 
     def to_dict(self) -> dict[str, Any]:
@@ -219,10 +247,11 @@ class Monitor:
 
     The baseline windows calibrate a detector (``idt_desk._detectors``) to a false-alarm budget
     in loop time: the four IDT components share the budget (their union is the IDT alarm);
-    reward, when tracked, is a detector of its own with the same budget. A component's flag is
-    its detector's alarm (for the paper rule a window beyond kσ; for persistence the last m
-    windows; for CUSUM the accumulated statistic), and the flags of a stream do not depend on
-    how it was cut into batches.
+    a dialogue's four length-adjusted metrics share another, the same (their union is
+    ``IDT_adj``); reward, when tracked, is a detector of its own with the same budget. A
+    component's flag is its detector's alarm (for the paper rule a window beyond kσ; for
+    persistence the last m windows; for CUSUM the accumulated statistic), and the flags of a
+    stream do not depend on how it was cut into batches.
 
     Parameters
     ----------
@@ -272,7 +301,7 @@ class Monitor:
         self.overlap = float(overlap)
         self.metrics = tuple(metrics)
         self.baseline: Baseline | None = None
-        #: The detector fitted to the baseline: {"IDT": Calibration, "reward": Calibration}.
+        #: The detector fitted to the baseline per group (:func:`metric_groups`).
         self.calibrations: dict[str, Calibration] = {}
         #: Windows per false alarm the budget allows (None for the paper rule or before).
         self.arl_windows: float | None = None
@@ -328,9 +357,7 @@ class Monitor:
         fitted = Baseline.fit(data, metrics=self.metrics, k=self.k)
         if self.spec.calibrated:
             self.arl_windows = self.budget.windows_per_alarm(self._windows_per_unit())
-        groups = {"IDT": [m for m in self.metrics if m in IDT_METRICS],
-                  "reward": [m for m in self.metrics if m not in IDT_METRICS]}
-        for g, comps in groups.items():
+        for g, comps in metric_groups(self.metrics).items():
             # A component with fewer than 3 defined windows (P undefined all along) cannot
             # be judged: it never alarms, and the budget is shared by the others.
             comps = [m for m in comps if np.isfinite(data[m]).sum() >= 3]
@@ -357,7 +384,9 @@ class Monitor:
     def update(self, windows: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Flag a batch of new windows; windows used for the baseline are not flagged."""
         n = len(np.asarray(windows[self.metrics[0]]))
-        flags = {m: np.zeros(n, dtype=bool) for m in (*self.metrics, "IDT")}
+        unions = [g for g, members in UNIONS.items()
+                  if g == "IDT" or any(m in members for m in self.metrics)]
+        flags = {m: np.zeros(n, dtype=bool) for m in (*self.metrics, *unions)}
         i = 0
         if self.baseline is None:
             need = self.n_baseline - len(self._pending[self.metrics[0]])
@@ -370,7 +399,5 @@ class Monitor:
         if self.baseline is not None and i < n:
             for m, f in self._flag(windows, i, n).items():
                 flags[m][i:] = f
-            idt = [flags[m] for m in IDT_METRICS if m in self.metrics]
-            if idt:
-                flags["IDT"] = np.logical_or.reduce(idt)
+            union_flags(flags, self.metrics)
         return flags

@@ -20,7 +20,7 @@ import numpy as np
 
 from idt_desk._detectors import DetectorSpec, parse_budget
 from idt_desk._engine import MetricEngine
-from idt_desk._monitor import IDT_METRICS, Monitor
+from idt_desk._monitor import ADJUSTED_METRICS, IDT_METRICS, Monitor
 from idt_desk._symbolize import Symbolizer
 from idt_desk.presets import Preset
 
@@ -28,7 +28,7 @@ __all__ = ["FLAG_COLUMNS", "WindowStage", "build_monitor", "judge"]
 
 #: The flag column of each detector in a window table.
 FLAG_COLUMNS = {"P": "x_P", "H_f": "x_H_f", "H_b": "x_H_b", "dH": "x_dH", "IDT": "x_IDT",
-                "reward": "x_reward"}
+                "reward": "x_reward", **{m: f"x_{m}" for m in (*ADJUSTED_METRICS, "IDT_adj")}}
 
 
 class WindowStage:
@@ -142,7 +142,9 @@ def judge(monitor: Monitor, table: Mapping[str, np.ndarray], first: int, skip_fi
     skip = min(max(skip_first - first, 0), k)
     got, need = monitor.baseline_progress
     gathering = 0 if monitor.baseline is not None else need - got
-    flags_all = {m: np.full(k, np.nan) for m in (*monitor.metrics, "IDT")}
+    adjusted = any(m in ADJUSTED_METRICS for m in monitor.metrics)
+    flags_all = {m: np.full(k, np.nan)
+                 for m in (*monitor.metrics, "IDT", *(("IDT_adj",) if adjusted else ()))}
     completed = None
     if k - skip > 0:
         rest = {m: table[m][skip:] for m in monitor.metrics}

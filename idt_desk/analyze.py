@@ -1,4 +1,8 @@
-"""Offline analysis of a trajectory file: symbolise, window, summarise (``idt-desk analyze``)."""
+"""Offline analysis (``idt-desk analyze``) of a trajectory file or a dialogue recording.
+
+A trajectory is symbolised, windowed and summarised; a dialogue recording gives its per-turn
+token metrics, their length confound and the injections' verdicts.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from idt_desk.presets import ANGLE_MODES, Preset
 __all__ = [
     "SATURATED",
     "AnalysisResult",
+    "analyze_dialogue",
     "analyze_trajectory",
     "plot_metrics",
     "summarize",
@@ -242,10 +247,84 @@ def analyze_trajectory(
     return AnalysisResult(table, summary, detection)
 
 
+#: The per-turn detectors of :func:`analyze_dialogue`: raw, then less their length null.
+DIALOGUE_DETECTORS = ("P", "H_b", "dH", "P_adj", "H_b_adj", "dH_adj")
+
+
+def analyze_dialogue(path: str | Path, baseline_turns: int | None = None,
+                     source: str | None = None) -> AnalysisResult:
+    """The per-turn metrics of a dialogue recording, their length confound, its injections.
+
+    Every turn of the recording's ``turns.jsonl`` goes through
+    :class:`idt_desk.tokens.DialogueMetrics` with the recording's tokenizer (the session's
+    own computation, so the raw metrics equal the recorded ones), which also gives the token
+    counts and the length-adjusted metrics. The summary has the metrics over the baseline
+    turns (the recording's ``baseline_windows``, else 30), ``length_confound``
+    (:func:`idt_desk.tokens.length_confound`) and, for every turn whose S' was injected, the
+    signed z of each of :data:`DIALOGUE_DETECTORS` at that turn and the two after it and the
+    3σ verdict (:func:`idt_desk.tokens.detect_injection`).
+    """
+    from idt_desk.recording import load_recording
+    from idt_desk.tokens import (
+        BASELINE_TURNS,
+        CONFOUND_METRICS,
+        TOKENIZER,
+        DialogueMetrics,
+        detect_injection,
+        length_confound,
+        load_tokenizer,
+        response_z,
+    )
+
+    rec = load_recording(path)
+    turns = [t for t in rec.turns if not t.get("history")]
+    if not turns:
+        raise InputError(f"{path}: a recording without turns (not a dialogue)")
+    session = rec.config.get("session") or {}
+    b = int(baseline_turns or session.get("baseline_windows") or BASELINE_TURNS)
+    tok_name = (rec.config.get("tokenizer") or {}).get("name") or session.get("tokenizer") \
+        or TOKENIZER
+    tok = load_tokenizer(tok_name)
+    m = DialogueMetrics(tok, baseline_turns=b).push(rec.turns)
+    table = pd.DataFrame({"turn": [int(t["turn"]) for t in turns],
+                          "start": [int(t["turn"]) for t in turns],
+                          "injected": [(t.get("injected") or {}).get("type", "") for t in turns],
+                          **m})
+    injections = []
+    for j, t in enumerate(turns):
+        kind = (t.get("injected") or {}).get("type")
+        if not kind:
+            continue
+        row: dict[str, Any] = {"turn": int(t["turn"]), "type": kind}
+        for d in DIALOGUE_DETECTORS:
+            hit, lat = detect_injection(m[d], j + 1, baseline_turns=b)
+            row[d] = {"detected": hit, "latency": lat,
+                      "z": response_z(m[d], j + 1, baseline_turns=b)}
+        injections.append(row)
+    base = {c: v[:b] for c, v in m.items()}
+    summary = summary_document(
+        summarize(base, CONFOUND_METRICS),
+        notes=[f"metrics: each over the baseline turns 1-{b}.",
+               "length_confound: Pearson r of each metric with log(1 + token count) of S', A "
+               f"and S over turns 1-{b}, Fisher 95% CI.",
+               "*_adj: the metric less its mean over length-matched surrogates of S' (the "
+               "baseline turns' prompts, joined and cut to S''s token count; same S and A).",
+               f"injections: z in baseline sigma (ddof 1, turns 1-{b}) at the injected turn k "
+               "and k+1, k+2; detected: beyond 3 sigma at one of them."],
+        config={"baseline_turns": b, "tokenizer": tok.describe()},
+        source=source or str(path),
+        turns=len(turns),
+        length_confound=length_confound([m], b),
+        injections=injections,
+    )
+    return AnalysisResult(table, summary, extras={"x_label": "turn"})
+
+
 def plot_metrics(
-    table: pd.DataFrame, path: Path, title: str = "", detection: Detection | None = None
+    table: pd.DataFrame, path: Path, title: str = "", detection: Detection | None = None,
+    x_label: str = "window start (transition)",
 ) -> None:
-    """Write a PNG of P, H_f, H_b and dH against the window's first transition."""
+    """Write a PNG of P, H_f, H_b and dH against the window's first transition (or turn)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -266,7 +345,7 @@ def plot_metrics(
             ax.plot(x[ex], table[m].to_numpy()[ex], "o", ms=2.5, color="tab:red")
             if detection.onset_index is not None and detection.onset_index < len(x):
                 ax.axvline(x[detection.onset_index], color="tab:red", lw=0.8, ls="--")
-    axes[-1].set_xlabel("window start (transition)")
+    axes[-1].set_xlabel(x_label)
     if title:
         axes[0].set_title(title)
     fig.savefig(path, dpi=110)
@@ -373,7 +452,8 @@ def write_outputs(result: AnalysisResult, out: Path, title: str = "") -> list[Pa
     paths = [out / "windows.csv", out / "summary.json", out / "metrics.png"]
     result.windows.to_csv(paths[0], index=False)
     write_summary(result.summary, paths[1])
-    plot_metrics(result.windows, paths[2], title, result.detection)
+    plot_metrics(result.windows, paths[2], title, result.detection,
+                 **({"x_label": result.extras["x_label"]} if "x_label" in result.extras else {}))
     return paths
 
 

@@ -40,7 +40,7 @@ import numpy as np
 
 from idt_desk import embeddings
 from idt_desk._agency import agency_conditions
-from idt_desk._monitor import IDT_METRICS, Baseline, Monitor
+from idt_desk._monitor import ADJUSTED_METRICS, IDT_METRICS, Baseline, Monitor
 from idt_desk._pipeline import FLAG_COLUMNS, WindowStage, build_monitor, judge
 from idt_desk._symbolize import Symbolizer
 from idt_desk.controller import AutoController
@@ -48,7 +48,7 @@ from idt_desk.embeddings import StructuralBaselines
 from idt_desk.presets import PRESETS, Preset
 from idt_desk.recording import Recorder
 from idt_desk.source import Batch, Source, SourcePaused
-from idt_desk.tokens import TOKENIZER, DialogueMetrics, load_tokenizer
+from idt_desk.tokens import LENGTH_COLUMNS, TOKENIZER, DialogueMetrics, load_tokenizer
 
 __all__ = ["WINDOW_COLUMNS", "Session", "SessionConfig", "Snapshot", "undefined_reason"]
 
@@ -59,6 +59,8 @@ WINDOW_COLUMNS = (
     "reward", "x_P", "x_H_f", "x_H_b", "x_dH", "x_IDT", "x_reward",
     # The structural baselines of a dialogue (turn path, idt_desk.embeddings); NaN elsewhere.
     "cos_sim", "adjacent", "drift",
+    # A dialogue's token counts and length-adjusted metrics with their flags (idt_desk.tokens).
+    *LENGTH_COLUMNS, *ADJUSTED_METRICS, *(f"x_{m}" for m in (*ADJUSTED_METRICS, "IDT_adj")),
 )
 #: Wall-clock granularity of real-time pacing (s).
 PACE_SLICE = 0.02
@@ -287,7 +289,9 @@ class Session:
         self._baselines: StructuralBaselines | None = None
         if self._turn_path:
             self.config.tokenizer = self.config.tokenizer or TOKENIZER
-            self._dialogue = DialogueMetrics(load_tokenizer(self.config.tokenizer))
+            # The length model of the adjusted metrics fits the detectors' baseline turns.
+            self._dialogue = DialogueMetrics(load_tokenizer(self.config.tokenizer),
+                                             baseline_turns=self.config.baseline_windows)
             if self.config.baselines and not embeddings.available():
                 raise ValueError(embeddings.MISSING)
             self.config.baselines = (embeddings.available() if self.config.baselines is None
@@ -570,8 +574,9 @@ class Session:
 
     def _monitor_for(self, p: Mapping[str, Any], preset: Preset) -> Monitor:
         """The alarm's monitor for pipeline settings ``p`` (see ``build_monitor``)."""
-        metrics = (*IDT_METRICS, "reward") if self.source.has_reward else IDT_METRICS
         turns = self._turn_path
+        metrics = (*IDT_METRICS, *(ADJUSTED_METRICS if turns else ()),
+                   *(("reward",) if self.source.has_reward else ()))
         return build_monitor(
             metrics, baseline_windows=int(p.get("baseline_windows") or 2),
             detector=p.get("detector") or "persistence",

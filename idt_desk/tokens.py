@@ -29,6 +29,34 @@ stay short; the baseline (turns 1–30) absorbs the slow trend only so far.
 
 The choice/effect conditions are read the same way: H(A|S) = H(S,A) − H(S) and
 MI(A;S'|S) = H(S,A) + H(S,S') − H(S,A,S') − H(S).
+
+Length, and the length-adjusted metrics
+---------------------------------------
+Plug-in entropies of short texts grow with their length, and with pooled counts MI is close
+to H(S') when S' is short beside S: over the 100 turns of a built-in dialogue P correlates
+with the log token count of S' at about 0.9. A prompt that is only longer than usual raises
+P; one only shorter lowers it. Every turn's row therefore carries the token counts ``n_S``,
+``n_A`` and ``n_S_next``, and for each metric M of P, H_f, H_b and ΔH a *length-adjusted*
+M_adj (:class:`LengthNull`): M less its mean over length-matched surrogates,
+
+    M_adj(t) = M(S_t, A_t, S'_t) − mean_j M(S_t, A_t, R_j),
+
+where each R_j is ordinary teacher text of exactly S'_t's token count: the S' of the
+dialogue's baseline turns, concatenated from the j-th on (in turn order, wrapping round) and
+cut to n_S' tokens. The null is "an ordinary prompt of this length, in this very context".
+
+- It controls for the length of S', without a model of how M depends on length: no fit, so
+  nothing to extrapolate when an injection is longer or shorter than any baseline prompt.
+- S and A are the same in the real and the surrogate terms, so their lengths, their content
+  and the slow growth of the context cancel. M_adj therefore reads S' only: how unusual the
+  teacher's prompt is for its length, given the context and the reply. A change in the
+  student's reply (the turn after an injection) shows in the raw metrics, not in M_adj.
+- It does not control for anything but length: vocabulary, topic and repetition of S'
+  against the baseline's prompts stay in M_adj, which is the point. Surrogates longer than
+  one prompt join several prompts, which then differ from one long prompt in repetition.
+- It is causal, so the same live, recorded and replayed: the surrogates of turn t come from
+  the baseline turns before it (at least :data:`MIN_POOL_TURNS` of them; NaN before), and
+  from the end of the baseline on from all of it.
 """
 
 from __future__ import annotations
@@ -42,7 +70,19 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TOKENIZER", "DialogueMetrics", "Tokenizer", "load_tokenizer", "pooled_metrics"]
+__all__ = ["ADJUSTED", "BASELINE_TURNS", "CONFOUND_METRICS", "LENGTH_COLUMNS", "MIN_POOL_TURNS",
+           "RESPONSE_TURNS", "TOKENIZER", "DialogueMetrics", "LengthNull", "Tokenizer",
+           "detect_injection", "length_confound", "load_tokenizer", "pooled_metrics",
+           "response_z"]
+
+#: Token counts of a turn's S, A and S' (columns of every turn's row).
+LENGTH_COLUMNS = ("n_S", "n_A", "n_S_next")
+
+#: The length-adjusted metric of each raw one (module docstring).
+ADJUSTED = {"P": "P_adj", "H_f": "H_f_adj", "H_b": "H_b_adj", "dH": "dH_adj"}
+
+#: Baseline prompts in the surrogates' pool before a length-adjusted value is given.
+MIN_POOL_TURNS = 8
 
 #: The tokenizer a dialogue session uses unless told otherwise: Mistral's 32,000-piece
 #: SentencePiece model (v1), shipped inside the ``mistral-common`` package. It is the same
@@ -130,7 +170,65 @@ def pooled_metrics(s: np.ndarray, a: np.ndarray, s_next: np.ndarray, vocab: int
         "H_S": h_s, "H_A": h_a, "H_S_next": h_n, "H_SA": h_sa, "H_SAS": h_san,
         "H_A_given_S": h_sa - h_s, "MI_A_S_next_given_S": h_sa + h_sn - h_san - h_s,
         "K_SAS": float(k), "unique_frac": k / n_tokens if n_tokens else math.nan,
+        "n_S": float(len(s)), "n_A": float(len(a)), "n_S_next": float(len(s_next)),
     }
+
+
+class LengthNull:
+    """The length-matched surrogates of the adjusted metrics (module docstring).
+
+    Rows go in turn by turn (:meth:`adjust`), with their token arrays; the S' of the first
+    ``baseline_turns`` rows form the surrogates' pool. A row is adjusted against up to
+    ``surrogates`` surrogates starting at evenly spaced baseline prompts of the pool so far
+    (NaN while it holds fewer than ``min_pool``). A baseline shorter than ``min_pool`` turns
+    never fills it: M_adj is NaN throughout.
+    """
+
+    METRICS = tuple(ADJUSTED)
+
+    def __init__(self, baseline_turns: int = 30, min_pool: int = MIN_POOL_TURNS,
+                 surrogates: int = 8) -> None:
+        self.baseline_turns = int(baseline_turns)
+        self.min_pool = int(min_pool)
+        self.surrogates = int(surrogates)
+        self.rows_seen = 0
+        self._pool: list[np.ndarray] = []
+        self._stream: np.ndarray | None = None  # the pool's prompts joined, twice over
+
+    @property
+    def pooled(self) -> int:
+        """Baseline prompts in the surrogates' pool so far."""
+        return len(self._pool)
+
+    def surrogate_texts(self, n: int) -> list[np.ndarray]:
+        """The token arrays of the surrogates of an S' of ``n`` tokens (empty: too few)."""
+        k = len(self._pool)
+        if k < self.min_pool:
+            return []
+        if self._stream is None:
+            self._starts = np.cumsum([0] + [len(p) for p in self._pool[:-1]])
+            self._stream = np.concatenate(self._pool)
+        total = len(self._stream)
+        reps = 1 + (n + total) // max(total, 1)
+        stream = np.tile(self._stream, reps)
+        m = min(self.surrogates, k)
+        return [stream[s: s + n] for s in self._starts[[(i * k) // m for i in range(m)]]]
+
+    def adjust(self, s: np.ndarray, a: np.ndarray, s_next: np.ndarray,
+               row: Mapping[str, float], vocab: int) -> dict[str, float]:
+        """The adjusted metrics of the next turn (then its S' joins the pool if due)."""
+        surr = self.surrogate_texts(len(s_next))
+        if surr:
+            null = [pooled_metrics(s, a, r, vocab) for r in surr]
+            out = {ADJUSTED[m]: float(row[m] - np.mean([x[m] for x in null]))
+                   for m in self.METRICS}
+        else:
+            out = {ADJUSTED[m]: math.nan for m in self.METRICS}
+        if self.rows_seen < self.baseline_turns and len(s_next):
+            self._pool.append(np.asarray(s_next))
+            self._stream = None
+        self.rows_seen += 1
+        return out
 
 
 class DialogueMetrics:
@@ -142,9 +240,11 @@ class DialogueMetrics:
     Earlier turns are looked up in the history, so a turn only needs its own texts.
     """
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer, baseline_turns: int = 30) -> None:
         self.tokenizer = tokenizer
         self._history: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        #: The surrogates of the adjusted metrics (from the first ``baseline_turns`` S').
+        self.length = LengthNull(baseline_turns)
 
     def remember(self, turn: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         """Tokenise a turn's prompt and reply into the history (idempotent)."""
@@ -168,7 +268,10 @@ class DialogueMetrics:
         return np.concatenate(parts)
 
     def push(self, turns: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
-        """Metric columns of each turn (history-only turns, ``history: true``, give none)."""
+        """Metric columns of each turn (history-only turns, ``history: true``, give none).
+
+        The columns of :func:`pooled_metrics` and the length-adjusted ones (:data:`ADJUSTED`).
+        """
         rows = []
         for turn in turns:
             self.remember(turn)
@@ -177,10 +280,107 @@ class DialogueMetrics:
             s = self.context_ids(turn)
             a = self._history[int(turn["turn"])][1]
             n = self.tokenizer.encode(str(turn["next_prompt"]))
-            rows.append(pooled_metrics(s, a, n, self.tokenizer.vocab))
+            row = pooled_metrics(s, a, n, self.tokenizer.vocab)
+            row.update(self.length.adjust(s, a, n, row, self.tokenizer.vocab))
+            rows.append(row)
         keys = rows[0].keys() if rows else ()
         return {k: np.array([r[k] for r in rows], dtype=np.float64) for k in keys}
 
     def history_turns(self) -> list[int]:
         """Turn numbers held in the history."""
         return sorted(self._history)
+
+
+#: The metrics whose length confound is reported, raw then adjusted.
+CONFOUND_METRICS = (*ADJUSTED, *ADJUSTED.values())
+
+
+def length_confound(dialogues: Sequence[Mapping[str, Any]], baseline_turns: int = 30
+                    ) -> dict[str, Any]:
+    """How much of each metric the token counts explain, over the baseline turns.
+
+    ``dialogues`` are per-turn tables (columns of :meth:`DialogueMetrics.push`, turn order),
+    one per dialogue. For each metric of :data:`CONFOUND_METRICS` and each count of
+    :data:`LENGTH_COLUMNS`: Pearson's r of the metric with log(1 + count) over the first
+    ``baseline_turns`` turns of every dialogue, each dialogue's means removed first (so a
+    dialogue that is longer-winded all along does not make a correlation by itself), with
+    Fisher's 95 % CI and p (:func:`idt_desk.experiment.correlation`); ``per_dialogue`` has
+    each dialogue's own r.
+    """
+    from idt_desk.experiment import correlation
+
+    def within(col: str, log: bool) -> tuple[np.ndarray, list[np.ndarray]]:
+        parts = []
+        for d in dialogues:
+            v = np.asarray(d[col], dtype=np.float64)[:baseline_turns]
+            v = np.log1p(v) if log else v
+            ok = np.isfinite(v)
+            parts.append(v - (v[ok].mean() if ok.any() else 0.0))
+        return (np.concatenate(parts) if parts else np.empty(0)), parts
+
+    out: dict[str, Any] = {}
+    counts = {c: within(c, True) for c in LENGTH_COLUMNS}
+    for m in CONFOUND_METRICS:
+        if not dialogues or any(m not in d for d in dialogues):
+            continue
+        y, ys = within(m, False)
+        block: dict[str, Any] = {}
+        for c, (x, xs) in counts.items():
+            res = correlation(y, x)
+            res["per_dialogue"] = [correlation(a, b)["r"] for a, b in zip(ys, xs, strict=True)]
+            block[c] = res
+        out[m] = block
+    return out
+
+# ---------------------------------------------------------------------------------------------
+# The per-turn 3σ rule (``reproduce dialogue``, ``analyze`` of a dialogue recording)
+# ---------------------------------------------------------------------------------------------
+
+#: Turns 1..BASELINE_TURNS are a dialogue's baseline (paper §11.4).
+BASELINE_TURNS = 30
+#: Turns after an injection looked at: the injected turn k, k + 1 and k + 2.
+RESPONSE_TURNS = 3
+
+
+def detect_injection(values: Sequence[float], k: int, *, baseline_turns: int = BASELINE_TURNS,
+                     response: int = RESPONSE_TURNS, sigmas: float = 3.0
+                     ) -> tuple[bool, int | None]:
+    """Whether a series leaves its baseline's mean ± ``sigmas``·σ soon after turn ``k``.
+
+    ``values`` start at turn 1. Looked at: turns ``k`` .. ``k + response − 1``; returns
+    (detected, latency = first such turn − k, or None). The baseline is turns
+    1..``baseline_turns`` (finite values, σ with ddof 1).
+    """
+    v = np.asarray(values, dtype=np.float64)
+    mu, sd = _baseline(v, baseline_turns)
+    if math.isnan(sd):
+        return False, None
+    for j in range(k, min(k + response, len(v) + 1)):
+        x = v[j - 1]
+        if np.isfinite(x) and abs(x - mu) > sigmas * sd:
+            return True, j - k
+    return False, None
+
+
+def response_z(values: Sequence[float], k: int, *, baseline_turns: int = BASELINE_TURNS,
+               response: int = RESPONSE_TURNS) -> list[float | None]:
+    """Signed distance of turns ``k`` .. ``k + response − 1`` from the baseline mean, in σ.
+
+    None for a missing or undefined turn. The direction of an excursion, detected or not.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    mu, sd = _baseline(v, baseline_turns)
+    out: list[float | None] = []
+    for j in range(k, k + response):
+        x = v[j - 1] if j <= len(v) else np.nan
+        out.append(float((x - mu) / sd) if sd > 0 and np.isfinite(x) else None)
+    return out
+
+
+def _baseline(v: Any, turns: int) -> tuple[float, float]:
+    """Mean and σ (ddof 1) of the finite values of turns 1..``turns`` (NaN σ: under two)."""
+    base = v[:turns]
+    base = base[np.isfinite(base)]
+    if base.size < 2:
+        return math.nan, math.nan
+    return float(base.mean()), float(base.std(ddof=1))

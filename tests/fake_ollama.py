@@ -4,7 +4,7 @@ It speaks what the official ``ollama`` client uses: ``GET /api/version``, ``GET 
 ``POST /api/show`` (404 for a model it does not have) and ``POST /api/chat``, streamed as
 NDJSON over chunked HTTP/1.1 like the real server, or one JSON object with
 ``"stream": false``. Replies are deterministic functions of (model, last message, seed), a
-few words per streamed piece.
+few words per streamed piece; ``server.words`` scripts their lengths.
 
 Failures are scripted per chat call through ``server.failures`` (consumed in order):
 ``"error"`` (an ``{"error": ...}`` line after two pieces), ``"drop"`` (the connection closed
@@ -48,6 +48,8 @@ class FakeOllama:
         self.models = tuple(models)
         self.stall_seconds = stall_seconds
         self.failures: list[str] = []
+        #: Words per reply, ``(model, seed, last message) -> n`` (at most 128); None: 24.
+        self.words: Any = None
         self.requests: list[dict[str, Any]] = []
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
@@ -120,7 +122,9 @@ class FakeOllama:
                     return
                 messages = req.get("messages", [])
                 seed = int((req.get("options") or {}).get("seed", 0))
-                text = scripted_text(model, messages[-1]["content"] if messages else "", seed)
+                last = messages[-1]["content"] if messages else ""
+                n_words = 24 if server.words is None else int(server.words(model, seed, last))
+                text = scripted_text(model, last, seed, n_words)
                 if not req.get("stream", True):
                     self._json(200, self._part(model, text, True))
                     return

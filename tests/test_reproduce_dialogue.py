@@ -204,7 +204,7 @@ def test_protocol_end_to_end_with_two_injections(server, tmp_path):
     # The summary's verdicts are the rule applied to the CSV's columns.
     for r in real + control:
         series = rows[rows["test"] == r["test"]].sort_values("turn")
-        for d in ("P", "H_b", "dH", "cos_sim", "judge"):
+        for d in ("P", "H_b", "dH", "P_adj", "H_b_adj", "dH_adj", "cos_sim", "judge"):
             assert (r[f"detected_{d}"], r[f"latency_{d}"]) == detect_injection(
                 series[d].to_numpy(), r["turn"])
             assert r[f"z_{d}"] == pytest.approx(response_z(series[d].to_numpy(), r["turn"]))
@@ -228,6 +228,32 @@ def test_protocol_end_to_end_with_two_injections(server, tmp_path):
     assert c7["P~cos_sim"]["r"] == pytest.approx(np.corrcoef(t7["P"], t7["cos_sim"])[0, 1])
     assert c7["P~cos_sim"]["ci"][0] < c7["P~cos_sim"]["r"] < c7["P~cos_sim"]["ci"][1]
     assert summary["table6"]["P~cos_sim"]["conditions"] == 2
+    # The length confound: r of each metric with log(1 + tokens) over turns 1-30, each
+    # dialogue's means removed, against numpy on the CSV's columns.
+    conf = summary["length_confound"]
+    assert set(conf) == {"P", "H_f", "H_b", "dH", "P_adj", "H_f_adj", "H_b_adj", "dH_adj"}
+
+    def within(col, log):
+        parts = []
+        for _t, g in rows.sort_values(["test", "turn"]).groupby("test", sort=False):
+            v = g[col].to_numpy()[:30]
+            v = np.log1p(v) if log else v
+            parts.append(v - np.nanmean(v))
+        return np.concatenate(parts)
+
+    for m in ("P", "H_b", "P_adj"):
+        for c in ("n_S_next", "n_A", "n_S"):
+            got = conf[m][c]
+            y, x = within(m, False), within(c, True)
+            ok = np.isfinite(y)
+            assert got["r"] == pytest.approx(np.corrcoef(y[ok], x[ok])[0, 1], rel=1e-9)
+            # The adjusted metric starts once 8 baseline prompts are pooled (turn 9).
+            assert got["n"] == (60 if m != "P_adj" else 44)
+            assert len(got["per_dialogue"]) == 2
+    ordinary = rows.loc[rows["injected"].isna(), "n_S_next"]
+    assert summary["prompt_tokens"]["ordinary"]["median"] == pytest.approx(ordinary.median())
+    assert summary["prompt_tokens"]["injected"]["n"] == 2
+    assert "P − length null" in stdout and "## The length confound" in stdout
     assert summary["models"]["student"] == {"backend": "ollama", "model": "student:1b"}
     assert summary["tokenizer"]["name"].startswith("mistral-common")
     assert (out / "figure4.png").stat().st_size > 10_000

@@ -23,8 +23,9 @@ from PySide6.QtWidgets import (
 
 from idt_desk.session import Snapshot, undefined_reason
 
-__all__ = ["MAX_EPISODES", "METRICS", "NON_NEGATIVE", "STRUCTURAL", "WINDOW_EVENTS",
-           "MetricPlots", "PlotNavigator", "ReturnPlot", "event_x", "format_params"]
+__all__ = ["MAX_EPISODES", "METRICS", "NON_NEGATIVE", "SHOWN_WHEN_DEFINED", "STRUCTURAL",
+           "WINDOW_EVENTS", "MetricPlots", "PlotNavigator", "ReturnPlot", "event_x",
+           "format_params"]
 
 #: (window column, axis label (HTML), curve colour)
 METRICS = (
@@ -32,6 +33,7 @@ METRICS = (
     ("H_f", "H<sub>f</sub> (bits)", (200, 110, 20)),
     ("H_b", "H<sub>b</sub> (bits)", (130, 60, 180)),
     ("dH", "ΔH (bits)", (20, 140, 120)),
+    ("P_adj", "P − length fit", (40, 60, 140)),
     ("reward", "reward / step", (120, 120, 120)),
     ("cos_sim", "cosine (MiniLM)", (200, 50, 90)),
 )
@@ -42,6 +44,9 @@ STRUCTURAL = (
     ("adjacent", "adjacent replies", (230, 150, 30)),
     ("drift", "reply vs reply 1", (90, 90, 90)),
 )
+#: Plots shown once a session computes their column (a dialogue's length-adjusted P, its
+#: structural baselines), hidden again for a new session.
+SHOWN_WHEN_DEFINED = ("P_adj", "cos_sim")
 #: Metrics that cannot be negative: their ±kσ band is clipped at 0 (ΔH and reward may be).
 NON_NEGATIVE = frozenset({"P", "H_f", "H_b"})
 _BAND = (60, 170, 90, 45)
@@ -252,7 +257,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             if key != "cos_sim":
                 self.extra[key] = cos.plot(pen=pg.mkPen(color, width=1))
             legend.addItem(self.curves[key] if key == "cos_sim" else self.extra[key], text)
-        self._optional = {"reward": False, "cos_sim": False}
+        self._optional = {"reward": False, **{key: False for key in SHOWN_WHEN_DEFINED}}
         # Navigation: what x follows, whether it is frozen, the cursor.
         self.follow = "all"
         self.span = 60.0
@@ -280,9 +285,9 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         self._optional["reward"] = visible
         self._layout_rows()
 
-    def set_structural_visible(self, visible: bool) -> None:
-        """Show the structural baselines' plot (a dialogue with embeddings) or hide it."""
-        self._optional["cos_sim"] = visible
+    def set_structural_visible(self, visible: bool, key: str = "cos_sim") -> None:
+        """Show a plot of :data:`SHOWN_WHEN_DEFINED` (by default the structural baselines')."""
+        self._optional[key] = visible
         self._layout_rows()
 
     def _layout_rows(self) -> None:
@@ -493,7 +498,8 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             self.means[key].setVisible(False)
         for curve in self.extra.values():
             curve.setData([], [])
-        self.set_structural_visible(False)
+        for key in SHOWN_WHEN_DEFINED:
+            self.set_structural_visible(False, key)
         self._set_periods([])
         self._set_pulses([])
         self.undefined.setData([], [])
@@ -514,8 +520,9 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             self._update_legend()
         # Shown once a session computes them, hidden again by clear_data (a new session):
         # the column is scanned only while the plot is hidden, not every frame.
-        if not self._optional["cos_sim"] and np.isfinite(w["cos_sim"]).any():
-            self.set_structural_visible(True)
+        for key in SHOWN_WHEN_DEFINED:
+            if not self._optional[key] and np.isfinite(w[key]).any():
+                self.set_structural_visible(True, key)
         if self._optional["cos_sim"]:
             for key, curve in self.extra.items():
                 curve.setData(x, w[key], connect="finite")

@@ -36,13 +36,17 @@ from sources.dialogue._backends import (
 from sources.dialogue._texts import (
     INJECTIONS,
     JUDGE_SYSTEM,
+    LENGTH_TARGETS,
     PAPER_SCHEDULE,
     STUDENT_SYSTEM,
     STYLES,
     TEACHER_SYSTEM,
+    background_instruction,
     clean_question,
+    compose_prompt,
     judge_prompt,
     parse_judge,
+    sentences,
     teacher_instruction,
 )
 
@@ -108,6 +112,10 @@ class DialogueSource(Source):
               help="the paper's baseline styles: varied questioning (test 3), deep topic "
                    "exploration (test 4), natural progression (test 8)"),
         Param("topic", "how the human immune system works", "Topic"),
+        Param("teacher_length", "short", "Teacher prompt length", choices=tuple(LENGTH_TARGETS),
+              help="short: the teacher's question alone (about 17 tokens); matched: background "
+                   "sentences then the question, about 50 tokens, the injections' length; "
+                   "long: about 140 tokens, as hosted teachers write"),
         Param("threads", 1, "Threads (built-in)", 1, 64,
               help="llama.cpp threads; 1 is steadiest on a shared machine"),
         Param("timeout", 120.0, "Timeout", 1.0, 3600.0, unit="s",
@@ -185,6 +193,7 @@ class DialogueSource(Source):
         self._log: list[dict[str, Any]] = []  # every completed turn's texts
         self._prompt: str | None = None  # p_t, the prompt the student answers next
         self._prompt_injected: dict[str, Any] | None = None
+        self._count: Any = None  # token counter of the longer teacher regimes
         self._reply: str | None = None  # r_t once it has arrived (a teacher failure keeps it)
         self._judged: dict[str, Any] | None = None  # the judge's scores of r_t, once given
         self._scheduled = 0
@@ -258,7 +267,32 @@ class DialogueSource(Source):
                     {"role": "user",
                      "content": teacher_instruction(style, turn, last_reply, topic)}]
         text = self._chat("teacher", turn, messages, dict(TEACHER_OPTIONS))
-        return clean_question(text) or "Please go on."
+        question = clean_question(text) or "Please go on."
+        target = LENGTH_TARGETS[self.config["teacher_length"]]
+        if target is None:
+            return question
+        # Longer regimes: the teacher explains facets of the topic first (up to three calls,
+        # until there is enough text), cut at sentence ends to bring the prompt to the target.
+        count = self._token_count()
+        background: list[str] = []
+        for part in range(3):
+            if count(" ".join([*background, question])) >= target:
+                break
+            messages = [{"role": "system",
+                         "content": TEACHER_SYSTEM[style].format(topic=topic)},
+                        {"role": "user", "content": background_instruction(turn, topic, part)}]
+            background += sentences(self._chat("teacher", turn, messages,
+                                               {**TEACHER_OPTIONS, "num_predict": 120}))
+        return compose_prompt(background, question, target, count)
+
+    def _token_count(self) -> Any:
+        """Token count of a text, with the default tokenizer (``idt_desk.tokens.TOKENIZER``)."""
+        if self._count is None:
+            from idt_desk.tokens import load_tokenizer
+
+            tok = load_tokenizer()
+            self._count = lambda text: len(tok.encode(text))
+        return self._count
 
     def _judge(self, turn: int, question: str, answer: str) -> dict[str, Any]:
         """The judge's three scores of a reply (None where it gave none), with its words."""

@@ -12,6 +12,7 @@ after len(angles) x len(facets) turns. The output is cut to its first question
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 STYLES = ("varied", "deep", "natural")
 
@@ -116,6 +117,47 @@ def clean_question(text: str) -> str:
     sentence = re.sub(r"^\s*(Q|Question|Teacher|Premise)\s*:\s*", "", sentence.strip(),
                       flags=re.IGNORECASE)
     return sentence.strip().strip('"').strip()
+
+
+#: The teacher's prompt length per regime, in tokens of the session's tokenizer (None: the
+#: question alone, about 17 tokens from the built-in model). "matched" is the injections'
+#: length (their texts are 50-52 tokens); "long" is what hosted teachers write (120-160).
+LENGTH_TARGETS: dict[str, int | None] = {"short": None, "matched": 50, "long": 140}
+
+
+def background_instruction(turn: int, topic: str, part: int) -> str:
+    """What the teacher is asked for the background that lengthens a prompt (one call).
+
+    It explains a facet of the topic (the turn's, then the next ones for later parts), so the
+    prompt grows with ordinary teacher text on the conversation's topic, not with filler.
+    """
+    facet = FACETS[(turn * 5 + part) % len(FACETS)]
+    return (f"In three or four sentences, explain {facet} of {topic} to a student. Write only "
+            "the explanation.")
+
+
+def sentences(text: str) -> list[str]:
+    """The whole sentences of a model's text (labels and a trailing fragment dropped)."""
+    text = re.sub(r"^\s*(Teacher|Explanation|Background)\s*:\s*", "", " ".join(text.split()),
+                  flags=re.IGNORECASE)
+    parts = re.split(r"(?<=[.!?])\s+", text)
+    return [p for p in parts if p and p[-1] in ".!?"]
+
+
+def compose_prompt(background: list[str], question: str, target: int,
+                   count: Callable[[str], int]) -> str:
+    """Background sentences then the question, as close to ``target`` tokens as sentences allow.
+
+    ``count`` gives a text's token count. The first j sentences are kept for the j whose
+    prompt is nearest the target (the fewest on a tie); the question always ends the prompt.
+    """
+    best, best_gap = question, abs(count(question) - target)
+    for j in range(1, len(background) + 1):
+        text = " ".join([*background[:j], question])
+        gap = abs(count(text) - target)
+        if gap < best_gap:
+            best, best_gap = text, gap
+    return best
 
 
 #: Injected perturbations (paper §11.1): about 40 words each, several texts per type.

@@ -54,6 +54,14 @@ from pathlib import Path
 from typing import Any
 
 from idt_desk._io import InputError
+from idt_desk.tokens import (
+    ADJUSTED,
+    BASELINE_TURNS,
+    LENGTH_COLUMNS,
+    RESPONSE_TURNS,
+    detect_injection,
+    response_z,
+)
 
 __all__ = ["HELP", "PAPER", "TESTS", "Dialogue", "DialogueConfig", "add_arguments",
            "make_dialogues", "run", "run_dialogue"]
@@ -100,7 +108,8 @@ PAPER: dict[str, Any] = {
 
 #: Settings of the source that change what a dialogue says (its key holds them).
 _KEYED = ("host", "student_host", "teacher_host", "student_backend", "teacher_backend",
-          "student_model", "teacher_model", "topic", "judge", "judge_model", "judge_host")
+          "student_model", "teacher_model", "topic", "judge", "judge_model", "judge_host",
+          "teacher_length")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -282,17 +291,16 @@ def run_dialogue(task: Dialogue, *, run: bool = True) -> dict[str, Any]:
 
 #: Detectors judged at each injection: the IDT's, then the structural baselines (§11.5), then
 #: the judge's mean score when it was on.
-IDT_DETECTORS = ("P", "H_b", "dH")
+IDT_DETECTORS = ("P", "H_b", "dH", "P_adj", "H_b_adj", "dH_adj")
 BASELINE_DETECTORS = ("cos_sim", "adjacent", "drift")
 JUDGE_SCORES = ("relevance", "coherence", "helpfulness")
-_LABEL = {"P": "P", "H_b": "H_b", "dH": "ΔH", "H_f": "H_f", "cos_sim": "cosine (prompt–reply)",
+_LABEL = {"P": "P", "H_b": "H_b", "dH": "ΔH", "H_f": "H_f", "P_adj": "P − length null",
+          "H_b_adj": "H_b − length null", "dH_adj": "ΔH − length null",
+          "H_f_adj": "H_f − length null", "cos_sim": "cosine (prompt–reply)",
           "adjacent": "adjacent coherence", "drift": "cumulative drift", "judge": "LLM judge"}
-#: Turns 1..BASELINE_TURNS are the baseline (§11.4).
-BASELINE_TURNS = 30
-#: Turns after an injection looked at: the injected turn k, k + 1 and k + 2.
-RESPONSE_TURNS = 3
 #: The metric columns kept per turn in ``turns.csv``.
-_METRIC_COLUMNS = ("P", "H_f", "H_b", "dH", "MI", "H_S", "H_A", "H_S_next")
+_METRIC_COLUMNS = ("P", "H_f", "H_b", "dH", "MI", "H_S", "H_A", "H_S_next",
+                   *ADJUSTED.values(), *LENGTH_COLUMNS)
 
 
 def _teacher(turns: Sequence[dict[str, Any]]) -> str:
@@ -357,56 +365,6 @@ def turn_table(results: Sequence[dict[str, Any]], *, tokenizer: str | None = Non
 # ---------------------------------------------------------------------------------------------
 # Statistics
 # ---------------------------------------------------------------------------------------------
-
-
-def detect_injection(values: Sequence[float], k: int, *, baseline_turns: int = BASELINE_TURNS,
-                     response: int = RESPONSE_TURNS, sigmas: float = 3.0
-                     ) -> tuple[bool, int | None]:
-    """Whether a series leaves its baseline's mean ± ``sigmas``·σ soon after turn ``k``.
-
-    ``values`` start at turn 1. Looked at: turns ``k`` .. ``k + response − 1``; returns
-    (detected, latency = first such turn − k, or None). The baseline is turns
-    1..``baseline_turns`` (finite values, σ with ddof 1).
-    """
-    import numpy as np
-
-    v = np.asarray(values, dtype=np.float64)
-    mu, sd = _baseline(v, baseline_turns)
-    if math.isnan(sd):
-        return False, None
-    for j in range(k, min(k + response, len(v) + 1)):
-        x = v[j - 1]
-        if np.isfinite(x) and abs(x - mu) > sigmas * sd:
-            return True, j - k
-    return False, None
-
-
-def response_z(values: Sequence[float], k: int, *, baseline_turns: int = BASELINE_TURNS,
-               response: int = RESPONSE_TURNS) -> list[float | None]:
-    """Signed distance of turns ``k`` .. ``k + response − 1`` from the baseline mean, in σ.
-
-    None for a missing or undefined turn. The direction of an excursion, detected or not.
-    """
-    import numpy as np
-
-    v = np.asarray(values, dtype=np.float64)
-    mu, sd = _baseline(v, baseline_turns)
-    out: list[float | None] = []
-    for j in range(k, k + response):
-        x = v[j - 1] if j <= len(v) else np.nan
-        out.append(float((x - mu) / sd) if sd > 0 and np.isfinite(x) else None)
-    return out
-
-
-def _baseline(v: Any, turns: int) -> tuple[float, float]:
-    """Mean and σ (ddof 1) of the finite values of turns 1..``turns`` (NaN σ: under two)."""
-    import numpy as np
-
-    base = v[:turns]
-    base = base[np.isfinite(base)]
-    if base.size < 2:
-        return math.nan, math.nan
-    return float(base.mean()), float(base.std(ddof=1))
 
 
 def _injection_turns(turns: int) -> list[int]:
@@ -510,7 +468,7 @@ def summarize(rows: Any, results: Sequence[dict[str, Any]], config: DialogueConf
     from idt_desk import embeddings
     from idt_desk.analyze import summarize as metric_table
     from idt_desk.analyze import summary_document
-    from idt_desk.tokens import TOKENIZER, load_tokenizer
+    from idt_desk.tokens import TOKENIZER, length_confound, load_tokenizer
 
     dets = _detectors(rows)
     inj = detection_table(rows)
@@ -584,6 +542,8 @@ def summarize(rows: Any, results: Sequence[dict[str, Any]], config: DialogueConf
         correlations=corr,
         table6=table6,
         detectors=list(dets),
+        length_confound=length_confound([g for _key, g in _dialogues(rows)], BASELINE_TURNS),
+        prompt_tokens=_prompt_tokens(rows),
         models={"student": first.get("student"), "teacher": first.get("teacher"),
                 "student_options": {c: r["turns"][0]["options"] for c in config.conditions
                                     for r in results if r["turns"] and r["condition"] == c}},
@@ -593,6 +553,23 @@ def summarize(rows: Any, results: Sequence[dict[str, Any]], config: DialogueConf
         turn_seconds=float(np.nansum(rows["seconds"])) if len(rows) else 0.0,
         paper=PAPER,
     )
+
+
+def _prompt_tokens(rows: Any) -> dict[str, Any]:
+    """Token counts of S' (the teacher's next prompt): ordinary turns against injections."""
+    import numpy as np
+
+    def stats(v: Any) -> dict[str, Any]:
+        v = np.asarray(v, dtype=np.float64)
+        v = v[np.isfinite(v)]
+        if not v.size:
+            return {"n": 0, "median": None, "p10": None, "p90": None}
+        return {"n": int(v.size), "median": float(np.median(v)),
+                "p10": float(np.percentile(v, 10)), "p90": float(np.percentile(v, 90))}
+
+    injected = rows["injected"].astype(bool)
+    return {"ordinary": stats(rows.loc[~injected, "n_S_next"]),
+            "injected": stats(rows.loc[injected, "n_S_next"])}
 
 
 #: The per-turn false-alarm rate at which detectors are compared (``matched``).
@@ -843,12 +820,44 @@ def format_tables(summary: dict[str, Any]) -> str:
         lines.append(f"| {c['test']} ({TESTS[c['test']].name}) | {c['condition']} | "
                      f"{c['seed']} | {c['turns']} | {_r(c.get('P~cos_sim'))} | "
                      f"{_r(c.get('dH~cos_sim'))} | {_r(c.get('P~judge'))} |")
+    lines += _confound_lines(summary)
     lines += ["", "## Baseline (turns 1–30 of every dialogue)", "",
               "| Metric | mean | std | min | max |", "|---|---|---|---|---|"]
     for m, s in summary["metrics"].items():
         lines.append(f"| {_LABEL.get(m, m)} | " + " | ".join(
             "—" if s[k] is None else f"{s[k]:.3f}" for k in ("mean", "std", "min", "max")) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _confound_lines(summary: dict[str, Any]) -> list[str]:
+    """The length confound's table (Markdown lines)."""
+    conf = summary.get("length_confound") or {}
+    tok = summary.get("prompt_tokens") or {}
+    if not conf:
+        return []
+    o, i = tok.get("ordinary") or {}, tok.get("injected") or {}
+
+    def med(d: dict[str, Any]) -> str:
+        if not d.get("n"):
+            return "—"
+        return f"{d['median']:.0f} (10–90 %: {d['p10']:.0f}–{d['p90']:.0f})"
+
+    lines = [
+        "",
+        "## The length confound: r with log(1 + token count) over turns 1–30",
+        "",
+        f"Teacher prompts (S'), tokens: ordinary {med(o)}; injections {med(i)}. Each "
+        "dialogue's means removed first; Fisher 95 % CI. \"− length null\": the metric less "
+        "its mean over length-matched surrogates of S' (baseline prompts of the same token "
+        "count, same S and A).",
+        "",
+        "| Metric | log n_S' | log n_A | log n_S |",
+        "|---|---|---|---|",
+    ]
+    for m, block in conf.items():
+        cells = [_r({k: v for k, v in block[c].items() if k != "p"}) for c in LENGTH_COLUMNS[::-1]]
+        lines.append(f"| {_LABEL.get(m, m)} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def plot_figure4(rows: Any, summary: dict[str, Any], path: Path) -> None:
@@ -931,7 +940,7 @@ def _words(text: str) -> tuple[str, ...]:
 #: Options that are the source's settings (option name -> setting name).
 _SETTING_OPTIONS = ("host", "student_host", "teacher_host", "student_backend",
                     "teacher_backend", "student_model", "teacher_model", "topic", "threads",
-                    "timeout", "judge", "judge_model", "judge_host")
+                    "timeout", "judge", "judge_model", "judge_host", "teacher_length")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
