@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from idt_desk.recording import RecordingError, RecordingTail, load_recording
+from idt_desk.session import MAX_SPEED_CHUNKS
 from idt_desk.source import Batch, Param, Source
 
 __all__ = ["ReplaySource"]
@@ -95,6 +96,13 @@ class ReplaySource(Source):
         if self.follow and self.metric_path == "turns":
             raise ValueError("replay: following a dialogue (turns) recording as it is written "
                              "is not supported yet; replay it once it has ended")
+        if self.metric_path == "windows" and self.rate < 100:
+            # A step hands over a slice of recorded rows, cheap whatever the recorded loop's
+            # rate; but the session takes MAX_SPEED_CHUNKS chunks a step at maximum speed
+            # only from a source of 100 transitions/s or more, and a loop recorded without a
+            # rate has rate 1: 50 rows a step (43 k transitions/s followed, the GUI at 16
+            # frames/s behind a 100 k/s writer). As large steps as a fast source's, then.
+            self.chunk = type(self).chunk * MAX_SPEED_CHUNKS
         self._tokenizer = session.get("tokenizer")
         self._turns: list[dict[str, Any]] = []
         self._history: list[dict[str, Any]] = []
