@@ -100,8 +100,9 @@ class ReplaySource(Source):
             # A step hands over a slice of recorded rows, cheap whatever the recorded loop's
             # rate; but the session takes MAX_SPEED_CHUNKS chunks a step at maximum speed
             # only from a source of 100 transitions/s or more, and a loop recorded without a
-            # rate has rate 1: 50 rows a step (43 k transitions/s followed, the GUI at 16
-            # frames/s behind a 100 k/s writer). As large steps as a fast source's, then.
+            # rate has rate 1: 50 rows a step (43 k transitions/s headless; in the window
+            # behind a 100 k/s writer, 29 k and 16 frames/s). As large steps as a fast
+            # source's, then.
             self.chunk = type(self).chunk * MAX_SPEED_CHUNKS
         self._tokenizer = session.get("tokenizer")
         self._turns: list[dict[str, Any]] = []
