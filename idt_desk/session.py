@@ -48,7 +48,14 @@ from idt_desk.embeddings import StructuralBaselines
 from idt_desk.presets import PRESETS, Preset
 from idt_desk.recording import Recorder
 from idt_desk.source import Batch, Source, SourcePaused
-from idt_desk.tokens import LENGTH_COLUMNS, TOKENIZER, DialogueMetrics, load_tokenizer
+from idt_desk.tokens import (
+    CONFOUND_METRICS,
+    LENGTH_COLUMNS,
+    TOKENIZER,
+    DialogueMetrics,
+    length_confound,
+    load_tokenizer,
+)
 
 __all__ = ["WINDOW_COLUMNS", "Session", "SessionConfig", "Snapshot", "undefined_reason"]
 
@@ -284,6 +291,8 @@ class Session:
         #: and a recording started mid-dialogue need. It outlives pipeline rebuilds.
         self._dialogue: DialogueMetrics | None = None
         self._turn_log: list[dict[str, Any]] = []
+        #: The baseline turns' metrics and token counts, until the length confound is out.
+        self._length_rows: dict[str, list[float]] | None = {}
         #: The structural baselines (turn path, when on): the model loads in the loop's
         #: thread at the first turn, about 10 s, never in the caller's.
         self._baselines: StructuralBaselines | None = None
@@ -732,8 +741,10 @@ class Session:
             table["reward"] = np.asarray(b.reward, dtype=np.float64)
         self._emit(table, k)
         rows = [{**turn, "i": i0 + j, "P": float(table["P"][j]), "dH": float(table["dH"][j]),
-                 "H_b": float(table["H_b"][j]), "alarm": table["x_IDT"][j] == 1.0}
+                 "H_b": float(table["H_b"][j]), "P_adj": float(table["P_adj"][j]),
+                 "alarm": table["x_IDT"][j] == 1.0}
                 for j, turn in enumerate(turns)]
+        self._watch_length(table, k)
         self._turn_log.extend(rows)
         # The agency conditions of the latest turn, read off its pooled token counts (a
         # value per turn, no null: a dialogue has one S, A, S' per turn, not a window).
@@ -747,6 +758,25 @@ class Session:
                             "where": f"turn {self.n_transitions} (its token counts)"}
             # Replaced, never mutated: a snapshot's shallow copy stays consistent.
             self._info["transcript"] = tuple(self._turn_log[-self.config.history:])
+
+    def _watch_length(self, table: Mapping[str, np.ndarray], k: int) -> None:
+        """Gather the baseline turns' metrics and counts; at its end, the length confound.
+
+        ``info["length_confound"]``: :func:`idt_desk.tokens.length_confound` over the
+        baseline turns (the dashboard shows it beside the transcript).
+        """
+        need = int(self.config.baseline_windows or 0)
+        have = self._length_rows
+        if have is None or not need:
+            return
+        for c in (*CONFOUND_METRICS, *LENGTH_COLUMNS):
+            have.setdefault(c, []).extend(np.asarray(table[c], dtype=np.float64)[:k].tolist())
+        if len(have["P"]) >= need:
+            self._length_rows = None
+            confound = length_confound([{c: np.array(v[:need]) for c, v in have.items()}],
+                                       need)
+            with self._lock:
+                self._info["length_confound"] = {"turns": need, **confound}
 
     def _publish(self, info: Mapping[str, Any]) -> None:
         """A source's display state during a long step (``Source.publish``)."""

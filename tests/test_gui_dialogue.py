@@ -7,6 +7,8 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from PySide6.QtWidgets import QLabel
+
 from idt_desk import embeddings
 from widgets.main_window import MainWindow
 
@@ -154,4 +156,10 @@ def test_injection_markers_sit_on_the_turn_they_inject(qtbot, tmp_path):
     for r, e in zip(rows, log.events, strict=True):
         if e["kind"] == "alarm_on":
             assert int(r[0].split()[1]) in alarmed
+    # The length confound over the 30 baseline turns is on show above the transcript, and
+    # the length-adjusted P has a plot of its own.
+    label = w.findChild(QLabel, "transcript_confound")
+    assert label is not None and label.isVisible()
+    assert "turns 1–30" in label.text() and "P +0.88" in label.text()
+    assert w.plots.plots["P_adj"].isVisible() and np.isfinite(snap.windows["P_adj"]).sum() >= 90
     w.close()

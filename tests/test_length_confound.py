@@ -114,6 +114,12 @@ def test_adjusted_metrics_live_equal_an_independent_computation(server, tmp_path
     assert w["x_P_adj"][:12].isna().all() and w["x_P_adj"][12:].isin([0.0, 1.0]).all()
     union = w[[f"x_{m}_adj" for m in ("P", "H_f", "H_b", "dH")]][12:].max(axis=1)
     assert (w["x_IDT_adj"][12:] == union).all()
+    # At the end of the baseline the session reports the length confound over it.
+    conf = ses.snapshot(limit=1).info["length_confound"]
+    assert conf["turns"] == 12
+    first = {c: w[c].to_numpy()[:12] for c in w.columns}
+    assert conf["P"]["n_S_next"]["r"] == pytest.approx(
+        length_confound([first], 12)["P"]["n_S_next"]["r"], rel=1e-12)
     # Replay recomputes them from the texts, identically.
     replay = Session(SessionConfig(source="replay", speed=None),
                      source=ReplaySource(path=str(tmp_path / "rec")))

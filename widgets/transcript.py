@@ -14,7 +14,7 @@ from typing import Any
 
 from PySide6.QtWidgets import QLabel, QTextBrowser, QVBoxLayout, QWidget
 
-__all__ = ["TranscriptView"]
+__all__ = ["TranscriptView", "confound_text"]
 
 _TEACHER = "#1f5fa8"
 _STUDENT = "#2e7d32"
@@ -39,6 +39,20 @@ def _block(role: str, text: str, turn: int, note: str = "", bg: str = "") -> str
             f'</span>{note}<br>{body}<br>')
 
 
+def confound_text(confound: dict[str, Any]) -> str:
+    """One line: each metric's r with the log token count of S' over the baseline turns."""
+    names = {"P": "P", "H_b": "H<sub>b</sub>", "dH": "ΔH", "P_adj": "P − length null"}
+    parts = []
+    for m, name in names.items():
+        c = (confound.get(m) or {}).get("n_S_next") or {}
+        if c.get("r") is None:
+            continue
+        ci = c.get("ci")
+        parts.append(f"{name} {c['r']:+.2f}" + (f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else ""))
+    return (f"Length confound, turns 1–{confound.get('turns')}: r with log tokens of the "
+            "teacher's prompt — " + ", ".join(parts))
+
+
 class TranscriptView(QWidget):
     """Transcript of a dialogue source (its ``view`` is ``dialogue``)."""
 
@@ -53,11 +67,22 @@ class TranscriptView(QWidget):
         self.text = QTextBrowser(self)
         self.text.setObjectName("transcript")
         self.text.setOpenLinks(False)
+        self.confound = QLabel("", self)
+        self.confound.setObjectName("transcript_confound")
+        self.confound.setWordWrap(True)
+        self.confound.setStyleSheet("color: #505660;")
+        self.confound.setToolTip(
+            "Pearson r of each metric with log(1 + token count) of the teacher's next prompt "
+            "(S') over the baseline turns, with its 95 % CI. Near ±1: the metric mostly "
+            "measures how long the prompt is. 'P − length null' is P less its mean over "
+            "ordinary baseline prompts cut to the same token count, in the same context.")
+        self.confound.hide()
         self.partial = QLabel("", self)
         self.partial.setObjectName("transcript_partial")
         self.partial.setWordWrap(True)
         self.partial.setStyleSheet("color: #7a7f87; font-style: italic;")
         layout.addWidget(self.backends)
+        layout.addWidget(self.confound)
         layout.addWidget(self.text, 1)
         layout.addWidget(self.partial)
         self.setMinimumHeight(220)
@@ -69,10 +94,13 @@ class TranscriptView(QWidget):
         bar.rangeChanged.connect(self._grown)
         self._partial_key: tuple = ()
         self._backends_key: tuple = ()
+        self._confound_key: Any = None
 
     def reset(self) -> None:
         """A new session: empty transcript."""
         self.text.clear()
+        self.confound.hide()
+        self._confound_key = None
         self.partial.setText("")
         self._shown = 0
         self._partial_key = ()
@@ -97,6 +125,11 @@ class TranscriptView(QWidget):
                 for block in self._turn_html(t, first and j == 0):
                     self.text.append(block)  # a paragraph each: never merged
             self._shown = new[-1]["i"] + 1
+        confound = info.get("length_confound")
+        if confound is not self._confound_key:
+            self._confound_key = confound
+            self.confound.setText(confound_text(confound) if confound else "")
+            self.confound.setVisible(bool(confound))
         partial = info.get("partial")
         pkey = (partial.get("turn"), partial.get("role"), len(partial.get("text", "")),
                 bool(partial.get("interrupted"))) if isinstance(partial, dict) else ()
@@ -128,6 +161,9 @@ class TranscriptView(QWidget):
         p = t.get("P", math.nan)
         color = "#c62828" if t.get("alarm") else "#505660"
         p_text = f"{p:.3f}" if p == p else "undefined"
+        adj = t.get("P_adj", math.nan)
+        if adj == adj:
+            p_text += f" (less its length null: {adj:+.3f})"
         parts.append(_block("student", t["reply"], t["turn"],
                             f' <span style="color:{color};">P = {p_text}</span>'))
         inj = t.get("injected")
