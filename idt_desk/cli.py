@@ -588,8 +588,10 @@ def _run_run(args: argparse.Namespace) -> int:
 
         def progress(snap) -> None:
             if bar is not None:
+                # The postfix first, without a refresh: the update draws the bar once, with
+                # the count and the loop time of the same snapshot.
+                bar.set_postfix_str(_progress_text(snap), refresh=False)
                 bar.update(snap.n_transitions - bar.n)
-                bar.set_postfix_str(_progress_text(snap))
             if received:  # outside any join: run_headless's finally stops the session
                 raise _Interrupted
             if snap.state == "paused" and getattr(snap, "paused_reason", None):
