@@ -1275,6 +1275,9 @@ class MainWindow(QMainWindow):
         """Pull a snapshot from the session and redraw (the GUI timer's slot)."""
         if self.session is None:
             return
+        # Asked before the snapshot: a session that ends while this frame is drawn gets one
+        # more, which shows its end (its last transitions, "stopped", the writer's end).
+        running = self.session.running
         snap: Snapshot = self.session.snapshot(limit=self.history)
         self.plots.update_snapshot(snap)
         self.events.add_events(self.session.events_since(len(self.events.events)))
@@ -1311,5 +1314,5 @@ class MainWindow(QMainWindow):
                 and snap.state == "running":
             self._error_shown = None
             self.hide_error()
-        if not self.session.running:
+        if not running:
             self._session_ended()
