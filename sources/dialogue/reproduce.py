@@ -873,11 +873,12 @@ def plot_figure4(rows: Any, summary: dict[str, Any], path: Path) -> None:
 
     tests = [t for t in (7, 9, 10) if t in set(rows["test"])] or sorted(set(rows["test"]))
     conds = list(dict.fromkeys(rows["condition"]))
-    fig, axes = plt.subplots(len(tests), len(conds), figsize=(5.2 * len(conds),
+    fig, axes = plt.subplots(len(tests), len(conds), figsize=(max(7.5, 5.2 * len(conds)),
                                                                2.6 * len(tests)),
                              squeeze=False, sharex=True, constrained_layout=True)
-    detected = {(r["test"], r["condition"], r["seed"], r["turn"]): r["detected_P"]
-                for r in summary["injections"]}
+    # The turn after k at which P first left the band (None: not detected).
+    latency = {(r["test"], r["condition"], r["seed"], r["turn"]): r["latency_P"]
+               for r in summary["injections"] if r["detected_P"]}
     for i, test in enumerate(tests):
         for j, cond in enumerate(conds):
             ax = axes[i][j]
@@ -892,9 +893,10 @@ def plot_figure4(rows: Any, summary: dict[str, Any], path: Path) -> None:
                     ax.axhline(mu, color="tab:green", lw=0.8, ls="--")
                 for k in g.loc[g["injected"] != "", "turn"]:
                     ax.axvline(k, color="tab:red", lw=0.8, alpha=0.6)
-                    if detected.get((test, cond, seed, int(k))):
-                        y = g.loc[g["turn"].between(k, k + RESPONSE_TURNS - 1), "P"]
-                        ax.plot([k], [y.max()], "o", mfc="none", mec="tab:red", ms=8)
+                    lat = latency.get((test, cond, seed, int(k)))
+                    if lat is not None:  # circled where P crossed the band
+                        at = g.loc[g["turn"] == k + lat, "P"]
+                        ax.plot([k + lat], [at.iloc[0]], "o", mfc="none", mec="tab:red", ms=8)
             ax.set_title(f"test {test} ({TESTS[test].name}), {cond}", fontsize=9)
             if j == 0:
                 ax.set_ylabel("P")
@@ -902,10 +904,10 @@ def plot_figure4(rows: Any, summary: dict[str, Any], path: Path) -> None:
                 ax.set_xlabel("turn")
     teacher = summary["models"].get("teacher") or {}
     student = summary["models"].get("student") or {}
-    fig.suptitle(f"P under dialogue perturbations (cf. the paper's Figure 4): student "
+    fig.suptitle(f"P under dialogue perturbations (cf. the paper's Figure 4)\nstudent "
                  f"{student.get('model', '?')}, teacher {teacher.get('model', '?')}\nred lines: "
-                 "injections (the S' of that turn); green: turns 1-30 mean ± 3σ; circles: "
-                 "detected by P", fontsize=9)
+                 "injections (the S' of that turn); green: turns 1-30 mean ± 3σ;\ncircles: "
+                 "where P crossed the band (detected)", fontsize=9)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
