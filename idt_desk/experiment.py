@@ -23,6 +23,8 @@ import hashlib
 import multiprocessing
 import os
 import pickle
+import signal
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -149,6 +151,12 @@ def run_tasks(
                 max_workers=min(workers or default_workers(), len(todo)),
                 mp_context=multiprocessing.get_context("spawn"),
             )
+    previous = None
+    if owned is not None and threading.current_thread() is threading.main_thread():
+        # SIGTERM (kill, pkill) ends the run as Ctrl-C does: pending tasks cancelled, the
+        # workers stopped. By default it would end this process alone, and the workers
+        # would run their tasks on (a dialogue: minutes more of turns appended to its file).
+        previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         if _is_dask(executor):
             from distributed import as_completed as dask_as_completed
@@ -187,14 +195,29 @@ def run_tasks(
         except BaseException:
             for fut in futures:
                 fut.cancel()
+            if owned is not None and not _is_dask(owned):
+                _stop_workers(owned)  # a running task would otherwise run on to its end
             raise
         return results
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         if owned is not None:
             if _is_dask(owned):
                 owned.close()  # not shutdown(): that would stop a shared scheduler
             else:
                 owned.shutdown(wait=True, cancel_futures=True)
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+
+def _stop_workers(executor: Any) -> None:
+    """Terminate a ``ProcessPoolExecutor``'s worker processes (their tasks are abandoned)."""
+    for proc in list((getattr(executor, "_processes", None) or {}).values()):
+        if proc.is_alive():
+            proc.terminate()
 
 
 def _as_completed(futures: list[Any], poll: Callable[[], int] | None) -> Iterable[Any]:

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import concurrent.futures
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +24,52 @@ def test_results_come_back_in_task_order_whatever_order_they_finish():
         assert run_tasks(_square, [5, 1, 4, 2, 3], executor=ex, progress=False) == \
             [25, 1, 16, 4, 9]
     assert run_tasks(_square, [], progress=False) == []
+
+
+def _sleeper(path: str) -> None:
+    """A long task: says its worker's pid, then sleeps."""
+    Path(path).write_text(str(os.getpid()))
+    time.sleep(120)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in state  # a zombie has ended
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigterm_stops_the_workers_with_the_run(tmp_path):
+    # kill / pkill sends SIGTERM to the command alone: its workers must stop too, not run
+    # their tasks on (a dialogue would go on appending turns to its file).
+    code = ("import sys; from idt_desk.experiment import run_tasks; "
+            "from tests.test_experiment import _sleeper; "
+            "run_tasks(_sleeper, [sys.argv[1] + '/a', sys.argv[1] + '/b'], workers=2, "
+            "progress=False)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)],
+                            cwd=Path(__file__).parent.parent, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 90
+    files = [tmp_path / "a", tmp_path / "b"]
+    while not all(f.exists() and f.read_text() for f in files):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+        time.sleep(0.1)
+    pids = [int(f.read_text()) for f in files]
+    try:
+        proc.send_signal(signal.SIGTERM)
+        # The workers share the stderr pipe: it closes only once they have ended too.
+        _out, err = proc.communicate(timeout=30)
+        assert proc.returncode != 0 and b"stopped by SIGTERM" in err
+        end = time.monotonic() + 15
+        while any(_alive(p) for p in pids) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in pids)
+    finally:
+        for p in pids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+        proc.kill()
 
 
 def test_a_rerun_does_only_the_tasks_left(tmp_path):
