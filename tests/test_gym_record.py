@@ -7,6 +7,7 @@ window, and the recording must replay to itself.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import gymnasium as gym
@@ -199,26 +200,30 @@ def test_bad_record_input_is_refused_at_construction(tmp_path):
 # -------------------------------------------------------------------------------------------
 
 
-def _ppo(venv):
+@contextlib.contextmanager
+def _ppo(n_envs: int, seed: int):
+    """PPO on ``n_envs`` CartPoles, torch on one thread meanwhile (restored after)."""
     torch = pytest.importorskip("torch")
+    pytest.importorskip("stable_baselines3")
     from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
 
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    # One epoch of one batch per rollout: the tests are about the rollouts, not learning.
-    return PPO("MlpPolicy", venv, n_steps=128, batch_size=128 * venv.num_envs, n_epochs=1,
-               seed=0, device="cpu")
+    try:
+        venv = make_vec_env("CartPole-v1", n_envs=n_envs, seed=seed)
+        # One epoch of one batch per rollout: the tests are about the rollouts, not learning.
+        yield PPO("MlpPolicy", venv, n_steps=128, batch_size=128 * n_envs, n_epochs=1,
+                  seed=0, device="cpu")
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_callback_writes_one_recording_per_env_equal_to_its_windows(tmp_path):
     pytest.importorskip("stable_baselines3")
-    from stable_baselines3.common.env_util import make_vec_env
-
     from idt_desk.gym import IDTCallback
 
-    torch = pytest.importorskip("torch")
-    threads = torch.get_num_threads()
-    try:
-        model = _ppo(make_vec_env("CartPole-v1", n_envs=2, seed=0))
+    with _ppo(2, seed=0) as model:
         # The paper's rule: four streams' detectors would take seconds each to calibrate;
         # the one-env test below runs the default detector.
         callback = IDTCallback(record=tmp_path / "train", detector="paper", **CB_PIPE)
@@ -240,24 +245,15 @@ def test_callback_writes_one_recording_per_env_equal_to_its_windows(tmp_path):
             assert len(again.transitions) == 512 and len(again.windows) == len(rec.windows)
             assert len(callback.windows(i)) > len(rec.windows)
             _same_windows(again.windows, callback.windows(i).iloc[:len(rec.windows)])
-    finally:
-        torch.set_num_threads(threads)
 
 
 def test_callback_with_one_env_records_at_the_path_and_refuses_a_taken_one(tmp_path):
     pytest.importorskip("stable_baselines3")
-    from stable_baselines3.common.env_util import make_vec_env
-
     from idt_desk.gym import IDTCallback
 
-    torch = pytest.importorskip("torch")
-    threads = torch.get_num_threads()
-    try:
-        model = _ppo(make_vec_env("CartPole-v1", n_envs=1, seed=1))
+    with _ppo(1, seed=1) as model:
         callback = IDTCallback(record=tmp_path / "one", **CB_PIPE)
         model.learn(total_timesteps=384, callback=callback)
-    finally:
-        torch.set_num_threads(threads)
     rec = _load(tmp_path / "one")
     _same_windows(rec.windows, callback.windows(0))
     with pytest.raises(RecordingError, match="already holds a recording"):
