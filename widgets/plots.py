@@ -33,7 +33,7 @@ METRICS = (
     ("H_f", "H<sub>f</sub> (bits)", (200, 110, 20)),
     ("H_b", "H<sub>b</sub> (bits)", (130, 60, 180)),
     ("dH", "ΔH (bits)", (20, 140, 120)),
-    ("P_adj", "P − length null", (40, 60, 140)),
+    ("P_adj", "P − len. null", (40, 60, 140)),
     ("reward", "reward / step", (120, 120, 120)),
     ("cos_sim", "cosine (MiniLM)", (200, 50, 90)),
 )
