@@ -35,7 +35,7 @@ METRICS = (
     ("dH", "ΔH (bits)", (20, 140, 120)),
     ("P_adj", "P − len. null", (40, 60, 140)),
     ("reward", "reward / step", (120, 120, 120)),
-    ("cos_sim", "cosine (MiniLM)", (200, 50, 90)),
+    ("cos_sim", "cosine", (200, 50, 90)),
 )
 #: The structural baselines of a dialogue (``idt_desk.embeddings``), drawn together in the
 #: ``cos_sim`` plot when a session computes them: (column, legend, colour).
