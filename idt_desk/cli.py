@@ -640,6 +640,12 @@ def _report_run(args: argparse.Namespace, snap, received: list[int]) -> int:
         else:
             base = f"baseline {det['baseline_windows']} {unit}"
         print(f"alarm: {det['describe']}; {base}; {n} alarm{'s' if n != 1 else ''}")
+    confound = (getattr(snap, "info", None) or {}).get("length_confound")
+    if confound:
+        rs = ", ".join(f"{m} {c['n_S_next']['r']:+.2f}" for m, c in confound.items()
+                       if isinstance(c, dict) and c["n_S_next"]["r"] is not None)
+        print(f"length confound: r with log(1 + tokens) of S' over turns 1-{confound['turns']}: "
+              f"{rs}")
     n_undefined = getattr(snap, "n_undefined", 0)
     if n_undefined:
         print(f"{n_undefined} window(s) had P undefined (constant windows: every S, A and S' "

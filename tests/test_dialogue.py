@@ -342,3 +342,4 @@ def test_run_reports_a_dialogue_in_turns(server):
     assert rc == 0
     assert "dialogue: 4 turns, state stopped" in out
     assert "baseline 3 turns" in out and "windows" not in out.split("alarm:")[1]
+    assert "length confound: r with log(1 + tokens) of S' over turns 1-3: P " in out
