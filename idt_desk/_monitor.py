@@ -381,12 +381,17 @@ class Monitor:
             flags.setdefault(m, np.zeros(n - lo, dtype=bool))
         return flags
 
+    @property
+    def flag_names(self) -> tuple[str, ...]:
+        """The flags :meth:`update` returns: each metric's, ``IDT`` and ``IDT_adj`` if tracked."""
+        unions = [g for g, members in UNIONS.items()
+                  if g == "IDT" or any(m in members for m in self.metrics)]
+        return (*self.metrics, *unions)
+
     def update(self, windows: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Flag a batch of new windows; windows used for the baseline are not flagged."""
         n = len(np.asarray(windows[self.metrics[0]]))
-        unions = [g for g, members in UNIONS.items()
-                  if g == "IDT" or any(m in members for m in self.metrics)]
-        flags = {m: np.zeros(n, dtype=bool) for m in (*self.metrics, *unions)}
+        flags = {m: np.zeros(n, dtype=bool) for m in self.flag_names}
         i = 0
         if self.baseline is None:
             need = self.n_baseline - len(self._pending[self.metrics[0]])

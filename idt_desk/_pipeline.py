@@ -142,9 +142,7 @@ def judge(monitor: Monitor, table: Mapping[str, np.ndarray], first: int, skip_fi
     skip = min(max(skip_first - first, 0), k)
     got, need = monitor.baseline_progress
     gathering = 0 if monitor.baseline is not None else need - got
-    adjusted = any(m in ADJUSTED_METRICS for m in monitor.metrics)
-    flags_all = {m: np.full(k, np.nan)
-                 for m in (*monitor.metrics, "IDT", *(("IDT_adj",) if adjusted else ()))}
+    flags_all = {m: np.full(k, np.nan) for m in monitor.flag_names}
     completed = None
     if k - skip > 0:
         rest = {m: table[m][skip:] for m in monitor.metrics}

@@ -170,15 +170,7 @@ def bench_gui(seconds: float = 10.0, print_fn: Any = print, source: str = "pendu
         win = MainWindow(source=source, speed=speed)
         win.show()
         win.start_session()
-        count = {"n": 0}
-        orig = win.refresh
-
-        def counted(orig: Any = orig, count: dict = count) -> None:
-            count["n"] += 1
-            orig()
-
-        win.timer.timeout.disconnect()
-        win.timer.timeout.connect(counted)
+        count = _count_frames(win)
         t_end = time.monotonic() + 2.0  # warm-up: JIT, calibration, first paints
         while time.monotonic() < t_end:
             app.processEvents()
@@ -200,6 +192,20 @@ def bench_gui(seconds: float = 10.0, print_fn: Any = print, source: str = "pendu
     print_fn(f"frame rate at maximum speed / at real time: {ratio:.2f}")
     results["ratio"] = ratio
     return results
+
+
+def _count_frames(win: Any) -> dict[str, int]:
+    """Count the window's frames: its GUI timer's ``refresh`` calls go to ``count["n"]``."""
+    count = {"n": 0}
+    orig = win.refresh
+
+    def counted() -> None:
+        count["n"] += 1
+        orig()
+
+    win.timer.timeout.disconnect()
+    win.timer.timeout.connect(counted)
+    return count
 
 
 def bench_follow(seconds: float = 20.0, rate: float = 100_000.0, batch: int = 10_000,
@@ -278,15 +284,7 @@ def bench_follow(seconds: float = 20.0, rate: float = 100_000.0, batch: int = 10
             if not win.start_session():
                 raise RuntimeError(f"bench follow: the window did not start: "
                                    f"{win.banner.text()}")
-            count = {"n": 0}
-            orig = win.refresh
-
-            def counted() -> None:
-                count["n"] += 1
-                orig()
-
-            win.timer.timeout.disconnect()
-            win.timer.timeout.connect(counted)
+            count = _count_frames(win)
             session = win.session
             assert session is not None
             # Warm-up: kernels load, symbols and the detector calibrate (once, seconds).

@@ -151,27 +151,45 @@ def pooled_metrics(s: np.ndarray, a: np.ndarray, s_next: np.ndarray, vocab: int
     counts define. ``unique_frac`` is the share of distinct tokens in the pooled text (how far
     from saturation the plug-in estimates are, as for a window of symbols).
     """
-    cs = np.bincount(s, minlength=vocab)
-    ca = np.bincount(a, minlength=vocab)
+    return _pooled(_Context(s, a, vocab), len(s), len(a), s_next, vocab)
+
+
+def _pooled(ctx: _Context, n_s: int, n_a: int, s_next: np.ndarray, vocab: int
+            ) -> dict[str, float]:
+    """:func:`pooled_metrics` with the counts of S and A already made (``ctx``)."""
     cn = np.bincount(s_next, minlength=vocab)
-    h_s, h_a, h_n = _entropy(cs), _entropy(ca), _entropy(cn)
-    sa = cs + ca
-    h_sa = _entropy(sa)
-    h_sn = _entropy(cs + cn)
-    pooled = sa + cn
-    h_san = _entropy(pooled)
-    mi = h_sa + h_n - h_san
-    denom = h_s + h_a + h_n
+    row, pooled = ctx.metrics(cn)
+    h_sn = _entropy(ctx.cs + cn)
     n_tokens = int(pooled.sum())
     k = int(np.count_nonzero(pooled))
     return {
-        "P": mi / denom if denom > 0 else math.nan,
-        "H_f": h_san - h_sa, "H_b": h_san - h_n, "dH": h_n - h_sa, "MI": mi,
-        "H_S": h_s, "H_A": h_a, "H_S_next": h_n, "H_SA": h_sa, "H_SAS": h_san,
-        "H_A_given_S": h_sa - h_s, "MI_A_S_next_given_S": h_sa + h_sn - h_san - h_s,
+        **row, "MI": row["H_SA"] + row["H_S_next"] - row["H_SAS"],
+        "H_A_given_S": ctx.h_sa - ctx.h_s,
+        "MI_A_S_next_given_S": ctx.h_sa + h_sn - row["H_SAS"] - ctx.h_s,
         "K_SAS": float(k), "unique_frac": k / n_tokens if n_tokens else math.nan,
-        "n_S": float(len(s)), "n_A": float(len(a)), "n_S_next": float(len(s_next)),
+        "n_S": float(n_s), "n_A": float(n_a), "n_S_next": float(len(s_next)),
     }
+
+
+class _Context:
+    """The counts and entropies of S and A, shared by every S' judged in their context."""
+
+    def __init__(self, s: np.ndarray, a: np.ndarray, vocab: int) -> None:
+        self.cs = np.bincount(s, minlength=vocab)
+        ca = np.bincount(a, minlength=vocab)
+        self.sa = self.cs + ca
+        self.h_s, self.h_a, self.h_sa = _entropy(self.cs), _entropy(ca), _entropy(self.sa)
+
+    def metrics(self, cn: np.ndarray) -> tuple[dict[str, float], np.ndarray]:
+        """P, H_f, H_b, dH and the entropies of an S' given as counts; the pooled counts."""
+        h_n = _entropy(cn)
+        pooled = self.sa + cn
+        h_san = _entropy(pooled)
+        mi = self.h_sa + h_n - h_san
+        denom = self.h_s + self.h_a + h_n
+        return {"P": mi / denom if denom > 0 else math.nan, "H_f": h_san - self.h_sa,
+                "H_b": h_san - h_n, "dH": h_n - self.h_sa, "H_S": self.h_s, "H_A": self.h_a,
+                "H_S_next": h_n, "H_SA": self.h_sa, "H_SAS": h_san}, pooled
 
 
 class LengthNull:
@@ -193,7 +211,8 @@ class LengthNull:
         self.surrogates = int(surrogates)
         self.rows_seen = 0
         self._pool: list[np.ndarray] = []
-        self._stream: np.ndarray | None = None  # the pool's prompts joined, twice over
+        self._stream: np.ndarray | None = None  # the pool's prompts joined (built on use)
+        self._starts = np.zeros(0, dtype=np.int64)  # where each prompt starts in it
 
     @property
     def pooled(self) -> int:
@@ -215,11 +234,16 @@ class LengthNull:
         return [stream[s: s + n] for s in self._starts[[(i * k) // m for i in range(m)]]]
 
     def adjust(self, s: np.ndarray, a: np.ndarray, s_next: np.ndarray,
-               row: Mapping[str, float], vocab: int) -> dict[str, float]:
-        """The adjusted metrics of the next turn (then its S' joins the pool if due)."""
+               row: Mapping[str, float], vocab: int, context: _Context | None = None
+               ) -> dict[str, float]:
+        """The adjusted metrics of the next turn (then its S' joins the pool if due).
+
+        ``context``: the counts of S and A when the caller has them (the real turn's).
+        """
         surr = self.surrogate_texts(len(s_next))
         if surr:
-            null = [pooled_metrics(s, a, r, vocab) for r in surr]
+            ctx = context if context is not None else _Context(s, a, vocab)
+            null = [ctx.metrics(np.bincount(r, minlength=vocab))[0] for r in surr]
             out = {ADJUSTED[m]: float(row[m] - np.mean([x[m] for x in null]))
                    for m in self.METRICS}
         else:
@@ -280,8 +304,10 @@ class DialogueMetrics:
             s = self.context_ids(turn)
             a = self._history[int(turn["turn"])][1]
             n = self.tokenizer.encode(str(turn["next_prompt"]))
-            row = pooled_metrics(s, a, n, self.tokenizer.vocab)
-            row.update(self.length.adjust(s, a, n, row, self.tokenizer.vocab))
+            vocab = self.tokenizer.vocab
+            ctx = _Context(s, a, vocab)  # S and A: counted once for the turn and its null
+            row = _pooled(ctx, len(s), len(a), n, vocab)
+            row.update(self.length.adjust(s, a, n, row, vocab, ctx))
             rows.append(row)
         keys = rows[0].keys() if rows else ()
         return {k: np.array([r[k] for r in rows], dtype=np.float64) for k in keys}
