@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 pytest.importorskip("stable_baselines3")
@@ -31,3 +32,75 @@ def test_train_writes_policy_and_card_and_resumes(tmp_path):
     card2 = json.loads(path.with_suffix(".json").read_text())
     assert card2["steps"] == 4096 and card2["wall_seconds"] >= card["wall_seconds"]
     assert json.loads((ckpt / "state.json").read_text())["steps"] == 4096
+
+
+def test_upside_down_share_reads_the_torso_pitch(monkeypatch):
+    import gymnasium as gym
+
+    from sources.gym.train import rollouts
+
+    class Still:
+        def predict(self, obs, deterministic=False):
+            return np.zeros(6, np.float32), None
+
+    returns, flipped = rollouts(Still(), "HalfCheetah-v5", 1, seed=0, deterministic=True)
+    assert len(returns) == 1 and flipped == 0.0
+    # The same body laid on its back at reset (pitch π) stays there with zero torques.
+    make = gym.make
+
+    def on_its_back(env_id):
+        env = make(env_id)
+        reset = env.reset
+
+        def flipped_reset(**kw):
+            _, info = reset(**kw)
+            u = env.unwrapped
+            qpos, qvel = u.data.qpos.copy(), u.data.qvel.copy()
+            qpos[1], qpos[2] = 0.3, np.pi
+            u.set_state(qpos, qvel)
+            return u._get_obs(), info
+
+        env.reset = flipped_reset
+        return env
+
+    monkeypatch.setattr(gym, "make", on_its_back)
+    _, flipped = rollouts(Still(), "HalfCheetah-v5", 1, seed=0, deterministic=True)
+    assert flipped > 0.9
+
+
+def test_sbx_trains_resumes_and_exports_an_identical_sb3_sac(tmp_path):
+    sbx = pytest.importorskip("sbx")
+    import stable_baselines3 as sb3
+    import torch
+
+    ckpt, out = tmp_path / "ckpt", tmp_path / "policies"
+    train("sac", 5, 400, out, checkpoint_dir=ckpt, checkpoint_steps=200,
+          checkpoint_minutes=60.0, eval_episodes=1, trainer="sbx", train_freq=4)
+    assert json.loads((ckpt / "state.json").read_text())["steps"] == 400
+    path = train("sac", 5, 600, out, checkpoint_dir=ckpt, resume=True, eval_episodes=1,
+                 trainer="sbx", train_freq=4)
+    card = json.loads(path.with_suffix(".json").read_text())
+    assert card["steps"] == 600 and card["algorithm"] == "SAC"
+    assert card["trainer"].startswith("SBX") and "train_freq=4" in card["hyperparameters"]
+    assert 0.0 <= card["upside_down_share"] <= 1.0 and "cv" in card["return_deterministic"]
+    trained = sbx.SAC.load(ckpt / "model.zip")
+    assert trained.num_timesteps == 600 and trained.train_freq.frequency == 4
+    shipped = sb3.SAC.load(path, device="cpu")
+    obs = np.random.default_rng(0).normal(size=(64, 17)).astype(np.float32)
+    a_jax, _ = trained.predict(obs, deterministic=True)
+    a_torch, _ = shipped.predict(obs, deterministic=True)
+    np.testing.assert_allclose(a_torch, a_jax, atol=1e-5)
+    # The critics too: SB3's Q of (obs, action) equals SBX's for each of the two critics.
+    act = np.random.default_rng(1).uniform(-1, 1, size=(64, 6)).astype(np.float32)
+    q_jax = np.asarray(trained.policy.qf.apply(trained.policy.qf_state.params, obs, act))
+    with torch.no_grad():
+        q_torch = [q.numpy() for q in shipped.critic(torch.as_tensor(obs), torch.as_tensor(act))]
+    np.testing.assert_allclose(np.stack(q_torch)[..., 0], q_jax[..., 0], rtol=1e-4, atol=1e-4)
+    assert shipped.log_ent_coef.item() == pytest.approx(
+        float(trained.ent_coef_state.params["log_ent_coef"]), abs=1e-6)
+
+
+def test_sbx_refuses_ppo(tmp_path):
+    pytest.importorskip("sbx")
+    with pytest.raises(ValueError, match="SAC only"):
+        train("ppo", 0, 100, tmp_path, checkpoint_dir=tmp_path / "c", trainer="sbx")
