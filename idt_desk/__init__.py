@@ -8,15 +8,7 @@ predictive uncertainty H_f, H_b and their asymmetry dH over sliding windows, and
 
 from __future__ import annotations
 
-from idt_desk._engine import (
-    WINDOW_KEYS,
-    MetricEngine,
-    sliding_metrics,
-    surrogate_null,
-    window_means,
-)
-from idt_desk._io import InputError, Trajectory, load_trajectory
-from idt_desk._monitor import (
+from idt_desk.detection.monitor import (
     IDT_METRICS,
     Baseline,
     Detection,
@@ -25,10 +17,19 @@ from idt_desk._monitor import (
     detection_latency,
     first_post_onset_window,
 )
-from idt_desk._symbolize import SymbolizationError, Symbolizer, combine_digits
-from idt_desk.loop import Recorder
-from idt_desk.presets import PRESETS, Preset, get_preset
-from idt_desk.recording import RecordingError, export_recording, load_recording
+from idt_desk.errors import InputError
+from idt_desk.live.loop import Recorder
+from idt_desk.metrics.engine import (
+    WINDOW_KEYS,
+    MetricEngine,
+    sliding_metrics,
+    surrogate_null,
+    window_means,
+)
+from idt_desk.metrics.presets import PRESETS, Preset, get_preset
+from idt_desk.metrics.symbolize import SymbolizationError, Symbolizer, combine_digits
+from idt_desk.recordings import RecordingError, export_recording, load_recording
+from idt_desk.recordings.trajectory import Trajectory, load_trajectory
 
 __version__ = "0.1.0"
 

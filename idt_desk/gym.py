@@ -30,7 +30,7 @@ MultiDiscrete, ...) are refused: flatten them first (``gymnasium.wrappers.Flatte
 
 Calibration
 -----------
-Exactly as a live session (:mod:`idt_desk.session`): the first ``calibration_windows``
+Exactly as a live session (:mod:`idt_desk.live.session`): the first ``calibration_windows``
 windows' transitions, W + (calibration_windows - 1) * stride of them, are buffered; the
 state symboliser is fitted on their S rows and the action symboliser on their A rows
 (z-score and bin edges frozen; a Discrete space's bins are its n values), then all of them
@@ -66,17 +66,17 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from idt_desk._detectors import parse_budget
-from idt_desk._engine import WINDOW_KEYS
-from idt_desk._monitor import IDT_METRICS, Monitor
-from idt_desk._pipeline import FLAG_COLUMNS, WindowStage, build_monitor, judge
-from idt_desk._symbolize import Symbolizer
-from idt_desk.presets import PRESETS, Preset
+from idt_desk.detection.detectors import parse_budget
+from idt_desk.detection.monitor import IDT_METRICS, Monitor
+from idt_desk.metrics.engine import WINDOW_KEYS
+from idt_desk.metrics.presets import PRESETS, Preset
+from idt_desk.metrics.symbolize import Symbolizer
+from idt_desk.pipeline import FLAG_COLUMNS, WindowStage, build_monitor, judge
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from idt_desk.loop import Recorder
+    from idt_desk.live.loop import Recorder
 
 __all__ = [
     "GENERIC_PRESET",
@@ -255,8 +255,8 @@ class _Stream:
     """One (S, A, S') stream: a buffer before the window stage and its monitor.
 
     :meth:`add` copies a transition into a buffer; when the buffer completes the calibration
-    or a window, the block goes through the same :class:`~idt_desk._pipeline.WindowStage`
-    and :func:`~idt_desk._pipeline.judge` as a live session's, and the windows it finished
+    or a window, the block goes through the same :class:`~idt_desk.pipeline.WindowStage`
+    and :func:`~idt_desk.pipeline.judge` as a live session's, and the windows it finished
     are returned.
     """
 
@@ -415,7 +415,7 @@ def _record_path(record: Any) -> Path | None:
                         f"got {type(record).__name__}")
     path = Path(record)
     if (path / "config.json").exists():
-        from idt_desk.recording import RecordingError
+        from idt_desk.recordings._recording import RecordingError
 
         raise RecordingError(f"record={str(record)!r}: {path} already holds a recording; "
                              f"choose a new path")
@@ -493,7 +493,7 @@ def _open_recording(
     episodes for), and a Discrete space's value range declared to the calibration, so that
     each of its values keeps a bin of its own (``bins`` >= its n, checked before).
     """
-    from idt_desk.loop import Recorder
+    from idt_desk.live.loop import Recorder
 
     budget = _budget(alarm, rate, episode_steps)
     parsed = parse_budget(budget)
@@ -593,7 +593,8 @@ class IDTMonitor(gymnasium.Wrapper):
     ValueError
         An unsupported space, or a preset that does not fit the env (its ``n_state`` /
         ``n_action`` against the observation / action variables). With ``record``: a
-        path that already holds a recording (:class:`~idt_desk.recording.RecordingError`),
+        path that already holds a recording
+        (:class:`~idt_desk.recordings._recording.RecordingError`),
         ``persist``, ``k`` or ``correction`` other than their defaults, a Discrete space of
         more values than ``bins`` (a recording bins all variables alike) or a
         :class:`~idt_desk.Preset` the recording cannot name (groups or wrapped angles, and

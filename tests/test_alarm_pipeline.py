@@ -6,14 +6,14 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
+from idt_desk_sources.replay import ReplaySource
 
 from idt_desk import load_recording
-from idt_desk._detectors import DetectorSpec, calibrate, detector_statistic
-from idt_desk._monitor import Monitor
-from idt_desk._pipeline import build_monitor
+from idt_desk.detection.detectors import DetectorSpec, calibrate, detector_statistic
+from idt_desk.detection.monitor import Monitor
 from idt_desk.gym import IDTMonitor
-from idt_desk.session import Session, SessionConfig, run_headless
-from sources.replay import ReplaySource
+from idt_desk.live.session import Session, SessionConfig, run_headless
+from idt_desk.pipeline import build_monitor
 
 from .cli_call import call as run_cli
 from .toy_source import ToySource
@@ -169,7 +169,7 @@ def test_cli_detector_and_budget_options(tmp_path):
 
 
 def test_the_band_shown_is_the_detectors():
-    from widgets.plots import _band_label
+    from idt_desk_widgets.plots import _band_label
 
     data = _stream(400)
     bands = {}

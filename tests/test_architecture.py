@@ -1,5 +1,6 @@
-"""The core and the sources stay free of Qt, and the core imports no source (import-linter
-contracts in pyproject.toml)."""
+"""The core's map: layers that import only downwards, no import circle, no Qt and no source in
+the core (import-linter contracts in pyproject.toml), a docstring on every sub-package, and no
+long file without a reason."""
 
 from __future__ import annotations
 
@@ -17,15 +18,80 @@ def test_import_contracts_are_kept():
         cwd=ROOT, capture_output=True, text=True,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "Contracts: 2 kept, 0 broken" in r.stdout
+    assert "Contracts: 3 kept, 0 broken" in r.stdout
+    assert "The core's layers: each imports only those below it KEPT" in r.stdout
     assert "The core imports no source KEPT" in r.stdout
 
 
 def test_importing_the_core_loads_no_qt():
     code = (
-        "import sys, idt_desk, idt_desk.analyze, idt_desk.cli; "
+        "import sys, idt_desk, idt_desk.experiments.analyze, idt_desk.cli.main; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('PySide6', 'pyqtgraph')]; "
         "print(bad); sys.exit(1 if bad else 0)"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _cycles(graph, modules):
+    """Strongly connected components of more than one module (Tarjan), as sorted lists."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.find_modules_directly_imported_by(v) & modules:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(modules):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circle_in_the_core():
+    import grimp
+
+    graph = grimp.build_graph("idt_desk")
+    # The package itself re-exports the public API from every layer: not a module of a layer.
+    modules = graph.modules - {"idt_desk"}
+    assert _cycles(graph, modules) == []
+    # The check finds a circle when there is one.
+    graph.add_import(importer="idt_desk.metrics.tokens", imported="idt_desk.detection.monitor")
+    assert _cycles(graph, modules) == [["idt_desk.detection.monitor", "idt_desk.metrics.tokens"]]
+
+
+def test_every_subpackage_says_what_it_holds():
+    for init in sorted((ROOT / "idt_desk").glob("*/__init__.py")):
+        doc = __import__("ast").get_docstring(__import__("ast").parse(init.read_text()))
+        assert doc and len(doc.split()) >= 30, f"{init}: a one-paragraph docstring"
+
+
+def test_no_long_file_without_a_reason():
+    """Over 600 lines, a module's docstring says why it is one file ("One file: ...")."""
+    import ast
+
+    long = []
+    for folder in ("idt_desk", "sources", "widgets"):
+        for f in sorted((ROOT / folder).rglob("*.py")):
+            text = f.read_text()
+            if text.count("\n") > 600:
+                doc = ast.get_docstring(ast.parse(text)) or ""
+                if "One file:" not in doc:
+                    long.append(f"{f.relative_to(ROOT)} ({text.count(chr(10))} lines)")
+    assert long == []

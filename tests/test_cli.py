@@ -16,16 +16,16 @@ from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
+import idt_desk_widgets.app
 import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import idt_desk.gui_main
-from idt_desk.cli import _progress_text
-from idt_desk.recording import load_recording
-from idt_desk.session import Session, SessionConfig, run_headless
+from idt_desk.cli.main import _progress_text
+from idt_desk.live.session import Session, SessionConfig, run_headless
+from idt_desk.recordings._recording import load_recording
 
 from .cli_call import call as _call
 
@@ -91,7 +91,7 @@ def gui_calls(monkeypatch):
         calls.append(kwargs)
         return 0
 
-    monkeypatch.setattr(idt_desk.gui_main, "run_gui", fake_run_gui)
+    monkeypatch.setattr(idt_desk_widgets.app, "run_gui", fake_run_gui)
     return calls
 
 
@@ -571,7 +571,7 @@ def test_analyze_says_when_windows_are_saturated(files, place):
 
 
 def test_analyze_and_reproduce_write_one_summary_layout(files, place):
-    from sources.pendulum.reproduce import ReproduceConfig, format_tables, reproduce
+    from idt_desk_sources.pendulum.reproduce import ReproduceConfig, format_tables, reproduce
 
     class InProcess(concurrent.futures.Executor):
         def submit(self, fn, task):
@@ -598,8 +598,9 @@ def test_analyze_and_reproduce_write_one_summary_layout(files, place):
 
 
 def test_reproduce_validates_before_simulating(place):
-    from idt_desk._io import InputError
-    from sources.pendulum.reproduce import ReproduceConfig, reproduce
+    from idt_desk_sources.pendulum.reproduce import ReproduceConfig, reproduce
+
+    from idt_desk.errors import InputError
 
     for cfg, needle in ((ReproduceConfig(seed=-1), "--seed"),
                         (ReproduceConfig(seconds=float("nan")), "--seconds"),

@@ -20,9 +20,10 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
-from idt_desk.session import Session, SessionConfig, run_headless
-from widgets.main_window import MainWindow
-from widgets.storm import ClickStorm
+from idt_desk_widgets.main_window import MainWindow
+from idt_desk_widgets.storm import ClickStorm
+
+from idt_desk.live.session import Session, SessionConfig, run_headless
 
 from .fake_ollama import FakeOllama
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from idt_desk._detectors import (
+from idt_desk.detection.detectors import (
     Budget,
     DetectorSpec,
     alarm_episodes,

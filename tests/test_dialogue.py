@@ -10,13 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import sentencepiece as spm
+from idt_desk_sources.dialogue import DialogueSource
+from idt_desk_sources.replay import ReplaySource
 
-from idt_desk.recording import export_recording, load_recording
-from idt_desk.session import Session, SessionConfig, run_headless
-from idt_desk.source import check_source
-from idt_desk.tokens import load_tokenizer, pooled_metrics
-from sources.dialogue import DialogueSource
-from sources.replay import ReplaySource
+from idt_desk.live.session import Session, SessionConfig, run_headless
+from idt_desk.live.source import check_source
+from idt_desk.metrics.tokens import load_tokenizer, pooled_metrics
+from idt_desk.recordings._recording import export_recording, load_recording
 from tests.cli_call import call
 from tests.fake_ollama import FakeOllama
 
@@ -317,7 +317,7 @@ def test_stop_during_a_stall_returns_at_once(server):
     ("http://10.0.0.2:11434/", "http://10.0.0.2:11434"),
 ])
 def test_default_host_reads_ollama_host_as_the_client_does(monkeypatch, env, host):
-    from sources.dialogue._backends import default_host
+    from idt_desk_sources.dialogue._backends import default_host
 
     monkeypatch.setenv("OLLAMA_HOST", env)
     assert default_host() == host

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import llama_cpp  # noqa: F401  - the extra must be installed: a missing one fails, not skips
+from idt_desk_sources.dialogue import DialogueSource
 
-from idt_desk.recording import load_recording
-from idt_desk.session import Session, SessionConfig, run_headless
-from sources.dialogue import DialogueSource
+from idt_desk.live.session import Session, SessionConfig, run_headless
+from idt_desk.recordings._recording import load_recording
 from tests.fake_ollama import FakeOllama
 
 BUILTIN = {"student_backend": "builtin", "teacher_backend": "builtin"}

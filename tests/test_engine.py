@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from idt_desk import MetricEngine, sliding_metrics, surrogate_null, window_means
-from idt_desk._reference import reference_metrics
+from idt_desk.metrics.reference import reference_metrics
 
 from .conftest import NO_JIT
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from idt_desk_sources.pendulum import PendulumSource
+from idt_desk_sources.replay import ReplaySource
 
-from idt_desk.recording import load_recording
-from idt_desk.session import Session, SessionConfig, run_headless, undefined_reason
-from idt_desk.source import Batch, Perturbation, Source
-from sources.pendulum import PendulumSource
-from sources.replay import ReplaySource
+from idt_desk.live.session import Session, SessionConfig, run_headless, undefined_reason
+from idt_desk.live.source import Batch, Perturbation, Source
+from idt_desk.recordings._recording import load_recording
 
 from .toy_source import ToySource
 
@@ -104,7 +104,7 @@ def test_replay_reproduces_windows_and_events(tmp_path, reference):
 
 @pytest.mark.parametrize("speed", [None, 1.0])
 def test_same_windows_and_events_in_the_gui(qtbot, tmp_path, reference, speed):
-    from widgets.main_window import MainWindow
+    from idt_desk_widgets.main_window import MainWindow
 
     win = MainWindow(speed=speed, record_dir=tmp_path)
     qtbot.addWidget(win)

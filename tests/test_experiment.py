@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from idt_desk.experiment import run_tasks
+from idt_desk.experiments.executor import run_tasks
 
 
 def _square(x: int) -> int:
@@ -44,7 +44,7 @@ def _alive(pid: int) -> bool:
 def test_sigterm_stops_the_workers_with_the_run(tmp_path):
     # kill / pkill sends SIGTERM to the command alone: its workers must stop too, not run
     # their tasks on (a dialogue would go on appending turns to its file).
-    code = ("import sys; from idt_desk.experiment import run_tasks; "
+    code = ("import sys; from idt_desk.experiments.executor import run_tasks; "
             "from tests.test_experiment import _sleeper; "
             "run_tasks(_sleeper, [sys.argv[1] + '/a', sys.argv[1] + '/b'], workers=2, "
             "progress=False)")
@@ -104,7 +104,7 @@ def test_correlation_against_scipy_and_fisher_by_hand():
     import numpy as np
     from scipy import stats
 
-    from idt_desk.experiment import correlation
+    from idt_desk.stats import correlation
 
     rng = np.random.default_rng(3)
     for n in (5, 12, 60):

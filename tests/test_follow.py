@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from idt_desk_sources.replay import ReplaySource
 
-from idt_desk.recording import RecordingTail, load_recording
-from idt_desk.session import Session, SessionConfig, run_headless
-from sources.replay import ReplaySource
+from idt_desk.live.session import Session, SessionConfig, run_headless
+from idt_desk.recordings._recording import RecordingTail, load_recording
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = ("start", "end", "P", "H_f", "H_b", "dH", "out_of_range", "x_P", "x_H_f", "x_H_b",
@@ -142,7 +142,7 @@ def test_a_waiting_follower_gives_up_with_a_clear_error(tmp_path):
 
 
 def test_the_tail_takes_whole_lines_only(tmp_path):
-    from idt_desk.recording import FORMAT_VERSION
+    from idt_desk.recordings._recording import FORMAT_VERSION
 
     (tmp_path / "config.json").write_text(f'{{"format_version": {FORMAT_VERSION}}}')
     (tmp_path / "events.jsonl").write_text("")
@@ -181,7 +181,7 @@ def test_the_tail_takes_whole_lines_only(tmp_path):
 
 def test_the_window_follows_a_growing_recording(qtbot, tmp_path):
     pytest.importorskip("pytestqt")
-    from widgets.main_window import MainWindow
+    from idt_desk_widgets.main_window import MainWindow
 
     src = tmp_path / "run"
     proc = _writer(src, 6000, 300, 0.1)
@@ -214,7 +214,7 @@ def test_the_window_follows_a_growing_recording(qtbot, tmp_path):
 
 def test_bench_follow_reports_and_the_follower_gets_every_row(qtbot):
     """``idt-desk bench follow``, briefly and slowly: its figures, and no row lost."""
-    from idt_desk.gui_main import bench_follow
+    from idt_desk_widgets.app import bench_follow
 
     lines: list[str] = []
     res = bench_follow(seconds=3.0, rate=20_000.0, warmup=0.5, print_fn=lines.append)
@@ -233,7 +233,7 @@ def test_a_loop_recorded_without_a_rate_is_replayed_in_large_steps(tmp_path):
     """A rate-less loop (rate 1) is stepped like a fast source: 50 rows a step kept a
     follower at 43 k transitions/s behind a 100 k/s writer (``idt-desk bench follow``)."""
     import idt_desk
-    from idt_desk.session import MAX_SPEED_CHUNKS
+    from idt_desk.live.session import MAX_SPEED_CHUNKS
 
     rng = np.random.default_rng(0)
     with idt_desk.Recorder(tmp_path / "run", ["x"], window=20, stride=10) as rec:

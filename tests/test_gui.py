@@ -16,13 +16,13 @@ import pytest
 pytest.importorskip("pytestqt")
 
 import pyqtgraph as pg
+from idt_desk_widgets.main_window import MainWindow
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QApplication, QCheckBox, QLabel, QPushButton, QWidget
 
-from idt_desk.plugins import discover, register
-from idt_desk.recording import load_recording
-from idt_desk.session import Session, SessionConfig, run_headless
-from widgets.main_window import MainWindow
+from idt_desk.live.plugins import discover, register
+from idt_desk.live.session import Session, SessionConfig, run_headless
+from idt_desk.recordings._recording import load_recording
 
 from .toy_source import ToySource
 
@@ -669,8 +669,8 @@ def test_a_figure_at_twice_the_resolution_with_its_title_line(qtbot, window, tmp
 def test_a_slow_start_says_what_it_is_doing(qtbot, tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from sources.pendulum import PendulumSource
-    from widgets.plots import _waiting_text
+    from idt_desk_sources.pendulum import PendulumSource
+    from idt_desk_widgets.plots import _waiting_text
 
     w = MainWindow(speed=1.0, record_dir=tmp_path)
     qtbot.addWidget(w)
@@ -837,7 +837,7 @@ def test_a_band_name_whose_line_left_the_view_is_hidden_not_cut(qtbot, window):
 
 
 def test_the_event_log_keeps_episode_ends_out_of_the_way(qtbot):
-    from widgets.events import EventLog
+    from idt_desk_widgets.events import EventLog
 
     log = EventLog()
     qtbot.addWidget(log)

@@ -7,10 +7,10 @@ import pytest
 
 pytest.importorskip("pytestqt")
 
+from idt_desk_widgets.main_window import MainWindow
 from PySide6.QtWidgets import QLabel
 
-from idt_desk import embeddings
-from widgets.main_window import MainWindow
+from idt_desk.metrics import embeddings
 
 from .fake_ollama import FakeOllama
 
@@ -99,8 +99,9 @@ def test_a_dialogue_without_the_embeddings_extra_runs_on_token_counts(qtbot, tmp
 
 
 def test_a_dialogue_replays_in_the_window_with_its_transcript(qtbot, tmp_path, server):
-    from idt_desk.session import Session, SessionConfig, run_headless
-    from sources.dialogue import DialogueSource
+    from idt_desk_sources.dialogue import DialogueSource
+
+    from idt_desk.live.session import Session, SessionConfig, run_headless
 
     src = DialogueSource(host=server.host, student_model="student:1b",
                          teacher_model="teacher:1b")

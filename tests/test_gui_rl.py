@@ -14,14 +14,14 @@ pytest.importorskip("gymnasium")
 pytest.importorskip("mujoco")
 
 import gymnasium
+from idt_desk_widgets.agency import PASSIVE_TEXT, AgencyPanel
+from idt_desk_widgets.main_window import MainWindow
+from idt_desk_widgets.plots import ReturnPlot
+from idt_desk_widgets.views import RENDER_PIXELS, VIEWS, CheetahView, make_view
 from PySide6.QtGui import QColor
 
-from idt_desk.plugins import discover, register
-from idt_desk.source import Batch, Source
-from widgets.agency import PASSIVE_TEXT, AgencyPanel
-from widgets.main_window import MainWindow
-from widgets.plots import ReturnPlot
-from widgets.views import RENDER_PIXELS, VIEWS, CheetahView, make_view
+from idt_desk.live.plugins import discover, register
+from idt_desk.live.source import Batch, Source
 
 ENV = "HalfCheetah-v5"
 WAIT = 30_000
@@ -226,7 +226,7 @@ def test_agency_panel_fills_table5(qtbot):
 
 def test_agency_panel_reads_the_core_conditions(qtbot):
     """The core's own output (exact choice, shuffled effect, bootstrapped asymmetry)."""
-    from idt_desk._agency import agency_conditions
+    from idt_desk.detection.agency import agency_conditions
 
     rng = np.random.default_rng(0)
     s = rng.integers(0, 4, 1000)
@@ -327,7 +327,7 @@ def test_window_with_cheetah_source(qtbot, tmp_path):
 
 
 def test_band_labels_name_the_parameters_that_differ_from_the_declared_ones(qtbot):
-    from widgets.plots import MetricPlots, _periods
+    from idt_desk_widgets.plots import MetricPlots, _periods
 
     plots = MetricPlots()
     qtbot.addWidget(plots)

@@ -12,13 +12,14 @@ import pytest
 pytest.importorskip("stable_baselines3")
 pytest.importorskip("mujoco")
 
-from idt_desk.recording import load_recording
-from idt_desk.session import Session, SessionConfig, run_headless
-from idt_desk.source import check_source
-from sources.gym import GymSource
-from sources.gym._policy import PolicyError, algorithm_of
-from sources.gym._source import _CHEETAH_GROUPS, POLICY_DIR
-from sources.gym.train import evaluate, train
+from idt_desk_sources.gym import GymSource
+from idt_desk_sources.gym._policy import PolicyError, algorithm_of
+from idt_desk_sources.gym._source import _CHEETAH_GROUPS, POLICY_DIR
+from idt_desk_sources.gym.train import evaluate, train
+
+from idt_desk.live.session import Session, SessionConfig, run_headless
+from idt_desk.live.source import check_source
+from idt_desk.recordings._recording import load_recording
 
 SHIPPED = sorted(POLICY_DIR.glob("*.zip"))
 

@@ -17,20 +17,14 @@ from collections import Counter
 import numpy as np
 import pytest
 import sentencepiece as spm
+from idt_desk_sources.dialogue import DialogueSource
+from idt_desk_sources.dialogue._texts import LENGTH_TARGETS, compose_prompt, sentences
+from idt_desk_sources.replay import ReplaySource
 
-from idt_desk.recording import load_recording
-from idt_desk.session import Session, SessionConfig, run_headless
-from idt_desk.tokens import (
-    DialogueMetrics,
-    LengthNull,
-    detect_injection,
-    length_confound,
-    load_tokenizer,
-    response_z,
-)
-from sources.dialogue import DialogueSource
-from sources.dialogue._texts import LENGTH_TARGETS, compose_prompt, sentences
-from sources.replay import ReplaySource
+from idt_desk.detection.turns import detect_injection, response_z
+from idt_desk.live.session import Session, SessionConfig, run_headless
+from idt_desk.metrics.tokens import DialogueMetrics, LengthNull, length_confound, load_tokenizer
+from idt_desk.recordings._recording import load_recording
 from tests.cli_call import call
 from tests.fake_ollama import FakeOllama
 

@@ -6,11 +6,11 @@ import json
 
 import numpy as np
 import pytest
+from idt_desk_sources.replay import ReplaySource
 
 import idt_desk
-from idt_desk.recording import load_recording
-from idt_desk.session import Session, SessionConfig, run_headless
-from sources.replay import ReplaySource
+from idt_desk.live.session import Session, SessionConfig, run_headless
+from idt_desk.recordings._recording import load_recording
 
 from .toy_source import ToySource
 
@@ -45,7 +45,7 @@ def _same_windows(a, b):
 
 
 def test_package_root_exports_the_recorder():
-    assert idt_desk.Recorder is idt_desk.loop.Recorder and "Recorder" in idt_desk.__all__
+    assert idt_desk.Recorder is idt_desk.live.loop.Recorder and "Recorder" in idt_desk.__all__
 
 
 @pytest.mark.parametrize("batch", [1, 37, 5000])

@@ -1,4 +1,4 @@
-"""Tests for the double-pendulum integrator (sources.pendulum._dynamics)."""
+"""Tests for the double-pendulum integrator (idt_desk_sources.pendulum._dynamics)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy.integrate import solve_ivp
-
-from sources.pendulum._dynamics import (
+from idt_desk_sources.pendulum._dynamics import (
     VALID_DRIFT,
     PendulumParams,
     Stepper,
@@ -19,6 +17,7 @@ from sources.pendulum._dynamics import (
     integrate,
     random_initial_condition,
 )
+from scipy.integrate import solve_ivp
 
 CHAOTIC = np.array([2.0, 2.5, 0.0, 0.0])
 PAPER_SAMPLE = np.array([-1.62, -2.14, 0.0, 0.0])

@@ -14,11 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
-from idt_desk._io import InputError
-from idt_desk.experiment import DASK_MISSING
-from sources.pendulum.bench import bench_pendulum
-from sources.pendulum.reproduce import (
+from idt_desk_sources.pendulum.bench import bench_pendulum
+from idt_desk_sources.pendulum.reproduce import (
     ReproduceConfig,
     add_arguments,
     format_tables,
@@ -27,6 +24,9 @@ from sources.pendulum.reproduce import (
     run,
     simulate_run,
 )
+
+from idt_desk.errors import InputError
+from idt_desk.experiments.executor import DASK_MISSING
 
 from .conftest import NO_JIT
 
@@ -207,7 +207,7 @@ def test_bench_reports_a_speedup():
 
 
 def test_pendulum_alarms_count_detections_and_false_alarms(tmp_path):
-    from sources.pendulum.alarms import AlarmsConfig, format_table, reproduce_alarms
+    from idt_desk_sources.pendulum.alarms import AlarmsConfig, format_table, reproduce_alarms
 
     cfg = AlarmsConfig(seeds=2, seconds=30.0, conditions=("none", "sensor_noise"), workers=1,
                        out=tmp_path)
@@ -232,8 +232,9 @@ def test_pendulum_alarms_count_detections_and_false_alarms(tmp_path):
 
 
 def test_pendulum_alarms_refuse_an_onset_before_the_baseline():
-    from idt_desk._io import InputError
-    from sources.pendulum.alarms import AlarmsConfig
+    from idt_desk_sources.pendulum.alarms import AlarmsConfig
+
+    from idt_desk.errors import InputError
 
     with pytest.raises(InputError, match=r"baseline completes at 16\.725 s"):
         AlarmsConfig(onset=10.0).validate()

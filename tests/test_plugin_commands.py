@@ -11,7 +11,7 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from idt_desk import plugins
+from idt_desk.live import plugins
 
 from .cli_call import call as _call
 
@@ -99,7 +99,9 @@ def toy_plugin(tmp_path, monkeypatch):
     real = plugins.entry_points
 
     def fake_entry_points(group: str):
-        return eps if group == plugins.COMMANDS_GROUP else real(group=group)
+        # The installed commands first (the GUI's among them), then the toy plugin's.
+        return ([*real(group=group), *eps] if group == plugins.COMMANDS_GROUP
+                else real(group=group))
 
     monkeypatch.setattr(plugins, "entry_points", fake_entry_points)
     plugins.discover_commands(refresh=True)
@@ -177,15 +179,20 @@ def test_names_that_clash_with_the_core_are_skipped_and_never_imported(toy_plugi
 def test_the_built_in_commands_come_from_the_entry_points():
     entries = plugins.discover_commands(refresh=True)
     assert {name: e.value for name, e in entries.items()} == {
-        "bench.dialogue": "sources.dialogue.bench",
-        "bench.pendulum": "sources.pendulum.bench",
-        "bench.reproduce": "sources.gym.bench_reproduce",
-        "bench.rl": "sources.gym.bench",
-        "reproduce.cheetah": "sources.gym.reproduce",
-        "reproduce.dialogue": "sources.dialogue.reproduce",
-        "reproduce.pendulum": "sources.pendulum.reproduce",
-        "reproduce.pendulum-alarms": "sources.pendulum.alarms",
-        "train": "sources.gym.train",
+        "bench.dialogue": "idt_desk_sources.dialogue.bench",
+        "bench.pendulum": "idt_desk_sources.pendulum.bench",
+        "bench.reproduce": "idt_desk_sources.gym.bench_reproduce",
+        "bench.rl": "idt_desk_sources.gym.bench",
+        "reproduce.cheetah": "idt_desk_sources.gym.reproduce",
+        "reproduce.dialogue": "idt_desk_sources.dialogue.reproduce",
+        "reproduce.pendulum": "idt_desk_sources.pendulum.reproduce",
+        "reproduce.pendulum-alarms": "idt_desk_sources.pendulum.alarms",
+        "train": "idt_desk_sources.gym.train",
+        "gui": "idt_desk_widgets.commands:GUI",
+        "watch": "idt_desk_widgets.commands:WATCH",
+        "bench.gui": "idt_desk_widgets.commands:BENCH_GUI",
+        "bench.follow": "idt_desk_widgets.commands:BENCH_FOLLOW",
+        "bench.storm": "idt_desk_widgets.commands:BENCH_STORM",
     }
     for argv, option in ((["reproduce", "pendulum"], "--batch"), (["train"], "--algo"),
                          (["bench", "rl"], "--rounds"), (["bench", "pendulum"], "--seconds"),
@@ -204,7 +211,7 @@ def test_the_built_in_commands_come_from_the_entry_points():
 
 
 def test_building_the_parser_leaves_the_commands_heavy_imports_lazy():
-    code = ("import sys; from idt_desk.cli import build_parser; build_parser(); "
+    code = ("import sys; from idt_desk.cli.main import build_parser; build_parser(); "
             "print(sorted(m for m in ('torch', 'stable_baselines3', 'gymnasium', 'mujoco', "
             "'dask') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -14,15 +14,9 @@ import pytest
 pytest.importorskip("stable_baselines3")
 pytest.importorskip("mujoco")
 
-from idt_desk._io import InputError
-from idt_desk._reference import reference_metrics
-from idt_desk._symbolize import Symbolizer
-from idt_desk.cli import main
-from idt_desk.experiment import paired_t_test
-from idt_desk.presets import PRESETS
-from sources.gym import GymSource
-from sources.gym._source import POLICY_DIR, step_together
-from sources.gym.reproduce import (
+from idt_desk_sources.gym import GymSource
+from idt_desk_sources.gym._source import POLICY_DIR, step_together
+from idt_desk_sources.gym.reproduce import (
     DETECTORS,
     CheetahConfig,
     Trial,
@@ -33,6 +27,13 @@ from sources.gym.reproduce import (
     run_group,
     summarize_trials,
 )
+
+from idt_desk.cli import main
+from idt_desk.errors import InputError
+from idt_desk.metrics.presets import PRESETS
+from idt_desk.metrics.reference import reference_metrics
+from idt_desk.metrics.symbolize import Symbolizer
+from idt_desk.stats import paired_t_test
 
 POLICY = str(POLICY_DIR / "halfcheetah-v5-ppo-seed0.zip")
 #: One policy, one perturbation and two controls, 3 episodes, the perturbation from the 2nd.
@@ -199,7 +200,7 @@ def test_lockstep_steps_each_source_as_it_would_step_alone():
 
 
 def test_analyze_trial_matches_a_hand_count():
-    """Detection, latency and Cohen's d against np.unique recounts (idt_desk._reference)."""
+    """Detection, latency and Cohen's d against np.unique recounts (idt_desk.metrics.reference)."""
     rng = np.random.default_rng(0)
     n, onset = 3000, 1500
     s = rng.normal(size=(n, 17))
@@ -307,7 +308,7 @@ def test_summary_statistics_match_hand_computed_values():
 
 
 def test_detection_at_a_matched_false_alarm_rate_against_hand_counts():
-    from sources.gym.reproduce import _matched
+    from idt_desk_sources.gym.reproduce import _matched
 
     def row(pert, score, first):
         recs = json.dumps([[0, score / 2], [first, score]])
@@ -356,7 +357,7 @@ def test_engagement_accounting():
 
 
 def test_a_group_that_fails_is_reported_not_raised(monkeypatch):
-    import sources.gym._source as source_module
+    import idt_desk_sources.gym._source as source_module
 
     real, calls = source_module.step_together, []
 
@@ -383,7 +384,7 @@ def test_a_group_that_fails_is_reported_not_raised(monkeypatch):
 def test_an_interrupted_run_resumes_from_its_finished_groups(tiny_run, monkeypatch):
     result, out = tiny_run
     assert len(list((out / "groups").glob("*.pkl"))) == 1  # one policy, open loop: one group
-    import sources.gym.reproduce as module
+    import idt_desk_sources.gym.reproduce as module
 
     def must_not_run(group):
         raise AssertionError("a finished group was run again")
@@ -409,7 +410,7 @@ def test_a_modulation_by_hand_at_the_onset_and_a_stronger_noise():
 
 
 def test_rate_error_bars_stay_between_0_and_1():
-    from sources.gym.reproduce import rate_errors
+    from idt_desk_sources.gym.reproduce import rate_errors
 
     err = rate_errors([0.893, 0.1, 0.5], [0.151, 0.3, 0.2])
     np.testing.assert_allclose(err, [[0.151, 0.1, 0.2], [0.107, 0.3, 0.2]])

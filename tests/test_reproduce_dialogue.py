@@ -8,21 +8,21 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-
-from idt_desk import embeddings
-from idt_desk.experiment import cohens_d, correlation
-from idt_desk.recording import load_recording
-from idt_desk.session import Session, SessionConfig, run_headless
-from sources.dialogue import DialogueSource
-from sources.dialogue._texts import INJECTIONS, parse_judge
-from sources.dialogue.reproduce import (
+from idt_desk_sources.dialogue import DialogueSource
+from idt_desk_sources.dialogue._texts import INJECTIONS, parse_judge
+from idt_desk_sources.dialogue.reproduce import (
     Dialogue,
     detect_injection,
     read_turns,
     response_z,
     run_dialogue,
 )
-from sources.replay import ReplaySource
+from idt_desk_sources.replay import ReplaySource
+
+from idt_desk.live.session import Session, SessionConfig, run_headless
+from idt_desk.metrics import embeddings
+from idt_desk.recordings._recording import load_recording
+from idt_desk.stats import cohens_d, correlation
 from tests.cli_call import call
 from tests.fake_ollama import FakeOllama
 

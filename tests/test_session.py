@@ -13,14 +13,14 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+from idt_desk_sources.pendulum import PendulumSource
+from idt_desk_sources.replay import ReplaySource
 
 from idt_desk import Symbolizer, sliding_metrics
 from idt_desk.cli import main
-from idt_desk.plugins import register
-from idt_desk.recording import RecordingError, export_recording, load_recording
-from idt_desk.session import Session, SessionConfig, run_headless
-from sources.pendulum import PendulumSource
-from sources.replay import ReplaySource
+from idt_desk.live.plugins import register
+from idt_desk.live.session import Session, SessionConfig, run_headless
+from idt_desk.recordings._recording import RecordingError, export_recording, load_recording
 
 from .toy_source import ToySource
 

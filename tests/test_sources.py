@@ -7,13 +7,13 @@ from importlib.metadata import EntryPoint
 
 import numpy as np
 import pytest
+from idt_desk_sources.pendulum import PendulumSource
+from idt_desk_sources.pendulum._dynamics import PendulumParams, energy, integrate
 
-from idt_desk import plugins
-from idt_desk.plugins import SourceLoadError, discover, load_source
-from idt_desk.session import Session, SessionConfig, run_headless
-from idt_desk.source import Batch, Param, Source, SourceCheckError, check_source
-from sources.pendulum import PendulumSource
-from sources.pendulum._dynamics import PendulumParams, energy, integrate
+from idt_desk.live import plugins
+from idt_desk.live.plugins import SourceLoadError, discover, load_source
+from idt_desk.live.session import Session, SessionConfig, run_headless
+from idt_desk.live.source import Batch, Param, Source, SourceCheckError, check_source
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +37,11 @@ def test_builtin_sources_are_registered_through_entry_points():
     entries = discover(refresh=True)
     assert {"pendulum", "replay"} <= set(entries)
     assert entries["pendulum"].entry_point is not None
-    assert entries["pendulum"].value == "sources.pendulum:PendulumSource"
+    assert entries["pendulum"].value == "idt_desk_sources.pendulum:PendulumSource"
 
 
 def test_a_broken_plugin_is_listed_with_its_error_not_raised(monkeypatch):
-    good = EntryPoint("pendulum", "sources.pendulum:PendulumSource", plugins.GROUP)
+    good = EntryPoint("pendulum", "idt_desk_sources.pendulum:PendulumSource", plugins.GROUP)
     bad = EntryPoint("broken", "no_such_module_xyz:Thing", plugins.GROUP)
     not_a_source = EntryPoint("wrong", "json:dumps", plugins.GROUP)
     monkeypatch.setattr(plugins, "entry_points", lambda group: [bad, good, not_a_source])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from idt_desk import SymbolizationError, Symbolizer, combine_digits, sliding_metrics
-from idt_desk.presets import PRESETS
+from idt_desk.metrics.presets import PRESETS
 
 
 def test_equal_width_bins_over_calibrated_range():

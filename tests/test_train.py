@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("stable_baselines3")
 
-from sources.gym.train import policy_name, train
+from idt_desk_sources.gym.train import policy_name, train
 
 
 def test_train_writes_policy_and_card_and_resumes(tmp_path):
@@ -36,8 +36,7 @@ def test_train_writes_policy_and_card_and_resumes(tmp_path):
 
 def test_upside_down_share_reads_the_torso_pitch(monkeypatch):
     import gymnasium as gym
-
-    from sources.gym.train import rollouts
+    from idt_desk_sources.gym.train import rollouts
 
     class Still:
         def predict(self, obs, deterministic=False):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from idt_desk.recording import Recorder, newest_recording
+from idt_desk.recordings._recording import Recorder, newest_recording
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,7 +93,7 @@ def _started(run: Path) -> bool:
 
 def test_the_window_switches_to_a_new_run_and_stays_there(qtbot, tmp_path):
     pytest.importorskip("pytestqt")
-    from widgets.main_window import MainWindow
+    from idt_desk_widgets.main_window import MainWindow
 
     runs = tmp_path / "runs"
     run1, run2 = runs / "run1", runs / "run2"

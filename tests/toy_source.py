@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from idt_desk.source import DIM_REDUCTION, HOLD, INPUT_FILTER, Batch, Param, Perturbation, Source
+from idt_desk.live.source import (
+    DIM_REDUCTION,
+    HOLD,
+    INPUT_FILTER,
+    Batch,
+    Param,
+    Perturbation,
+    Source,
+)
 
 
 class ToySource(Source):

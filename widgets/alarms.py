@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from idt_desk.session import Session, Snapshot, undefined_reason
+from idt_desk.live.session import Session, Snapshot, undefined_reason
 
 __all__ = ["AlarmPanel"]
 

@@ -8,6 +8,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from idt_desk_widgets.alarms import plural
+from idt_desk_widgets.forms import compact_combo
+from idt_desk_widgets.plots import event_x, format_params
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
@@ -25,10 +28,6 @@ from PySide6.QtWidgets import (
     QToolButton,
     QVBoxLayout,
 )
-
-from widgets.alarms import plural
-from widgets.forms import compact_combo
-from widgets.plots import event_x, format_params
 
 __all__ = ["COLUMNS", "FILTERS", "EventLog", "describe_event"]
 

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from idt_desk.source import Param
+from idt_desk.live.source import Param
 
 __all__ = ["ParamForm", "WheelGuard", "compact_combo", "compact_form"]
 
@@ -107,7 +107,7 @@ def _editor(p: Param, parent: QWidget) -> QWidget:
 
 
 class ParamForm(QWidget):
-    """One labelled editor per declared :class:`~idt_desk.source.Param`."""
+    """One labelled editor per declared :class:`~idt_desk.live.source.Param`."""
 
     def __init__(self, params: Sequence[Param], parent: QWidget | None = None) -> None:
         super().__init__(parent)

@@ -9,6 +9,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from idt_desk_widgets.agency import AgencyPanel
+from idt_desk_widgets.alarms import AlarmPanel
+from idt_desk_widgets.events import EventLog
+from idt_desk_widgets.forms import ParamForm, WheelGuard, compact_combo, compact_form
+from idt_desk_widgets.plots import MetricPlots, PlotNavigator, ReturnPlot
+from idt_desk_widgets.views import make_view
 from PySide6.QtCore import QEventLoop, Qt, QTimer
 from PySide6.QtWidgets import (
     QApplication,
@@ -30,23 +36,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from idt_desk.plugins import SourceLoadError, discover
-from idt_desk.presets import PRESETS
-from idt_desk.recording import (
+from idt_desk.live.plugins import SourceLoadError, discover
+from idt_desk.live.session import Session, SessionConfig, Snapshot
+from idt_desk.live.source import Source
+from idt_desk.metrics.presets import PRESETS
+from idt_desk.metrics.tokens import TOKENIZER
+from idt_desk.recordings._recording import (
     RecordingError,
     export_recording,
     load_recording,
     newest_recording,
 )
-from idt_desk.session import Session, SessionConfig, Snapshot
-from idt_desk.source import Source
-from idt_desk.tokens import TOKENIZER
-from widgets.agency import AgencyPanel
-from widgets.alarms import AlarmPanel
-from widgets.events import EventLog
-from widgets.forms import ParamForm, WheelGuard, compact_combo, compact_form
-from widgets.plots import MetricPlots, PlotNavigator, ReturnPlot
-from widgets.views import make_view
 
 __all__ = ["SPEEDS", "MainWindow"]
 
@@ -769,7 +769,7 @@ class MainWindow(QMainWindow):
         """Build a session from the panels and start it; False (with a message) on bad input.
 
         ``schedule`` holds (transition, command, arguments) applied exactly then, as
-        :meth:`idt_desk.session.Session.schedule` does.
+        :meth:`idt_desk.live.session.Session.schedule` does.
         """
         if self.session is not None and self.session.running:
             return True

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from idt_desk.session import Snapshot, undefined_reason
+from idt_desk.live.session import Snapshot, undefined_reason
 
 __all__ = ["MAX_EPISODES", "METRICS", "NON_NEGATIVE", "SHOWN_WHEN_DEFINED", "STRUCTURAL",
            "WINDOW_EVENTS", "MetricPlots", "PlotNavigator", "ReturnPlot", "event_x",
@@ -37,7 +37,7 @@ METRICS = (
     ("reward", "reward / step", (120, 120, 120)),
     ("cos_sim", "cosine", (200, 50, 90)),
 )
-#: The structural baselines of a dialogue (``idt_desk.embeddings``), drawn together in the
+#: The structural baselines of a dialogue (``idt_desk.metrics.embeddings``), drawn together in the
 #: ``cos_sim`` plot when a session computes them: (column, legend, colour).
 STRUCTURAL = (
     ("cos_sim", "prompt–reply", (200, 50, 90)),

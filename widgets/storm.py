@@ -74,7 +74,7 @@ class StormReport:
 
 
 class ClickStorm:
-    """Random actions on a :class:`widgets.main_window.MainWindow`, one per tick.
+    """Random actions on a :class:`idt_desk_widgets.main_window.MainWindow`, one per tick.
 
     Parameters
     ----------

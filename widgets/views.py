@@ -12,11 +12,10 @@ import time
 from typing import Any
 
 import numpy as np
+from idt_desk_widgets.transcript import TranscriptView
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
 from PySide6.QtGui import QBrush, QColor, QFont, QImage, QPainter, QPen
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
-
-from widgets.transcript import TranscriptView
 
 __all__ = ["RENDER_ENV", "VIEWS", "CheetahView", "PendulumView", "StateView", "make_view"]
 

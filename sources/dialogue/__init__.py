@@ -1,5 +1,5 @@
 """The LLM dialogue source: a student and a teacher, per-turn token metrics (paper §5.2)."""
 
-from sources.dialogue._source import DialogueSource
+from idt_desk_sources.dialogue._source import DialogueSource
 
 __all__ = ["DialogueSource"]

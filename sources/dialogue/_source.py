@@ -3,7 +3,8 @@
 Turn t: the student answers the teacher's prompt p_t with the dialogue so far as context; then
 the teacher writes the next prompt p_{t+1} (or an injected perturbation takes its place). The
 transition is (S, A, S') = (context, reply r_t, next prompt p_{t+1}); its metrics come from
-token counts (``metric_path = "turns"``, ``idt_desk.tokens``). So "an injection at turn 31" is
+token counts (``metric_path = "turns"``, ``idt_desk.metrics.tokens``). So "an injection at turn 31"
+is
 the S' of turn 31, and turn 32 is the student's answer to it.
 
 Modulations act on the interface, never on the model (paper §4.3, §5.2.4):
@@ -22,9 +23,7 @@ import time
 from typing import Any, ClassVar
 
 import numpy as np
-
-from idt_desk.source import Batch, Modulation, Param, Perturbation, Source, SourcePaused
-from sources.dialogue._backends import (
+from idt_desk_sources.dialogue._backends import (
     BackendError,
     BuiltinBackend,
     ChatBackend,
@@ -33,7 +32,7 @@ from sources.dialogue._backends import (
     default_host,
     ollama_answers,
 )
-from sources.dialogue._texts import (
+from idt_desk_sources.dialogue._texts import (
     INJECTIONS,
     JUDGE_SYSTEM,
     LENGTH_TARGETS,
@@ -49,6 +48,8 @@ from sources.dialogue._texts import (
     sentences,
     teacher_instruction,
 )
+
+from idt_desk.live.source import Batch, Modulation, Param, Perturbation, Source, SourcePaused
 
 __all__ = ["CONDITIONS", "DialogueSource"]
 
@@ -286,9 +287,9 @@ class DialogueSource(Source):
         return compose_prompt(background, question, target, count)
 
     def _token_count(self) -> Any:
-        """Token count of a text, with the default tokenizer (``idt_desk.tokens.TOKENIZER``)."""
+        """Token count of a text, with the default tokenizer (``tokens.TOKENIZER``)."""
         if self._count is None:
-            from idt_desk.tokens import load_tokenizer
+            from idt_desk.metrics.tokens import load_tokenizer
 
             tok = load_tokenizer()
             self._count = lambda text: len(tok.encode(text))

@@ -3,10 +3,11 @@
 ``idt-desk bench dialogue`` replays the turns of a dialogue recording (by default the shipped
 100-turn SmolLM2 dialogue) one turn at a time, as a live session meets them, through
 
-- **IDT**: the per-turn token metrics (:class:`idt_desk.tokens.DialogueMetrics`): the
+- **IDT**: the per-turn token metrics (:class:`idt_desk.metrics.tokens.DialogueMetrics`): the
   SentencePiece tokenizer on the turn's prompt, reply and next prompt, the counts of the
   accumulated context, the entropies and P, H_f, H_b, ΔH;
-- **embeddings**: the structural baselines (:class:`idt_desk.embeddings.StructuralBaselines`):
+- **embeddings**: the structural baselines
+(:class:`idt_desk.metrics.embeddings.StructuralBaselines`):
   all-MiniLM-L6-v2 on the turn's prompt and reply, three cosines (paper §11.5);
 - optionally **judge**: one LLM-judge call a turn with a configured backend (the source's
   judge), for the paper's third kind of evaluator.
@@ -24,14 +25,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from idt_desk import assets
+
 __all__ = ["HELP", "SHIPPED", "add_arguments", "bench_dialogue", "run"]
 
 #: ``idt-desk bench dialogue``'s one-line help.
 HELP = "per-turn cost of the IDT's token metrics vs the embedding baselines (and a judge)"
 
 #: The shipped dialogue recording the bench replays by default.
-SHIPPED = (Path(__file__).resolve().parents[2] / "assets" / "recordings"
-           / "dialogue-smollm2-contradictions")
+SHIPPED = assets.path("recordings", "dialogue-smollm2-contradictions")
 
 
 Push = Callable[[list[dict[str, Any]]], object]
@@ -59,9 +61,9 @@ def bench_dialogue(recording: Path = SHIPPED, turns: int = 100, rounds: int = 3,
         The embeddings extra is missing, or the recording has no turns.
 
     """
-    from idt_desk import embeddings
-    from idt_desk.recording import load_recording
-    from idt_desk.tokens import TOKENIZER, DialogueMetrics, load_tokenizer
+    from idt_desk.metrics import embeddings
+    from idt_desk.metrics.tokens import TOKENIZER, DialogueMetrics, load_tokenizer
+    from idt_desk.recordings._recording import load_recording
 
     rec = load_recording(recording)
     dialogue = [t for t in rec.turns if not t.get("history")][:turns]
@@ -81,7 +83,7 @@ def bench_dialogue(recording: Path = SHIPPED, turns: int = 100, rounds: int = 3,
         "embeddings": lambda: embeddings.StructuralBaselines(emb).push,
     }
     if judge != "off":
-        from sources.dialogue import DialogueSource
+        from idt_desk_sources.dialogue import DialogueSource
 
         src = DialogueSource(judge=judge, judge_model=judge_model, judge_host=host)
         t0 = time.perf_counter()
@@ -126,8 +128,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``idt-desk bench dialogue`` from parsed arguments."""
-    from idt_desk._io import InputError
-    from idt_desk._validate import check_int
+    from idt_desk.cli.validate import check_int
+    from idt_desk.errors import InputError
 
     check_int("--turns", args.turns, 1, 100_000)
     check_int("--rounds", args.rounds, 1, 100)

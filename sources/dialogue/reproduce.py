@@ -8,7 +8,7 @@ embedding-based structural baselines.
 The tests (§11.1, §11.4)
 ------------------------
 - Baseline tests 3 (varied questioning, 200 turns), 4 (deep topic exploration, 200) and
-  8 (natural progression, 150): the teacher styles of :mod:`sources.dialogue._texts`.
+  8 (natural progression, 150): the teacher styles of :mod:`idt_desk_sources.dialogue._texts`.
 - Perturbation tests 7 (contradictions), 9 (topic shifts), 10 (non-sequiturs): 100 turns of
   varied questioning, with the source's ``paper_schedule`` injecting a text of about 40 words
   as the teacher prompt after turns 31, 46, 61, 76 and 91 (the S' of those turns; the
@@ -16,17 +16,17 @@ The tests (§11.1, §11.4)
 - Each under the student conditions normal (temperature 0.7, top_k 40) and constrained
   (0.1, 10), and each sampling seed asked for.
 
-One dialogue is one task for the shared executor (:func:`idt_desk.experiment.run_tasks`).
+One dialogue is one task for the shared executor (:func:`idt_desk.experiments.executor.run_tasks`).
 Every completed turn is appended to ``out/dialogues/<key>.jsonl`` as it arrives: a dialogue
 that fails (a backend that stops answering, Ctrl-C, a crash) keeps its turns, is reported,
 and the same command run again carries it on from the next turn
-(:meth:`~sources.dialogue.DialogueSource.restore`). The key holds the test, condition, seed
+(:meth:`~idt_desk_sources.dialogue.DialogueSource.restore`). The key holds the test, condition, seed
 and every setting that changes what is asked, so a different model is a different dialogue.
 
 The analysis (after the dialogues, from their texts)
 ----------------------------------------------------
-Per turn: the IDT metrics from token counts (:class:`idt_desk.tokens.DialogueMetrics`, the
-session's own), the structural baselines of §11.5 (:mod:`idt_desk.embeddings`) when the
+Per turn: the IDT metrics from token counts (:class:`idt_desk.metrics.tokens.DialogueMetrics`, the
+session's own), the structural baselines of §11.5 (:mod:`idt_desk.metrics.embeddings`) when the
 ``embeddings`` extra is installed, and the judge's scores when ``--judge`` was on.
 
 - **Detection** (fixed before any result was seen): for each metric, the baseline is its
@@ -53,15 +53,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from idt_desk._io import InputError
-from idt_desk.tokens import (
-    ADJUSTED,
-    BASELINE_TURNS,
-    LENGTH_COLUMNS,
-    RESPONSE_TURNS,
-    detect_injection,
-    response_z,
-)
+from idt_desk.detection.turns import BASELINE_TURNS, RESPONSE_TURNS, detect_injection, response_z
+from idt_desk.errors import InputError
+from idt_desk.metrics.tokens import ADJUSTED, LENGTH_COLUMNS
 
 __all__ = ["HELP", "PAPER", "TESTS", "Dialogue", "DialogueConfig", "add_arguments",
            "make_dialogues", "run", "run_dialogue"]
@@ -140,7 +134,7 @@ class DialogueConfig:
             An unknown test or condition, a bad setting, too few turns.
 
         """
-        from sources.dialogue._source import CONDITIONS, DialogueSource
+        from idt_desk_sources.dialogue._source import CONDITIONS, DialogueSource
 
         bad = [t for t in self.tests if t not in TESTS]
         if bad or not self.tests:
@@ -239,8 +233,9 @@ def run_dialogue(task: Dialogue, *, run: bool = True) -> dict[str, Any]:
     dialogue is returned unfinished with the error, its turns kept. ``run=False`` only reads
     the turns kept so far.
     """
-    from idt_desk.source import SourcePaused
-    from sources.dialogue._source import DialogueSource
+    from idt_desk_sources.dialogue._source import DialogueSource
+
+    from idt_desk.live.source import SourcePaused
 
     test = TESTS[task.test]
     path = task.path
@@ -316,15 +311,16 @@ def turn_table(results: Sequence[dict[str, Any]], *, tokenizer: str | None = Non
                baselines: bool | None = None) -> Any:
     """One row per turn of every dialogue: texts, the IDT's metrics, baselines, judge.
 
-    The metrics come from :class:`idt_desk.tokens.DialogueMetrics` (the session's), the
-    baselines from :class:`idt_desk.embeddings.StructuralBaselines` when ``baselines`` (None:
+    The metrics come from :class:`idt_desk.metrics.tokens.DialogueMetrics` (the session's), the
+    baselines from :class:`idt_desk.metrics.embeddings.StructuralBaselines` when ``baselines``
+    (None:
     when installed). Columns a dialogue lacks are NaN.
     """
     import numpy as np
     import pandas as pd
 
-    from idt_desk import embeddings
-    from idt_desk.tokens import TOKENIZER, DialogueMetrics, load_tokenizer
+    from idt_desk.metrics import embeddings
+    from idt_desk.metrics.tokens import TOKENIZER, DialogueMetrics, load_tokenizer
 
     tok = load_tokenizer(tokenizer or TOKENIZER)
     use_baselines = embeddings.available() if baselines is None else baselines
@@ -368,7 +364,7 @@ def turn_table(results: Sequence[dict[str, Any]], *, tokenizer: str | None = Non
 
 
 def _injection_turns(turns: int) -> list[int]:
-    from sources.dialogue._texts import PAPER_SCHEDULE
+    from idt_desk_sources.dialogue._texts import PAPER_SCHEDULE
 
     return [k for k in PAPER_SCHEDULE if k + RESPONSE_TURNS - 1 <= turns]
 
@@ -416,7 +412,7 @@ def effect_sizes(rows: Any) -> list[dict[str, Any]]:
 
     Turns k and k + 1 of every injection against turns 1–30.
     """
-    from idt_desk.experiment import cohens_d
+    from idt_desk.stats import cohens_d
 
     dets = _detectors(rows)
     out = []
@@ -437,7 +433,7 @@ def correlations(rows: Any) -> list[dict[str, Any]]:
     Pearson's r with the prompt–reply cosine similarity (and with the judge's mean score when
     it was on) over all turns, Fisher's 95 % CI and p.
     """
-    from idt_desk.experiment import correlation
+    from idt_desk.stats import correlation
 
     out = []
     for (test, cond, seed), g in _dialogues(rows):
@@ -465,10 +461,10 @@ def summarize(rows: Any, results: Sequence[dict[str, Any]], config: DialogueConf
     """The ``summary.json`` content (module docstring for every rule)."""
     import numpy as np
 
-    from idt_desk import embeddings
-    from idt_desk.analyze import summarize as metric_table
-    from idt_desk.analyze import summary_document
-    from idt_desk.tokens import TOKENIZER, length_confound, load_tokenizer
+    from idt_desk.experiments.analyze import summarize as metric_table
+    from idt_desk.experiments.analyze import summary_document
+    from idt_desk.metrics import embeddings
+    from idt_desk.metrics.tokens import TOKENIZER, length_confound, load_tokenizer
 
     dets = _detectors(rows)
     inj = detection_table(rows)
@@ -586,7 +582,7 @@ def _matched(real: Sequence[dict[str, Any]], ctrl: Sequence[dict[str, Any]], d: 
     """
     import numpy as np
 
-    from idt_desk._detectors import matched_threshold
+    from idt_desk.detection.detectors import matched_threshold
 
     def peak(r: dict[str, Any]) -> float:
         z = [abs(x) for x in r[f"z_{d}"] if x is not None]
@@ -668,7 +664,7 @@ def reproduce(config: DialogueConfig, *, executor: Any | None = None, progress: 
         Bad settings, Dask missing, or an unreachable scheduler.
 
     """
-    from idt_desk.experiment import run_tasks
+    from idt_desk.experiments.executor import run_tasks
 
     config = config.resolved()
     tasks = make_dialogues(config)
@@ -914,7 +910,7 @@ def plot_figure4(rows: Any, summary: dict[str, Any], path: Path) -> None:
 
 def write_outputs(result: DialogueResult, out: Path) -> list[Path]:
     """``turns.csv``, ``summary.json``, ``table.md`` and ``figure4.png`` into ``out``."""
-    from idt_desk.experiment import write_report
+    from idt_desk.experiments.executor import write_report
 
     return write_report(out, rows=result.rows, rows_name="turns.csv", summary=result.summary,
                         markdown=format_tables(result.summary),
@@ -964,7 +960,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--turns", type=int, default=None,
                         help="turns per dialogue (default: each test's own, 100-200)")
     for name in _SETTING_OPTIONS:
-        from sources.dialogue._source import DialogueSource
+        from idt_desk_sources.dialogue._source import DialogueSource
 
         p = next(p for p in DialogueSource.settings if p.name == name)
         kw: dict[str, Any] = {"default": None, "help": (p.help or p.label)

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from sources.gym._source import GymSource
+from idt_desk_sources.gym._source import GymSource
 
 __all__ = ["GymSource"]

@@ -25,10 +25,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from idt_desk_sources.gym._policy import FrozenPolicy, PolicyError
 
-from idt_desk.presets import PRESETS
-from idt_desk.source import DIM_REDUCTION, HOLD, INPUT_FILTER, Batch, Param, Perturbation, Source
-from sources.gym._policy import FrozenPolicy, PolicyError
+from idt_desk import assets
+from idt_desk.live.source import (
+    DIM_REDUCTION,
+    HOLD,
+    INPUT_FILTER,
+    Batch,
+    Param,
+    Perturbation,
+    Source,
+)
+from idt_desk.metrics.presets import PRESETS
 
 __all__ = ["ACTIONS", "HALFCHEETAH_ACTIONS", "HALFCHEETAH_OBS", "GymSource", "default_policy",
            "step_together"]
@@ -45,7 +54,7 @@ HALFCHEETAH_ACTIONS = ("bthigh", "bshin", "bfoot", "fthigh", "fshin", "ffoot")
 _CHEETAH_GROUPS = dict(zip(("torso", "back_leg", "front_leg"), PRESETS["cheetah"].state_groups,
                            strict=True))
 #: Where the shipped policies live (in the repository, beside the packages).
-POLICY_DIR = Path(__file__).resolve().parents[2] / "assets" / "policies"
+POLICY_DIR = assets.path("policies")
 _MAX_RETURNS = 500
 #: How a policy acts, by name: its mean (``deterministic``, the authors' released evaluation and
 #: the default) or a sample from its distribution.
@@ -58,7 +67,7 @@ _OBS_UNIT = ("each variable's standard deviation (raw observations from the star
              "run to the switch-on)")
 
 
-_log = logging.getLogger("sources.gym")
+_log = logging.getLogger("idt_desk_sources.gym")
 
 
 def _route_mujoco_warnings() -> None:

@@ -27,7 +27,7 @@ HELP = "RL loop steps/s bare, with the IDT, and with the IDT and a recording"
 
 
 def _bare(policy: str, steps: int, deterministic: bool) -> float:
-    from sources.gym import GymSource
+    from idt_desk_sources.gym import GymSource
 
     src = GymSource(policy=policy, deterministic=deterministic)
     src.reset(seed=0)
@@ -42,8 +42,9 @@ def _bare(policy: str, steps: int, deterministic: bool) -> float:
 
 
 def _session(policy: str, steps: int, record: Path | None, deterministic: bool) -> float:
-    from idt_desk.session import Session, SessionConfig, run_headless
-    from sources.gym import GymSource
+    from idt_desk_sources.gym import GymSource
+
+    from idt_desk.live.session import Session, SessionConfig, run_headless
 
     session = Session(SessionConfig(speed=None),
                       source=GymSource(policy=policy, deterministic=deterministic), record=record)
@@ -61,7 +62,7 @@ def bench_rl(policy: str = "", steps: int = 6000, rounds: int = 3, print_fn=prin
 
     ``actions`` (deterministic or stochastic) is how the policy acts in all three.
     """
-    from sources.gym._source import default_policy
+    from idt_desk_sources.gym._source import default_policy
 
     det = actions == "deterministic"
     policy = policy or str(default_policy("HalfCheetah-v5"))
@@ -89,7 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default="", help="SB3 zip (default: the shipped one)")
     parser.add_argument("--steps", type=int, default=6000, help="steps per measurement")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (best kept)")
-    from sources.gym._source import ACTIONS
+    from idt_desk_sources.gym._source import ACTIONS
 
     parser.add_argument("--actions", choices=ACTIONS, default=ACTIONS[0],
                         help="how the policy acts (deterministic)")
@@ -98,7 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``idt-desk bench rl`` from parsed arguments."""
-    from idt_desk._validate import check_int
+    from idt_desk.cli.validate import check_int
 
     check_int("--steps", args.steps, 500, 10**7)
     check_int("--rounds", args.rounds, 1, 100)

@@ -4,7 +4,7 @@
 
 - **plain**: one environment and ``model.predict`` in a loop (what an evaluation script
   does), no IDT at all;
-- **lockstep**: :func:`sources.gym.reproduce.run_group` on one policy's trials (the control
+- **lockstep**: :func:`idt_desk_sources.gym.reproduce.run_group` on one policy's trials (the control
   and the eight perturbations by default): one batched forward pass per step for all of
   them, each trial through its own session (symbols, metric engine, monitor) and then the
   paper's per-trial analysis.
@@ -27,8 +27,7 @@ HELP = "reproduce cheetah's lockstep trials vs a plain one-env model.predict loo
 def _plain(policy: str, steps: int, deterministic: bool, seed: int = 0) -> float:
     import gymnasium as gym
     import stable_baselines3 as sb3
-
-    from sources.gym._policy import algorithm_of
+    from idt_desk_sources.gym._policy import algorithm_of
 
     model = getattr(sb3, algorithm_of(policy)).load(policy, device="cpu")
     env = gym.make("HalfCheetah-v5")
@@ -45,7 +44,13 @@ def _plain(policy: str, steps: int, deterministic: bool, seed: int = 0) -> float
 
 
 def _lockstep(policy: str, trials: int, episodes: int, deterministic: bool) -> float:
-    from sources.gym.reproduce import CONTROL, Trial, TrialGroup, _perturbation_names, run_group
+    from idt_desk_sources.gym.reproduce import (
+        CONTROL,
+        Trial,
+        TrialGroup,
+        _perturbation_names,
+        run_group,
+    )
 
     names = (CONTROL, *_perturbation_names())
     group = TrialGroup(policy, tuple(Trial(names[j % len(names)]) for j in range(trials)),
@@ -66,8 +71,7 @@ def bench_reproduce(policy: str = "", trials: int = 9, episodes: int = 2, rounds
     ``actions`` (deterministic or stochastic) is how both act.
     """
     import torch
-
-    from sources.gym._source import default_policy
+    from idt_desk_sources.gym._source import default_policy
 
     torch.set_num_threads(1)
     policy = policy or str(default_policy("HalfCheetah-v5"))
@@ -99,7 +103,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="trials stepped together (default 9: control + 8)")
     parser.add_argument("--episodes", type=int, default=2, help="episodes per trial (2)")
     parser.add_argument("--rounds", type=int, default=2)
-    from sources.gym._source import ACTIONS
+    from idt_desk_sources.gym._source import ACTIONS
 
     parser.add_argument("--actions", choices=ACTIONS, default=ACTIONS[0],
                         help="how the policy acts (deterministic)")
@@ -108,7 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``idt-desk bench reproduce``."""
-    from idt_desk._validate import check_int
+    from idt_desk.cli.validate import check_int
 
     check_int("--trials", args.trials, 1, 512)
     check_int("--episodes", args.episodes, 2, 100)

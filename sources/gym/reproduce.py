@@ -6,9 +6,9 @@ whether the IDT (P, H_f, H_b, ΔH, and their union) and the reward see it, and h
 
 One trial (a policy, a perturbation, optionally an Auto modulation)
 ----------------------------------------------------------------
-1. The live source (:class:`~sources.gym.GymSource`) runs ``episodes`` episodes of ``L``
+1. The live source (:class:`~idt_desk_sources.gym.GymSource`) runs ``episodes`` episodes of ``L``
    steps (the env's time limit: 1000 for HalfCheetah) through a
-   :class:`~idt_desk.session.Session`, seeded with ``seed``: every perturbed trial of a policy
+   :class:`~idt_desk.live.session.Session`, seeded with ``seed``: every perturbed trial of a policy
    shares its pre-onset steps exactly (same environment, same policy noise). The policy acts
    deterministically (its mean, ``model.predict(obs, deterministic=True)``, as every
    evaluation loop of the authors' released code does) or, with ``actions`` stochastic,
@@ -71,10 +71,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from idt_desk_sources.gym._source import ACTIONS
 
-from idt_desk._io import InputError
-from idt_desk._validate import check_float, check_int, check_out_dir
-from sources.gym._source import ACTIONS
+from idt_desk.cli.validate import check_float, check_int, check_out_dir
+from idt_desk.errors import InputError
 
 __all__ = [
     "HELP",
@@ -118,13 +118,13 @@ _LABEL = {"IDT": "IDT", "P": "P", "dH": "ΔH", "H_f": "H_f", "H_b": "H_b", "rewa
 
 
 def _perturbation_names() -> tuple[str, ...]:
-    from sources.gym._source import GymSource
+    from idt_desk_sources.gym._source import GymSource
 
     return tuple(p.name for p in GymSource.perturbations)
 
 
 def _shipped_policies() -> tuple[str, ...]:
-    from sources.gym._source import POLICY_DIR
+    from idt_desk_sources.gym._source import POLICY_DIR
 
     return tuple(str(p) for p in sorted(POLICY_DIR.glob("halfcheetah-v5-*.zip")))
 
@@ -169,9 +169,10 @@ class CheetahConfig:
         """
         from dataclasses import replace
 
-        from idt_desk._detectors import DETECTOR_KINDS, parse_budget
-        from idt_desk._validate import parse_auto, parse_switch
-        from sources.gym._source import _CHEETAH_GROUPS, GymSource
+        from idt_desk_sources.gym._source import _CHEETAH_GROUPS, GymSource
+
+        from idt_desk.cli.validate import parse_auto, parse_switch
+        from idt_desk.detection.detectors import DETECTOR_KINDS, parse_budget
 
         known = _perturbation_names()
         perts = self.perturbations or known
@@ -308,9 +309,9 @@ def analyze_trial(
     means and σ of P and ΔH, post-onset means of P and ΔH, the window count and the fraction
     of post-onset transitions outside the calibrated range.
     """
-    from idt_desk._engine import sliding_metrics, window_means
-    from idt_desk._monitor import IDT_METRICS, detect
-    from idt_desk._symbolize import Symbolizer
+    from idt_desk.detection.monitor import IDT_METRICS, detect
+    from idt_desk.metrics.engine import sliding_metrics, window_means
+    from idt_desk.metrics.symbolize import Symbolizer
 
     sym_s = Symbolizer(s.shape[1], preset.bins, preset.state_groups)
     sym_a = Symbolizer(a.shape[1], preset.bins, preset.action_groups)
@@ -363,7 +364,7 @@ def _records(w: dict[str, Any], det: Any, metrics: Sequence[str]) -> dict[str, s
     onset: the trial is detected at threshold θ iff its last record exceeds θ, and the latency
     is the first record above θ. So any threshold can be applied across trials afterwards.
     """
-    from idt_desk._detectors import DetectorSpec, detector_statistic, records, standardise
+    from idt_desk.detection.detectors import DetectorSpec, detector_statistic, records, standardise
 
     j0 = det.onset_index
     out = {}
@@ -402,7 +403,7 @@ def _matched(open_loop: Any) -> dict[str, Any] | None:
     perturbed = open_loop[open_loop["perturbation"] != CONTROL]
     if not len(control) or not len(perturbed):
         return None
-    from idt_desk._detectors import first_above, matched_threshold
+    from idt_desk.detection.detectors import first_above, matched_threshold
 
     allowed = math.floor(MATCHED_RATE * len(control) + 1e-9)
     out: dict[str, Any] = {"target_rate": MATCHED_RATE, "control_trials": len(control),
@@ -441,8 +442,9 @@ HAND = "by hand: "
 
 
 def _auto_config(spec: str) -> dict[str, Any] | None:
-    from idt_desk._validate import parse_auto
-    from sources.gym._source import GymSource
+    from idt_desk_sources.gym._source import GymSource
+
+    from idt_desk.cli.validate import parse_auto
 
     return parse_auto(spec, GymSource) if spec and not spec.startswith(HAND) else None
 
@@ -455,11 +457,11 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
     stand, and ``summary.json`` lists the errors.
     """
     import torch
+    from idt_desk_sources.gym._source import GymSource, step_together
 
-    from idt_desk._validate import parse_switch
-    from idt_desk.presets import PRESETS
-    from idt_desk.session import Session, SessionConfig
-    from sources.gym._source import GymSource, step_together
+    from idt_desk.cli.validate import parse_switch
+    from idt_desk.live.session import Session, SessionConfig
+    from idt_desk.metrics.presets import PRESETS
 
     # One torch thread per worker process (one process per core): a small MLP gains nothing
     # from more, and with every core busy extra threads spin (measured: 10 ms per layer).
@@ -614,7 +616,7 @@ def summarize_trials(rows: Any, config: CheetahConfig, wall: float) -> dict[str,
     Every protocol (``actions``) present gets its own block under ``protocols``; the first of
     ``config.actions`` is also written at the top level (the tables' main protocol).
     """
-    from idt_desk.analyze import summary_document
+    from idt_desk.experiments.analyze import summary_document
 
     rows = _with_defaults(rows, config)
     ok = rows[rows["error"] == ""]
@@ -692,7 +694,7 @@ def _pre_onset_runs(open_loop: Any, control: Any) -> Any:
 
 def _detection(open_loop: Any, seeds: list[str]) -> dict[str, Any]:
     """Detection statistics over the open-loop trials of ``seeds``."""
-    from idt_desk.experiment import paired_t_test
+    from idt_desk.stats import paired_t_test
 
     mine = open_loop[open_loop["policy"].isin(seeds)]
     perturbed = mine[mine["perturbation"] != CONTROL]
@@ -795,7 +797,7 @@ def reproduce(config: CheetahConfig, *, executor: Any | None = None, progress: b
     """
     import pandas as pd
 
-    from idt_desk.experiment import run_tasks
+    from idt_desk.experiments.executor import run_tasks
 
     config = config.resolved()
     groups = make_groups(config)
@@ -1118,7 +1120,7 @@ def plot_roc(rows: Any, path: Path) -> bool:
 
 def write_outputs(result: CheetahResult, out: Path) -> list[Path]:
     """``trials.csv``, ``summary.json``, ``table.md``, ``detection.png`` and ``roc.png``."""
-    from idt_desk.experiment import write_report
+    from idt_desk.experiments.executor import write_report
 
     files = write_report(out, rows=result.trials, rows_name="trials.csv",
                          summary=result.summary, markdown=format_tables(result.summary),

@@ -243,8 +243,7 @@ def train(
     import gymnasium as gym
     import stable_baselines3 as sb3
     import torch
-
-    from sources.gym._source import _route_mujoco_warnings
+    from idt_desk_sources.gym._source import _route_mujoco_warnings
 
     _route_mujoco_warnings()
     torch.set_num_threads(threads)
@@ -341,8 +340,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``idt-desk train``."""
-    from idt_desk._io import InputError
-    from idt_desk._validate import check_int, check_out_dir
+    from idt_desk.cli.validate import check_int, check_out_dir
+    from idt_desk.errors import InputError
 
     check_int("--seed", args.seed, 0, 2**32 - 1)
     check_int("--steps", args.steps, 1)

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from sources.pendulum._source import PendulumSource
+from idt_desk_sources.pendulum._source import PendulumSource
 
 __all__ = ["PendulumSource"]

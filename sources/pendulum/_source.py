@@ -6,9 +6,9 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+from idt_desk_sources.pendulum._dynamics import PendulumParams, Stepper, energy
 
-from idt_desk.source import Batch, Param, Perturbation, Source
-from sources.pendulum._dynamics import PendulumParams, Stepper, energy
+from idt_desk.live.source import Batch, Param, Perturbation, Source
 
 __all__ = ["PendulumSource"]
 

@@ -13,7 +13,7 @@ One trial
 2. At ``onset`` (20 s) a perturbation switches on until the end (a one-shot kick at 20 s,
    repeated kicks every 2 s), or nothing: the **control** trials.
 3. The windows are flagged by each detector exactly as the live monitor flags them (the
-   same :class:`~idt_desk._monitor.Monitor`, fed the windows in order):
+   same :class:`~idt_desk.detection.monitor.Monitor`, fed the windows in order):
 
    - ``paper``: the first window beyond 3σ of the baseline (the paper's rule, uncalibrated);
    - ``persistence``: 5 windows in a row beyond a kσ calibrated to the budget (the live
@@ -28,7 +28,7 @@ One trial
 Matched false-alarm rate: for the paper rule and persistence the IDT statistic after the
 onset (largest over the four components of |z|, or of the smallest |z| of the last 5
 windows) is kept as its running-maximum records, and the threshold is set so that at most
-5 % of the control trials exceed it (``idt_desk._detectors.matched_threshold``): detection
+5 % of the control trials exceed it (``idt_desk.detection.detectors.matched_threshold``): detection
 and latency are then compared at that false-alarm rate.
 """
 
@@ -46,7 +46,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from idt_desk._detectors import (
+from idt_desk.cli.validate import check_float, check_int, check_out_dir
+from idt_desk.detection.detectors import (
     DETECTOR_KINDS,
     DetectorSpec,
     detector_statistic,
@@ -55,11 +56,10 @@ from idt_desk._detectors import (
     parse_budget,
     records,
 )
-from idt_desk._io import InputError
-from idt_desk._monitor import IDT_METRICS
-from idt_desk._pipeline import build_monitor, judge
-from idt_desk._validate import check_float, check_int, check_out_dir
-from idt_desk.experiment import run_tasks, write_report
+from idt_desk.detection.monitor import IDT_METRICS
+from idt_desk.errors import InputError
+from idt_desk.experiments.executor import run_tasks, write_report
+from idt_desk.pipeline import build_monitor, judge
 
 HELP = "detect the pendulum's perturbations, with false alarms counted on unperturbed runs"
 
@@ -119,8 +119,9 @@ class AlarmsConfig:
             parse_budget(self.budget)
         except ValueError as exc:
             raise InputError(f"--false-alarms: {exc}") from None
-        from idt_desk.presets import PRESETS
-        from sources.pendulum import PendulumSource
+        from idt_desk_sources.pendulum import PendulumSource
+
+        from idt_desk.metrics.presets import PRESETS
 
         p = PRESETS[PendulumSource.presets[0]]
         ready = (p.window + (CALIBRATION_WINDOWS + BASELINE_WINDOWS - 1) * p.stride) / 1000
@@ -134,8 +135,9 @@ class AlarmsConfig:
 
 def run_trial(task: AlarmTask) -> dict[str, Any]:
     """Simulate one trial and flag its windows with every detector (see the module)."""
-    from idt_desk.session import Session, SessionConfig, run_headless
-    from sources.pendulum import PendulumSource
+    from idt_desk_sources.pendulum import PendulumSource
+
+    from idt_desk.live.session import Session, SessionConfig, run_headless
 
     cond = {c[0]: c for c in CONDITIONS}[task.condition]
     src = PendulumSource(random_start=True)
@@ -177,7 +179,7 @@ def run_trial(task: AlarmTask) -> dict[str, Any]:
 
 
 def _summary(config: AlarmsConfig, trials: pd.DataFrame, wall: float) -> dict[str, Any]:
-    from idt_desk.analyze import summarize, summary_document
+    from idt_desk.experiments.analyze import summarize, summary_document
 
     control = trials[trials["condition"] == "none"]
     out: dict[str, Any] = summary_document(

@@ -1,7 +1,7 @@
 """Speed of the pendulum integrator against scipy's ``solve_ivp`` in the same run.
 
 ``idt-desk bench pendulum``: simulated seconds per wall second of
-:func:`sources.pendulum._dynamics.integrate` on a 20 s chaotic run (θ1 = 2.0, θ2 = 2.5 rad,
+:func:`idt_desk_sources.pendulum._dynamics.integrate` on a 20 s chaotic run (θ1 = 2.0, θ2 = 2.5 rad,
 released from rest, equal masses), against ``scipy.integrate.solve_ivp`` with ``RK45`` (the
 same Dormand–Prince pair) and ``DOP853`` at the same tolerances (``rtol = atol = 1e-9``,
 ``max_step = 1 ms``, output at the 1 kHz samples). scipy gets an independent plain-Python
@@ -18,8 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-
-from sources.pendulum._dynamics import PendulumParams, integrate
+from idt_desk_sources.pendulum._dynamics import PendulumParams, integrate
 
 __all__ = ["HELP", "add_arguments", "bench_pendulum", "run"]
 

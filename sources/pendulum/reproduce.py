@@ -13,13 +13,14 @@ One run
    damping. (The paper says only "symmetric (equal bob masses) and asymmetric (unequal bob
    masses)"; the ratio range is our choice.)
 2. Initial condition from ``numpy.random.default_rng([seed, run])``:
-   :func:`~sources.pendulum._dynamics.random_initial_condition`, i.e. released from rest with
+   :func:`~idt_desk_sources.pendulum._dynamics.random_initial_condition`, i.e. released from rest
+   with
    ``θ1, θ2`` independent and uniform on ``(−π, π]``.
-3. :func:`~sources.pendulum._dynamics.integrate` for ``seconds`` at 1 kHz (Dormand–Prince
+3. :func:`~idt_desk_sources.pendulum._dynamics.integrate` for ``seconds`` at 1 kHz (Dormand–Prince
    5(4), ``rtol = atol = 1e-9``, ``max_step = 1 ms``, the paper's settings). A run whose
    relative energy drift exceeds ``VALID_DRIFT`` (0.05 %, the paper's criterion) is *invalid*:
    it is counted and left out of every statistic.
-4. :func:`~sources.pendulum._dynamics.ftle` over the same ``seconds`` (Benettin's method,
+4. :func:`~idt_desk_sources.pendulum._dynamics.ftle` over the same ``seconds`` (Benettin's method,
    separation 1e-8, renormalised every 10 ms; natural log, units 1/s).
 5. The authors' pipeline, exactly as ``idt-desk analyze`` runs it on their released sample:
    transitions S = rows ``0 … n−1``, S' = rows ``1 … n``, angles unwrapped, each of
@@ -55,25 +56,26 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
-from idt_desk._engine import sliding_metrics
-from idt_desk._io import InputError, Trajectory
-from idt_desk._validate import check_int, check_out_dir
-from idt_desk.analyze import summarize, summary_document, symbolize_trajectory
-from idt_desk.experiment import (
-    default_workers,
-    executor_description,
-    run_tasks,
-    write_report,
-)
-from idt_desk.presets import Preset, get_preset
-from sources.pendulum._dynamics import (
+from idt_desk_sources.pendulum._dynamics import (
     VALID_DRIFT,
     PendulumParams,
     ftle,
     integrate,
     random_initial_condition,
 )
+
+from idt_desk.cli.validate import check_int, check_out_dir
+from idt_desk.errors import InputError
+from idt_desk.experiments.analyze import summarize, summary_document, symbolize_trajectory
+from idt_desk.experiments.executor import (
+    default_workers,
+    executor_description,
+    run_tasks,
+    write_report,
+)
+from idt_desk.metrics.engine import sliding_metrics
+from idt_desk.metrics.presets import Preset, get_preset
+from idt_desk.recordings.trajectory import Trajectory
 
 __all__ = [
     "BATCH_PRESETS",

@@ -38,17 +38,15 @@ from typing import Any
 
 import numpy as np
 
-from idt_desk import embeddings
-from idt_desk._agency import agency_conditions
-from idt_desk._monitor import ADJUSTED_METRICS, IDT_METRICS, Baseline, Monitor
-from idt_desk._pipeline import FLAG_COLUMNS, WindowStage, build_monitor, judge
-from idt_desk._symbolize import Symbolizer
-from idt_desk.controller import AutoController
-from idt_desk.embeddings import StructuralBaselines
-from idt_desk.presets import PRESETS, Preset
-from idt_desk.recording import Recorder
-from idt_desk.source import Batch, Source, SourcePaused
-from idt_desk.tokens import (
+from idt_desk.detection.agency import agency_conditions
+from idt_desk.detection.auto import AutoController
+from idt_desk.detection.monitor import ADJUSTED_METRICS, IDT_METRICS, Baseline, Monitor
+from idt_desk.live.source import Batch, Source, SourcePaused
+from idt_desk.metrics import embeddings
+from idt_desk.metrics.embeddings import StructuralBaselines
+from idt_desk.metrics.presets import PRESETS, Preset
+from idt_desk.metrics.symbolize import Symbolizer
+from idt_desk.metrics.tokens import (
     CONFOUND_METRICS,
     LENGTH_COLUMNS,
     TOKENIZER,
@@ -56,6 +54,8 @@ from idt_desk.tokens import (
     length_confound,
     load_tokenizer,
 )
+from idt_desk.pipeline import FLAG_COLUMNS, WindowStage, build_monitor, judge
+from idt_desk.recordings._recording import Recorder
 
 __all__ = ["WINDOW_COLUMNS", "Session", "SessionConfig", "Snapshot", "undefined_reason"]
 
@@ -64,9 +64,11 @@ WINDOW_COLUMNS = (
     "start", "end", "t", "P", "H_f", "H_b", "dH", "MI", "H_S", "H_A", "H_S_next", "H_SA",
     "H_SAS", "H_A_given_S", "MI_A_S_next_given_S", "K_SAS", "unique_frac", "out_of_range",
     "reward", "x_P", "x_H_f", "x_H_b", "x_dH", "x_IDT", "x_reward",
-    # The structural baselines of a dialogue (turn path, idt_desk.embeddings); NaN elsewhere.
+    # The structural baselines of a dialogue (turn path, idt_desk.metrics.embeddings); NaN
+    # elsewhere.
     "cos_sim", "adjacent", "drift",
-    # A dialogue's token counts and length-adjusted metrics with their flags (idt_desk.tokens).
+    # A dialogue's token counts and length-adjusted metrics with their flags
+    # (idt_desk.metrics.tokens).
     *LENGTH_COLUMNS, *ADJUSTED_METRICS, *(f"x_{m}" for m in (*ADJUSTED_METRICS, "IDT_adj")),
 )
 #: Wall-clock granularity of real-time pacing (s).
@@ -96,7 +98,7 @@ class SessionConfig:
     detector
         ``persistence`` (default: ``persist`` windows in a row beyond a calibrated kσ),
         ``cusum`` (two-sided, reference ``drift`` σ) or ``paper`` (the first window beyond
-        ``k`` σ, uncalibrated: the paper's rule). See ``idt_desk._detectors``.
+        ``k`` σ, uncalibrated: the paper's rule). See ``idt_desk.detection.detectors``.
     false_alarms
         The false-alarm budget in loop time ("1/h", "1/100turns", "1/10episodes"); None: the
         source's ``default_budget``. The IDT components share it; reward has its own.
@@ -141,9 +143,10 @@ class SessionConfig:
     #: ``tokenizer`` applies, no calibration, the baseline is the first ``baseline_windows``
     #: turns).
     metric_path: str = "windows"
-    #: Tokenizer of the "turns" path (``idt_desk.tokens.load_tokenizer``); None: the default.
+    #: Tokenizer of the "turns" path (``idt_desk.metrics.tokens.load_tokenizer``); None: the
+    #: default.
     tokenizer: str | None = None
-    #: The "turns" path's structural baselines (``idt_desk.embeddings``: cosine similarities
+    #: The "turns" path's structural baselines (``idt_desk.metrics.embeddings``: cosine similarities
     #: of sentence embeddings, extra columns beside the metrics): None computes them when the
     #: embeddings extra is installed, True requires it, False never.
     baselines: bool | None = None
@@ -194,7 +197,7 @@ class Snapshot:
     out_of_range_warning: dict[str, Any] | None = None
     #: Windows so far whose P is undefined (see :func:`undefined_reason`).
     n_undefined: int = 0
-    #: The agency conditions of the latest W transitions (``idt_desk._agency``), refreshed
+    #: The agency conditions of the latest W transitions (``idt_desk.detection.agency``), refreshed
     #: every ``AGENCY_EVERY`` seconds; None for a passive source or before the first window.
     agency: dict[str, Any] | None = None
     #: Why the source paused the loop (``SourcePaused``), until it is resumed.
@@ -264,7 +267,7 @@ class Session:
     ) -> None:
         self.config = config or SessionConfig()
         if source is None:
-            from idt_desk.plugins import load_source
+            from idt_desk.live.plugins import load_source
 
             source = load_source(self.config.source)(**self.config.settings)
         self.source = source
@@ -762,7 +765,7 @@ class Session:
     def _watch_length(self, table: Mapping[str, np.ndarray], k: int) -> None:
         """Gather the baseline turns' metrics and counts; at its end, the length confound.
 
-        ``info["length_confound"]``: :func:`idt_desk.tokens.length_confound` over the
+        ``info["length_confound"]``: :func:`idt_desk.metrics.tokens.length_confound` over the
         baseline turns (the dashboard shows it beside the transcript).
         """
         need = int(self.config.baseline_windows or 0)
@@ -979,11 +982,11 @@ class Session:
         ``windows.{fmt}`` (the latest ``history`` windows, every one of a shorter session),
         ``events.{fmt}`` (all of them) and ``config.json`` (the session and preset, and what
         is missing: the transitions, which only a recording keeps). The same layout and
-        writer as :func:`idt_desk.recording.export_recording`.
+        writer as :func:`idt_desk.recordings._recording.export_recording`.
         """
         import pandas as pd
 
-        from idt_desk.recording import Recording, _json_safe, export_recording
+        from idt_desk.recordings._recording import Recording, _json_safe, export_recording
 
         with self._lock:
             windows = self._ring.tail(self.config.history)

@@ -7,9 +7,10 @@ start-up (as npe2's ``discover`` does), so one broken plugin cannot take the app
 Two groups, one mechanism (:class:`PluginEntry`, cached per group):
 
 ``idt_desk.sources``
-    ``NAME = "package.module:SourceClass"``, a :class:`~idt_desk.source.Source` subclass.
+    ``NAME = "package.module:SourceClass"``, a :class:`~idt_desk.live.source.Source` subclass.
 ``idt_desk.commands``
-    ``NAME = "package.module"``, a command of ``idt-desk``. ``NAME`` is ``GROUP.NAME`` for a
+    ``NAME = "package.module"`` (or ``"package.module:object"``), a command of ``idt-desk``.
+    ``NAME`` is ``GROUP.NAME`` for a
     subcommand under one of the core's parent commands (``"reproduce.pendulum"`` is
     ``idt-desk reproduce pendulum``) or a bare ``NAME`` for a top-level command
     (``"train"``). The module provides ``add_arguments(parser)``, which adds its options to
@@ -26,7 +27,7 @@ from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
 from typing import Any, ClassVar
 
-from idt_desk.source import Source
+from idt_desk.live.source import Source
 
 __all__ = [
     "COMMANDS_GROUP",
@@ -39,6 +40,7 @@ __all__ = [
     "SourceLoadError",
     "discover",
     "discover_commands",
+    "duplicate_commands",
     "load_source",
 ]
 
@@ -109,7 +111,7 @@ class PluginEntry:
 
 @dataclass
 class SourceEntry(PluginEntry):
-    """A registered source; :meth:`load` gives its :class:`~idt_desk.source.Source` class."""
+    """A registered source; :meth:`load` gives its :class:`~idt_desk.live.source.Source` class."""
 
     kind: ClassVar[str] = "source"
     load_error: ClassVar[type[PluginLoadError]] = SourceLoadError
@@ -165,26 +167,43 @@ class CommandEntry(PluginEntry):
         return doc.splitlines()[0] if doc else ""
 
     def _problem(self, obj: Any) -> str | None:
-        if not isinstance(obj, ModuleType):
-            return f"{self.value} is not a module"
         if not callable(getattr(obj, "add_arguments", None)):
             return f"{self.value} has no add_arguments(parser)"
         return None
 
-    def load(self) -> ModuleType:
-        """Import the command's module (once); raise :class:`CommandLoadError` with the reason."""
+    def load(self) -> ModuleType | Any:
+        """Import the command's module or object (once); raise :class:`CommandLoadError`."""
         return super().load()
 
 
 _caches: dict[str, dict[str, Any]] = {}
 
 
+_duplicates: dict[str, list[PluginEntry]] = {}
+
+
 def _discover(group: str, entry_type: type[PluginEntry], refresh: bool) -> dict[str, Any]:
-    """The group's entry points by name, sorted, as ``entry_type`` entries (cached)."""
+    """The group's entry points by name, sorted, as ``entry_type`` entries (cached).
+
+    A name registered twice keeps its first entry (in the order the installed distributions
+    list them); the others are kept apart, never imported (:func:`duplicate_commands`).
+    """
     if refresh or group not in _caches:
         eps = sorted(entry_points(group=group), key=lambda ep: ep.name)
-        _caches[group] = {ep.name: entry_type(ep.name, ep.value, ep) for ep in eps}
+        entries: dict[str, Any] = {}
+        _duplicates[group] = []
+        for ep in eps:
+            if ep.name in entries:
+                _duplicates[group].append(entry_type(ep.name, ep.value, ep))
+            else:
+                entries[ep.name] = entry_type(ep.name, ep.value, ep)
+        _caches[group] = entries
     return _caches[group]
+
+
+def duplicate_commands() -> list[CommandEntry]:
+    """Commands whose name an earlier entry point already took (after :func:`discover_commands`)."""
+    return list(_duplicates.get(COMMANDS_GROUP, []))
 
 
 def discover(refresh: bool = False) -> dict[str, SourceEntry]:

@@ -16,12 +16,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from idt_desk._engine import sliding_metrics, surrogate_null, window_means
-from idt_desk._io import InputError, Trajectory
-from idt_desk._monitor import IDT_METRICS, Detection, detect
-from idt_desk._pipeline import build_monitor
-from idt_desk._symbolize import Symbolizer, wrap_angle
-from idt_desk.presets import ANGLE_MODES, Preset
+from idt_desk.detection.monitor import IDT_METRICS, Detection, detect
+from idt_desk.errors import InputError
+from idt_desk.metrics.engine import sliding_metrics, surrogate_null, window_means
+from idt_desk.metrics.presets import ANGLE_MODES, Preset
+from idt_desk.metrics.symbolize import Symbolizer, wrap_angle
+from idt_desk.pipeline import build_monitor
+from idt_desk.recordings.trajectory import Trajectory
 
 __all__ = [
     "SATURATED",
@@ -256,25 +257,23 @@ def analyze_dialogue(path: str | Path, baseline_turns: int | None = None,
     """The per-turn metrics of a dialogue recording, their length confound, its injections.
 
     Every turn of the recording's ``turns.jsonl`` goes through
-    :class:`idt_desk.tokens.DialogueMetrics` with the recording's tokenizer (the session's
+    :class:`idt_desk.metrics.tokens.DialogueMetrics` with the recording's tokenizer (the session's
     own computation, so the raw metrics equal the recorded ones), which also gives the token
     counts and the length-adjusted metrics. The summary has the metrics over the baseline
     turns (the recording's ``baseline_windows``, else 30), ``length_confound``
-    (:func:`idt_desk.tokens.length_confound`) and, for every turn whose S' was injected, the
+    (:func:`idt_desk.metrics.tokens.length_confound`) and, for every turn whose S' was injected, the
     signed z of each of :data:`DIALOGUE_DETECTORS` at that turn and the two after it and the
-    3σ verdict (:func:`idt_desk.tokens.detect_injection`).
+    3σ verdict (:func:`idt_desk.detection.turns.detect_injection`).
     """
-    from idt_desk.recording import load_recording
-    from idt_desk.tokens import (
-        BASELINE_TURNS,
+    from idt_desk.detection.turns import BASELINE_TURNS, detect_injection, response_z
+    from idt_desk.metrics.tokens import (
         CONFOUND_METRICS,
         TOKENIZER,
         DialogueMetrics,
-        detect_injection,
         length_confound,
         load_tokenizer,
-        response_z,
     )
+    from idt_desk.recordings._recording import load_recording
 
     rec = load_recording(path)
     turns = [t for t in rec.turns if not t.get("history")]

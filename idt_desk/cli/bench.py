@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from idt_desk._engine import sliding_metrics
-from idt_desk._reference import reference_metrics
+from idt_desk.metrics.engine import sliding_metrics
+from idt_desk.metrics.reference import reference_metrics
 
 __all__ = ["bench_engine"]
 
@@ -82,7 +82,7 @@ def bench_memory(
     """
     import psutil
 
-    from idt_desk.session import Session, SessionConfig
+    from idt_desk.live.session import Session, SessionConfig
 
     proc = psutil.Process()
     session = Session(SessionConfig(source=source, speed=None))

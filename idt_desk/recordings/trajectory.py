@@ -11,11 +11,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-__all__ = ["InputError", "Trajectory", "load_trajectory", "read_table"]
+from idt_desk.errors import InputError
 
-
-class InputError(ValueError):
-    """A file or argument the user gave cannot be used; the message says why in one line."""
+__all__ = ["Trajectory", "load_trajectory", "read_table"]
 
 
 @dataclass

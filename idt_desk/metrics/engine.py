@@ -26,7 +26,7 @@ from collections.abc import Mapping
 import numba
 import numpy as np
 
-from idt_desk._hashing import hash1, hash2, hash3, splitmix_next
+from idt_desk.metrics._hashing import hash1, hash2, hash3, splitmix_next
 
 __all__ = [
     "WINDOW_KEYS",

@@ -12,7 +12,8 @@ a group of cheetah trials) and a function that does one. :func:`run_tasks` execu
 
 with a progress bar, and returns the results in task order whatever order they finished in.
 :func:`write_report` writes the outputs every reproduction has: a per-row CSV, the shared
-``summary.json`` layout (:func:`idt_desk.analyze.summary_document`), a Markdown table and a
+``summary.json`` layout (:func:`idt_desk.experiments.analyze.summary_document`), a Markdown table
+and a
 figure.
 """
 
@@ -29,10 +30,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from idt_desk._io import InputError
+from idt_desk.errors import InputError
 
-__all__ = ["DASK_MISSING", "betainc", "cohens_d", "correlation", "dask_client", "default_workers",
-           "executor_description", "paired_t_test", "run_tasks", "write_report"]
+__all__ = ["DASK_MISSING", "dask_client", "default_workers", "executor_description", "run_tasks",
+           "write_report"]
 
 DASK_MISSING = "install the dask extra: pip install 'idt-desk[dask]'"
 
@@ -262,7 +263,7 @@ def write_report(
     rows, rows_name
         The per-row table (a pandas DataFrame) and its file name: a CSV, without the index.
     summary
-        A :func:`~idt_desk.analyze.summary_document`: ``out/summary.json``.
+        A :func:`~idt_desk.experiments.analyze.summary_document`: ``out/summary.json``.
     markdown
         The table beside the paper's values: ``out/table.md``.
     figure, figure_name
@@ -274,7 +275,7 @@ def write_report(
         The files written.
 
     """
-    from idt_desk.analyze import write_summary
+    from idt_desk.experiments.analyze import write_summary
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -286,153 +287,3 @@ def write_report(
         paths.append(out / figure_name)
         figure(paths[-1])
     return paths
-
-
-# ---------------------------------------------------------------------------------------------
-# Statistics the reproductions report
-# ---------------------------------------------------------------------------------------------
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the regularised incomplete beta (modified Lentz)."""
-    tiny, eps = 1e-300, 1e-15
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 10_000):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < eps:
-            break
-    return h
-
-
-def betainc(a: float, b: float, x: float) -> float:
-    """The regularised incomplete beta function I_x(a, b), for a, b > 0 and 0 <= x <= 1."""
-    import math
-
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    ln = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-          + a * math.log(x) + b * math.log1p(-x))
-    front = math.exp(ln)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def paired_t_test(x: Sequence[float], y: Sequence[float]) -> dict[str, float | int | None]:
-    """Student's paired t-test of ``x`` against ``y`` (two-sided), over pairs both finite.
-
-    Returns ``{"t", "p", "n", "df", "mean_difference"}``; t and p are None with fewer than
-    two pairs, and when every difference is the same (no spread) t is ±inf (p = 0) or, when
-    they are all 0, None (p = 1).
-    """
-    import math
-
-    import numpy as np
-
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    ok = np.isfinite(x) & np.isfinite(y)
-    d = x[ok] - y[ok]
-    n = int(d.size)
-    out: dict[str, float | int | None] = {"t": None, "p": None, "n": n, "df": max(n - 1, 0),
-                                          "mean_difference": float(d.mean()) if n else None}
-    if n < 2:
-        return out
-    mean, sd = float(d.mean()), float(d.std(ddof=1))
-    if sd == 0.0:
-        if mean != 0.0:
-            out.update(t=math.copysign(math.inf, mean), p=0.0)
-        else:
-            out.update(p=1.0)
-        return out
-    t = mean / (sd / math.sqrt(n))
-    df = n - 1
-    out.update(t=t, p=betainc(df / 2.0, 0.5, df / (df + t * t)))
-    return out
-
-
-def correlation(x: Sequence[float], y: Sequence[float], level: float = 0.95
-                ) -> dict[str, Any]:
-    """Pearson's r of ``x`` and ``y`` over pairs both finite, its confidence interval and p.
-
-    The interval is Fisher's: tanh(atanh(r) ± z / sqrt(n − 3)), z the normal quantile of
-    ``level`` (None with fewer than 4 pairs); p is the two-sided t-test of r = 0 with n − 2
-    degrees of freedom (None with fewer than 3 pairs). A constant series has no r (None).
-    Returns ``{"r", "ci", "p", "n", "level"}``: the layout of the paper's Table 6 and §11.5
-    ("r = 0.838, 95 % CI [0.77, 0.89]").
-    """
-    import math
-    from statistics import NormalDist
-
-    import numpy as np
-
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    ok = np.isfinite(x) & np.isfinite(y)
-    x, y = x[ok], y[ok]
-    n = int(x.size)
-    out: dict[str, Any] = {"r": None, "ci": None, "p": None, "n": n, "level": level}
-    if n < 3:
-        return out
-    dx, dy = x - x.mean(), y - y.mean()
-    sxx, syy = float(dx @ dx), float(dy @ dy)
-    if sxx == 0.0 or syy == 0.0:
-        return out
-    r = max(-1.0, min(1.0, float(dx @ dy) / math.sqrt(sxx * syy)))
-    df = n - 2
-    if abs(r) == 1.0:
-        p = 0.0
-    else:
-        t2 = r * r * df / (1.0 - r * r)
-        p = betainc(df / 2.0, 0.5, df / (df + t2))
-    out.update(r=r, p=p)
-    if n >= 4:
-        if abs(r) == 1.0:
-            out["ci"] = (r, r)
-        else:
-            z = NormalDist().inv_cdf(0.5 + level / 2.0)
-            half = z / math.sqrt(n - 3)
-            out["ci"] = (math.tanh(math.atanh(r) - half), math.tanh(math.atanh(r) + half))
-    return out
-
-
-def cohens_d(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Cohen's d of ``x`` against ``y``: (mean x − mean y) / pooled σ, over finite values.
-
-    The pooled σ is sqrt(((n_x − 1) s_x² + (n_y − 1) s_y²) / (n_x + n_y − 2)), each s with
-    ddof 1. None with fewer than two values in either group; ±inf (0 difference: None) when
-    both groups are constant.
-    """
-    import math
-
-    import numpy as np
-
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    x, y = x[np.isfinite(x)], y[np.isfinite(y)]
-    nx, ny = x.size, y.size
-    if nx < 2 or ny < 2:
-        return None
-    pooled = math.sqrt(((nx - 1) * x.var(ddof=1) + (ny - 1) * y.var(ddof=1)) / (nx + ny - 2))
-    diff = float(x.mean() - y.mean())
-    if pooled == 0.0:
-        return None if diff == 0.0 else math.copysign(math.inf, diff)
-    return diff / pooled

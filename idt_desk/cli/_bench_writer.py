@@ -1,6 +1,6 @@
 """The writer of ``idt-desk bench follow``: a loop recording as fast as it can.
 
-``python -m idt_desk._bench_writer PATH [--rate R] [--seconds S] [--batch B] [--stdin]``
+``python -m idt_desk.cli._bench_writer PATH [--rate R] [--seconds S] [--batch B] [--stdin]``
 writes a recording with :class:`idt_desk.Recorder` (2-D state, 1-D action, window 300,
 stride 50) for ``S`` seconds (with ``--stdin``: or until its standard input closes), ``B``
 transitions per ``add``, paced to at most ``R`` transitions a second (no other sleep). After
@@ -36,7 +36,7 @@ def batch(rng: np.random.Generator, i0: int, n: int) -> tuple[np.ndarray, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m idt_desk._bench_writer")
+    p = argparse.ArgumentParser(prog="python -m idt_desk.cli._bench_writer")
     p.add_argument("path")
     p.add_argument("--rate", type=float, default=100_000.0,
                    help="most transitions per second (default 100,000)")

@@ -1,13 +1,14 @@
 """The one pipeline from (S, A, S') rows to flagged windows.
 
 :class:`WindowStage` symbolises transitions with symbolisers calibrated on the first windows,
-pushes them through the :class:`~idt_desk._engine.MetricEngine`, and gives each window the
+pushes them through the :class:`~idt_desk.metrics.engine.MetricEngine`, and gives each window the
 mean of per-transition columns over its W transitions (reward, the fraction clamped to an
 edge bin) and the value of others at its last transition (loop time, episode).
-:func:`judge` flags windows with a :class:`~idt_desk._monitor.Monitor`: no verdict (NaN) for
+:func:`judge` flags windows with a :class:`~idt_desk.detection.monitor.Monitor`: no verdict (NaN)
+for
 the windows the symbols were calibrated on and for the baseline's.
 
-The live session (``idt_desk.session``), the Gymnasium wrapper and SB3 callback
+The live session (``idt_desk.live.session``), the Gymnasium wrapper and SB3 callback
 (``idt_desk.gym``) and the reproductions that run sessions all go through these two, so a
 wrapper's windows and alarms equal a session's on the same stream.
 """
@@ -18,11 +19,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from idt_desk._detectors import DetectorSpec, parse_budget
-from idt_desk._engine import MetricEngine
-from idt_desk._monitor import ADJUSTED_METRICS, IDT_METRICS, Monitor
-from idt_desk._symbolize import Symbolizer
-from idt_desk.presets import Preset
+from idt_desk.detection.detectors import DetectorSpec, parse_budget
+from idt_desk.detection.monitor import ADJUSTED_METRICS, IDT_METRICS, Monitor
+from idt_desk.metrics.engine import MetricEngine
+from idt_desk.metrics.presets import Preset
+from idt_desk.metrics.symbolize import Symbolizer
 
 __all__ = ["FLAG_COLUMNS", "WindowStage", "build_monitor", "judge"]
 
@@ -180,7 +181,7 @@ def build_monitor(
     metrics
         Detectors to track (IDT components; ``reward`` for a loop with reward).
     baseline_windows, detector, false_alarms, k, persist, drift
-        As :class:`~idt_desk.session.SessionConfig`.
+        As :class:`~idt_desk.live.session.SessionConfig`.
     rate
         Transitions per second of loop time (None: a budget in seconds is refused).
     stride, window

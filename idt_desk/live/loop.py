@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from idt_desk.source import Batch, Source
+from idt_desk.live.source import Batch, Source
 
 __all__ = ["Recorder"]
 
@@ -104,7 +104,7 @@ class Recorder:
         Whether ``add`` is given rewards (a reward plot and alarm).
     preset, bins, window, stride, calibration_windows, baseline_windows, detector,
     false_alarms
-        The pipeline, as ``idt-desk run`` takes it (``idt_desk.session.SessionConfig``).
+        The pipeline, as ``idt-desk run`` takes it (``idt_desk.live.session.SessionConfig``).
     chunk
         Transitions gathered before the pipeline runs (the recording is flushed at least
         every ``flush_seconds`` all the same).
@@ -129,7 +129,7 @@ class Recorder:
         chunk: int = 1000,
         flush_seconds: float = 0.25,
     ) -> None:
-        from idt_desk.session import Session, SessionConfig
+        from idt_desk.live.session import Session, SessionConfig
 
         if not list(state_names):
             raise ValueError("state_names: a loop needs at least one state variable")

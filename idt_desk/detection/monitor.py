@@ -13,14 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from idt_desk._detectors import (
+from idt_desk.detection.detectors import (
     Budget,
     Calibration,
     DetectorSpec,
     calibrate,
     detector_statistic,
 )
-from idt_desk.tokens import ADJUSTED
+from idt_desk.metrics.tokens import ADJUSTED
 
 __all__ = [
     "ADJUSTED_METRICS",
@@ -37,7 +37,8 @@ __all__ = [
 #: The IDT alarm is the union of excursions of these four.
 IDT_METRICS = ("P", "H_f", "H_b", "dH")
 
-#: A dialogue's length-adjusted metrics (``idt_desk.tokens``): a detector group of their own,
+#: A dialogue's length-adjusted metrics (``idt_desk.metrics.tokens``): a detector group of their
+#: own,
 #: with its own false-alarm budget and its union alarm ``IDT_adj``.
 ADJUSTED_METRICS = tuple(ADJUSTED.values())
 
@@ -245,7 +246,8 @@ def detect(
 class Monitor:
     """Live detector: the first ``n_baseline`` windows set the baseline, later ones are flagged.
 
-    The baseline windows calibrate a detector (``idt_desk._detectors``) to a false-alarm budget
+    The baseline windows calibrate a detector (``idt_desk.detection.detectors``) to a false-alarm
+    budget
     in loop time: the four IDT components share the budget (their union is the IDT alarm);
     a dialogue's four length-adjusted metrics share another, the same (their union is
     ``IDT_adj``); reward, when tracked, is a detector of its own with the same budget. A

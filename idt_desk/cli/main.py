@@ -12,20 +12,24 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from idt_desk._detectors import DETECTOR_KINDS, parse_budget
-from idt_desk._io import InputError
-from idt_desk._validate import (
+from idt_desk.cli.validate import (
     build_source,
     check_float,
     check_int,
     check_limit,
     check_out_dir,
-    key_values,
     parse_auto,
     parse_speed,
     schedule_switches,
 )
-from idt_desk.plugins import CommandEntry, PluginLoadError, discover_commands
+from idt_desk.detection.detectors import DETECTOR_KINDS, parse_budget
+from idt_desk.errors import InputError
+from idt_desk.live.plugins import (
+    CommandEntry,
+    PluginLoadError,
+    discover_commands,
+    duplicate_commands,
+)
 
 __all__ = ["main"]
 
@@ -49,7 +53,7 @@ def _names(text: str) -> list[str]:
 
 
 def _add_analyze(sub: argparse._SubParsersAction) -> None:
-    from idt_desk.presets import ANGLE_MODES, PRESETS
+    from idt_desk.metrics.presets import ANGLE_MODES, PRESETS
 
     p = sub.add_parser(
         "analyze",
@@ -108,7 +112,7 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
 
 def _run_analyze_dialogue(args: argparse.Namespace) -> int:
     """``analyze`` of a dialogue recording: per-turn metrics, length confound, injections."""
-    from idt_desk.analyze import analyze_dialogue, format_table, write_outputs
+    from idt_desk.experiments.analyze import analyze_dialogue, format_table, write_outputs
 
     check_out_dir(args.out, "--out")
     if args.baseline_windows is not None:
@@ -137,14 +141,14 @@ def _z(zs: list[float | None]) -> str:
 def _run_analyze(args: argparse.Namespace) -> int:
     if args.file.is_dir() and (args.file / "turns.jsonl").is_file():
         return _run_analyze_dialogue(args)
-    from idt_desk._io import load_trajectory
-    from idt_desk.analyze import (
+    from idt_desk.experiments.analyze import (
         analyze_trajectory,
         format_table,
         preset_with_overrides,
         write_outputs,
     )
-    from idt_desk.presets import Preset, get_preset
+    from idt_desk.metrics.presets import Preset, get_preset
+    from idt_desk.recordings.trajectory import load_trajectory
 
     base = get_preset(args.preset) if args.preset else Preset(
         "custom", "set from the command line", bins=16, window=300, stride=75,
@@ -245,26 +249,6 @@ def _add_bench(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     e.add_argument("--window", type=int, default=300)
     e.add_argument("--repeats", type=int, default=3)
     e.set_defaults(func=_run_bench_engine)
-    g = bsub.add_parser("gui", help="GUI frame rate with a source at maximum speed")
-    g.add_argument("--seconds", type=float, default=10.0)
-    g.add_argument("--source", default="pendulum", help="source to run (default pendulum)")
-    g.set_defaults(func=_run_bench_gui)
-    st = bsub.add_parser("storm", help="click storm soak: random actions on the window, per "
-                         "source, with exceptions and the memory curve")
-    st.add_argument("--minutes", type=float, default=5.0, help="minutes per source (default 5)")
-    st.add_argument("--source", action="append", default=None,
-                    help="source to storm (repeat; default: pendulum and gym)")
-    st.add_argument("--seed", type=int, default=0)
-    st.add_argument("--only", choices=("all", "lifecycle"), default="all",
-                    help="'lifecycle': only Start and Stop (the RL leak's bisection)")
-    st.set_defaults(func=_run_bench_storm)
-    f = bsub.add_parser("follow", help="the window following a recording a fast writer "
-                        "writes: writer vs follower rate, lag, GUI frame rate")
-    f.add_argument("--seconds", type=float, default=20.0,
-                   help="seconds measured, after the warm-up (default 20)")
-    f.add_argument("--rate", type=float, default=100_000.0,
-                   help="the writer's target in transitions/s (default 100,000)")
-    f.set_defaults(func=_run_bench_follow)
     m = bsub.add_parser("memory", help="RSS over a long headless run (flat memory)")
     m.add_argument("--seconds", type=float, default=1800.0, help="wall seconds (default 1800)")
     m.add_argument("--source", default="pendulum")
@@ -272,34 +256,8 @@ def _add_bench(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     return bsub
 
 
-def _run_bench_gui(args: argparse.Namespace) -> int:
-    from idt_desk.gui_main import bench_gui
-
-    bench_gui(seconds=args.seconds, source=args.source)
-    return 0
-
-
-def _run_bench_follow(args: argparse.Namespace) -> int:
-    from idt_desk.gui_main import bench_follow
-
-    check_float("--seconds", args.seconds, 0.5)
-    check_float("--rate", args.rate, 1.0)
-    res = bench_follow(seconds=args.seconds, rate=args.rate)
-    return 0 if res["final_follower_rows"] == res["final_writer_rows"] else 1
-
-
-def _run_bench_storm(args: argparse.Namespace) -> int:
-    from idt_desk.gui_main import bench_storm
-
-    failed = 0
-    for source in args.source or ["pendulum", "gym"]:
-        failed += bench_storm(minutes=args.minutes, source=source, seed=args.seed,
-                              lifecycle_only=args.only == "lifecycle")
-    return 1 if failed else 0
-
-
 def _run_bench_memory(args: argparse.Namespace) -> int:
-    from idt_desk.bench import bench_memory
+    from idt_desk.cli.bench import bench_memory
 
     bench_memory(seconds=args.seconds, source=args.source)
     return 0
@@ -367,14 +325,14 @@ def _failed_command(entry: CommandEntry) -> Callable[[argparse.Namespace], int]:
 
 
 def _run_bench_engine(args: argparse.Namespace) -> int:
-    from idt_desk.bench import bench_engine
+    from idt_desk.cli.bench import bench_engine
 
     bench_engine(n=args.n, window=args.window, repeats=args.repeats)
     return 0
 
 
 def _add_session_options(p: argparse.ArgumentParser) -> None:
-    from idt_desk.presets import PRESETS
+    from idt_desk.metrics.presets import PRESETS
 
     p.add_argument("--source", default="pendulum", help="source name (see: idt-desk sources)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
@@ -432,8 +390,8 @@ def _steps(args: argparse.Namespace, rate: float) -> int | None:
 
 def _build_session(args: argparse.Namespace, source, speed: float | None,
                    record: Path | None, auto: dict | None = None):
-    from idt_desk.presets import PRESETS
-    from idt_desk.session import Session, SessionConfig
+    from idt_desk.live.session import Session, SessionConfig
+    from idt_desk.metrics.presets import PRESETS
 
     preset = PRESETS.get(args.preset) if args.preset else None
     n_state = len(source.state_names)
@@ -523,7 +481,7 @@ def _deferred_signals() -> Iterator[list[int]]:
 
 def _progress_text(snap) -> str:
     """The progress line's status: transitions' time, windows, the latest P and its state."""
-    from idt_desk import session as session_module
+    from idt_desk.live import session as session_module
 
     w = snap.windows
     j = len(w["P"]) - 1
@@ -557,7 +515,7 @@ def _progress_text(snap) -> str:
 def _run_run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from idt_desk.session import run_headless
+    from idt_desk.live.session import run_headless
 
     # Every option is checked before anything is built, simulated or written.
     speed = parse_speed(args.speed)
@@ -685,7 +643,7 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_export(args: argparse.Namespace) -> int:
-    from idt_desk.recording import RecordingError, export_recording, load_recording
+    from idt_desk.recordings._recording import RecordingError, export_recording, load_recording
 
     check_out_dir(args.out, "--out")
     if args.out.resolve() == args.recording.resolve():
@@ -710,7 +668,7 @@ def _add_sources(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def _run_sources(args: argparse.Namespace) -> int:
-    from idt_desk.plugins import SourceLoadError, discover
+    from idt_desk.live.plugins import SourceLoadError, discover
 
     for name, entry in discover().items():
         try:
@@ -734,138 +692,11 @@ def _run_sources(args: argparse.Namespace) -> int:
             print(f"    {name}: FAILED TO LOAD ({entry.value}): {entry.error}")
         else:
             print(f"    {name}: {entry.value}")
+    for dup in duplicate_commands():  # a name an earlier entry point took
+        where = dup.leaf if dup.parent is None else f"{dup.parent} {dup.leaf}"
+        print(f"    {dup.name}: SKIPPED ({dup.value}): clashes with the command "
+              f"'idt-desk {where}' ({discover_commands()[dup.name].value})")
     return 0
-
-
-def _add_gui(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("gui", help="open the desktop dashboard (the default command)")
-    p.add_argument("--source", default="pendulum", help="source to select (default pendulum)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
-                   help="set a declared source setting (repeatable)")
-    p.add_argument("--start", action="store_true",
-                   help="start the session at once (plain `idt-desk` does)")
-    p.add_argument("--speed", default="1",
-                   help="multiple of real time (> 0) or 'max' (default 1)")
-    p.add_argument("--record", type=Path, metavar="DIR",
-                   help="folder for recordings; with --start, record from the start")
-    p.add_argument("--perturb", action="append", default=[], metavar="SPEC",
-                   help="with --start, schedule a perturbation: NAME[:k=v,...]@START[-END] (s)")
-    p.add_argument("--modulate", action="append", default=[], metavar="SPEC",
-                   help="with --start, schedule a modulation: NAME[:k=v,...]@START[-END] (s)")
-    _add_window_args(p)
-    p.set_defaults(func=_run_gui)
-
-
-def _add_window_args(p: argparse.ArgumentParser) -> None:
-    """--screenshot, --quit-after and --size (gui, watch; checked by _window_options)."""
-    p.add_argument("--screenshot", type=Path, help="save a PNG of the window, then quit")
-    p.add_argument("--quit-after", type=float, default=None,
-                   help="seconds before the screenshot / quitting")
-    p.add_argument("--size", metavar="WxH", help="window size in pixels, e.g. 1024x700")
-
-
-def _window_options(args: argparse.Namespace) -> tuple[int, int] | None:
-    """Check --quit-after, --size and --screenshot (gui, watch); the size, if given."""
-    check_float("--quit-after", args.quit_after, 0.0)
-    size = None
-    if args.size is not None:
-        w, x, h = args.size.lower().partition("x")
-        if not (x and w.isdigit() and h.isdigit() and 200 <= int(w) <= 10000
-                and 200 <= int(h) <= 10000):
-            raise InputError(f"--size {args.size}: give WIDTHxHEIGHT in pixels, e.g. 1024x700")
-        size = (int(w), int(h))
-    if args.screenshot is not None:
-        if args.screenshot.suffix.lower() not in (".png", ".jpg", ".jpeg", ".bmp"):
-            raise InputError(f"--screenshot {args.screenshot}: must end in .png, .jpg or .bmp")
-        check_out_dir(args.screenshot.parent, "--screenshot")
-        if args.screenshot.is_dir():
-            raise InputError(f"--screenshot {args.screenshot}: is a directory; give a file")
-    return size
-
-
-def _add_watch(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "watch", help="open the dashboard on a recording another program is writing "
-        "(idt_desk.Recorder, IDT Desk's own) and keep up as it grows",
-        description="PATH is a recording, or a folder of them: then the runs are listed "
-        "and the one that started last is followed; when a new run starts in the folder, "
-        "the window switches to it. Waits for the writer to start. Headless, the same is "
-        "`idt-desk run --source replay --set path=RUN --set follow=true`.")
-    p.add_argument("path", type=Path, help="a recording directory, or a folder of runs")
-    p.add_argument("--silence", type=float, default=10.0,
-                   help="seconds without new data (and no session_end) after which the "
-                   "writer counts as stopped (default 10)")
-    p.add_argument("--wait", type=float, default=600.0,
-                   help="seconds to wait for a run to appear (default 600)")
-    _add_window_args(p)
-    p.set_defaults(func=_run_watch)
-
-
-def _run_watch(args: argparse.Namespace) -> int:
-    import json
-    import time
-
-    from idt_desk.gui_main import run_gui
-    from idt_desk.recording import _runs_by_start, newest_recording
-
-    check_float("--silence", args.silence, 0.5)
-    check_float("--wait", args.wait, 0.0)
-    size = _window_options(args)
-    deadline = time.monotonic() + args.wait
-    said = False
-    while (run := newest_recording(args.path)) is None:
-        if time.monotonic() > deadline:
-            raise InputError(f"{args.path}: no recording appeared within {args.wait:g} s")
-        if not said:
-            print(f"idt-desk watch: waiting for a recording in {args.path} …", file=sys.stderr)
-            said = True
-        time.sleep(0.2)
-    folder = None if run == args.path else args.path
-    if folder is not None:
-        runs = _runs_by_start(folder)
-        print(f"idt-desk watch: {len(runs)} run{'s' if len(runs) != 1 else ''} in {folder} "
-              "(by start, the latest last):", file=sys.stderr)
-        for started, d in runs:
-            try:
-                done = bool(json.loads((d / "config.json").read_bytes()).get("complete"))
-            except (OSError, ValueError, AttributeError):
-                done = False
-            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
-            print(f"  {d.name}  started {when}  "
-                  f"{'ended' if done else 'open (being written, or its writer died)'}",
-                  file=sys.stderr)
-    print(f"idt-desk watch: following {run}"
-          + (f"; a run that starts in {folder} later is followed in its turn"
-             if folder is not None else ""), file=sys.stderr)
-    return run_gui(source="replay", settings={"path": str(run), "follow": True,
-                                              "silence": args.silence, "wait": args.wait},
-                   start=True, speed=None, screenshot=args.screenshot,
-                   quit_after=args.quit_after, size=size, watch_folder=folder)
-
-
-def _run_gui(args: argparse.Namespace) -> int:
-    from idt_desk.gui_main import run_gui
-
-    # The same checks as `idt-desk run`, before any window opens.
-    speed = parse_speed(args.speed)
-    check_out_dir(args.record, "--record")
-    size = _window_options(args)
-    for option, specs in (("--perturb", args.perturb), ("--modulate", args.modulate)):
-        if specs and not args.start:
-            raise InputError(f"{option} {specs[0]}: needs --start (scheduled times count "
-                             "from the session's start)")
-    source = build_source(args.source, args.set)
-    try:
-        schedule = [*schedule_switches(args.perturb, source),
-                    *schedule_switches(args.modulate, source, kind="modulate")]
-    finally:
-        source.close()
-    settings = {k: source.config[k] for k in key_values(args.set, "--set")}
-    return run_gui(
-        source=source.name, settings=settings, start=args.start, speed=speed,
-        screenshot=args.screenshot, quit_after=args.quit_after, record=args.record,
-        schedule=schedule, size=size,
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -875,8 +706,6 @@ def build_parser() -> argparse.ArgumentParser:
         description="IDT Desk: live bi-predictability (P, H_f, H_b, dH) of closed loops.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    _add_gui(sub)
-    _add_watch(sub)
     _add_run(sub)
     _add_analyze(sub)
     _add_export(sub)
@@ -906,7 +735,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"idt-desk {args.command}: interrupted", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -70,10 +70,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ADJUSTED", "BASELINE_TURNS", "CONFOUND_METRICS", "LENGTH_COLUMNS", "MIN_POOL_TURNS",
-           "RESPONSE_TURNS", "TOKENIZER", "DialogueMetrics", "LengthNull", "Tokenizer",
-           "detect_injection", "length_confound", "load_tokenizer", "pooled_metrics",
-           "response_z"]
+__all__ = ["ADJUSTED", "CONFOUND_METRICS", "LENGTH_COLUMNS", "MIN_POOL_TURNS", "TOKENIZER",
+           "DialogueMetrics", "LengthNull", "Tokenizer", "length_confound", "load_tokenizer",
+           "pooled_metrics"]
 
 #: Token counts of a turn's S, A and S' (columns of every turn's row).
 LENGTH_COLUMNS = ("n_S", "n_A", "n_S_next")
@@ -147,7 +146,7 @@ def pooled_metrics(s: np.ndarray, a: np.ndarray, s_next: np.ndarray, vocab: int
                    ) -> dict[str, float]:
     """The per-turn metrics of token-id arrays S, A and S' (module docstring).
 
-    Returns the columns a metric window has (``idt_desk.session.WINDOW_COLUMNS``) that token
+    Returns the columns a metric window has (``idt_desk.live.session.WINDOW_COLUMNS``) that token
     counts define. ``unique_frac`` is the share of distinct tokens in the pooled text (how far
     from saturation the plug-in estimates are, as for a window of symbols).
     """
@@ -330,10 +329,10 @@ def length_confound(dialogues: Sequence[Mapping[str, Any]], baseline_turns: int 
     :data:`LENGTH_COLUMNS`: Pearson's r of the metric with log(1 + count) over the first
     ``baseline_turns`` turns of every dialogue, each dialogue's means removed first (so a
     dialogue that is longer-winded all along does not make a correlation by itself), with
-    Fisher's 95 % CI and p (:func:`idt_desk.experiment.correlation`); ``per_dialogue`` has
+    Fisher's 95 % CI and p (:func:`idt_desk.stats.correlation`); ``per_dialogue`` has
     each dialogue's own r.
     """
-    from idt_desk.experiment import correlation
+    from idt_desk.stats import correlation
 
     def within(col: str, log: bool) -> tuple[np.ndarray, list[np.ndarray]]:
         parts = []
@@ -357,56 +356,3 @@ def length_confound(dialogues: Sequence[Mapping[str, Any]], baseline_turns: int 
             block[c] = res
         out[m] = block
     return out
-
-# ---------------------------------------------------------------------------------------------
-# The per-turn 3σ rule (``reproduce dialogue``, ``analyze`` of a dialogue recording)
-# ---------------------------------------------------------------------------------------------
-
-#: Turns 1..BASELINE_TURNS are a dialogue's baseline (paper §11.4).
-BASELINE_TURNS = 30
-#: Turns after an injection looked at: the injected turn k, k + 1 and k + 2.
-RESPONSE_TURNS = 3
-
-
-def detect_injection(values: Sequence[float], k: int, *, baseline_turns: int = BASELINE_TURNS,
-                     response: int = RESPONSE_TURNS, sigmas: float = 3.0
-                     ) -> tuple[bool, int | None]:
-    """Whether a series leaves its baseline's mean ± ``sigmas``·σ soon after turn ``k``.
-
-    ``values`` start at turn 1. Looked at: turns ``k`` .. ``k + response − 1``; returns
-    (detected, latency = first such turn − k, or None). The baseline is turns
-    1..``baseline_turns`` (finite values, σ with ddof 1).
-    """
-    v = np.asarray(values, dtype=np.float64)
-    mu, sd = _baseline(v, baseline_turns)
-    if math.isnan(sd):
-        return False, None
-    for j in range(k, min(k + response, len(v) + 1)):
-        x = v[j - 1]
-        if np.isfinite(x) and abs(x - mu) > sigmas * sd:
-            return True, j - k
-    return False, None
-
-
-def response_z(values: Sequence[float], k: int, *, baseline_turns: int = BASELINE_TURNS,
-               response: int = RESPONSE_TURNS) -> list[float | None]:
-    """Signed distance of turns ``k`` .. ``k + response − 1`` from the baseline mean, in σ.
-
-    None for a missing or undefined turn. The direction of an excursion, detected or not.
-    """
-    v = np.asarray(values, dtype=np.float64)
-    mu, sd = _baseline(v, baseline_turns)
-    out: list[float | None] = []
-    for j in range(k, k + response):
-        x = v[j - 1] if j <= len(v) else np.nan
-        out.append(float((x - mu) / sd) if sd > 0 and np.isfinite(x) else None)
-    return out
-
-
-def _baseline(v: Any, turns: int) -> tuple[float, float]:
-    """Mean and σ (ddof 1) of the finite values of turns 1..``turns`` (NaN σ: under two)."""
-    base = v[:turns]
-    base = base[np.isfinite(base)]
-    if base.size < 2:
-        return math.nan, math.nan
-    return float(base.mean()), float(base.std(ddof=1))

@@ -30,10 +30,9 @@ def run_gui(
     ``watch_folder``: a folder of runs (``idt-desk watch FOLDER``); the window follows a run
     that starts there later in its turn.
     """
+    from idt_desk_widgets.main_window import MainWindow
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
-
-    from widgets.main_window import MainWindow
 
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY") and \
             not os.environ.get("QT_QPA_PLATFORM") and sys.platform.startswith("linux"):
@@ -114,10 +113,9 @@ def bench_storm(minutes: float = 5.0, source: str = "pendulum", seed: int = 0,
 
     if not os.environ.get("DISPLAY") and not os.environ.get("QT_QPA_PLATFORM"):
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    from idt_desk_widgets.main_window import MainWindow
+    from idt_desk_widgets.storm import ClickStorm, print_report
     from PySide6.QtWidgets import QApplication
-
-    from widgets.main_window import MainWindow
-    from widgets.storm import ClickStorm, print_report
 
     app = QApplication.instance() or QApplication(["idt-desk"])
     with tempfile.TemporaryDirectory(prefix="idt-storm-") as tmp:
@@ -160,9 +158,8 @@ def bench_gui(seconds: float = 10.0, print_fn: Any = print, source: str = "pendu
 
     if not os.environ.get("DISPLAY") and not os.environ.get("QT_QPA_PLATFORM"):
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    from idt_desk_widgets.main_window import MainWindow
     from PySide6.QtWidgets import QApplication
-
-    from widgets.main_window import MainWindow
 
     app = QApplication.instance() or QApplication(["idt-desk"])
     results: dict[str, float] = {}
@@ -212,7 +209,7 @@ def bench_follow(seconds: float = 20.0, rate: float = 100_000.0, batch: int = 10
                  warmup: float = 3.0, print_fn: Any = print) -> dict[str, float]:
     """Whether the window following a recording keeps up with a fast writer: the figures.
 
-    A writer process (``python -m idt_desk._bench_writer``: ``idt_desk.Recorder``, 2-D
+    A writer process (``python -m idt_desk.cli._bench_writer``: ``idt_desk.Recorder``, 2-D
     state, 1-D action, ``batch`` transitions an ``add``, window 300, stride 50) writes as
     fast as it can up to ``rate`` transitions/s; the real window follows it (the replay
     source, ``follow=true``; offscreen when there is no display). After the follower has
@@ -234,9 +231,8 @@ def bench_follow(seconds: float = 20.0, rate: float = 100_000.0, batch: int = 10
 
     if not os.environ.get("DISPLAY") and not os.environ.get("QT_QPA_PLATFORM"):
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    from idt_desk_widgets.main_window import MainWindow
     from PySide6.QtWidgets import QApplication
-
-    from widgets.main_window import MainWindow
 
     app = QApplication.instance() or QApplication(["idt-desk"])
 
@@ -253,7 +249,7 @@ def bench_follow(seconds: float = 20.0, rate: float = 100_000.0, batch: int = 10
     with tempfile.TemporaryDirectory(prefix="idt-follow-") as tmp:
         run = Path(tmp) / "run"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "idt_desk._bench_writer", str(run), "--rate", f"{rate:g}",
+            [sys.executable, "-m", "idt_desk.cli._bench_writer", str(run), "--rate", f"{rate:g}",
              "--batch", str(batch), "--seconds", "3600", "--stdin"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         written: dict[str, Any] = {"at": time.monotonic(), "n": 0, "done": None}

@@ -1,6 +1,6 @@
 """One validation path for the command line and the GUI launch.
 
-Every check raises :class:`~idt_desk._io.InputError` with one line that starts with the
+Every check raises :class:`~idt_desk.errors.InputError` with one line that starts with the
 option, says what is wrong and what is allowed; ``idt-desk`` prints it as
 ``idt-desk COMMAND: error: --option VALUE: ...`` and exits with code 2. Everything here runs
 before anything is simulated, read in bulk or written.
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from idt_desk._io import InputError
+from idt_desk.errors import InputError
 
 __all__ = [
     "LIMITS",
@@ -137,7 +137,7 @@ def key_values(items: Iterable[str] | None, option: str) -> dict[str, str]:
 
 
 def _allowed(p: Any) -> str:
-    """What a declared :class:`~idt_desk.source.Param` accepts, in words."""
+    """What a declared :class:`~idt_desk.live.source.Param` accepts, in words."""
     if p.choices:
         return "one of " + ", ".join(p.choices)
     if p.kind is bool:
@@ -179,7 +179,7 @@ def build_source(name: str, settings: Iterable[str] | None) -> Any:
 
     Returns the constructed source (the caller closes it or hands it to a session).
     """
-    from idt_desk.plugins import SourceLoadError, load_source
+    from idt_desk.live.plugins import SourceLoadError, load_source
 
     try:
         cls = load_source(name)

@@ -18,7 +18,8 @@ made so far kept, and the next ``step`` after a resume carries on.
 
 The metric stage is the source's choice (``metric_path``): ``"windows"`` (symbols of the
 numeric S, A, S' over sliding windows: pendulum, RL) or ``"turns"`` (one row per transition
-from the token counts of the texts in ``Batch.turns``: a dialogue, ``idt_desk.tokens``). Both
+from the token counts of the texts in ``Batch.turns``: a dialogue, ``idt_desk.metrics.tokens``).
+Both
 give the session one table of the same columns.
 """
 
@@ -219,7 +220,7 @@ class Batch:
     events: list[dict[str, Any]] = field(default_factory=list)
     done: bool = False
     #: One mapping of texts per transition, for a ``metric_path = "turns"`` source (see
-    #: ``idt_desk.tokens.DialogueMetrics`` for the keys the metrics read); recorded as is.
+    #: ``idt_desk.metrics.tokens.DialogueMetrics`` for the keys the metrics read); recorded as is.
     turns: list[dict[str, Any]] | None = None
 
     def __len__(self) -> int:
@@ -248,7 +249,7 @@ class Source(ABC):
     state_names: tuple[str, ...] = ()
     action_names: tuple[str, ...] = ()
     has_reward: bool = False
-    #: The false-alarm budget a session uses unless told otherwise (``idt_desk._detectors``
+    #: The false-alarm budget a session uses unless told otherwise (``idt_desk.detection.detectors``
     #: ``parse_budget``): per hour of loop time; a dialogue's is per turns.
     default_budget: str = "1/h"
     #: Steps of an episode, for false-alarm budgets per episode (None: no episodes).
@@ -392,7 +393,7 @@ def check_source(cls: type[Source], settings: Mapping[str, Any] | None = None,
     perturbation (and modulation) on and off, checks determinism under a seed, and closes it.
     Raises :class:`SourceCheckError` listing every problem.
     """
-    from idt_desk.presets import PRESETS
+    from idt_desk.metrics.presets import PRESETS
 
     problems: list[str] = []
     if not (isinstance(cls, type) and issubclass(cls, Source)):

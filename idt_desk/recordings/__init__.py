@@ -1,0 +1,26 @@
+"""Session recordings (paper §9's "every transition kept"): write, read, follow, export.
+
+A recording is a folder: ``config.json`` (source, settings, pipeline), ``transitions.csv``
+(every (S, A, S') row), ``windows.csv`` (the metrics and flags of every window),
+``events.jsonl`` (perturbations, modulations, alarms, notes) and, for a dialogue,
+``turns.jsonl``. This package writes one while a loop runs, reads it back (saying what is
+missing from a killed one), follows one another process is writing, and exports it to
+CSV or Parquet. :mod:`~idt_desk.recordings.trajectory` reads plain (S, A, S') trajectory
+files for ``idt-desk analyze``.
+"""
+
+from __future__ import annotations
+
+from idt_desk.recordings._recording import (
+    FORMAT_VERSION,
+    Recorder,
+    Recording,
+    RecordingError,
+    RecordingTail,
+    export_recording,
+    load_recording,
+    newest_recording,
+)
+
+__all__ = ["FORMAT_VERSION", "Recorder", "Recording", "RecordingError", "RecordingTail",
+           "export_recording", "load_recording", "newest_recording"]

@@ -1,0 +1,224 @@
+"""The desktop's commands, contributed to ``idt-desk`` as plugins (``idt_desk.commands``).
+
+``idt-desk gui`` (and plain ``idt-desk``), ``idt-desk watch`` and the window's benchmarks
+``idt-desk bench gui|follow|storm``: their options, checks and entry functions. They live
+with the widgets so that the Qt-free core never imports the GUI; ``pyproject.toml`` names
+each object below as an entry point, as it does the sources' commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+from idt_desk.cli.validate import (
+    build_source,
+    check_float,
+    check_out_dir,
+    key_values,
+    parse_speed,
+    schedule_switches,
+)
+from idt_desk.errors import InputError
+
+__all__ = ["BENCH_FOLLOW", "BENCH_GUI", "BENCH_STORM", "GUI", "WATCH"]
+
+
+def _gui_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--source", default="pendulum", help="source to select (default pendulum)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
+                   help="set a declared source setting (repeatable)")
+    p.add_argument("--start", action="store_true",
+                   help="start the session at once (plain `idt-desk` does)")
+    p.add_argument("--speed", default="1",
+                   help="multiple of real time (> 0) or 'max' (default 1)")
+    p.add_argument("--record", type=Path, metavar="DIR",
+                   help="folder for recordings; with --start, record from the start")
+    p.add_argument("--perturb", action="append", default=[], metavar="SPEC",
+                   help="with --start, schedule a perturbation: NAME[:k=v,...]@START[-END] (s)")
+    p.add_argument("--modulate", action="append", default=[], metavar="SPEC",
+                   help="with --start, schedule a modulation: NAME[:k=v,...]@START[-END] (s)")
+    _add_window_args(p)
+
+
+def _add_window_args(p: argparse.ArgumentParser) -> None:
+    """--screenshot, --quit-after and --size (gui, watch; checked by _window_options)."""
+    p.add_argument("--screenshot", type=Path, help="save a PNG of the window, then quit")
+    p.add_argument("--quit-after", type=float, default=None,
+                   help="seconds before the screenshot / quitting")
+    p.add_argument("--size", metavar="WxH", help="window size in pixels, e.g. 1024x700")
+
+
+def _window_options(args: argparse.Namespace) -> tuple[int, int] | None:
+    """Check --quit-after, --size and --screenshot (gui, watch); the size, if given."""
+    check_float("--quit-after", args.quit_after, 0.0)
+    size = None
+    if args.size is not None:
+        w, x, h = args.size.lower().partition("x")
+        if not (x and w.isdigit() and h.isdigit() and 200 <= int(w) <= 10000
+                and 200 <= int(h) <= 10000):
+            raise InputError(f"--size {args.size}: give WIDTHxHEIGHT in pixels, e.g. 1024x700")
+        size = (int(w), int(h))
+    if args.screenshot is not None:
+        if args.screenshot.suffix.lower() not in (".png", ".jpg", ".jpeg", ".bmp"):
+            raise InputError(f"--screenshot {args.screenshot}: must end in .png, .jpg or .bmp")
+        check_out_dir(args.screenshot.parent, "--screenshot")
+        if args.screenshot.is_dir():
+            raise InputError(f"--screenshot {args.screenshot}: is a directory; give a file")
+    return size
+
+
+def _watch_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "PATH is a recording, or a folder of them: then the runs are listed "
+        "and the one that started last is followed; when a new run starts in the folder, "
+        "the window switches to it. Waits for the writer to start. Headless, the same is "
+        "`idt-desk run --source replay --set path=RUN --set follow=true`.")
+    p.add_argument("path", type=Path, help="a recording directory, or a folder of runs")
+    p.add_argument("--silence", type=float, default=10.0,
+                   help="seconds without new data (and no session_end) after which the "
+                   "writer counts as stopped (default 10)")
+    p.add_argument("--wait", type=float, default=600.0,
+                   help="seconds to wait for a run to appear (default 600)")
+    _add_window_args(p)
+
+
+def _run_watch(args: argparse.Namespace) -> int:
+    import json
+    import time
+
+    from idt_desk_widgets.app import run_gui
+
+    from idt_desk.recordings._recording import _runs_by_start, newest_recording
+
+    check_float("--silence", args.silence, 0.5)
+    check_float("--wait", args.wait, 0.0)
+    size = _window_options(args)
+    deadline = time.monotonic() + args.wait
+    said = False
+    while (run := newest_recording(args.path)) is None:
+        if time.monotonic() > deadline:
+            raise InputError(f"{args.path}: no recording appeared within {args.wait:g} s")
+        if not said:
+            print(f"idt-desk watch: waiting for a recording in {args.path} …", file=sys.stderr)
+            said = True
+        time.sleep(0.2)
+    folder = None if run == args.path else args.path
+    if folder is not None:
+        runs = _runs_by_start(folder)
+        print(f"idt-desk watch: {len(runs)} run{'s' if len(runs) != 1 else ''} in {folder} "
+              "(by start, the latest last):", file=sys.stderr)
+        for started, d in runs:
+            try:
+                done = bool(json.loads((d / "config.json").read_bytes()).get("complete"))
+            except (OSError, ValueError, AttributeError):
+                done = False
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
+            print(f"  {d.name}  started {when}  "
+                  f"{'ended' if done else 'open (being written, or its writer died)'}",
+                  file=sys.stderr)
+    print(f"idt-desk watch: following {run}"
+          + (f"; a run that starts in {folder} later is followed in its turn"
+             if folder is not None else ""), file=sys.stderr)
+    return run_gui(source="replay", settings={"path": str(run), "follow": True,
+                                              "silence": args.silence, "wait": args.wait},
+                   start=True, speed=None, screenshot=args.screenshot,
+                   quit_after=args.quit_after, size=size, watch_folder=folder)
+
+
+def _run_gui(args: argparse.Namespace) -> int:
+    from idt_desk_widgets.app import run_gui
+
+    # The same checks as `idt-desk run`, before any window opens.
+    speed = parse_speed(args.speed)
+    check_out_dir(args.record, "--record")
+    size = _window_options(args)
+    for option, specs in (("--perturb", args.perturb), ("--modulate", args.modulate)):
+        if specs and not args.start:
+            raise InputError(f"{option} {specs[0]}: needs --start (scheduled times count "
+                             "from the session's start)")
+    source = build_source(args.source, args.set)
+    try:
+        schedule = [*schedule_switches(args.perturb, source),
+                    *schedule_switches(args.modulate, source, kind="modulate")]
+    finally:
+        source.close()
+    settings = {k: source.config[k] for k in key_values(args.set, "--set")}
+    return run_gui(
+        source=source.name, settings=settings, start=args.start, speed=speed,
+        screenshot=args.screenshot, quit_after=args.quit_after, record=args.record,
+        schedule=schedule, size=size,
+    )
+
+
+
+def _bench_gui_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--source", default="pendulum", help="source to run (default pendulum)")
+
+
+def _bench_storm_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--minutes", type=float, default=5.0, help="minutes per source (default 5)")
+    p.add_argument("--source", action="append", default=None,
+                    help="source to storm (repeat; default: pendulum and gym)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--only", choices=("all", "lifecycle"), default="all",
+                    help="'lifecycle': only Start and Stop (the RL leak's bisection)")
+
+
+def _bench_follow_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seconds", type=float, default=20.0,
+                   help="seconds measured, after the warm-up (default 20)")
+    p.add_argument("--rate", type=float, default=100_000.0,
+                   help="the writer's target in transitions/s (default 100,000)")
+
+
+def _run_bench_gui(args: argparse.Namespace) -> int:
+    from idt_desk_widgets.app import bench_gui
+
+    bench_gui(seconds=args.seconds, source=args.source)
+    return 0
+
+
+def _run_bench_follow(args: argparse.Namespace) -> int:
+    from idt_desk_widgets.app import bench_follow
+
+    check_float("--seconds", args.seconds, 0.5)
+    check_float("--rate", args.rate, 1.0)
+    res = bench_follow(seconds=args.seconds, rate=args.rate)
+    return 0 if res["final_follower_rows"] == res["final_writer_rows"] else 1
+
+
+def _run_bench_storm(args: argparse.Namespace) -> int:
+    from idt_desk_widgets.app import bench_storm
+
+    failed = 0
+    for source in args.source or ["pendulum", "gym"]:
+        failed += bench_storm(minutes=args.minutes, source=source, seed=args.seed,
+                              lifecycle_only=args.only == "lifecycle")
+    return 1 if failed else 0
+
+
+def _command(help_text: str, arguments, run) -> SimpleNamespace:
+    """A command object: ``HELP`` and ``add_arguments(parser)``, which sets ``func``."""
+
+    def add_arguments(p: argparse.ArgumentParser) -> None:
+        arguments(p)
+        p.set_defaults(func=run)
+
+    return SimpleNamespace(HELP=help_text, add_arguments=add_arguments, __doc__=help_text)
+
+
+GUI = _command("open the desktop dashboard (the default command)", _gui_arguments, _run_gui)
+WATCH = _command("open the dashboard on a recording another program is writing "
+                 "(idt_desk.Recorder, IDT Desk's own) and keep up as it grows",
+                 _watch_arguments, _run_watch)
+BENCH_GUI = _command("GUI frame rate with a source at maximum speed",
+                     _bench_gui_arguments, _run_bench_gui)
+BENCH_STORM = _command("click storm soak: random actions on the window, per source, with "
+                       "exceptions and the memory curve", _bench_storm_arguments, _run_bench_storm)
+BENCH_FOLLOW = _command("the window following a recording a fast writer writes: writer vs "
+                        "follower rate, lag, GUI frame rate", _bench_follow_arguments,
+                        _run_bench_follow)
