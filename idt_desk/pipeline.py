@@ -15,17 +15,20 @@ wrapper's windows and alarms equal a session's on the same stream.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from idt_desk.detection.detectors import DetectorSpec, parse_budget
 from idt_desk.detection.monitor import ADJUSTED_METRICS, IDT_METRICS, Monitor
 from idt_desk.metrics.engine import MetricEngine
-from idt_desk.metrics.presets import Preset
+from idt_desk.metrics.presets import PRESETS, Preset
 from idt_desk.metrics.symbolize import Symbolizer
 
-__all__ = ["FLAG_COLUMNS", "WindowStage", "build_monitor", "judge"]
+__all__ = ["FLAG_COLUMNS", "Pipeline", "Step", "WindowStage", "build_monitor", "judge",
+           "resolve_preset", "source_monitor"]
 
 #: The flag column of each detector in a window table.
 FLAG_COLUMNS = {"P": "x_P", "H_f": "x_H_f", "H_b": "x_H_b", "dH": "x_dH", "IDT": "x_IDT",
@@ -216,3 +219,226 @@ def build_monitor(
                          f"give it as, e.g., {have}")
     return Monitor(int(baseline_windows), float(k), metrics, spec=spec, budget=budget,
                    windows_per_unit=per_unit, overlap=window / stride)
+
+
+def resolve_preset(source: Any, p: Mapping[str, Any]) -> Preset:
+    """The symbolisation preset of pipeline settings ``p`` for ``source``, checked.
+
+    ``p`` holds ``preset`` (a name; None: the source's first), or ``preset_spec`` (a preset
+    by value, as a recording states it), and ``bins``, ``window``, ``stride`` overrides, and
+    the detector settings (checked by building the monitor once: :func:`source_monitor`).
+
+    Raises
+    ------
+    ValueError
+        An unknown preset, non-positive sizes, a preset for another number of state
+        variables, too few calibration or baseline windows, or a bad detector setting.
+
+    """
+    from dataclasses import replace
+
+    name = p.get("preset") or (source.presets[0] if source.presets else None)
+    spec = p.get("preset_spec")
+    if spec is not None and not p.get("preset"):
+        fields = dict(spec)
+        for key in ("state_groups", "action_groups"):
+            if fields.get(key) is not None:
+                fields[key] = tuple(tuple(g) for g in fields[key])
+        fields["angles"] = tuple(fields.get("angles", ()))
+        base = Preset(**fields)
+    elif name is None:
+        base = Preset("custom", "no preset", bins=8, window=300, stride=50)
+    else:
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
+        base = PRESETS[name]
+    preset = replace(base, **{k: p[k] for k in ("bins", "window", "stride")
+                              if p.get(k) is not None})
+    if preset.bins < 1 or preset.window < 2 or preset.stride < 1:
+        raise ValueError(f"bins, window, stride must be positive: {preset}")
+    if preset.n_state is not None and preset.n_state != len(source.state_names):
+        raise ValueError(f"preset {preset.name} expects {preset.n_state} state variables; "
+                         f"{source.name} has {len(source.state_names)}")
+    for key, least in (("calibration_windows", 1), ("baseline_windows", 2)):
+        if p.get(key) is not None and p[key] < least:
+            raise ValueError(f"{key} must be >= {least}")
+    source_monitor(source, p, preset)  # validate
+    return preset
+
+
+def source_monitor(source: Any, p: Mapping[str, Any], preset: Preset) -> Monitor:
+    """The alarm's monitor of ``source`` for pipeline settings ``p`` (see :func:`build_monitor`).
+
+    The IDT components, a dialogue's length-adjusted ones on the turn path, and reward when
+    the source has one; a budget in loop time converts through the source's rate.
+    """
+    turns = source.metric_path == "turns"
+    metrics = (*IDT_METRICS, *(ADJUSTED_METRICS if turns else ()),
+               *(("reward",) if source.has_reward else ()))
+    return build_monitor(
+        metrics, baseline_windows=int(p.get("baseline_windows") or 2),
+        detector=p.get("detector") or "persistence",
+        false_alarms=p.get("false_alarms") or source.default_budget,
+        k=float(p.get("k", 3.0)), persist=int(p.get("persist") or 5),
+        drift=float(p.get("drift", 0.5)), rate=source.rate,
+        stride=1 if turns else preset.stride, window=1 if turns else preset.window,
+        episode_steps=getattr(source, "episode_steps", None), turns=turns, what=source.name)
+
+
+#: Value ranges known in advance, by column index: (the state's, the action's).
+Ranges = tuple[Mapping[int, tuple[float, float]], Mapping[int, tuple[float, float]]]
+
+
+@dataclass
+class Step:
+    """What one :meth:`Pipeline.push` produced.
+
+    Attributes
+    ----------
+    windows
+        The windows the rows finished (columns, ``start``/``end`` counted from the
+        pipeline's first row; flag columns ``x_*`` when the pipeline has a monitor), or None.
+    flags
+        The flag of each detector for those windows (NaN: no verdict), or None.
+    calibrated
+        On the push whose rows completed the symbols' calibration: ``transitions`` (how many
+        they were fitted on), ``value_ranges`` and the symbolisers as dicts; else None.
+    baseline_row
+        The row of ``windows`` at which the monitor's baseline completed, or None.
+
+    """
+
+    windows: dict[str, np.ndarray] | None = None
+    flags: dict[str, np.ndarray] | None = None
+    calibrated: dict[str, Any] | None = None
+    baseline_row: int | None = None
+
+
+class Pipeline:
+    """(S, A, S') rows in, flagged windows out: the one assembly of symbols, engine and monitor.
+
+    The live session, the Gymnasium wrapper and SB3 callback, and through the session the
+    ``Recorder`` and every reproduction that runs sessions, all build one of these, so a
+    wrapper's windows and alarms equal a session's on the same stream. Rows are buffered
+    until ``calibration_windows`` windows' worth have arrived; the symbols are fitted on
+    exactly those rows (whatever the batching), and every row then goes through the
+    :class:`WindowStage`. The windows the symbols were fitted on are never judged; the
+    monitor's baseline is the windows after them.
+
+    Parameters
+    ----------
+    preset
+        Bins, groups, angles, window W and stride.
+    monitor
+        The detector (:func:`build_monitor`); None: windows without flags.
+    state_names, action_names
+        Column names of S and A (``action_names`` None: a passive loop, P = I(S;S')/H(S,S')).
+    state_bins, action_bins
+        Bins per side (default the preset's; a discrete space may need its own count).
+    calibration_windows, correction
+        Windows the symbols are fitted on; the engine's entropy correction.
+    mean_columns, end_columns
+        Per-row columns averaged over each window, and read at its last row.
+    turns
+        A dialogue: one metric row a turn from its token counts, made elsewhere; the
+        pipeline only judges them (no symbols, nothing to calibrate).
+
+    """
+
+    def __init__(
+        self,
+        preset: Preset,
+        monitor: Monitor | None = None,
+        *,
+        state_names: Sequence[str] = (),
+        action_names: Sequence[str] | None = None,
+        state_bins: int | None = None,
+        action_bins: int | None = None,
+        calibration_windows: int = 1,
+        correction: str | None = None,
+        mean_columns: Sequence[str] = ("reward",),
+        end_columns: Sequence[str] = ("t",),
+        turns: bool = False,
+    ) -> None:
+        self.preset = preset
+        self.monitor = monitor
+        self.turns = bool(turns)
+        self.calibration_windows = 0 if turns else int(calibration_windows)
+        #: Windows made so far (the first ones calibrate the symbols).
+        self.n_windows = 0
+        self._buffer: list[tuple[Any, ...]] = []
+        #: Rows held until the symbols are calibrated.
+        self.n_buffered = 0
+        if turns:
+            self.sym_s = self.sym_a = self.stage = self.engine = None
+            self.calibration_transitions = 0
+            return
+        circular = preset.angles if preset.angle_mode == "wrap" else ()
+        self.sym_s = Symbolizer(len(state_names), state_bins or preset.bins,
+                                preset.state_groups, circular=circular, names=list(state_names))
+        self.sym_a = None if action_names is None else Symbolizer(
+            len(action_names), action_bins or preset.bins, preset.action_groups,
+            names=list(action_names))
+        self.stage = WindowStage(preset, self.sym_s, self.sym_a,
+                                 calibration_windows=self.calibration_windows,
+                                 correction=correction, mean_columns=mean_columns,
+                                 end_columns=end_columns)
+        self.engine = self.stage.engine
+        #: Rows the symbols are fitted on.
+        self.calibration_transitions = self.stage.calibration_transitions
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the symbols are fitted (always, on the turn path)."""
+        return self.sym_s is None or self.sym_s.calibrated
+
+    def push(self, s: np.ndarray, a: np.ndarray | None, s_next: np.ndarray,
+             columns: Mapping[str, np.ndarray],
+             ranges: Ranges | Callable[[], Ranges] | None = None) -> Step:
+        """Take in rows; return the windows they finish, judged.
+
+        ``ranges`` (or a function giving them, called only when the symbols are fitted):
+        value ranges known in advance, by column index, for the state and the action.
+        """
+        step = Step()
+        if not self.calibrated:
+            self._buffer.append((s, a, s_next, dict(columns)))
+            self.n_buffered += len(s)
+            if self.n_buffered < self.calibration_transitions:
+                return step
+            blocks, self._buffer = self._buffer, []
+            self.n_buffered = 0
+
+            def cat(j: int) -> np.ndarray | None:
+                return None if blocks[0][j] is None else np.concatenate([b[j] for b in blocks])
+
+            s, a, s_next = cat(0), cat(1), cat(2)
+            columns = {c: np.concatenate([b[3][c] for b in blocks]) for c in blocks[0][3]}
+            got = ranges() if callable(ranges) else ranges
+            r_s, r_a = got if got is not None else ({}, {})
+            self.stage.fit(s, a, r_s, r_a)
+            step.calibrated = {
+                "transitions": self.calibration_transitions,
+                "symbolizer": self.sym_s.to_dict(),
+                "action_symbolizer": None if self.sym_a is None else self.sym_a.to_dict()}
+        w = self.stage.push(s, a, s_next, columns)
+        if w is not None:
+            self._judge(w, step)
+        return step
+
+    def judge(self, table: dict[str, np.ndarray]) -> Step:
+        """Judge rows made elsewhere (the turn path's): flags and the baseline's row."""
+        step = Step()
+        self._judge(table, step)
+        return step
+
+    def _judge(self, table: dict[str, np.ndarray], step: Step) -> None:
+        k = len(table["start"])
+        first, self.n_windows = self.n_windows, self.n_windows + k
+        step.windows = table
+        if self.monitor is None:
+            return
+        flags, step.baseline_row = judge(self.monitor, table, first, self.calibration_windows)
+        for m, f in flags.items():
+            table[FLAG_COLUMNS[m]] = f
+        step.flags = flags

@@ -18,7 +18,7 @@ import numpy as np
 
 from idt_desk.live.session import MAX_SPEED_CHUNKS
 from idt_desk.live.source import Batch, Param, Source
-from idt_desk.recordings._recording import RecordingError, RecordingTail, load_recording
+from idt_desk.recordings import RecordingError, RecordingTail, load_recording
 
 __all__ = ["ReplaySource"]
 

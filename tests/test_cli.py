@@ -23,9 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from idt_desk.cli.main import _progress_text
+from idt_desk.cli.run import _progress_text
 from idt_desk.live.session import Session, SessionConfig, run_headless
-from idt_desk.recordings._recording import load_recording
+from idt_desk.recordings import load_recording
 
 from .cli_call import call as _call
 

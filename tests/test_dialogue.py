@@ -16,7 +16,7 @@ from idt_desk_sources.replay import ReplaySource
 from idt_desk.live.session import Session, SessionConfig, run_headless
 from idt_desk.live.source import check_source
 from idt_desk.metrics.tokens import load_tokenizer, pooled_metrics
-from idt_desk.recordings._recording import export_recording, load_recording
+from idt_desk.recordings import export_recording, load_recording
 from tests.cli_call import call
 from tests.fake_ollama import FakeOllama
 

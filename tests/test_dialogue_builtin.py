@@ -6,7 +6,7 @@ import llama_cpp  # noqa: F401  - the extra must be installed: a missing one fai
 from idt_desk_sources.dialogue import DialogueSource
 
 from idt_desk.live.session import Session, SessionConfig, run_headless
-from idt_desk.recordings._recording import load_recording
+from idt_desk.recordings import load_recording
 from tests.fake_ollama import FakeOllama
 
 BUILTIN = {"student_backend": "builtin", "teacher_backend": "builtin"}

@@ -11,7 +11,7 @@ from idt_desk_sources.replay import ReplaySource
 
 from idt_desk.live.session import Session, SessionConfig, run_headless, undefined_reason
 from idt_desk.live.source import Batch, Perturbation, Source
-from idt_desk.recordings._recording import load_recording
+from idt_desk.recordings import load_recording
 
 from .toy_source import ToySource
 

@@ -22,7 +22,7 @@ import pytest
 from idt_desk_sources.replay import ReplaySource
 
 from idt_desk.live.session import Session, SessionConfig, run_headless
-from idt_desk.recordings._recording import RecordingTail, load_recording
+from idt_desk.recordings import RecordingTail, load_recording
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = ("start", "end", "P", "H_f", "H_b", "dH", "out_of_range", "x_P", "x_H_f", "x_H_b",
@@ -142,7 +142,7 @@ def test_a_waiting_follower_gives_up_with_a_clear_error(tmp_path):
 
 
 def test_the_tail_takes_whole_lines_only(tmp_path):
-    from idt_desk.recordings._recording import FORMAT_VERSION
+    from idt_desk.recordings import FORMAT_VERSION
 
     (tmp_path / "config.json").write_text(f'{{"format_version": {FORMAT_VERSION}}}')
     (tmp_path / "events.jsonl").write_text("")

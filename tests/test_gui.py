@@ -22,7 +22,7 @@ from PySide6.QtWidgets import QApplication, QCheckBox, QLabel, QPushButton, QWid
 
 from idt_desk.live.plugins import discover, register
 from idt_desk.live.session import Session, SessionConfig, run_headless
-from idt_desk.recordings._recording import load_recording
+from idt_desk.recordings import load_recording
 
 from .toy_source import ToySource
 

@@ -19,7 +19,7 @@ from idt_desk_sources.replay import ReplaySource
 from idt_desk import Preset
 from idt_desk.gym import IDTMonitor
 from idt_desk.live.session import Session, SessionConfig, run_headless
-from idt_desk.recordings._recording import RecordingError, load_recording
+from idt_desk.recordings import RecordingError, load_recording
 
 PIPE = dict(window=50, stride=10, calibration_windows=5, baseline_windows=50)
 #: The callback's runs are shorter: 512 transitions per env.

@@ -19,7 +19,7 @@ from idt_desk_sources.gym.train import evaluate, train
 
 from idt_desk.live.session import Session, SessionConfig, run_headless
 from idt_desk.live.source import check_source
-from idt_desk.recordings._recording import load_recording
+from idt_desk.recordings import load_recording
 
 SHIPPED = sorted(POLICY_DIR.glob("*.zip"))
 

@@ -24,7 +24,7 @@ from idt_desk_sources.replay import ReplaySource
 from idt_desk.detection.turns import detect_injection, response_z
 from idt_desk.live.session import Session, SessionConfig, run_headless
 from idt_desk.metrics.tokens import DialogueMetrics, LengthNull, length_confound, load_tokenizer
-from idt_desk.recordings._recording import load_recording
+from idt_desk.recordings import load_recording
 from tests.cli_call import call
 from tests.fake_ollama import FakeOllama
 

@@ -10,7 +10,7 @@ from idt_desk_sources.replay import ReplaySource
 
 import idt_desk
 from idt_desk.live.session import Session, SessionConfig, run_headless
-from idt_desk.recordings._recording import load_recording
+from idt_desk.recordings import load_recording
 
 from .toy_source import ToySource
 

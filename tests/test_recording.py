@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 import idt_desk
-import idt_desk.recordings._recording
+import idt_desk.recordings
 from idt_desk.live.session import Session, SessionConfig, run_headless
-from idt_desk.recordings._recording import RecordingError, load_recording
+from idt_desk.recordings import RecordingError, load_recording
 
 STEPS = 4000
 TABLES = ("transitions.csv", "windows.csv", "events.jsonl")
@@ -219,9 +219,9 @@ def test_invalid_config_json_names_its_line(rec_dir):
 
 
 def test_package_root_exports_the_recording_api():
-    assert idt_desk.load_recording is idt_desk.recordings._recording.load_recording
-    assert idt_desk.RecordingError is idt_desk.recordings._recording.RecordingError
-    assert idt_desk.export_recording is idt_desk.recordings._recording.export_recording
+    assert idt_desk.load_recording is idt_desk.recordings.load_recording
+    assert idt_desk.RecordingError is idt_desk.recordings.RecordingError
+    assert idt_desk.export_recording is idt_desk.recordings.export_recording
     assert {"load_recording", "RecordingError", "export_recording"} <= set(idt_desk.__all__)
     # ... and importing the package still pulls in no Qt.
     code = ("import sys, idt_desk; "

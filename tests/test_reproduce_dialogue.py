@@ -21,7 +21,7 @@ from idt_desk_sources.replay import ReplaySource
 
 from idt_desk.live.session import Session, SessionConfig, run_headless
 from idt_desk.metrics import embeddings
-from idt_desk.recordings._recording import load_recording
+from idt_desk.recordings import load_recording
 from idt_desk.stats import cohens_d, correlation
 from tests.cli_call import call
 from tests.fake_ollama import FakeOllama

@@ -20,7 +20,7 @@ from idt_desk import Symbolizer, sliding_metrics
 from idt_desk.cli import main
 from idt_desk.live.plugins import register
 from idt_desk.live.session import Session, SessionConfig, run_headless
-from idt_desk.recordings._recording import RecordingError, export_recording, load_recording
+from idt_desk.recordings import RecordingError, export_recording, load_recording
 
 from .toy_source import ToySource
 

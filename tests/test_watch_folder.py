@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from idt_desk.recordings._recording import Recorder, newest_recording
+from idt_desk.recordings import Recorder, newest_recording
 
 ROOT = Path(__file__).resolve().parents[1]
 

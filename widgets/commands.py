@@ -91,7 +91,8 @@ def _run_watch(args: argparse.Namespace) -> int:
 
     from idt_desk_widgets.app import run_gui
 
-    from idt_desk.recordings._recording import _runs_by_start, newest_recording
+    from idt_desk.recordings import newest_recording
+    from idt_desk.recordings.reader import _runs_by_start
 
     check_float("--silence", args.silence, 0.5)
     check_float("--wait", args.wait, 0.0)

@@ -1,4 +1,10 @@
-"""The IDT Desk main window."""
+"""The IDT Desk main window.
+
+One file: the window is one ``QMainWindow`` whose slots read one snapshot and send one
+session command each; its panels live apart (:mod:`.plots`, :mod:`.alarms`, :mod:`.events`,
+:mod:`.forms`, :mod:`.views`, :mod:`.agency`, :mod:`.transcript`). Cutting the class
+across files would only scatter the wiring of one object.
+"""
 
 from __future__ import annotations
 
@@ -41,7 +47,7 @@ from idt_desk.live.session import Session, SessionConfig, Snapshot
 from idt_desk.live.source import Source
 from idt_desk.metrics.presets import PRESETS
 from idt_desk.metrics.tokens import TOKENIZER
-from idt_desk.recordings._recording import (
+from idt_desk.recordings import (
     RecordingError,
     export_recording,
     load_recording,

@@ -1,4 +1,8 @@
-"""Stacked, x-linked live plots of P, H_f, H_b, dH (and reward) with baseline bands."""
+"""Stacked, x-linked live plots of P, H_f, H_b, dH (and reward) with baseline bands.
+
+One file: the stacked plots share one x axis, one band and marker model and one
+decimation path; the navigator and the reward plot are driven by the same refresh.
+"""
 
 from __future__ import annotations
 

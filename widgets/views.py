@@ -1,4 +1,8 @@
-"""Live views of the system behind the source (the pendulum drawn moving, the cheetah...)."""
+"""Live views of the system behind the source (the pendulum drawn moving, the cheetah...).
+
+One file: the system views (pendulum, cheetah, dialogue, replay) share the view protocol
+and the drawing helpers at the top; each view is a short class.
+"""
 
 from __future__ import annotations
 

@@ -273,7 +273,7 @@ def analyze_dialogue(path: str | Path, baseline_turns: int | None = None,
         length_confound,
         load_tokenizer,
     )
-    from idt_desk.recordings._recording import load_recording
+    from idt_desk.recordings import load_recording
 
     rec = load_recording(path)
     turns = [t for t in rec.turns if not t.get("history")]

@@ -6,21 +6,18 @@ A recording is a folder: ``config.json`` (source, settings, pipeline), ``transit
 ``turns.jsonl``. This package writes one while a loop runs, reads it back (saying what is
 missing from a killed one), follows one another process is writing, and exports it to
 CSV or Parquet. :mod:`~idt_desk.recordings.trajectory` reads plain (S, A, S') trajectory
-files for ``idt-desk analyze``.
+files for ``idt-desk analyze``. The modules: :mod:`~idt_desk.recordings.writer`,
+:mod:`~idt_desk.recordings.reader`, :mod:`~idt_desk.recordings.tail`,
+:mod:`~idt_desk.recordings.export`, and the format they share, ``_format``.
 """
 
 from __future__ import annotations
 
-from idt_desk.recordings._recording import (
-    FORMAT_VERSION,
-    Recorder,
-    Recording,
-    RecordingError,
-    RecordingTail,
-    export_recording,
-    load_recording,
-    newest_recording,
-)
+from idt_desk.recordings._format import FORMAT_VERSION, RecordingError
+from idt_desk.recordings.export import export_recording
+from idt_desk.recordings.reader import Recording, load_recording, newest_recording
+from idt_desk.recordings.tail import RecordingTail
+from idt_desk.recordings.writer import Recorder
 
 __all__ = ["FORMAT_VERSION", "Recorder", "Recording", "RecordingError", "RecordingTail",
            "export_recording", "load_recording", "newest_recording"]

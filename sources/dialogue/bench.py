@@ -63,7 +63,7 @@ def bench_dialogue(recording: Path = SHIPPED, turns: int = 100, rounds: int = 3,
     """
     from idt_desk.metrics import embeddings
     from idt_desk.metrics.tokens import TOKENIZER, DialogueMetrics, load_tokenizer
-    from idt_desk.recordings._recording import load_recording
+    from idt_desk.recordings import load_recording
 
     rec = load_recording(recording)
     dialogue = [t for t in rec.turns if not t.get("history")][:turns]

@@ -39,6 +39,10 @@ session's own), the structural baselines of §11.5 (:mod:`idt_desk.metrics.embed
   against turns 1–30, pooled σ (ddof 1).
 - **Table 6**: per dialogue, Pearson's r of P and of ΔH with the prompt–response cosine
   similarity over all turns, Fisher's 95 % CI and p; "significant" is p < 0.05.
+
+One file: the reproduction reads top to bottom as the paper's protocol (tests, dialogues,
+the per-turn rule, effect sizes, the structural baselines, the report), and its tasks must
+be importable by name from one module by the executor's worker processes.
 """
 
 from __future__ import annotations

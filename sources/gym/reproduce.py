@@ -57,6 +57,10 @@ last pre-onset third are false engagements. The report compares, against the ope
 mean episode return after the onset, mean P over post-onset windows, engagements, latency of
 the first engagement after the onset (windows, counted as detection latency is) and the
 fraction of post-onset steps modulated.
+
+One file: the reproduction reads top to bottom as the paper's protocol (trials, the
+detectors' calibration on controls, the matched false-alarm tables, the report), and its
+tasks must be importable by name from one module by the executor's worker processes.
 """
 
 from __future__ import annotations

@@ -42,6 +42,9 @@ reaches a sample within a relative ``1e-7`` of the allowed step is stretched to 
 
 All numeric kernels are ``numba.njit(cache=True)`` and also run as plain Python under
 ``NUMBA_DISABLE_JIT=1``.
+
+One file: the model's equations (above) sit beside the compiled kernels that implement
+them (right-hand side, adaptive step, FTLE), which call each other inside numba.
 """
 
 from __future__ import annotations

@@ -42,6 +42,10 @@ Runs are independent tasks (:func:`simulate_run` on a :class:`RunTask`) executed
 package). The same seed gives bit-identical per-run numbers whatever the executor, so
 ``runs.csv`` is reproducible byte for byte (it holds no timings; those are in
 ``summary.json``).
+
+One file: the reproduction reads top to bottom as the paper's protocol (runs, symbols,
+FTLE, the tables beside the paper's values), and its tasks must be importable by name from
+one module by the executor's worker processes.
 """
 
 from __future__ import annotations

@@ -1,0 +1,327 @@
+"""``idt-desk run``: a session headless, with a progress line and a report of what it found.
+
+Ctrl-C and SIGTERM end it cleanly: the recording is complete and says how it ended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from idt_desk.cli.validate import (
+    build_source,
+    check_float,
+    check_int,
+    check_limit,
+    check_out_dir,
+    parse_auto,
+    parse_speed,
+    schedule_switches,
+)
+from idt_desk.detection.detectors import DETECTOR_KINDS, parse_budget
+from idt_desk.errors import InputError
+
+__all__: list[str] = []
+
+
+def _add_session_options(p: argparse.ArgumentParser) -> None:
+    from idt_desk.metrics.presets import PRESETS
+
+    p.add_argument("--source", default="pendulum", help="source name (see: idt-desk sources)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
+                   help="set a declared source setting (repeatable)")
+    p.add_argument("--preset", choices=sorted(PRESETS),
+                   help="symbolisation preset (default: the source's first)")
+    p.add_argument("--bins", type=int, help="equal-width bins per variable (2 to 65536)")
+    p.add_argument("--window", type=int, help="window length W in transitions (2 to 100000)")
+    p.add_argument("--stride", type=int, help="window step in transitions (1 to 100000)")
+    p.add_argument("--calibration-windows", type=int, default=20,
+                   help="symbol statistics frozen from the first N windows (default 20)")
+    p.add_argument("--baseline-windows", type=int, default=None,
+                   help="baseline = the N windows that follow the calibration windows "
+                        "(default 200; a dialogue's 30 turns)")
+    p.add_argument("--detector", choices=DETECTOR_KINDS, default="persistence",
+                   help="the alarm: persistence (default; m windows in a row beyond a "
+                   "calibrated kσ), cusum (two-sided CUSUM, calibrated) or paper (the first "
+                   "window beyond --k σ: the paper's rule, not calibrated)")
+    p.add_argument("--false-alarms", metavar="BUDGET",
+                   help="false-alarm budget in loop time: 1/h (default), 2/30min, "
+                   "1/10episodes, 1/100turns (a dialogue's default), 1/1000windows")
+    p.add_argument("--persist", type=int, default=None,
+                   help="persistence: windows in a row (default 5; a dialogue's 1 turn)")
+    p.add_argument("--k", type=float, default=3.0,
+                   help="the paper rule's threshold in sigmas (> 0; default 3)")
+    p.add_argument("--correction", choices=("none", "miller-madow"), default="none")
+    p.add_argument("--seed", type=int, default=0, help="seed of the source (>= 0)")
+
+
+def _check_pipeline(args: argparse.Namespace) -> None:
+    for key in ("bins", "window", "stride", "calibration_windows", "baseline_windows", "seed"):
+        check_limit(key, getattr(args, key))
+    check_float("--k", args.k, 0.0, lo_open=True)
+    check_int("--persist", args.persist, 1, 1000)
+    if args.false_alarms is not None:
+        try:
+            parse_budget(args.false_alarms)
+        except ValueError as exc:
+            raise InputError(f"--false-alarms: {exc}") from None
+
+
+def _steps(args: argparse.Namespace, rate: float) -> int | None:
+    """Transitions to run from --steps or --seconds (None: until the source ends / Ctrl-C)."""
+    if args.steps is not None:
+        return check_int("--steps", args.steps, 1, 10**15)
+    if args.seconds is None:
+        return None
+    check_float("--seconds", args.seconds, 0.0, lo_open=True)
+    steps = args.seconds * rate
+    if not (math.isfinite(steps) and 1 <= round(steps) <= 10**15):
+        raise InputError(f"--seconds {args.seconds}: gives {steps:g} transitions at "
+                         f"{rate:g} per second; allowed: {1 / rate:g} to {1e15 / rate:g} s")
+    return round(steps)
+
+
+def _build_session(args: argparse.Namespace, source, speed: float | None,
+                   record: Path | None, auto: dict | None = None):
+    from idt_desk.live.session import Session, SessionConfig
+    from idt_desk.metrics.presets import PRESETS
+
+    preset = PRESETS.get(args.preset) if args.preset else None
+    n_state = len(source.state_names)
+    if preset is not None and preset.n_state not in (None, n_state):
+        raise InputError(
+            f"--preset {preset.name}: expects {preset.n_state} state variables, "
+            f"{source.name} has {n_state}; its presets: {', '.join(source.presets) or 'none'}"
+        )
+    config = SessionConfig(
+        source=args.source, preset=args.preset, bins=args.bins, window=args.window,
+        stride=args.stride, calibration_windows=args.calibration_windows,
+        baseline_windows=args.baseline_windows, k=args.k, detector=args.detector,
+        false_alarms=args.false_alarms, persist=args.persist,
+        correction=None if args.correction == "none" else args.correction,
+        speed=speed, seed=args.seed, auto=auto,
+    )
+    try:
+        return Session(config, source=source, record=record)
+    except ValueError as exc:  # a pipeline check of the core that the CLI does not repeat
+        msg = str(exc)
+        key = next((k for k in ("calibration_windows", "baseline_windows", "bins", "window",
+                                "stride") if k in msg), None)
+        if key is None and "false-alarm budget" in msg:
+            raise InputError(f"--false-alarms {config.false_alarms}: {msg}") from None
+        key = key or "preset"
+        raise InputError(f"--{key.replace('_', '-')} {getattr(args, key)}: {msg}") from None
+
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run", help="run a source headless through the IDT pipeline, optionally recording",
+        description="Run a source without the GUI: the same session, pipeline and recordings. "
+        "A step is one transition (one turn for a dialogue). Without --seconds/--steps a "
+        "replay runs to its end and other sources until Ctrl-C (or SIGTERM), which stops the "
+        "session cleanly and closes the recording (exit code 130, or 143 for SIGTERM).",
+    )
+    _add_session_options(p)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--seconds", type=float, help="seconds of the loop's own time")
+    g.add_argument("--steps", type=int, help="number of transitions")
+    p.add_argument("--record", type=Path, help="record the session into this new directory")
+    p.add_argument("--speed", default="max",
+                   help="multiple of real time (> 0), or 'max' (default) for as fast as possible")
+    p.add_argument("--perturb", action="append", default=[], metavar="SPEC",
+                   help="schedule a perturbation: NAME[:k=v,...]@START[-END] in seconds")
+    p.add_argument("--modulate", action="append", default=[], metavar="SPEC",
+                   help="schedule a modulation: NAME[:k=v,...]@START[-END] in seconds "
+                   "(hold, input_filter, dim_reduction)")
+    p.add_argument("--auto", metavar="NAME[:k=v,...]",
+                   help="Auto controller: engage this modulation when the IDT alarm persists "
+                   "(persist=N windows, default 3) and release it after release=M quiet ones "
+                   "(default 10), e.g. hold:mode=repeat,persist=3,release=10")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.set_defaults(func=_run_run)
+
+
+class _Interrupted(Exception):
+    """Raised in the main thread, outside any join, once SIGINT/SIGTERM has arrived."""
+
+
+class _SourcePaused(Exception):
+    """The source paused the loop (a dialogue's server failed): headless, that ends the run."""
+
+
+@contextmanager
+def _deferred_signals() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM only note themselves in the yielded list while the block runs.
+
+    Python 3.11's ``Thread.join`` marks a still-running thread as finished when a
+    KeyboardInterrupt interrupts it (cpython#90882), so the session's stop() then returns at
+    once and the process exits with the worker still writing: the recording stays incomplete
+    and its last flush interval is lost. Here nothing is raised inside a join; the caller
+    polls the list and stops the session itself, and a second signal cannot break the stop.
+    """
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    previous = {s: signal.signal(s, lambda signum, frame: received.append(signum))
+                for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _progress_text(snap) -> str:
+    """The progress line's status: transitions' time, windows, the latest P and its state."""
+    from idt_desk.live import session as session_module
+
+    w = snap.windows
+    j = len(w["P"]) - 1
+    p = float(w["P"][j]) if j >= 0 else math.nan
+    reason_of = getattr(session_module, "undefined_reason", None)
+    reason = reason_of(w, j) if reason_of is not None and j >= 0 else None
+    if j >= 0 and p != p:
+        reason = reason or "P is NaN"
+    cal, need = snap.calibration
+    have, wanted = getattr(snap, "baseline_progress", (0, 0)) or (0, 0)
+    if cal < need:
+        status = f"calibrating {cal}/{need}"
+    elif reason:
+        status = f"P undefined ({reason.split(':')[0].split(' (')[0]})"
+    elif snap.alarm.get("IDT"):
+        status = "ALARM"
+    elif snap.baseline is None and wanted:
+        status = f"baseline {have}/{wanted}"
+    else:
+        status = "ok"
+    warning = getattr(snap, "out_of_range_warning", None)
+    if warning:
+        status += (f"; symbols out of range ({float(warning.get('fraction', math.nan)):.0%} of "
+                   "the window clamped to edge bins)")
+    p_text = f"{p:.4f}" if p == p else "—"
+    if getattr(snap, "tokenizer", None) is not None:  # a dialogue: one window per turn
+        return f"turn={snap.n_transitions} P={p_text} {status}"
+    return f"t={snap.sim_time:.1f}s windows={snap.n_windows} P={p_text} {status}"
+
+
+def _run_run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from idt_desk.live.session import run_headless
+
+    # Every option is checked before anything is built, simulated or written.
+    speed = parse_speed(args.speed)
+    _check_pipeline(args)
+    if check_out_dir(args.record, "--record") is not None and \
+            (args.record / "config.json").exists():
+        raise InputError(f"--record {args.record}: already holds a recording; choose a new path")
+    source = build_source(args.source, args.set)
+    try:
+        steps = _steps(args, source.rate)
+        schedule = [*schedule_switches(args.perturb, source, steps, "perturb"),
+                    *schedule_switches(args.modulate, source, steps, "modulate")]
+        auto = parse_auto(args.auto, source)
+        session = _build_session(args, source, speed, args.record, auto)
+    except InputError:
+        source.close()
+        raise
+    for at, kind, cmd in schedule:
+        session.schedule(at, kind, **cmd)
+    if source.notice:
+        print(f"idt-desk run: note: {source.notice}", file=sys.stderr)
+    bar = None if args.quiet else tqdm(total=steps, unit="tr", dynamic_ncols=True,
+                                        desc=session.source.name)
+
+    # From here to the last line printed, SIGINT/SIGTERM (a first or a second one) only
+    # ask for a clean stop: nothing can interrupt closing the recording or the report.
+    with _deferred_signals() as received:
+
+        def progress(snap) -> None:
+            if bar is not None:
+                # The postfix first, without a refresh: the update draws the bar once, with
+                # the count and the loop time of the same snapshot.
+                bar.set_postfix_str(_progress_text(snap), refresh=False)
+                bar.update(snap.n_transitions - bar.n)
+            if received:  # outside any join: run_headless's finally stops the session
+                raise _Interrupted
+            if snap.state == "paused" and getattr(snap, "paused_reason", None):
+                raise _SourcePaused(snap.paused_reason)
+
+        paused = None
+        try:
+            snap = run_headless(session, steps=steps, progress=progress)
+        except _Interrupted:
+            snap = session.snapshot(limit=1)
+        except _SourcePaused as exc:
+            snap, paused = session.snapshot(limit=1), str(exc)
+        finally:
+            if bar is not None:
+                bar.close()
+        code = _report_run(args, snap, received)
+        if paused is not None and code == 0:
+            # What was made is recorded (the partial reply in a source_paused event).
+            print(f"idt-desk run: {paused}", file=sys.stderr)
+            return 2
+        return code
+
+
+def _report_run(args: argparse.Namespace, snap, received: list[int]) -> int:
+    """Print what ran and what was recorded; the exit code (128 + signal if interrupted)."""
+    if getattr(snap, "tokenizer", None) is not None:
+        print(f"{snap.source}: {snap.n_transitions} turns, state {snap.state}")
+    else:
+        print(f"{snap.source}: {snap.n_transitions} transitions, {snap.n_windows} windows, "
+              f"{snap.sim_time:.2f} s of loop time, state {snap.state}")
+    cal, need = getattr(snap, "calibration", (0, 0)) or (0, 0)
+    if getattr(snap, "tokenizer", None) is None and snap.n_windows == 0 and cal < need:
+        print(f"note: no window: the symbols are calibrated on the first {need:,} "
+              f"transitions (W + (calibration windows − 1) × stride) and the run had "
+              f"{snap.n_transitions:,}; run longer or use a shorter --window")
+    det = getattr(snap, "detector", None)
+    if det:
+        n = getattr(snap, "n_alarms", 0)
+        unit = "turns" if getattr(snap, "tokenizer", None) is not None else "windows"
+        if not det["calibrated"]:
+            base = f"baseline not complete ({det['baseline_windows']} {unit} needed): no verdict"
+        elif det["too_short"]:
+            base = (f"baseline {det['baseline_windows']} {unit}, too short for the budget"
+                    + (f" (about {det['needed_windows']:,} needed)"
+                       if det.get("needed_windows") else ""))
+        else:
+            base = f"baseline {det['baseline_windows']} {unit}"
+        print(f"alarm: {det['describe']}; {base}; {n} alarm{'s' if n != 1 else ''}")
+    confound = (getattr(snap, "info", None) or {}).get("length_confound")
+    if confound:
+        rs = ", ".join(f"{m} {c['n_S_next']['r']:+.2f}" for m, c in confound.items()
+                       if isinstance(c, dict) and c["n_S_next"]["r"] is not None)
+        print(f"length confound: r with log(1 + tokens) of S' over turns 1-{confound['turns']}: "
+              f"{rs}")
+    n_undefined = getattr(snap, "n_undefined", 0)
+    if n_undefined:
+        print(f"{n_undefined} window(s) had P undefined (constant windows: every S, A and S' "
+              "symbol the same, H(S) + H(A) + H(S') = 0)")
+    rec = ""
+    if args.record is not None and (args.record / "config.json").exists():
+        config = json.loads((args.record / "config.json").read_text())
+        complete = bool(config.get("complete"))
+        print(f"recorded into {args.record}"
+              + ("" if complete else " (incomplete: the session did not close it)"))
+        if complete:
+            rec = (f"; the recording in {args.record} is complete "
+                   f"({config.get('n_transitions')} transitions)")
+    if snap.error:
+        print(f"idt-desk run: error: {snap.error}", file=sys.stderr)
+        return 1
+    if received:
+        print(f"idt-desk run: interrupted by {signal.Signals(received[0]).name}: stopped "
+              f"cleanly after {snap.n_transitions} transitions{rec}", file=sys.stderr)
+        return 128 + received[0]
+    return 0

@@ -1,0 +1,318 @@
+"""``IDTCallback``: the IDT's windows of every training env of a Stable-Baselines3 model.
+
+Built on SB3's ``BaseCallback`` when first looked up (``idt_desk.gym.IDTCallback``), so
+importing :mod:`idt_desk.gym` imports neither torch nor stable_baselines3.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from idt_desk.metrics.presets import Preset
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from idt_desk.live.loop import Recorder
+
+from idt_desk.gym._stream import (
+    ALARM_DEFAULTS,
+    IDT_COLUMNS,
+    LOGGED_METRICS,
+    _alarm_monitor,
+    _check_options,
+    _check_recordable,
+    _flat,
+    _frame,
+    _loop_rate,
+    _open_recording,
+    _record_path,
+    _SpaceCodec,
+    _Stream,
+    resolve_preset,
+)
+
+__all__ = ["callback_class"]
+
+
+class _IDTCallbackImpl:
+    """Log the IDT metrics of an SB3 model's training envs to its logger.
+
+    One stream per training env: S is the previous step's ``new_obs`` (at the start of
+    training the model's current observation), A the action the algorithm passed to the
+    env (``clipped_actions`` for on-policy algorithms, ``actions`` otherwise) and S' the
+    step's ``new_obs``, or ``infos[i]["terminal_observation"]`` where ``dones[i]``: a
+    transition never spans two episodes. Calibration as :class:`IDTMonitor`, per env.
+
+    Every finished window's metrics (finite values only) go to ``logger.record_mean`` as
+    ``idt/<metric>``, so each dump of the logger writes the mean over the windows finished
+    (in all envs) since the previous dump; ``idt/windows`` is the number of windows so far.
+    Until the symbols are calibrated nothing is logged.
+
+    Parameters
+    ----------
+    preset, bins, window, stride, calibration_windows, correction, block
+        As :class:`IDTMonitor`; checked against the training env's spaces when training
+        starts.
+    detector, false_alarms, baseline_windows, persist, k
+        The alarm per training env, as :class:`IDTMonitor`'s (``idt/x_IDT`` can be logged).
+    every
+        None: the metrics are written at SB3's own dumps (on-policy: every ``log_interval``
+        rollouts; off-policy: every ``log_interval`` episodes). An integer: the callback
+        also dumps the logger every this-many timesteps (all envs' steps), for an IDT curve
+        at its own resolution.
+    metrics
+        Window keys to log (default :data:`LOGGED_METRICS`).
+    verbose
+        SB3 verbosity.
+    record
+        A directory to write the training envs' streams to as IDT Desk recordings (None:
+        none), one per env, since a window covers consecutive transitions of one env: with
+        one env the recording is ``record`` itself, with n envs ``record/env-0`` …
+        ``record/env-{n-1}`` (``idt-desk watch record`` follows the newest). Each is
+        written by an :class:`~idt_desk.Recorder` (:attr:`recorders`), as
+        :class:`IDTMonitor`'s ``record`` does (variables ``obs_0`` …, ``act_0`` …, reward
+        and episode, the first env's rate), so env i's recording has the windows and
+        flags of :meth:`windows` (i). They are opened when training starts and closed
+        (complete) when it ends.
+
+    Raises
+    ------
+    ValueError
+        Unknown metrics, a bad ``every`` or ``correction``; with ``record``, a path that
+        already holds a recording or options a recording cannot reproduce (as
+        :class:`IDTMonitor`'s; those that depend on the env's spaces are refused when
+        training starts).
+
+    Notes
+    -----
+    ``stable_baselines3`` (and torch) are imported when ``IDTCallback`` is first looked up
+    in :mod:`idt_desk.gym`, not when the module is imported. Windows are kept per env
+    (:meth:`windows`), about 200 bytes each.
+
+    ``learn`` again with the same callback continues its windows and logs, but not its
+    recordings: they ended with the first ``learn`` (a recording, once closed, stays
+    complete), and a warning says so; a new callback with a new ``record`` records the
+    next ``learn`` (its symbols calibrated afresh). ``learn`` stopped by an exception
+    skips the end of training: close the recordings with ``recorders`` (``close(error=...)``)
+    or they are left without their ``session_end`` (incomplete).
+
+    """
+
+    def __init__(
+        self,
+        preset: str | Preset | None = None,
+        *,
+        bins: int | None = None,
+        window: int | None = None,
+        stride: int | None = None,
+        calibration_windows: int = 20,
+        correction: str | None = None,
+        block: int | None = None,
+        every: int | None = None,
+        metrics: Sequence[str] = LOGGED_METRICS,
+        verbose: int = 0,
+        detector: str | None = ALARM_DEFAULTS["detector"],
+        false_alarms: str | None = None,
+        baseline_windows: int = ALARM_DEFAULTS["baseline_windows"],
+        persist: int = ALARM_DEFAULTS["persist"],
+        k: float = ALARM_DEFAULTS["k"],
+        record: str | os.PathLike | None = None,
+    ) -> None:
+        super().__init__(verbose)  # BaseCallback's (see _callback_class)
+        self._record = _record_path(record)
+        bad = [m for m in metrics if m not in IDT_COLUMNS]
+        if bad:
+            raise ValueError(f"unknown metrics {bad}; window keys: {', '.join(IDT_COLUMNS)}")
+        if every is not None and (isinstance(every, bool) or int(every) != every or every < 1):
+            raise ValueError(f"every must be None or an integer >= 1, got {every!r}")
+        if correction not in (None, "miller-madow"):
+            raise ValueError(f"correction must be None or 'miller-madow', got {correction!r}")
+        self._options = {"preset": preset, "bins": bins, "window": window, "stride": stride}
+        self._calibration_windows = calibration_windows
+        self._correction = correction
+        self._block = block
+        self._alarm = {"detector": detector, "false_alarms": false_alarms,
+                       "baseline_windows": baseline_windows, "persist": persist, "k": k}
+        if self._record is not None:
+            # What does not depend on the env, refused now rather than when training starts.
+            _check_options(correction, self._alarm)
+        self._recorders: list[Recorder] = []
+        self._recording_ended = False
+        self.every = every
+        self.metrics = tuple(metrics)
+        self.preset: Preset | None = None
+        self._streams: list[_Stream] = []
+        self._episodes: list[int] = []
+        self._prev: np.ndarray | None = None
+        self._last_dump = 0
+        self._n_windows = 0
+
+    # -- results ----------------------------------------------------------------------------
+
+    @property
+    def n_envs(self) -> int:
+        """Training envs followed (0 before training starts)."""
+        return len(self._streams)
+
+    @property
+    def latest(self) -> list[dict[str, float | int] | None]:
+        """The latest finished window of each env (None before its calibration)."""
+        return [None if s.latest is None else dict(s.latest) for s in self._streams]
+
+    @property
+    def recorders(self) -> list[Recorder]:
+        """The :class:`~idt_desk.Recorder` of each training env (empty without ``record``).
+
+        Their ``perturb``, ``note``, ... mark what the training does itself; after an
+        exception in ``learn`` (SB3 then skips the end of training) ``close(error=...)``
+        ends each recording as an error.
+        """
+        return list(self._recorders)
+
+    def windows(self, env: int = 0) -> pd.DataFrame:
+        """Every window so far of training env ``env``, columns :data:`IDT_COLUMNS`."""
+        table = self._streams[env].flush()  # with block > stride, windows not yet logged
+        if table is not None:
+            self._log(table)
+        return _frame(self._streams[env].windows())
+
+    # -- SB3 hooks --------------------------------------------------------------------------
+
+    def _on_training_start(self) -> None:
+        venv = self.training_env
+        if not self._streams:
+            self.preset = resolve_preset(self._options["preset"], venv.observation_space,
+                                         venv.action_space, self._options["bins"],
+                                         self._options["window"], self._options["stride"])
+            first = venv.envs[0] if hasattr(venv, "envs") else None
+            steps = getattr(getattr(first, "spec", None), "max_episode_steps", None)
+            rate = None if first is None else _loop_rate(first)
+            state = _SpaceCodec(venv.observation_space, "observation")
+            action = _SpaceCodec(venv.action_space, "action")
+            streams = [
+                _Stream(self.preset, state, action, self._calibration_windows,
+                        self._correction, self._block,
+                        _alarm_monitor(self._alarm, self.preset, rate, steps))
+                for _ in range(venv.num_envs)
+            ]
+            if self._record is not None:
+                self._recorders = self._open_recordings(venv.num_envs, state, action, rate,
+                                                        steps)
+            self._streams = streams
+            self._episodes = [0] * venv.num_envs
+        elif self._recording_ended and self._recorders:
+            warnings.warn(
+                f"IDTCallback: its recordings ({self._record}) ended with the previous "
+                f"learn(); this one is followed (windows, logs) but not recorded. Give it a "
+                f"new IDTCallback(record=...) to record it (calibrated afresh).",
+                stacklevel=2)
+            self._recorders = []
+        last = getattr(self.model, "_last_obs", None)
+        if isinstance(last, np.ndarray) and len(last) == len(self._streams):
+            last = np.array(last)
+            if self._prev is not None and self._prev.shape == last.shape:
+                # learn() again: envs that were reset start a new episode.
+                for i in range(len(self._streams)):
+                    if not np.array_equal(self._prev[i], last[i]):
+                        self._episodes[i] += 1
+            self._prev = last
+        elif self._prev is not None:
+            self._prev = None  # unknown S: the next step only sets it
+            self._episodes = [e + 1 for e in self._episodes]
+
+    def _on_step(self) -> bool:
+        loc = self.locals
+        new_obs = np.array(loc["new_obs"])
+        actions = loc.get("clipped_actions", loc["actions"])
+        rewards, dones, infos = loc["rewards"], loc["dones"], loc["infos"]
+        prev = self._prev
+        if prev is not None:
+            for i, stream in enumerate(self._streams):
+                if dones[i]:
+                    s_next = infos[i].get("terminal_observation")
+                    if s_next is None:
+                        self._episodes[i] += 1
+                        continue  # S' unknown: drop rather than mix episodes
+                else:
+                    s_next = new_obs[i]
+                table = stream.add(prev[i], actions[i], s_next, rewards[i], self._episodes[i])
+                if self._recorders:
+                    self._recorders[i].add(_flat(prev[i]), _flat(actions[i]), _flat(s_next),
+                                           reward=float(rewards[i]),
+                                           episode=self._episodes[i])
+                if dones[i]:
+                    self._episodes[i] += 1
+                if table is not None:
+                    self._log(table)
+        self._prev = new_obs
+        if self.every is not None and self.num_timesteps - self._last_dump >= self.every:
+            self._last_dump = self.num_timesteps
+            if any(key.startswith("idt/") for key in self.logger.name_to_value):
+                self.logger.dump(self.num_timesteps)
+        return True
+
+    def _on_training_end(self) -> None:
+        """Close the recordings (complete); a later ``learn`` is no longer recorded."""
+        if self._recorders and not self._recording_ended:
+            self._recording_ended = True
+            _close_all(self._recorders)
+
+    def _open_recordings(self, n: int, state: _SpaceCodec, action: _SpaceCodec,
+                         rate: float | None, steps: int | None) -> list[Recorder]:
+        assert self._record is not None and self.preset is not None
+        _check_recordable(self.preset, state, action, self._correction, self._alarm)
+        paths = [self._record] if n == 1 else [self._record / f"env-{i}" for i in range(n)]
+        for path in paths:
+            _record_path(path)  # refused before any is created
+        opened: list[Recorder] = []
+        try:
+            for path in paths:
+                opened.append(_open_recording(path, self._options["preset"], self.preset,
+                                              state, action, self._calibration_windows,
+                                              self._alarm, rate, steps))
+        except BaseException as exc:
+            _close_all(opened, f"{type(exc).__name__}: {exc}")
+            raise
+        return opened
+
+    def _log(self, table: Mapping[str, np.ndarray]) -> None:
+        for m in self.metrics:
+            for v in table[m]:
+                if math.isfinite(v):
+                    self.logger.record_mean(f"idt/{m}", float(v))
+        self._n_windows += len(table["start"])
+        self.logger.record("idt/windows", self._n_windows)
+
+
+def _close_all(recorders: Sequence[Recorder], error: str | None = None) -> None:
+    """Close every recorder, even when one of them fails (the first failure is raised)."""
+    failed: BaseException | None = None
+    for rec in recorders:
+        try:
+            rec.close(error)
+        except BaseException as exc:  # the others still close
+            failed = failed or exc
+    if failed is not None:
+        raise failed
+
+
+_CALLBACK_CLASS: type | None = None
+
+
+def callback_class() -> type:
+    """``IDTCallback``: the implementation above on SB3's ``BaseCallback`` (imported now)."""
+    global _CALLBACK_CLASS
+    if _CALLBACK_CLASS is None:
+        from stable_baselines3.common.callbacks import BaseCallback
+
+        _CALLBACK_CLASS = type("IDTCallback", (_IDTCallbackImpl, BaseCallback), {
+            "__module__": "idt_desk.gym", "__qualname__": "IDTCallback",
+            "__doc__": _IDTCallbackImpl.__doc__})
+    return _CALLBACK_CLASS

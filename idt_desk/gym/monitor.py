@@ -1,0 +1,258 @@
+"""``IDTMonitor``: the IDT's windows of one Gymnasium env in ``info["idt"]``.
+
+See :mod:`idt_desk.gym` for the transition, spaces and calibration.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import gymnasium
+import numpy as np
+
+from idt_desk.metrics.presets import Preset
+from idt_desk.metrics.symbolize import Symbolizer
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from idt_desk.live.loop import Recorder
+
+from idt_desk.gym._stream import (
+    ALARM_DEFAULTS,
+    _alarm_monitor,
+    _check_recordable,
+    _flat,
+    _frame,
+    _loop_rate,
+    _open_recording,
+    _record_path,
+    _SpaceCodec,
+    _Stream,
+    resolve_preset,
+)
+
+__all__ = ["IDTMonitor"]
+
+
+class IDTMonitor(gymnasium.Wrapper):
+    """Compute the IDT metrics of an env's (S, A, S') stream while it runs.
+
+    After calibration every ``step`` (and ``reset``) info carries ``info["idt"]``: the
+    latest finished window as a dict of Python floats and ints with the keys
+    :data:`IDT_COLUMNS` (``P``, ``H_f``, ``H_b``, ``dH``, ``unique_frac``, ..., ``start``,
+    ``end``, ``episode``, ``reward``, ``out_of_range``). It stays at that window until the
+    next one finishes; on the step that finishes a window, ``info["idt"]["end"]`` equals
+    :attr:`n_transitions`. Before calibration (the first
+    ``window + (calibration_windows - 1) * stride`` transitions) the key is absent.
+
+    Parameters
+    ----------
+    env
+        Any env with Box or Discrete observation and action spaces.
+    preset
+        A preset name (e.g. ``"cheetah"`` for HalfCheetah), a :class:`~idt_desk.Preset`, or
+        None for :data:`GENERIC_PRESET`: every observation variable its own group (S is the
+        composite of all of them), every action variable likewise, 3 bins, W = 300, stride
+        50. With many variables and bins the composite alphabet is huge (bins ** n; beyond
+        2 ** 63 symbols are 64-bit hashes, which is fine for the engine), but windows then
+        fill with unique (S, A, S') and the plug-in estimates saturate: watch
+        ``unique_frac`` and use fewer bins or a grouped preset.
+    bins, window, stride
+        Overrides of the preset's values. ``bins`` does not apply to a Discrete space,
+        whose values are always each their own symbol.
+    calibration_windows
+        Symbols are calibrated on the first this-many windows' transitions.
+    correction
+        None (plug-in entropies) or ``"miller-madow"``.
+    block
+        Transitions are symbolised and pushed in blocks of at least this many, each ending
+        at a window end. None: ``stride``, so ``info["idt"]`` changes on the very step that
+        finishes a window. Larger blocks cost less per step (the symbolisers' cost is mostly
+        per call), and ``info["idt"]`` then lags by up to ``block`` steps; the windows are
+        the same.
+    detector, false_alarms, baseline_windows, persist, k
+        The alarm, as a live session's (``idt-desk run --detector … --false-alarms …``):
+        ``persistence`` by default, ``cusum``, ``paper``, or None for no alarm; the budget
+        in the env's loop time (its ``dt``, else ``metadata["render_fps"]``), episodes (its
+        time limit) or windows; default 1/h, else 1/100episodes, else 1/10000windows. The
+        flags are the ``x_*`` keys of ``info["idt"]``.
+    record
+        A directory to write the stream to as an ordinary IDT Desk recording (None: none),
+        which ``idt-desk watch`` follows while the env runs and replay reads afterwards. An
+        :class:`~idt_desk.Recorder` (:attr:`recorder`) gets every transition the wrapper
+        records, with its reward and episode: state variables ``obs_0`` … and action
+        variables ``act_0`` … (the spaces flattened), the env's rate (1 / ``dt``, else
+        ``render_fps``; without one the time is the step count) and this wrapper's
+        pipeline, so the recording's windows and flags equal :attr:`windows` window for
+        window. :meth:`close` (or leaving a ``with`` block) completes it; an exception
+        leaving the ``with`` block closes it as an error. With ``detector=None`` the
+        recording still alarms, by the default detector.
+
+    Raises
+    ------
+    ValueError
+        An unsupported space, or a preset that does not fit the env (its ``n_state`` /
+        ``n_action`` against the observation / action variables). With ``record``: a
+        path that already holds a recording
+        (:class:`~idt_desk.recordings.RecordingError`),
+        ``persist``, ``k`` or ``correction`` other than their defaults, a Discrete space of
+        more values than ``bins`` (a recording bins all variables alike) or a
+        :class:`~idt_desk.Preset` the recording cannot name (groups or wrapped angles, and
+        not a registered preset).
+
+    Notes
+    -----
+    Every window is kept (:attr:`windows`): 23 numbers, 184 bytes per window, i.e.
+    4 MB per million steps at stride 50. The buffered transitions are at most the
+    calibration's (W + (calibration_windows - 1) * stride rows).
+
+    Calling ``step`` again after an episode ended without ``reset`` (an env that resets by
+    itself, e.g. Gymnasium's next-step autoreset) records no transition: the obs returned
+    starts the next episode.
+
+    A vector env is monitored by wrapping each of its envs, e.g.
+    ``gymnasium.make_vec(id, n, wrappers=[IDTMonitor])`` or SB3's
+    ``make_vec_env(id, n, wrapper_class=IDTMonitor)``; for training, ``IDTCallback`` does
+    this from SB3's side (and its ``record`` writes one recording per env; the wrappers of
+    a vector env would need a path each).
+
+    A recording is complete once :meth:`close` has run: an env never closed leaves it
+    without its ``session_end`` (a follower then says the writer stopped responding).
+    A budget per episode is written to the recording as the same number of windows (the
+    recording's loop knows no time limit).
+
+    """
+
+    def __init__(
+        self,
+        env: gymnasium.Env,
+        preset: str | Preset | None = None,
+        bins: int | None = None,
+        window: int | None = None,
+        stride: int | None = None,
+        calibration_windows: int = 20,
+        correction: str | None = None,
+        block: int | None = None,
+        detector: str | None = ALARM_DEFAULTS["detector"],
+        false_alarms: str | None = None,
+        baseline_windows: int = ALARM_DEFAULTS["baseline_windows"],
+        persist: int = ALARM_DEFAULTS["persist"],
+        k: float = ALARM_DEFAULTS["k"],
+        record: str | os.PathLike | None = None,
+    ) -> None:
+        super().__init__(env)
+        self._recorder: Recorder | None = None
+        path = _record_path(record)
+        self.preset = resolve_preset(preset, env.observation_space, env.action_space,
+                                     bins, window, stride)
+        spec = getattr(env, "spec", None)
+        alarm = {"detector": detector, "false_alarms": false_alarms,
+                 "baseline_windows": baseline_windows, "persist": persist, "k": k}
+        rate, steps = _loop_rate(env), getattr(spec, "max_episode_steps", None)
+        #: The alarm's monitor (None without a detector): its ``describe()`` and calibration.
+        self.monitor = _alarm_monitor(alarm, self.preset, rate, steps)
+        state = _SpaceCodec(env.observation_space, "observation")
+        action = _SpaceCodec(env.action_space, "action")
+        self._stream = _Stream(self.preset, state, action, calibration_windows, correction,
+                               block, self.monitor)
+        if path is not None:
+            _check_recordable(self.preset, state, action, correction, alarm)
+            self._recorder = _open_recording(path, preset, self.preset, state, action,
+                                             calibration_windows, alarm, rate, steps)
+        self._obs: Any = None
+        self._done = False
+        #: Episode index of the current episode (0 after the first ``reset``).
+        self.episode = -1
+
+    @property
+    def recorder(self) -> Recorder | None:
+        """The :class:`~idt_desk.Recorder` writing ``record`` (None without ``record``).
+
+        Its ``perturb``, ``impulse``, ``modulate`` and ``note`` mark what the loop does
+        itself, at the next transition; ``close`` does not need calling (``close`` of the
+        wrapper does it).
+        """
+        return self._recorder
+
+    @property
+    def n_transitions(self) -> int:
+        """Transitions recorded so far (all episodes)."""
+        return self._stream.n_transitions
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the symbols are calibrated and windows are being computed."""
+        return self._stream.calibrated
+
+    @property
+    def latest(self) -> dict[str, float | int] | None:
+        """The latest finished window (as ``info["idt"]``), or None before calibration."""
+        return None if self._stream.latest is None else dict(self._stream.latest)
+
+    @property
+    def windows(self) -> pd.DataFrame:
+        """Every window finished so far, one row each, columns :data:`IDT_COLUMNS` (a copy).
+
+        With ``block`` > ``stride`` the transitions still buffered are symbolised first, so
+        the last rows may be newer than ``info["idt"]``.
+        """
+        return _frame(self._stream.windows())
+
+    @property
+    def symbolizers(self) -> tuple[Symbolizer, Symbolizer]:
+        """The state and action symbolisers (``to_dict()`` records their calibration)."""
+        return self._stream.sym_s, self._stream.sym_a
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[Any, dict[str, Any]]:
+        """Reset the env; its observation is the S of the next transition."""
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._obs = np.array(obs)
+        self._done = False
+        self.episode += 1
+        if self._stream.latest is not None:
+            info["idt"] = dict(self._stream.latest)
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        """Step the env and record (S, A, S'); ``info["idt"]`` as described above."""
+        if self._obs is None:
+            raise gymnasium.error.ResetNeeded("call reset() before step() on IDTMonitor")
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if self._done:
+            self.episode += 1  # the env reset itself: this obs starts a new episode
+        else:
+            self._stream.add(self._obs, action, obs, reward, self.episode)
+            if self._recorder is not None:
+                self._recorder.add(_flat(self._obs), _flat(action), _flat(obs),
+                                   reward=float(reward), episode=self.episode)
+        self._obs = np.array(obs)
+        self._done = bool(terminated or truncated)
+        if self._stream.latest is not None:
+            info["idt"] = dict(self._stream.latest)
+        return obs, reward, terminated, truncated, info
+
+    def close(self) -> None:
+        """Close the recording (if ``record`` was given: complete) and the env."""
+        try:
+            if self._recorder is not None:
+                self._recorder.close()
+        finally:
+            super().close()
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        """Leave a ``with`` block: close the env; an exception closes the recording as an error.
+
+        The recording's ``session_end`` then has state ``error`` and the exception.
+        """
+        if exc is not None and self._recorder is not None:
+            self._recorder.close(f"{type(exc).__name__}: {exc}")
+        self.close()
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# The Stable-Baselines3 callback
+# ---------------------------------------------------------------------------------------------

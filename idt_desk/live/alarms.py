@@ -1,0 +1,194 @@
+"""The session's alarm state: lights, onsets and their verdicts, Auto, symbol range.
+
+:class:`Alarms` takes each block of judged windows (flags per metric, NaN: no verdict) and
+keeps what the dashboard shows of them: the alarm light per metric, the number of alarms,
+the latency of the latest perturbation's detection (an *onset*: the windows that hold its
+transitions, within a horizon) and the automatic modulation's switches. It stamps every
+event at the end of the window that caused it through the ``later`` callback the session
+gives it, so events land in transition order however the loop was chunked.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from idt_desk.detection.auto import AutoController
+from idt_desk.detection.monitor import IDT_METRICS
+
+__all__ = ["HORIZON_TURNS", "HORIZON_WINDOWS", "Alarms", "RangeWatch", "auto_controller"]
+
+#: Windows after an onset's first window within which an alarm counts as its detection
+#: (the turn path: the paper's injection turn and the two after it).
+HORIZON_WINDOWS, HORIZON_TURNS = 100, 3
+
+#: ``later(kind, at, **fields)``: log an event at the end of a window being processed.
+Later = Callable[..., None]
+
+
+def auto_controller(auto: Mapping[str, Any] | None) -> AutoController | None:
+    """The Auto controller of a session's ``auto`` setting (None: off)."""
+    if auto is None:
+        return None
+    return AutoController(auto["modulation"], dict(auto.get("params", {})),
+                          int(auto.get("persist", 3)), int(auto.get("release", 10)))
+
+
+class Alarms:
+    """Alarm lights, the latest onset and Auto, updated from judged windows.
+
+    Parameters
+    ----------
+    turns
+        One window per turn (a dialogue): onsets count turns, not windows.
+    source
+        The session's source (Auto switches its modulation).
+    later
+        Logs an event at the end of a window being processed.
+    """
+
+    def __init__(self, turns: bool, source: Any, later: Later) -> None:
+        self.turns = turns
+        self.source = source
+        self.later = later
+        #: The light of each detector: on while its latest judged window alarmed.
+        self.alarm = {m: False for m in (*IDT_METRICS, "IDT", "reward")}
+        #: IDT alarms so far (rising edges).
+        self.n_alarms = 0
+        #: Latency bookkeeping of the latest perturbation switched on (None: none yet).
+        self.onset: dict[str, Any] | None = None
+        #: The automatic modulation (None: off).
+        self.auto: AutoController | None = None
+
+    def new_onset(self, name: str | None, i: int, impulse: bool = False) -> None:
+        """Start measuring latency: a perturbation went on at transition ``i``."""
+        horizon = HORIZON_TURNS if self.turns else HORIZON_WINDOWS
+        self.onset = {"name": name, "i": i, "first_window": None, "latency": None,
+                      "horizon": horizon, "expired": False, "impulse": bool(impulse),
+                      "unit": "turn" if self.turns else "window"}
+
+    def onset_off(self, name: str | None, i: int) -> None:
+        """The perturbation latency is measured from has gone off at transition ``i``."""
+        if self.onset is not None and self.onset["name"] == name:
+            self.onset["off_i"] = i
+
+    def update(self, table: Mapping[str, np.ndarray], flags: Mapping[str, np.ndarray],
+               metrics: tuple[str, ...], windows_before: int) -> None:
+        """Lights, alarm events, latency and Auto from a block of judged windows.
+
+        ``metrics`` are the monitor's; ``windows_before`` counts the session's windows
+        before this block (onsets count windows across blocks).
+        """
+        judged = np.flatnonzero(np.isfinite(flags["IDT"]))
+        if not judged.size:
+            return
+        ends = table["end"]
+        idt = flags["IDT"][judged] == 1.0
+        before = np.concatenate([[self.alarm["IDT"]], idt[:-1]])
+        self.n_alarms += int(np.count_nonzero(idt & ~before))
+        for j in judged[idt != before]:
+            self.later("alarm_on" if flags["IDT"][j] == 1.0 else "alarm_off", at=int(ends[j]),
+                       metric="IDT", window_start=int(table["start"][j]))
+        for m in self.alarm:
+            if m in flags and (m == "IDT" or m in metrics):
+                self.alarm[m] = bool(flags[m][judged[-1]] == 1.0)
+        onset = self.onset
+        if onset is not None and onset["latency"] is None and not onset.get("expired"):
+            # Windows that hold perturbed transitions: ending after the onset and, once it is
+            # off, starting before it went off; and within the horizon of its first one.
+            seen = judged[ends[judged] > onset["i"]]
+            if onset.get("off_i") is not None:
+                seen = seen[table["start"][seen] < onset["off_i"]]
+            if seen.size and onset["first_window"] is None:
+                onset["first_window"] = windows_before + int(seen[0])
+            if onset["first_window"] is not None:
+                late = windows_before + seen - onset["first_window"] >= onset["horizon"]
+                if late.any():
+                    onset["expired"] = True
+                seen = seen[~late]
+            hits = seen[flags["IDT"][seen] == 1.0]
+            if hits.size:
+                onset["latency"] = windows_before + int(hits[0]) - onset["first_window"]
+                onset["expired"] = False
+                self._verdict(onset, at=int(ends[hits[0]]))
+            elif onset.get("expired"):
+                self._verdict(onset, at=int(ends[judged[-1]]))
+            elif onset.get("off_i") is not None and \
+                    (table["start"][judged] >= onset["off_i"]).any():
+                # Every window holding the perturbed transitions judged: none alarmed.
+                self._verdict(onset, at=int(ends[judged[-1]]))
+        if self.auto is not None:
+            for j, what in self.auto.update(idt):
+                self._auto_switch(what, int(ends[judged[j]]), int(table["start"][judged[j]]))
+
+    def _verdict(self, onset: dict[str, Any], at: int) -> None:
+        """Log once whether the onset's perturbation was detected (the event log's latency).
+
+        ``detected``: the latency in windows (turns) after the onset's first window;
+        ``not_detected``: the horizon ran out, or the perturbation went off undetected.
+        """
+        if onset.get("logged"):
+            return
+        onset["logged"] = True
+        common = {"name": onset["name"], "onset_i": onset["i"], "unit": onset["unit"]}
+        if onset["latency"] is not None:
+            self.later("detected", at=at, latency=onset["latency"], **common)
+        else:
+            self.later("not_detected", at=at, horizon=onset["horizon"],
+                       off=onset.get("off_i") is not None and not onset.get("expired"),
+                       **common)
+
+    def _auto_switch(self, what: str, at: int, window_start: int) -> None:
+        name = self.auto.modulation
+        if what == "engage":
+            params = self.source.set_modulation(name, self.auto.params)
+            self.later("modulation_on", at=at, name=name, params=params, auto=True,
+                       window_start=window_start)
+        else:
+            self.source.set_modulation(name, None)
+            self.later("modulation_off", at=at, name=name, auto=True,
+                       window_start=window_start)
+
+    def auto_state(self) -> dict[str, Any] | None:
+        """Auto as a snapshot shows it (None: off)."""
+        a = self.auto
+        return None if a is None else {"modulation": a.modulation, "params": a.params,
+                                       "persist": a.persist, "release": a.release,
+                                       "engaged": a.engaged}
+
+
+class RangeWatch:
+    """Warn once the symbols' calibrated range has stopped covering the data.
+
+    Clamping comes in bursts (a pendulum whose energy grew passes its old extremes a few
+    times a swing), so the rule looks at the mean out-of-range fraction of the latest
+    ``persist`` windows: above ``warn`` raises the warning, below a fifth of it clears it.
+    """
+
+    def __init__(self, warn: float, persist: int, later: Later) -> None:
+        self.warn = warn
+        self.recent: deque[float] = deque(maxlen=persist)
+        self.later = later
+        #: The warning in force ({"fraction", "since_i"}), or None.
+        self.warning: dict[str, Any] | None = None
+
+    def update(self, table: Mapping[str, np.ndarray]) -> None:
+        """Take in new windows' out-of-range fractions."""
+        recent = self.recent
+        for j, frac in enumerate(table["out_of_range"]):
+            recent.append(float(frac))
+            if len(recent) < recent.maxlen:
+                continue
+            mean = sum(recent) / len(recent)
+            at = int(table["end"][j])
+            if self.warning is None and mean > self.warn:
+                self.warning = {"fraction": mean, "since_i": at}
+                self.later("symbols_out_of_range", at=at, fraction=mean, windows=len(recent))
+            elif self.warning is not None:
+                self.warning["fraction"] = mean
+                if mean < self.warn / 5:
+                    self.warning = None
+                    self.later("symbols_in_range", at=at, fraction=mean)

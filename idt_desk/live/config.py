@@ -1,0 +1,230 @@
+"""What a session is and what it shows: its configuration, its snapshots, its window ring.
+
+:class:`SessionConfig` is everything that defines a session (recorded in full with every
+recording); :class:`Snapshot` is the copy of its state the GUI and the command line read
+30 times a second; :class:`WindowRing` is the bounded buffer of its latest windows (memory
+stays flat over hours). Plain data: no thread, no source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from idt_desk.detection.monitor import ADJUSTED_METRICS, Baseline
+from idt_desk.metrics.tokens import LENGTH_COLUMNS
+
+__all__ = ["AGENCY_EVERY", "MAX_SPEED_CHUNKS", "PACE_SLICE", "WINDOW_COLUMNS", "SessionConfig",
+           "Snapshot", "WindowRing", "undefined_reason", "versions"]
+
+#: Columns of the session's windows (ring buffer, recording, snapshot).
+WINDOW_COLUMNS = (
+    "start", "end", "t", "P", "H_f", "H_b", "dH", "MI", "H_S", "H_A", "H_S_next", "H_SA",
+    "H_SAS", "H_A_given_S", "MI_A_S_next_given_S", "K_SAS", "unique_frac", "out_of_range",
+    "reward", "x_P", "x_H_f", "x_H_b", "x_dH", "x_IDT", "x_reward",
+    # The structural baselines of a dialogue (turn path, idt_desk.metrics.embeddings); NaN
+    # elsewhere.
+    "cos_sim", "adjacent", "drift",
+    # A dialogue's token counts and length-adjusted metrics with their flags
+    # (idt_desk.metrics.tokens).
+    *LENGTH_COLUMNS, *ADJUSTED_METRICS, *(f"x_{m}" for m in (*ADJUSTED_METRICS, "IDT_adj")),
+)
+#: Wall-clock granularity of real-time pacing (s).
+PACE_SLICE = 0.02
+#: At maximum speed, chunks of this many ``source.chunk`` per step (fast sources).
+MAX_SPEED_CHUNKS = 40
+#: Wall seconds between two computations of the agency conditions (about 40 ms each: <1 %).
+AGENCY_EVERY = 5.0
+
+
+@dataclass
+class SessionConfig:
+    """Everything that defines a session; recorded in full with every recording.
+
+    Attributes
+    ----------
+    source, settings
+        Source name and its declared settings.
+    preset, bins, window, stride
+        Symbolisation preset (default: the source's first) and overrides.
+    calibration_windows
+        The symboliser's statistics are frozen from the first this-many windows of data.
+    baseline_windows
+        The monitor's baseline is the this-many windows that follow the calibration windows
+        (windows the symbols were fitted on cannot show data leaving the calibrated range);
+        None: 200 windows (30 turns on the turn path, the paper's dialogue baseline).
+    detector
+        ``persistence`` (default: ``persist`` windows in a row beyond a calibrated kσ),
+        ``cusum`` (two-sided, reference ``drift`` σ) or ``paper`` (the first window beyond
+        ``k`` σ, uncalibrated: the paper's rule). See ``idt_desk.detection.detectors``.
+    false_alarms
+        The false-alarm budget in loop time ("1/h", "1/100turns", "1/10episodes"); None: the
+        source's ``default_budget``. The IDT components share it; reward has its own.
+    k
+        The paper rule's threshold in baseline standard deviations.
+    correction
+        None or "miller-madow".
+    speed
+        Multiple of real time; None (or 0) for as fast as possible.
+    seed
+        Seed of the source.
+    history
+        Windows kept in memory for consumers (memory stays flat over hours).
+    auto
+        Automatic modulation: {"modulation", "params", "persist", "release"} or None.
+    """
+
+    source: str = "pendulum"
+    settings: dict[str, Any] = field(default_factory=dict)
+    preset: str | None = None
+    bins: int | None = None
+    window: int | None = None
+    stride: int | None = None
+    calibration_windows: int = 20
+    baseline_windows: int | None = None
+    detector: str = "persistence"
+    false_alarms: str | None = None
+    #: Persistence's m; None: 5 windows, or 1 on the turn path (an injection is one turn).
+    persist: int | None = None
+    drift: float = 0.5
+    k: float = 3.0
+    correction: str | None = None
+    speed: float | None = 1.0
+    seed: int = 0
+    history: int = 20000
+    auto: dict[str, Any] | None = None
+    #: A full preset (``Preset.to_dict()``) used instead of looking ``preset`` up by name; a
+    #: replay sets it to the recorded one.
+    preset_spec: dict[str, Any] | None = None
+    #: The metric stage, set from the source: "windows" (symbols over sliding windows; the
+    #: preset, calibration and window settings apply) or "turns" (token counts per turn;
+    #: ``tokenizer`` applies, no calibration, the baseline is the first ``baseline_windows``
+    #: turns).
+    metric_path: str = "windows"
+    #: Tokenizer of the "turns" path (``idt_desk.metrics.tokens.load_tokenizer``); None: the
+    #: default.
+    tokenizer: str | None = None
+    #: The "turns" path's structural baselines (``idt_desk.metrics.embeddings``: cosine similarities
+    #: of sentence embeddings, extra columns beside the metrics): None computes them when the
+    #: embeddings extra is installed, True requires it, False never.
+    baselines: bool | None = None
+
+    #: Settings only the windows path uses (symbols over sliding windows).
+    SYMBOL_FIELDS = ("preset", "bins", "window", "stride", "calibration_windows", "correction",
+                     "preset_spec")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form; a turn path's leaves out the symbol settings, which do not apply."""
+        out = asdict(self)
+        if self.metric_path == "turns":
+            for key in self.SYMBOL_FIELDS:
+                out.pop(key, None)
+        return out
+
+
+@dataclass
+class Snapshot:
+    """A consistent copy of the session's state for a consumer (the GUI's timer)."""
+
+    state: str
+    error: str | None
+    source: str
+    n_transitions: int
+    n_windows: int
+    sim_time: float
+    speed: float | None
+    preset: dict[str, Any]
+    calibration: tuple[int, int]
+    baseline: Baseline | None
+    baseline_progress: tuple[int, int]
+    windows: dict[str, np.ndarray]
+    info: dict[str, Any]
+    events: list[dict[str, Any]]
+    switches: list[dict[str, Any]]
+    active_perturbations: dict[str, dict[str, Any]]
+    active_modulations: dict[str, dict[str, Any]]
+    auto: dict[str, Any] | None
+    alarm: dict[str, bool]
+    onset: dict[str, Any] | None
+    recording: str | None
+    #: Compute throughput: transitions per second of the worker's compute time.
+    throughput: float
+    #: Loop rate: transitions per wall-clock second the loop actually advanced.
+    loop_rate: float = 0.0
+    #: {"fraction", "since_i"} while the symbols' calibrated range no longer covers the data.
+    out_of_range_warning: dict[str, Any] | None = None
+    #: Windows so far whose P is undefined (see :func:`undefined_reason`).
+    n_undefined: int = 0
+    #: The agency conditions of the latest W transitions (``idt_desk.detection.agency``), refreshed
+    #: every ``AGENCY_EVERY`` seconds; None for a passive source or before the first window.
+    agency: dict[str, Any] | None = None
+    #: Why the source paused the loop (``SourcePaused``), until it is resumed.
+    paused_reason: str | None = None
+    #: The tokenizer of the turn path (metrics per turn from token counts); None for windows.
+    tokenizer: str | None = None
+    #: The alarm's detector: {"describe", "budget", "baseline_windows", "too_short",
+    #: "needed_windows", "calibrating"} (``Monitor`` in words for the alarm panel).
+    detector: dict[str, Any] | None = None
+    #: IDT alarm episodes (``alarm_on`` events) since the session started.
+    n_alarms: int = 0
+
+
+class WindowRing:
+    """Fixed-capacity column store of the latest windows."""
+
+    def __init__(self, capacity: int, columns: tuple[str, ...]) -> None:
+        self.capacity = int(capacity)
+        self.columns = columns
+        self.data = {c: np.full(self.capacity, np.nan) for c in columns}
+        self.total = 0
+
+    def append(self, block: Mapping[str, np.ndarray], n: int) -> None:
+        """Add ``n`` windows (columns missing from ``block`` are NaN)."""
+        if n >= self.capacity:
+            block = {c: np.asarray(v)[-self.capacity:] for c, v in block.items()}
+            self.total += n - self.capacity
+            n = self.capacity
+        pos = np.arange(self.total, self.total + n) % self.capacity
+        for c in self.columns:
+            self.data[c][pos] = block[c] if c in block else np.nan
+        self.total += n
+
+    def tail(self, limit: int) -> dict[str, np.ndarray]:
+        """Copies of the latest ``limit`` windows, oldest first."""
+        n = min(limit, self.total, self.capacity)
+        pos = np.arange(self.total - n, self.total) % self.capacity
+        return {c: self.data[c][pos] for c in self.columns}
+
+
+def versions() -> dict[str, str]:
+    """Versions of Python, the platform and the libraries a recording states."""
+    import platform
+    import sys
+
+    out = {"python": sys.version.split()[0], "platform": platform.platform()}
+    for mod in ("numpy", "numba", "idt_desk"):
+        try:
+            out[mod] = __import__(mod).__version__
+        except Exception:
+            out[mod] = "?"
+    return out
+
+
+def undefined_reason(windows: Mapping[str, np.ndarray], j: int) -> str | None:
+    """Why window ``j``'s P is undefined (NaN), in one line; None when it is defined.
+
+    P = MI / (H(S) + H(A) + H(S')) has no value when the denominator is 0: every S, A and S'
+    symbol in the window is the same (a constant signal, or values clamped into one edge
+    bin). Such a window is a gap, never a measured 0.
+    """
+    p = float(windows["P"][j])
+    if p == p:
+        return None
+    parts = [float(windows[c][j]) for c in ("H_S", "H_A", "H_S_next") if c in windows]
+    if all(x == x for x in parts) and sum(abs(x) for x in parts) == 0.0:
+        return ("constant window: every S, A and S' symbol is the same "
+                "(H(S) + H(A) + H(S') = 0)")
+    return "P is not a number in this window (its entropies could not be computed)"

@@ -1,0 +1,117 @@
+"""A session's turn path: a dialogue's metrics from its texts' token counts, one row a turn.
+
+A dialogue has one (S, A, S') per turn (the teacher's prompt, the student's reply, the next
+prompt), not a window of numeric rows: :class:`TurnPath` computes each turn's P, H_f, H_b
+and ΔH from the pooled token counts of the texts (:class:`~idt_desk.metrics.tokens.
+DialogueMetrics`), their length-adjusted values and, when installed, the structural
+baselines (sentence embeddings), hands the rows to the session to judge, and keeps the
+transcript and, once the baseline turns are in, the length confound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from idt_desk.metrics import embeddings
+from idt_desk.metrics.embeddings import StructuralBaselines
+from idt_desk.metrics.tokens import (
+    CONFOUND_METRICS,
+    LENGTH_COLUMNS,
+    TOKENIZER,
+    DialogueMetrics,
+    length_confound,
+    load_tokenizer,
+)
+
+__all__ = ["TurnPath"]
+
+
+class TurnPath:
+    """The dialogue so far and its per-turn metrics, for the session that owns it.
+
+    ``session`` is the :class:`~idt_desk.live.session.Session`; its configuration's tokenizer
+    and structural-baseline switch are resolved here (a recording states what was in force).
+    """
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        cfg = session.config
+        cfg.tokenizer = cfg.tokenizer or TOKENIZER
+        #: Every turn's texts, which later turns' contexts and a recording started
+        #: mid-dialogue need. The length model of the adjusted metrics fits the detectors'
+        #: baseline turns.
+        self.dialogue = DialogueMetrics(load_tokenizer(cfg.tokenizer),
+                                        baseline_turns=cfg.baseline_windows)
+        if cfg.baselines and not embeddings.available():
+            raise ValueError(embeddings.MISSING)
+        cfg.baselines = embeddings.available() if cfg.baselines is None else cfg.baselines
+        #: The transcript: every turn with its metrics.
+        self.log: list[dict[str, Any]] = []
+        #: The baseline turns' metrics and token counts, until the length confound is out.
+        self._length_rows: dict[str, list[float]] | None = {}
+        #: The structural baselines (when on): the model loads in the loop's thread at the
+        #: first turn, about 10 s, never in the caller's.
+        self._baselines: StructuralBaselines | None = None
+
+    def feed(self, b: Any, i0: int, t: np.ndarray) -> None:
+        """One metric row per transition of batch ``b`` (transitions ``i0``...), judged."""
+        ses = self.session
+        table = self.dialogue.push(b.turns or [])
+        if ses.config.baselines:
+            if self._baselines is None:
+                self._baselines = StructuralBaselines(embeddings.load_embedder())
+            table.update(self._baselines.push(b.turns or []))
+        # A replay's first batch may lead with history turns (texts of earlier contexts).
+        turns = [turn for turn in b.turns or [] if not turn.get("history")]
+        if len(turns) != len(b):
+            raise ValueError(f"{ses.source.name}: a batch of {len(b)} transitions carries "
+                             f"{len(turns)} turns")
+        k = len(b)
+        table["start"] = i0 + np.arange(k, dtype=np.float64)
+        table["end"] = table["start"] + 1
+        table["t"] = np.asarray(t, dtype=np.float64)
+        table["out_of_range"] = np.zeros(k)
+        if ses.source.has_reward:
+            table["reward"] = np.asarray(b.reward, dtype=np.float64)
+        ses._emit(table, k)
+        rows = [{**turn, "i": i0 + j, "P": float(table["P"][j]), "dH": float(table["dH"][j]),
+                 "H_b": float(table["H_b"][j]), "P_adj": float(table["P_adj"][j]),
+                 "alarm": table["x_IDT"][j] == 1.0}
+                for j, turn in enumerate(turns)]
+        self._watch_length(table, k)
+        self.log.extend(rows)
+        # The agency conditions of the latest turn, read off its pooled token counts (a
+        # value per turn, no null: a dialogue has one S, A, S' per turn, not a window).
+        agency = {
+            name: {"value": v, "holds": bool(v > 0), "method": "per turn, pooled counts"}
+            for name, v in (("choice", float(table["H_A_given_S"][-1])),
+                            ("effect", float(table["MI_A_S_next_given_S"][-1])),
+                            ("asymmetry", abs(float(table["dH"][-1]))))}
+        with ses._lock:
+            ses._agency = {**agency, "window_end": ses.n_transitions,
+                           "where": f"turn {ses.n_transitions} (its token counts)"}
+            # Replaced, never mutated: a snapshot's shallow copy stays consistent.
+            ses._info["transcript"] = tuple(self.log[-ses.config.history:])
+
+    def _watch_length(self, table: Mapping[str, np.ndarray], k: int) -> None:
+        """Gather the baseline turns' metrics and counts; at its end, the length confound.
+
+        ``info["length_confound"]``: :func:`idt_desk.metrics.tokens.length_confound` over the
+        baseline turns (the dashboard shows it beside the transcript).
+        """
+        ses = self.session
+        need = int(ses.config.baseline_windows or 0)
+        have = self._length_rows
+        if have is None or not need:
+            return
+        for c in (*CONFOUND_METRICS, *LENGTH_COLUMNS):
+            have.setdefault(c, []).extend(np.asarray(table[c], dtype=np.float64)[:k].tolist())
+        if len(have["P"]) >= need:
+            self._length_rows = None
+            confound = length_confound([{c: np.array(v[:need]) for c, v in have.items()}],
+                                       need)
+            with ses._lock:
+                ses._info["length_confound"] = {"turns": need, **confound}

@@ -1,0 +1,232 @@
+"""The recording format: its files, its version, and reading and writing its lines.
+
+Session recordings: written while running, append-only, read back in one line.
+
+A recording is a directory::
+
+    NAME/
+      config.json        full configuration: source, settings, symbolisation, engine, seeds,
+                         versions (rewritten atomically when it changes)
+      transitions.csv    one row per transition: i, t, s_0.., a_0.., s_next_0.., reward, episode
+      windows.csv        one row per metric window: start, end, P, H_f, H_b, dH, ... flags
+      events.jsonl       one JSON object per event: perturbation/modulation on/off, alarms,
+                         calibration, notes, errors
+      turns.jsonl        a dialogue's texts, one JSON object per turn (``i``, ``turn``,
+                         ``prompt``, ``reply``, ``next_prompt``, ``context_start``, whether
+                         injected, backend, model, options); turns a recording started
+                         mid-dialogue needs for later contexts come first with
+                         ``history: true`` and no ``i`` (sources with ``metric_path = "turns"``)
+
+Each table is plain CSV (``pd.read_csv(path / "transitions.csv")``) and the transitions use
+the column names ``idt-desk analyze`` reads. Rows are appended in whole lines with one
+``os.write`` per flush, at least every ``flush_seconds`` (0.5 s), so killing the process,
+even with SIGKILL, loses at most the last flush interval and leaves every file readable.
+Floats are written in their shortest round-trip form: they read back bit for bit, which is what
+lets a replay reproduce the recorded windows exactly.
+
+Closing a recording writes ``complete: true`` and the row counts ``n_transitions``,
+``n_windows`` and ``n_events`` into config.json; the session's last event before closing is
+``session_end`` (or ``recording_stop``). :func:`load_recording` checks the files against that:
+
+- Damage it cannot read past raises :class:`RecordingError` naming the file and the line:
+  bytes that are not UTF-8 text (or NUL) in any file, invalid JSON, a table line with the
+  wrong number of fields or a non-numeric cell, an events line that is not a JSON event.
+- Data missing or out of order is *reported, not raised*: the recording loads with
+  ``complete`` False and one warning per file saying what is wrong, e.g.
+  ``"transitions.csv: holds 8,000 rows but config.json promises 10,000"``. This covers a
+  table or events file shorter than config.json promises, no ``session_end`` event, a torn
+  (unterminated) last line (dropped, never misread), a gap in the transitions' ``i``, and a
+  windows' ``start`` that goes back. A killed session's recording (no ``complete`` in
+  config.json) loads the same way, with its own warning; only the row counts are not checked,
+  since it promised none.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["FORMAT_VERSION", "RecordingError"]
+
+
+FORMAT_VERSION = 1
+
+
+_FILES = ("config.json", "transitions.csv", "windows.csv", "events.jsonl")
+
+
+#: The events a session writes just before it closes a recording.
+_CLOSING_EVENTS = ("session_end", "recording_stop")
+
+
+class RecordingError(ValueError):
+    """A path that is not a readable recording; the message says what is wrong."""
+
+
+def _json_safe(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {str(k): _json_safe(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_json_safe(x) for x in v]
+    if isinstance(v, np.ndarray):
+        return _json_safe(v.tolist())
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating | float):
+        f = float(v)
+        return f if math.isfinite(f) else None
+    if isinstance(v, np.bool_):
+        return bool(v)
+    if isinstance(v, Path):
+        return str(v)
+    return v
+
+
+class _Table:
+    """An append-only CSV file written in whole lines.
+
+    Blocks are kept as arrays and formatted at flush time, all at once, by Arrow's CSV writer
+    (C++; shortest round-trip digits, so every float reads back bit for bit): 5x less than
+    numpy's savetxt per row, which matters when a session records at full speed.
+    """
+
+    def __init__(self, path: Path, columns: Sequence[str]) -> None:
+        self.path = path
+        self.columns = list(columns)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self._pending: list[np.ndarray] = []
+        os.write(self._fd, (",".join(self.columns) + "\n").encode())
+
+    def append(self, block: np.ndarray) -> None:
+        if block.size:
+            self._pending.append(np.array(block, dtype=np.float64))
+
+    def flush(self) -> None:
+        if self._pending:
+            data = _csv_lines(np.vstack(self._pending))
+            self._pending.clear()
+            # One write of whole lines: a kill leaves the file ending at a line boundary.
+            while data:
+                n = os.write(self._fd, data)
+                data = data[n:]
+
+    def close(self) -> None:
+        self.flush()
+        os.close(self._fd)
+
+
+class _JsonLines:
+    """An append-only JSON-lines file written in whole lines (events, a dialogue's turns)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self._pending: list[str] = []
+
+    def append(self, row: Mapping[str, Any]) -> None:
+        self._pending.append(json.dumps(_json_safe(dict(row))) + "\n")
+
+    def flush(self) -> None:
+        if self._pending:
+            data = "".join(self._pending).encode()
+            self._pending.clear()
+            while data:
+                data = data[os.write(self._fd, data):]
+
+    def close(self) -> None:
+        self.flush()
+        os.close(self._fd)
+
+
+def _csv_lines(block: np.ndarray) -> bytes:
+    """Rows of floats as CSV lines without a header (``nan`` for NaN)."""
+    import pyarrow as pa
+    from pyarrow import csv
+
+    table = pa.Table.from_arrays([pa.array(block[:, j]) for j in range(block.shape[1])],
+                                 names=[str(j) for j in range(block.shape[1])])
+    sink = pa.BufferOutputStream()
+    csv.write_csv(table, sink, csv.WriteOptions(include_header=False))
+    return sink.getvalue().to_pybytes()
+
+
+def _read_lines(path: Path, issues: list[str] | None = None) -> bytes:
+    """A file's bytes, checked to be text; with ``issues``, a torn last line is dropped.
+
+    Bytes that are not UTF-8 text (or NUL) raise RecordingError naming the file and line.
+    """
+    raw = path.read_bytes()
+    try:
+        raw.decode("utf-8")
+        bad = raw.find(b"\x00")
+    except UnicodeDecodeError as exc:
+        bad = exc.start
+    if bad >= 0:
+        line = raw.count(b"\n", 0, bad) + 1
+        raise RecordingError(f"{path}: line {line}: garbage bytes {raw[bad:bad + 4]!r}...")
+    if issues is not None and raw and not raw.endswith(b"\n"):
+        # Only a torn last line can lack its newline; drop it rather than misread it.
+        raw = raw[: raw.rfind(b"\n") + 1]
+        line = raw.count(b"\n") + 1
+        issues.append(f"dropped a partly written last line (line {line})")
+    return raw
+
+
+def _read_csv(path: Path, issues: list[str]) -> pd.DataFrame:
+    raw = _read_lines(path, issues)
+    if not raw.strip():
+        raise RecordingError(f"{path}: empty (not even a header)")
+    # Every line holds as many fields as the header: count the commas line by line.
+    arr = np.frombuffer(raw, np.uint8)
+    commas = np.searchsorted(np.flatnonzero(arr == ord(",")), np.flatnonzero(arr == ord("\n")))
+    fields = np.diff(commas, prepend=0) + 1
+    wrong = np.flatnonzero(fields != fields[0])
+    if wrong.size:
+        raise RecordingError(f"{path}: line {wrong[0] + 1}: {fields[wrong[0]]} fields, "
+                             f"the header has {fields[0]}")
+    try:
+        df = pd.read_csv(io.BytesIO(raw))
+    except (ValueError, pd.errors.ParserError) as exc:
+        raise RecordingError(f"{path}: not a recording table: {exc}") from None
+    # Line k + 2 holds row k (line 1 is the header; no blank lines passed the field count).
+    bad_rows = [
+        int(np.argmax(bad)) for col in df.columns
+        if not pd.api.types.is_numeric_dtype(df[col])
+        and (bad := (pd.to_numeric(df[col], errors="coerce").isna() & df[col].notna())).any()
+    ]
+    if bad_rows:
+        k = min(bad_rows)
+        cell = next(v for v in df.iloc[k] if isinstance(v, str)
+                    and pd.isna(pd.to_numeric(v, errors="coerce")))
+        raise RecordingError(f"{path}: line {k + 2}: non-numeric cell {cell!r}")
+    return df
+
+
+def _first_line(flags: np.ndarray) -> int | None:
+    """The 0-based index of the first True in ``flags``, or None."""
+    idx = np.flatnonzero(flags)
+    return int(idx[0]) if idx.size else None
+
+
+def _read_json_lines(path: Path, issues: list[str], key: str, what: str) -> list[dict]:
+    """The JSON objects of a JSON-lines file, each required to have ``key``."""
+    rows = []
+    for k, line in enumerate(_read_lines(path, issues).split(b"\n")):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if not isinstance(row, dict) or key not in row:
+            raise RecordingError(f"{path}: line {k + 1}: not {what}") from None
+        rows.append(row)
+    return rows

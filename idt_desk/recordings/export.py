@@ -1,0 +1,46 @@
+"""Exporting a recording's tables to CSV or Parquet in one call."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from idt_desk.recordings.reader import Recording, load_recording
+
+__all__ = ["export_recording"]
+
+
+def export_recording(
+    rec: Recording | str | Path, out: str | Path, fmt: str = "parquet"
+) -> list[Path]:
+    """Write a recording's tables as CSV or Parquet files (plus config.json) into ``out``."""
+    if not isinstance(rec, Recording):
+        rec = load_recording(rec)
+    if fmt not in ("csv", "parquet"):
+        raise ValueError(f"format must be csv or parquet, got {fmt!r}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    names = ["transitions", "windows", "events"] + (["turns"] if rec.turns is not None else [])
+    for name in names:
+        df = pd.DataFrame(rec.turns) if name == "turns" else getattr(rec, name)
+        if not len(df.columns):
+            continue  # a table the source of ``rec`` does not have (a session's transitions)
+        p = out / f"{name}.{fmt}"
+        if fmt == "csv":
+            df.to_csv(p, index=False)
+        else:
+            if name in ("events", "turns"):
+                # Parameters are nested dicts: store them as JSON text in Parquet.
+                df = df.copy()
+                for col in df.columns:
+                    if df[col].map(lambda v: isinstance(v, dict | list)).any():
+                        df[col] = df[col].map(lambda v: json.dumps(v) if v is not None else None)
+            df.to_parquet(p, index=False)
+        paths.append(p)
+    cfg = out / "config.json"
+    cfg.write_text(json.dumps(rec.config, indent=2) + "\n")
+    paths.append(cfg)
+    return paths

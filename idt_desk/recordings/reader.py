@@ -1,0 +1,241 @@
+"""Reading a recording back: checked against what its config promises, damage named."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from idt_desk.recordings._format import (
+    _CLOSING_EVENTS,
+    _FILES,
+    FORMAT_VERSION,
+    RecordingError,
+    _first_line,
+    _read_csv,
+    _read_json_lines,
+    _read_lines,
+)
+
+__all__ = ["Recording", "load_recording", "newest_recording"]
+
+
+@dataclass
+class Recording:
+    """A recording read back: three tables, the configuration and what the reader found.
+
+    ``complete`` is True only when the session closed the recording and the files hold all it
+    promised; then ``warnings`` is empty.
+    """
+
+    path: Path
+    config: dict[str, Any]
+    transitions: pd.DataFrame
+    windows: pd.DataFrame
+    events: pd.DataFrame
+    warnings: list[str]
+    complete: bool = False
+    #: A dialogue's turns (turns.jsonl), oldest first; None when the recording has none.
+    turns: list[dict[str, Any]] | None = None
+
+    @property
+    def state_names(self) -> list[str]:
+        """Names of the state variables (columns ``s_0..``)."""
+        return list(self.config.get("state_names", []))
+
+    @property
+    def action_names(self) -> list[str]:
+        """Names of the action variables (columns ``a_0..``)."""
+        return list(self.config.get("action_names", []))
+
+
+def load_recording(path: str | Path) -> Recording:
+    """Read a recording directory and check it against what its config.json promises.
+
+    Parameters
+    ----------
+    path
+        The recording directory.
+
+    Returns
+    -------
+    Recording
+        The tables and configuration. ``complete`` is True only when the session closed the
+        recording and every check passed; otherwise ``warnings`` says, file by file, what is
+        missing or out of order (a killed session's recording loads this way too).
+
+    Raises
+    ------
+    RecordingError
+        Not a directory, missing files, files that are not a recording's, garbage bytes or
+        non-numeric cells (the message names the file and the line).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise RecordingError(f"{path}: no such recording")
+    if not path.is_dir():
+        raise RecordingError(f"{path}: a recording is a directory holding {', '.join(_FILES)}")
+    missing = [f for f in _FILES if not (path / f).exists()]
+    if missing:
+        raise RecordingError(f"{path}: not a recording (missing {', '.join(missing)})")
+    try:
+        config = json.loads(_read_lines(path / "config.json"))
+    except json.JSONDecodeError as exc:
+        raise RecordingError(
+            f"{path}/config.json: line {exc.lineno}: not valid JSON ({exc.msg})"
+        ) from None
+    if not isinstance(config, dict) or config.get("format_version") != FORMAT_VERSION:
+        found = config.get("format_version") if isinstance(config, dict) else config
+        raise RecordingError(
+            f"{path}: not an IDT Desk recording of format {FORMAT_VERSION} "
+            f"(config.json says format_version {found!r})"
+        )
+    issues: dict[str, list[str]] = {name: [] for name in _FILES[1:]}
+    transitions = _read_csv(path / "transitions.csv", issues["transitions.csv"])
+    windows = _read_csv(path / "windows.csv", issues["windows.csv"])
+    if "i" not in transitions.columns or "start" not in windows.columns:
+        raise RecordingError(f"{path}: tables lack their index columns (i / start)")
+    i = transitions["i"].to_numpy(np.float64)
+    if (k := _first_line(np.diff(i) != 1)) is not None:
+        issues["transitions.csv"].append(
+            f"line {k + 3}: i jumps from {i[k]:.17g} to {i[k + 1]:.17g} (rows missing)")
+    start_index = config.get("start_index")
+    if len(i) and isinstance(start_index, int) and i[0] != start_index:
+        issues["transitions.csv"].append(
+            f"line 2: starts at i = {i[0]:.17g} but config.json says start_index {start_index}")
+    start = windows["start"].to_numpy(np.float64)
+    if (k := _first_line(~(np.diff(start) >= 0))) is not None:
+        issues["windows.csv"].append(
+            f"line {k + 3}: start goes back from {start[k]:.17g} to {start[k + 1]:.17g}")
+    for col in ("i", "episode"):
+        if col in transitions and transitions[col].notna().all():
+            transitions[col] = transitions[col].astype(np.int64)
+    for col in ("start", "end"):
+        if col in windows and windows[col].notna().all():
+            windows[col] = windows[col].astype(np.int64)
+    events = pd.DataFrame(_read_json_lines(path / "events.jsonl", issues["events.jsonl"],
+                                           "kind", "a JSON event"))
+    turns = None
+    if (path / "turns.jsonl").exists():
+        issues["turns.jsonl"] = []
+        turns = _read_json_lines(path / "turns.jsonl", issues["turns.jsonl"], "turn",
+                                 "a JSON turn")
+        if config.get("complete"):
+            got = sum(not t.get("history") for t in turns)
+            promised = config.get("n_turns")
+            if isinstance(promised, int) and got != promised:
+                issues["turns.jsonl"].append(
+                    f"holds {got:,} turns but config.json promises {promised:,}")
+    closed = bool(config.get("complete", False))
+    if closed:
+        # What the closing Recorder promised: the row counts, and the session's last event.
+        for name, table, key, what in (
+            ("transitions.csv", transitions, "n_transitions", "rows"),
+            ("windows.csv", windows, "n_windows", "rows"),
+            ("events.jsonl", events, "n_events", "events"),
+        ):
+            promised = config.get(key)
+            if not isinstance(promised, int) or isinstance(promised, bool):
+                if key != "n_events":  # written by a Recorder that did not count events
+                    issues[name].append(f"config.json gives no {key}")
+            elif len(table) != promised:
+                issues[name].append(
+                    f"holds {len(table):,} {what} but config.json promises {promised:,}")
+        kinds = set(events["kind"]) if len(events) else set()
+        if not kinds & set(_CLOSING_EVENTS):
+            issues["events.jsonl"].append(
+                "no session_end event, which a closed recording ends with")
+    warnings = [f"{name}: {'; '.join(found)}" for name, found in issues.items() if found]
+    complete = closed and not warnings
+    if not closed:
+        warnings.append("the session did not close this recording (killed or crashed)")
+    return Recording(path, config, transitions, windows, events, warnings, complete, turns)
+
+
+def newest_recording(path: str | Path) -> Path | None:
+    """The recording to follow at ``path``: itself, or the run inside it that started last.
+
+    ``path`` itself if its config.json is there, else the recording directly inside it that
+    started last, else None (nothing written yet). Runs are ordered by when they started,
+    never by a file's modification time: a writer rewrites config.json when it closes, so a
+    run that has just finished would look newer than one still being written. See
+    :func:`_runs_by_start` for what "started" is read from.
+    """
+    path = Path(path)
+    if (path / "config.json").is_file():
+        return path
+    runs = _runs_by_start(path)
+    return runs[-1][1] if runs else None
+
+
+#: Start times already read, by (run directory, events.jsonl's device and inode): a run's
+#: start never changes, so polling a folder costs a listing and two stats a run.
+_STARTED: dict[tuple[str, int, int], float] = {}
+
+
+def _runs_by_start(folder: str | Path) -> list[tuple[float, Path]]:
+    """The recordings directly inside ``folder`` as (start time, path), the latest last.
+
+    The start time is the wall-clock time of the first event in events.jsonl (a writer logs
+    ``recording_start`` as it opens the recording; exact, and written once). Until that line
+    is out, config.json's ``created`` (whole seconds), else config.json's modification time.
+    """
+    folder = Path(folder)
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return []
+    runs = []
+    for d in entries:
+        config = d / "config.json"
+        try:
+            if not config.is_file():
+                continue
+            ev = (d / "events.jsonl").stat()
+        except OSError:
+            ev = None
+        key = None if ev is None else (str(d), ev.st_dev, ev.st_ino)
+        started = _STARTED.get(key) if key is not None else None
+        if started is None:
+            started = _first_event_wall(d / "events.jsonl") if ev is not None else None
+            if started is not None:
+                _STARTED[key] = started  # type: ignore[index]
+            else:
+                started = _created(config)
+        if started is not None:
+            runs.append((started, d))
+    return sorted(runs, key=lambda r: (r[0], r[1].name))
+
+
+def _first_event_wall(events: Path) -> float | None:
+    """The ``wall`` time of the first event in ``events`` (None until a whole line is there)."""
+    try:
+        with open(events, "rb") as f:
+            head = f.read(1 << 16)
+        line, newline, _ = head.partition(b"\n")
+        if not newline:
+            return None
+        wall = json.loads(line).get("wall")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(wall) if isinstance(wall, int | float) and math.isfinite(wall) else None
+
+
+def _created(config: Path) -> float | None:
+    """config.json's ``created`` time (whole seconds), else its modification time."""
+    import datetime as dt
+
+    try:
+        created = json.loads(config.read_bytes()).get("created")
+        return dt.datetime.strptime(str(created), "%Y-%m-%dT%H:%M:%S%z").timestamp()
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        return config.stat().st_mtime
+    except OSError:
+        return None

@@ -1,0 +1,128 @@
+"""Following a recording another process is writing: whole lines only, events first."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from idt_desk.recordings._format import (
+    _CLOSING_EVENTS,
+    FORMAT_VERSION,
+    RecordingError,
+)
+
+__all__ = ["RecordingTail"]
+
+
+class RecordingTail:
+    """Read a recording while it is being written: each :meth:`poll` returns what is new.
+
+    Only whole lines are taken (a writer appends whole lines per flush, but a reader can
+    still catch a write half done: the rest comes with the next poll). Events are polled
+    before transitions, as a writer flushes them first, so every event logged before a
+    transition has arrived by the time that transition has.
+
+    Parameters
+    ----------
+    path
+        The recording directory (it may not exist yet: :meth:`ready` says when it does).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.config: dict[str, Any] = {}
+        self.columns: list[str] = []
+        self._offset = {"transitions.csv": 0, "events.jsonl": 0}
+        self._partial = {"transitions.csv": b"", "events.jsonl": b""}
+        #: Monotonic time new bytes last arrived (or the tail was made).
+        self.last_data = time.monotonic()
+        #: A closing event (``session_end`` / ``recording_stop``) has been read.
+        self.ended = False
+        #: Transitions read so far.
+        self.n_read = 0
+        self._promised: int | None = None
+
+    def ready(self) -> bool:
+        """Whether config.json and the transitions' header are there (the writer started)."""
+        if self.columns:
+            return True
+        try:
+            self.config = json.loads((self.path / "config.json").read_bytes())
+            with open(self.path / "transitions.csv", "rb") as f:
+                header = f.readline()
+        except (OSError, json.JSONDecodeError):
+            return False
+        if not header.endswith(b"\n"):
+            return False
+        if self.config.get("format_version") != FORMAT_VERSION:
+            raise RecordingError(f"{self.path}: not an IDT Desk recording of format "
+                                 f"{FORMAT_VERSION}")
+        self.columns = header.decode().strip().split(",")
+        self._offset["transitions.csv"] = len(header)
+        return True
+
+    def _new_lines(self, name: str) -> bytes:
+        """The whole lines appended to ``name`` since the last call."""
+        try:
+            with open(self.path / name, "rb") as f:
+                f.seek(self._offset[name])
+                raw = f.read()
+        except FileNotFoundError:
+            raise RecordingError(f"{self.path}: {name} is gone (deleted or moved while "
+                                 "followed)") from None
+        if not raw:
+            return b""
+        self._offset[name] += len(raw)
+        self.last_data = time.monotonic()
+        raw = self._partial[name] + raw
+        cut = raw.rfind(b"\n") + 1
+        self._partial[name] = raw[cut:]
+        return raw[:cut]
+
+    def poll(self) -> tuple[np.ndarray, list[dict[str, Any]]]:
+        """New transitions (rows × :attr:`columns`, float) and new events since the last poll."""
+        if not self.ready():
+            return np.empty((0, 0)), []
+        events = []
+        for line in self._new_lines("events.jsonl").split(b"\n"):
+            if line.strip():
+                ev = json.loads(line)
+                events.append(ev)
+                self.ended = self.ended or ev.get("kind") in _CLOSING_EVENTS
+        raw = self._new_lines("transitions.csv")
+        if not raw:
+            return np.empty((0, len(self.columns))), events
+        rows = pd.read_csv(io.BytesIO(raw), header=None, names=self.columns,
+                           dtype=np.float64, engine="c").to_numpy()
+        self.n_read += len(rows)
+        return rows, events
+
+    @property
+    def finished(self) -> bool:
+        """The writer closed the recording and every transition it wrote has been read.
+
+        The closing event is written before the last transitions are flushed and config.json
+        promises their count last of all: a follower that stopped at the event would miss
+        the tail of the run.
+        """
+        if not self.ended:
+            return False
+        if self._promised is None:
+            try:
+                config = json.loads((self.path / "config.json").read_bytes())
+            except (OSError, json.JSONDecodeError):
+                return False  # being rewritten: ask again at the next poll
+            if not config.get("complete") or not isinstance(config.get("n_transitions"), int):
+                return False
+            self._promised = int(config["n_transitions"])
+        return self.n_read >= self._promised
+
+    def silent_for(self) -> float:
+        """Seconds since new bytes last arrived."""
+        return time.monotonic() - self.last_data
