@@ -170,6 +170,7 @@ def build_monitor(
     k: float = 3.0,
     persist: int = 5,
     drift: float = 0.5,
+    ewma_lambda: float = 0.05,
     rate: float | None = None,
     stride: int = 1,
     window: int = 1,
@@ -183,8 +184,8 @@ def build_monitor(
     ----------
     metrics
         Detectors to track (IDT components; ``reward`` for a loop with reward).
-    baseline_windows, detector, false_alarms, k, persist, drift
-        As :class:`~idt_desk.live.session.SessionConfig`.
+    baseline_windows, detector, false_alarms, k, persist, drift, ewma_lambda
+        As :class:`~idt_desk.live.config.SessionConfig`.
     rate
         Transitions per second of loop time (None: a budget in seconds is refused).
     stride, window
@@ -202,7 +203,8 @@ def build_monitor(
         An unknown detector, an unreadable budget, or a budget in a unit the loop lacks.
 
     """
-    spec = DetectorSpec(detector, k=float(k), m=int(persist), drift=float(drift))
+    spec = DetectorSpec(detector, k=float(k), m=int(persist), drift=float(drift),
+                        lam=float(ewma_lambda))
     budget = parse_budget(false_alarms)
     per_unit: dict[str, float] = {}
     if rate:
@@ -280,7 +282,8 @@ def source_monitor(source: Any, p: Mapping[str, Any], preset: Preset) -> Monitor
         detector=p.get("detector") or "persistence",
         false_alarms=p.get("false_alarms") or source.default_budget,
         k=float(p.get("k", 3.0)), persist=int(p.get("persist") or 5),
-        drift=float(p.get("drift", 0.5)), rate=source.rate,
+        drift=float(p.get("drift", 0.5)), ewma_lambda=float(p.get("ewma_lambda") or 0.05),
+        rate=source.rate,
         stride=1 if turns else preset.stride, window=1 if turns else preset.window,
         episode_steps=getattr(source, "episode_steps", None), turns=turns, what=source.name)
 

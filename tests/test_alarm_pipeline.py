@@ -65,6 +65,29 @@ def test_monitor_flags_are_the_calibrated_detector_for_any_batching():
     assert union[2200:].any() and not union[:2200].any()  # the shift, and no false alarm
 
 
+def test_the_mewma_monitor_alarms_on_its_joint_statistic_for_any_batching():
+    from idt_desk.detection.detectors import joint_statistic
+
+    data = _stream(3000, shift_at=2500)
+    budget = build_monitor(METRICS, baseline_windows=300, false_alarms="1/5000windows").budget
+    spec = DetectorSpec("mewma", lam=0.1)
+    flags = []
+    for cuts in ([3000], [7, 293, 1, 999, 1700]):
+        mon = Monitor(300, metrics=METRICS, spec=spec, budget=budget, overlap=4.0)
+        got, lo = [], 0
+        for c in cuts:
+            got.append(mon.update({m: data[m][lo:lo + c] for m in METRICS})["IDT"])
+            lo += c
+        flags.append(np.concatenate(got))
+    np.testing.assert_array_equal(flags[0], flags[1])
+    # Independently: T² of the whitened z against the joint threshold.
+    cal = mon.calibration
+    z = np.column_stack([cal.standardise(m, data[m][300:]) for m in METRICS])
+    t2, _ = joint_statistic(0.1, z @ np.asarray(cal.joint["whitening"]))
+    np.testing.assert_array_equal(flags[0][300:], t2 > cal.joint["threshold"])
+    assert flags[0][2500:].any() and not flags[0][300:2400].any()
+
+
 def test_monitor_refuses_a_budget_the_loop_cannot_count():
     with pytest.raises(ValueError, match="has no episodes"):
         build_monitor(METRICS, baseline_windows=50, false_alarms="1/10episodes", rate=100.0,
@@ -72,7 +95,7 @@ def test_monitor_refuses_a_budget_the_loop_cannot_count():
     with pytest.raises(ValueError, match="has no loop time"):
         build_monitor(METRICS, baseline_windows=50, false_alarms="1/h")
     with pytest.raises(ValueError, match="unknown detector"):
-        build_monitor(METRICS, baseline_windows=50, detector="ewma", rate=1.0)
+        build_monitor(METRICS, baseline_windows=50, detector="shewhart", rate=1.0)
     mon = build_monitor(METRICS, baseline_windows=50, false_alarms="2/30min", rate=100.0,
                         stride=20, window=100)
     assert mon.budget.per == 1800 and mon.budget.alarms == 2 and mon.overlap == 5.0
@@ -128,8 +151,9 @@ def test_the_wrappers_windows_and_alarms_equal_a_sessions_on_the_same_stream(tmp
     assert env.monitor.describe() == session.monitor.describe()
 
 
-def test_replay_reproduces_the_calibrated_alarms(tmp_path):
-    session = Session(SessionConfig(speed=None, detector="persistence",
+@pytest.mark.parametrize("detector", ["persistence", "ewma", "mewma"])
+def test_replay_reproduces_the_calibrated_alarms(tmp_path, detector):
+    session = Session(SessionConfig(speed=None, detector=detector, ewma_lambda=0.1,
                                     false_alarms="1/30min"), record=tmp_path / "live")
     session.schedule(20_000, "perturb", name="sensor_noise",
                      params={"sigma_angle": 0.05, "sigma_rate": 0.3})
@@ -149,7 +173,8 @@ def test_replay_reproduces_the_calibrated_alarms(tmp_path):
     assert len(alarms(live)) >= 1 and np.array_equal(alarms(live), alarms(again))
     base = [r.events[r.events["kind"] == "baseline"].iloc[0]["detector"] for r in (live, again)]
     assert base[0] == base[1] and base[0]["budget"] == "≤ 1 false alarm / 30 mins"
-    assert replay.config.detector == "persistence" and replay.config.false_alarms == "1/30min"
+    assert replay.config.detector == detector and replay.config.false_alarms == "1/30min"
+    assert replay.config.ewma_lambda == 0.1 and base[0]["lam"] == 0.1
 
 
 def test_cli_detector_and_budget_options(tmp_path):
@@ -173,7 +198,7 @@ def test_the_band_shown_is_the_detectors():
 
     data = _stream(400)
     bands = {}
-    for kind in ("paper", "persistence", "cusum"):
+    for kind in ("paper", "persistence", "cusum", "ewma"):
         mon = build_monitor(METRICS, baseline_windows=300, detector=kind,
                             false_alarms="1/5000windows")
         mon.update(data)
@@ -183,4 +208,5 @@ def test_the_band_shown_is_the_detectors():
     assert label == "alarm band (calibrated kσ)" and set(thresholds) == set(METRICS)
     assert all(t > 3.0 for t in thresholds.values())  # beyond 3σ: a stricter budget
     assert bands["cusum"] == (None, "baseline ±3σ (reference)")
+    assert bands["ewma"] == (None, "baseline ±3σ (reference)")
     assert _band_label(None) == "alarm band"

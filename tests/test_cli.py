@@ -242,7 +242,7 @@ def test_baseline_windows_help_states_the_semantics():
     text = " ".join(out.split())  # argparse wraps lines
     assert ("baseline = the N windows that follow the calibration windows (default 200; a "
             "dialogue's 30 turns)") in text
-    assert "--detector {paper,persistence,cusum}" in text and "1/10episodes" in text
+    assert "--detector {paper,persistence,cusum,ewma,mewma}" in text and "1/10episodes" in text
 
 
 # --- never a traceback: property tests over the argument space ------------------------------

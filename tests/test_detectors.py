@@ -12,7 +12,9 @@ from idt_desk.detection.detectors import (
     alarm_episodes,
     calibrate,
     detector_statistic,
+    joint_statistic,
     parse_budget,
+    whitening,
 )
 
 
@@ -54,9 +56,28 @@ def test_statistics_against_hand_computed_sequences():
                                   np.array([1.0, 1.0, -3.0, 0.0]))
     np.testing.assert_allclose(s, [0.5, 1.0, 2.5, 2.0])
     np.testing.assert_allclose(state, [0.0, 2.0])
+    # EWMA, λ = 0.5, from 0: E = 1, 1.5, -1.25, -0.625 (NaN: no evidence, z = 0).
+    s, state = detector_statistic(DetectorSpec("ewma", lam=0.5),
+                                  np.array([2.0, 2.0, -4.0, np.nan]))
+    np.testing.assert_allclose(s, [1.0, 1.5, 1.25, 0.625])
+    assert state[0] == pytest.approx(-0.625)
 
 
-@pytest.mark.parametrize("spec", [DetectorSpec("persistence", m=4), DetectorSpec("cusum")])
+def test_the_ewma_is_an_exponential_filter():
+    """Against an independent reference: scipy's lfilter of z with the EWMA's recursion."""
+    from scipy.signal import lfilter
+
+    z = np.random.default_rng(4).normal(size=2_000)
+    for lam in (0.05, 0.2, 1.0):
+        s, _ = detector_statistic(DetectorSpec("ewma", lam=lam), z)
+        np.testing.assert_allclose(s, np.abs(lfilter([lam], [1.0, lam - 1.0], z)), atol=1e-12)
+    with pytest.raises(ValueError, match="λ"):
+        DetectorSpec("ewma", lam=0.0)
+    assert DetectorSpec("ewma", lam=0.1).describe() == "EWMA of z (λ = 0.1)"
+
+
+@pytest.mark.parametrize("spec", [DetectorSpec("persistence", m=4), DetectorSpec("cusum"),
+                                  DetectorSpec("ewma", lam=0.1)])
 def test_a_stream_in_batches_gives_the_statistic_of_the_whole(spec):
     z = np.random.default_rng(1).normal(size=500)
     whole, _ = detector_statistic(spec, z)
@@ -91,7 +112,7 @@ def _overlapping_windows(n_windows: int, rng: np.random.Generator, phi: float = 
 
 
 @pytest.mark.parametrize("phi", [0.0, 0.9])
-@pytest.mark.parametrize("kind", ["persistence", "cusum"])
+@pytest.mark.parametrize("kind", ["persistence", "cusum", "ewma"])
 def test_the_budget_holds_on_null_streams_of_overlapping_windows(kind, phi):
     """Four independent components, budget 1 alarm per 2,000 windows, 60,000 windows after a
     300-window baseline: the union's alarms stay within the budget (30) and its Poisson
@@ -135,4 +156,101 @@ def test_calibration_needs_a_budget_and_defined_windows():
         calibrate(DetectorSpec("paper"), {"P": np.array([1.0, np.nan, np.nan])}, None)
     assert calibrate(DetectorSpec("paper", k=3.0), x, None).threshold == {"P": 3.0}
     with pytest.raises(ValueError, match="unknown detector"):
-        DetectorSpec("ewma")
+        DetectorSpec("shewhart")
+
+
+def test_the_ewma_sees_a_sustained_shift_that_persistence_misses():
+    """A shift of 1.5 window-σ in one of four components for 400 windows, 20 trials, each
+    detector calibrated to 1 alarm per 2,000 windows on its trial's own 300-window baseline:
+    the EWMA (λ 0.05) detects it in (almost) every trial, persistence (5 windows beyond a kσ)
+    in about a third (measured: 20 and 6 of 20; median latency 61 and 218 windows). The same
+    20 trials unshifted give each at most a few alarms."""
+    comps = ("P", "H_f", "H_b", "dH")
+    n_base, n_test, arl = 300, 400, 2_000.0
+    hits = {"ewma": 0, "persistence": 0}
+    false = {"ewma": 0, "persistence": 0}
+    for trial in range(20):
+        rng = np.random.default_rng(100 + trial)
+        series = {c: _overlapping_windows(n_base + n_test, rng) for c in comps}
+        base = {c: x[:n_base] for c, x in series.items()}
+        sd = float(np.std(series["P"][:n_base], ddof=1))
+        for kind in hits:
+            spec = DetectorSpec(kind)
+            cal = calibrate(spec, base, arl, overlap=300 / 50)
+            for shift, counter in ((1.5 * sd, hits), (0.0, false)):
+                on = False
+                for c in comps:
+                    x = series[c][n_base:] + (shift if c == "P" else 0.0)
+                    s, _ = detector_statistic(spec, cal.standardise(c, x))
+                    on |= bool((s > cal.threshold[c]).any())
+                counter[kind] += on
+    assert hits["ewma"] >= 18 and hits["ewma"] >= hits["persistence"] + 8, hits
+    assert false["ewma"] <= 3 and false["persistence"] <= 3, false
+
+
+def _idt_like(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Four components like the IDT's: H_f, H_b, P correlated with H_b, ΔH = H_b − H_f."""
+    hf, hb = _overlapping_windows(n, rng), _overlapping_windows(n, rng)
+    return {"P": 0.6 * hb + 0.8 * _overlapping_windows(n, rng), "H_f": hf, "H_b": hb,
+            "dH": hb - hf}
+
+
+def test_the_mewma_statistic_and_its_whitening_against_numpy():
+    rng = np.random.default_rng(8)
+    u = rng.normal(size=(500, 3))
+    lam, m, ref = 0.1, np.zeros(3), []
+    for row in u:
+        m = lam * row + (1 - lam) * m
+        ref.append(m @ m)
+    t2, state = joint_statistic(lam, u)
+    np.testing.assert_allclose(t2, ref, rtol=1e-12)
+    np.testing.assert_allclose(state, m)
+    parts, st = [], None
+    for chunk in np.array_split(u, 6):
+        got, st = joint_statistic(lam, chunk, st)
+        parts.append(got)
+    np.testing.assert_array_equal(np.concatenate(parts), t2)
+    # Whitening: unit covariance; ΔH = H_b − H_f adds no direction (rank 3 of 4).
+    x = _idt_like(2_000, rng)
+    z = np.column_stack([(v - v.mean()) / v.std(ddof=1) for v in x.values()])
+    w = whitening(z)
+    assert w.shape == (4, 3)
+    np.testing.assert_allclose(np.cov((z @ w).T), np.eye(3), atol=1e-9)
+
+
+def test_the_mewma_keeps_the_budget_and_sees_a_shift_spread_over_components():
+    """Correlated IDT-like components, 60,000 null windows after a 300-window baseline at 1
+    alarm per 2,000 windows: the MEWMA's one statistic stays within the budget (measured: 1
+    alarm against 30 allowed). A 1.5σ shift of H_b (and so of ΔH, and 0.9σ of P), 20
+    trials: it detects at least as many as the union of univariate EWMAs (measured 18, 15)."""
+    comps = ("P", "H_f", "H_b", "dH")
+    rng = np.random.default_rng(5)
+    n_base, n_test, arl = 300, 60_000, 2_000.0
+    x = _idt_like(n_base + n_test, rng)
+    spec = DetectorSpec("mewma")
+    cal = calibrate(spec, {c: v[:n_base] for c, v in x.items()}, arl, overlap=6)
+    assert cal.joint is not None and np.asarray(cal.joint["whitening"]).shape == (4, 3)
+    z = np.column_stack([cal.standardise(c, x[c][n_base:]) for c in comps])
+    t2, _ = joint_statistic(spec.lam, z @ np.asarray(cal.joint["whitening"]))
+    budget = n_test / arl
+    assert alarm_episodes(t2, cal.joint["threshold"]) <= budget + 3 * np.sqrt(budget)
+    hits = {"mewma": 0, "ewma": 0}
+    for trial in range(20):
+        rng = np.random.default_rng(200 + trial)
+        x = _idt_like(n_base + 400, rng)
+        sd = float(np.std(x["H_b"][:n_base], ddof=1))
+        test = {c: v[n_base:].copy() for c, v in x.items()}
+        for c, k in (("H_b", 1.5), ("dH", 1.5), ("P", 0.9)):
+            test[c] += k * sd
+        for kind in hits:
+            cal = calibrate(DetectorSpec(kind), {c: v[:n_base] for c, v in x.items()}, arl,
+                            overlap=6)
+            z = np.column_stack([cal.standardise(c, test[c]) for c in comps])
+            if kind == "mewma":
+                on = (joint_statistic(0.05, z @ np.asarray(cal.joint["whitening"]))[0]
+                      > cal.joint["threshold"]).any()
+            else:
+                on = any((detector_statistic(DetectorSpec(kind), z[:, j])[0]
+                          > cal.threshold[c]).any() for j, c in enumerate(comps))
+            hits[kind] += bool(on)
+    assert hits["mewma"] >= 16 and hits["mewma"] >= hits["ewma"], hits

@@ -394,13 +394,27 @@ class MainWindow(QMainWindow):
         form.addRow("Baseline windows", self.baseline_spin)
         self.detector_combo = QComboBox(box)
         for kind, label in (("persistence", "persistence (m in a row)"),
-                            ("cusum", "CUSUM"), ("paper", "paper rule (3σ, uncalibrated)")):
+                            ("cusum", "CUSUM"), ("ewma", "EWMA of z (λ)"),
+                            ("mewma", "MEWMA, whitened (λ)"),
+                            ("paper", "paper rule (3σ, uncalibrated)")):
             self.detector_combo.addItem(label, kind)
         self.detector_combo.setToolTip(
-            "persistence: m windows in a row beyond a kσ calibrated to the budget; CUSUM: a "
+            "persistence: m windows in a row beyond a kσ calibrated to the budget; EWMA: the "
+            "exponentially weighted mean of each component's z (weight λ), calibrated to the "
+            "budget; MEWMA: one multivariate EWMA of the components whitened by the baseline's "
+            "correlation, calibrated to the budget (the IDT light is its alarm); CUSUM: a "
             "two-sided CUSUM calibrated to the budget (needs a long baseline); paper rule: "
             "the first window beyond kσ, as the paper's tables use (no budget)")
         form.addRow("Alarm detector", self.detector_combo)
+        self.lambda_spin = QDoubleSpinBox(box)
+        self.lambda_spin.setRange(0.01, 1.0)
+        self.lambda_spin.setDecimals(2)
+        self.lambda_spin.setSingleStep(0.01)
+        self.lambda_spin.setValue(0.05)
+        self.lambda_spin.setToolTip(
+            "EWMA, MEWMA: the newest window's weight λ (it averages about 2/λ − 1 windows; smaller "
+            "sees smaller sustained shifts, later)")
+        form.addRow("EWMA λ", self.lambda_spin)
         self.budget_edit = QLineEdit(box)
         self.budget_edit.setPlaceholderText("1/h")
         self.budget_edit.setToolTip(
@@ -630,6 +644,7 @@ class MainWindow(QMainWindow):
         self.calib_spin.setValue(c.calibration_windows)
         self.baseline_spin.setValue(c.baseline_windows)
         self.detector_combo.setCurrentIndex(max(0, self.detector_combo.findData(c.detector)))
+        self.lambda_spin.setValue(c.ewma_lambda)
         for w in widgets:
             w.blockSignals(False)
 
@@ -769,6 +784,7 @@ class MainWindow(QMainWindow):
     def _alarm_settings(self) -> dict[str, Any]:
         """The detector and its budget (blank budget: the source's default)."""
         return {"detector": self.detector_combo.currentData(),
+                "ewma_lambda": self.lambda_spin.value(),
                 "false_alarms": self.budget_edit.text().strip() or None}
 
     def start_session(self, schedule: list[tuple[int, str, dict]] | None = None) -> bool:

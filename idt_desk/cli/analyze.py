@@ -86,12 +86,15 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
                    help="the paper rule's threshold in sigmas (default 3)")
     p.add_argument("--detector", choices=DETECTOR_KINDS, default="paper",
                    help="paper (default: the first window beyond --k σ, as the paper's "
-                   "tables), persistence or cusum (calibrated to --false-alarms, as live)")
+                   "tables), persistence, cusum, ewma or mewma (calibrated to "
+                   "--false-alarms, as live)")
     p.add_argument("--false-alarms", metavar="BUDGET",
                    help="budget of a calibrated detector: 1/10000windows (default), or in "
                    "loop time (1/h) with --rate")
     p.add_argument("--persist", type=int, default=5,
                    help="persistence: windows in a row (default 5)")
+    p.add_argument("--ewma-lambda", type=float, default=0.05,
+                   help="ewma, mewma: the newest window's weight λ, in (0, 1] (default 0.05)")
     p.add_argument("--rate", type=float,
                    help="transitions per second of loop time (for a budget in time)")
     p.set_defaults(func=_run_analyze)
@@ -152,6 +155,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
     check_limit("seed", args.seed)
     check_float("--k", args.k, 0.0, lo_open=True)
     check_int("--persist", args.persist, 1, 1000)
+    check_float("--ewma-lambda", args.ewma_lambda, 0.0, 1.0, lo_open=True)
     if args.rate is not None:
         check_float("--rate", args.rate, 0.0, lo_open=True)
     if args.false_alarms is not None:
@@ -173,7 +177,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
         null_draws=args.null, seed=args.seed, onset=args.onset,
         n_baseline=args.baseline_windows, k=args.k, source=str(args.file),
         detector=args.detector, false_alarms=args.false_alarms, persist=args.persist,
-        rate=args.rate,
+        ewma_lambda=args.ewma_lambda, rate=args.rate,
     )
     paths = write_outputs(result, args.out, title=f"{args.file.name} — preset {preset.name}")
     s = result.summary

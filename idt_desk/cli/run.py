@@ -49,13 +49,17 @@ def _add_session_options(p: argparse.ArgumentParser) -> None:
                         "(default 200; a dialogue's 30 turns)")
     p.add_argument("--detector", choices=DETECTOR_KINDS, default="persistence",
                    help="the alarm: persistence (default; m windows in a row beyond a "
-                   "calibrated kσ), cusum (two-sided CUSUM, calibrated) or paper (the first "
-                   "window beyond --k σ: the paper's rule, not calibrated)")
+                   "calibrated kσ), cusum (two-sided CUSUM, calibrated), ewma (EWMA of each "
+                   "component's z, calibrated), mewma (one multivariate EWMA of the whitened "
+                   "components, calibrated) or paper (the first window beyond --k σ: the "
+                   "paper's rule, not calibrated)")
     p.add_argument("--false-alarms", metavar="BUDGET",
                    help="false-alarm budget in loop time: 1/h (default), 2/30min, "
                    "1/10episodes, 1/100turns (a dialogue's default), 1/1000windows")
     p.add_argument("--persist", type=int, default=None,
                    help="persistence: windows in a row (default 5; a dialogue's 1 turn)")
+    p.add_argument("--ewma-lambda", type=float, default=0.05,
+                   help="ewma, mewma: the newest window's weight λ, in (0, 1] (default 0.05)")
     p.add_argument("--k", type=float, default=3.0,
                    help="the paper rule's threshold in sigmas (> 0; default 3)")
     p.add_argument("--correction", choices=("none", "miller-madow"), default="none")
@@ -67,6 +71,7 @@ def _check_pipeline(args: argparse.Namespace) -> None:
         check_limit(key, getattr(args, key))
     check_float("--k", args.k, 0.0, lo_open=True)
     check_int("--persist", args.persist, 1, 1000)
+    check_float("--ewma-lambda", args.ewma_lambda, 0.0, 1.0, lo_open=True)
     if args.false_alarms is not None:
         try:
             parse_budget(args.false_alarms)
@@ -104,7 +109,7 @@ def _build_session(args: argparse.Namespace, source, speed: float | None,
         source=args.source, preset=args.preset, bins=args.bins, window=args.window,
         stride=args.stride, calibration_windows=args.calibration_windows,
         baseline_windows=args.baseline_windows, k=args.k, detector=args.detector,
-        false_alarms=args.false_alarms, persist=args.persist,
+        false_alarms=args.false_alarms, persist=args.persist, ewma_lambda=args.ewma_lambda,
         correction=None if args.correction == "none" else args.correction,
         speed=speed, seed=args.seed, auto=auto,
     )

@@ -11,7 +11,18 @@ per hour of loop time"), into thresholds:
 - ``persistence``: the last ``m`` windows all beyond ``k`` σ (either side), k calibrated;
 - ``cusum``: a two-sided CUSUM of the standardised component, ``S+ = max(0, S+ + z − d)``,
   ``S− = max(0, S− − z − d)``, alarm while ``max(S+, S−) > h``, h calibrated (reference value
-  d in σ, 0.5 by default: tuned to shifts of about 1σ, as in SPC practice).
+  d in σ, 0.5 by default: tuned to shifts of about 1σ, as in SPC practice);
+- ``ewma``: the exponentially weighted moving average of the standardised component,
+  ``E = λ z + (1 − λ) E`` from 0, alarm while ``|E| > h``, h calibrated (λ 0.05 by default:
+  it averages about 2/λ − 1 = 39 windows, so it sees a sustained shift of a fraction of σ
+  that no single window shows; Roberts 1959, Lucas & Saccucci 1990 for its run lengths);
+- ``mewma``: the multivariate EWMA (Lowry et al. 1992) of a group's standardised components
+  after whitening them with the baseline's own correlation matrix (u = z W, W the inverse
+  square root on its non-null eigenvectors: ΔH = H_b − H_f makes the IDT's four components
+  rank three), ``M = λ u + (1 − λ) M``, alarm while ``T² = |M|² > h``: one statistic for the
+  whole group, so a shift that moves several components a little each adds up. Its group
+  alarm (``IDT``) is T²'s; each component's own flag (the panel's lights) is its univariate
+  EWMA, calibrated as ``ewma``.
 
 Every detector is a statistic ``s_t`` and a threshold; the alarm is on while ``s_t`` is above
 it, and **a false alarm is an alarm episode** (an up-crossing) on an unperturbed stream, so a
@@ -37,6 +48,12 @@ Calibration (:func:`calibrate`), per component, from the baseline windows:
 4. simulate a long null path, compute the statistic, and take the threshold whose up-crossing
    rate is one per ``arl`` windows (the budget in windows, multiplied by the number of
    components: the union of c components with a c-times-smaller rate each keeps the budget).
+
+The MEWMA's joint statistic is calibrated the same way on the whitened components: each
+simulated with its own autocorrelation (independent of the others: whitening removes their
+correlation at lag 0, not across lags, an approximation the budget test checks), the mean
+error along one whitened direction and the σ bound on all, and the whole group's budget
+(one statistic, one alarm).
 
 Assumptions, stated: the in-control metric is a stationary Gaussian process whose
 autocorrelation the baseline shows (heavy tails or slow drifts the baseline does not contain
@@ -64,14 +81,16 @@ __all__ = [
     "calibrate",
     "detector_statistic",
     "first_above",
+    "joint_statistic",
     "matched_threshold",
     "parse_budget",
     "records",
     "standardise",
+    "whitening",
 ]
 
 #: The detectors, by name.
-DETECTOR_KINDS = ("paper", "persistence", "cusum")
+DETECTOR_KINDS = ("paper", "persistence", "cusum", "ewma", "mewma")
 #: Threshold inflation beyond which a baseline is reported as too short for its budget.
 TOO_SHORT_INFLATION = 1.25
 
@@ -162,6 +181,9 @@ class DetectorSpec:
         Persistence: consecutive windows beyond the threshold (5).
     drift
         CUSUM: the reference value d in σ (0.5).
+    lam
+        EWMA and MEWMA: the weight λ of the newest window, 0 < λ ≤ 1 (0.05; 1 is the |z| of
+        each window).
 
     """
 
@@ -169,6 +191,7 @@ class DetectorSpec:
     k: float = 3.0
     m: int = 5
     drift: float = 0.5
+    lam: float = 0.05
 
     def __post_init__(self) -> None:
         if self.kind not in DETECTOR_KINDS:
@@ -180,6 +203,8 @@ class DetectorSpec:
             raise ValueError(f"m must be a whole number >= 1, got {self.m}")
         if not self.drift >= 0:
             raise ValueError(f"drift must be >= 0, got {self.drift}")
+        if not 0 < self.lam <= 1:
+            raise ValueError(f"the EWMA's λ must be in (0, 1], got {self.lam}")
 
     @property
     def calibrated(self) -> bool:
@@ -194,16 +219,21 @@ class DetectorSpec:
             if self.m == 1:
                 return "calibrated |z| > k (each window)"
             return f"persistence ({self.m} windows in a row)"
+        if self.kind == "ewma":
+            return f"EWMA of z (λ = {self.lam:g})"
+        if self.kind == "mewma":
+            return f"MEWMA of the whitened components (λ = {self.lam:g})"
         return f"CUSUM (d = {self.drift:g}σ)"
 
 
 @njit(cache=True, nogil=True)
-def _statistic(z: np.ndarray, kind: int, m: int, drift: float, state: np.ndarray
-               ) -> np.ndarray:
+def _statistic(z: np.ndarray, kind: int, m: int, drift: float, lam: float,
+               state: np.ndarray) -> np.ndarray:
     """The detector statistic of each window of a standardised series; ``state`` carries on.
 
     kind 0: |z|; 1: the smallest |z| of the last m windows (state: those |z|, oldest first);
-    2: max(S+, S−) of the two-sided CUSUM (state: S+, S−). NaN z counts as 0 (no evidence).
+    2: max(S+, S−) of the two-sided CUSUM (state: S+, S−); 3: |E| of the EWMA
+    E = λ z + (1 − λ) E (state: E). NaN z counts as 0 (no evidence).
     """
     n = z.shape[0]
     s = np.empty(n)
@@ -221,18 +251,22 @@ def _statistic(z: np.ndarray, kind: int, m: int, drift: float, state: np.ndarray
             for j in range(1, m):
                 lo = min(lo, state[j])
             s[t] = lo
-        else:
+        elif kind == 2:
             state[0] = max(0.0, state[0] + x - drift)
             state[1] = max(0.0, state[1] - x - drift)
             s[t] = max(state[0], state[1])
+        else:
+            state[0] = lam * x + (1.0 - lam) * state[0]
+            s[t] = abs(state[0])
     return s
 
 
-_KIND = {"paper": 0, "persistence": 1, "cusum": 2}
+#: A component's own statistic under each detector (the MEWMA's is its univariate EWMA).
+_KIND = {"paper": 0, "persistence": 1, "cusum": 2, "ewma": 3, "mewma": 3}
 
 
 def _initial_state(spec: DetectorSpec) -> np.ndarray:
-    # Persistence starts with no history (0: not beyond), CUSUM at rest.
+    # Persistence starts with no history (0: not beyond), CUSUM and EWMA at rest (0).
     return np.zeros(int(spec.m) if spec.kind == "persistence" else 2)
 
 
@@ -244,8 +278,52 @@ def detector_statistic(spec: DetectorSpec, z: np.ndarray,
     """
     z = np.ascontiguousarray(z, dtype=np.float64)
     state = _initial_state(spec) if state is None else np.array(state, dtype=np.float64)
-    s = _statistic(z, np.int64(_KIND[spec.kind]), np.int64(spec.m), float(spec.drift), state)
+    s = _statistic(z, np.int64(_KIND[spec.kind]), np.int64(spec.m), float(spec.drift),
+                   float(spec.lam), state)
     return s, state
+
+
+@njit(cache=True, nogil=True)
+def _mewma(u: np.ndarray, lam: float, state: np.ndarray) -> np.ndarray:
+    """T² = |M|² of M = λ u + (1 − λ) M over the rows of ``u``; ``state`` (M) carries on.
+
+    A NaN (an undefined component) counts as 0, no evidence.
+    """
+    n, r = u.shape
+    out = np.empty(n)
+    for t in range(n):
+        acc = 0.0
+        for j in range(r):
+            x = u[t, j]
+            if not np.isfinite(x):
+                x = 0.0
+            state[j] = lam * x + (1.0 - lam) * state[j]
+            acc += state[j] * state[j]
+        out[t] = acc
+    return out
+
+
+def joint_statistic(lam: float, u: np.ndarray, state: np.ndarray | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The MEWMA's T² of whitened rows ``u`` (n × r), and the state to continue from."""
+    u = np.ascontiguousarray(np.atleast_2d(u), dtype=np.float64)
+    state = np.zeros(u.shape[1]) if state is None else np.array(state, dtype=np.float64)
+    return _mewma(u, float(lam), state), state
+
+
+def whitening(z: np.ndarray, rtol: float = 1e-8) -> np.ndarray:
+    """W (c × r) such that ``z @ W`` is uncorrelated with unit variance.
+
+    ``z`` holds standardised components (n × c); W is the inverse square root of their
+    correlation on its non-null eigenvectors (rows with a NaN left out; a component that is
+    a combination of others, as ΔH = H_b − H_f, adds no direction).
+    """
+    ok = np.isfinite(z).all(axis=1)
+    x = z[ok] - z[ok].mean(axis=0)
+    cov = x.T @ x / max(len(x) - 1, 1)
+    w, v = np.linalg.eigh(cov)
+    keep = w > rtol * max(float(w.max()), 1e-300)
+    return v[:, keep] / np.sqrt(w[keep])
 
 
 def standardise(x: np.ndarray, mean: float, std: float) -> np.ndarray:
@@ -376,9 +454,10 @@ class Calibration:
     """A detector fitted to a baseline and a budget: what the monitor needs to flag windows.
 
     ``threshold`` is per component, in the statistic's units (σ for paper and persistence,
-    CUSUM units for cusum); ``inflation`` the factor the baseline's finite size added to it;
-    ``too_short`` whether that factor exceeds 1.25, and ``needed_windows`` the baseline length
-    that would bring it to 1.25 (None when it already does or cannot be said).
+    CUSUM units for cusum, σ of a single window for the EWMA's |E|); ``inflation`` the factor
+    the baseline's finite size added to it; ``too_short`` whether that factor exceeds 1.25,
+    and ``needed_windows`` the baseline length that would bring it to 1.25 (None when it
+    already does or cannot be said).
     """
 
     spec: DetectorSpec
@@ -391,11 +470,15 @@ class Calibration:
     inflation: dict[str, float] = field(default_factory=dict)
     arl_windows: float | None = None
     needed_windows: int | None = None
+    #: The MEWMA's joint detector: ``whitening`` (c × r, components in ``components``
+    #: order), ``threshold`` on T², its ``inflation`` and ``n_eff``; None for the others.
+    joint: dict[str, Any] | None = None
 
     @property
     def too_short(self) -> bool:
         """The baseline is too short for the budget to mean what it says."""
-        return any(v > TOO_SHORT_INFLATION for v in self.inflation.values())
+        return any(v > TOO_SHORT_INFLATION for v in self.inflation.values()) or bool(
+            self.joint and self.joint["inflation"] > TOO_SHORT_INFLATION)
 
     def standardise(self, component: str, x: np.ndarray) -> np.ndarray:
         """(x − mean) / σ of a component against this baseline (see :func:`standardise`)."""
@@ -404,11 +487,12 @@ class Calibration:
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (recorded with the session, so replay flags the same windows)."""
         return {"detector": self.spec.kind, "k": self.spec.k, "m": self.spec.m,
-                "drift": self.spec.drift, "components": list(self.components),
+                "drift": self.spec.drift, "lam": self.spec.lam,
+                "components": list(self.components),
                 "mean": self.mean, "std": self.std, "threshold": self.threshold,
                 "n_windows": self.n_windows, "n_eff": self.n_eff, "inflation": self.inflation,
                 "arl_windows": self.arl_windows, "needed_windows": self.needed_windows,
-                "too_short": self.too_short}
+                "too_short": self.too_short, "joint": self.joint}
 
 
 def calibrate(
@@ -486,8 +570,44 @@ def calibrate(
         if inflation[c] > TOO_SHORT_INFLATION:
             needed = max(needed, _needed_windows(spec, path, length / arl_c, known,
                                                  x.size / n_eff[c]))
+    joint = None
+    if spec.kind == "mewma" and len(comps) > 1:
+        joint = _calibrate_joint(spec, baseline, comps, mean, std, float(arl_windows),
+                                 max_lag, overlap, seed, max_samples)
     return Calibration(spec, comps, mean, std, threshold, n_windows, n_eff, inflation,
-                       None if arl_c is None else float(arl_windows), needed or None)
+                       None if arl_c is None else float(arl_windows), needed or None, joint)
+
+
+def _calibrate_joint(spec: DetectorSpec, baseline: dict[str, np.ndarray],
+                     comps: tuple[str, ...], mean: dict[str, float], std: dict[str, float],
+                     arl: float, max_lag: int, overlap: float, seed: int, max_samples: int
+                     ) -> dict[str, Any]:
+    """The MEWMA's whitening and T² threshold for the group's whole budget (module doc)."""
+    z = np.column_stack([standardise(np.asarray(baseline[c], dtype=np.float64),
+                                     mean[c], std[c]) for c in comps])
+    w = whitening(z)
+    u = z[np.isfinite(z).all(axis=1)] @ w
+    r = u.shape[1]
+    length = int(min(max_samples // max(r, 1), max(200_000, 20.0 * arl)))
+    paths, taus = [], []
+    for j in range(r):
+        x = u[:, j]
+        p = int(min(max_lag, max(1, x.size // 5)))
+        rho = _acf(x, p)
+        cut = np.flatnonzero(rho[1:] <= 0)
+        rho = rho[: 1 + (cut[0] if cut.size else p)]
+        taus.append(max(1.0 + 2.0 * float(rho[1:].sum()), float(overlap), 1.0))
+        paths.append(_simulate_acf(rho, length, seed + 104_729 + 7919 * j))
+    path = np.column_stack(paths)
+    n_eff = float(min(max(u.shape[0] / max(taus), 2.0), u.shape[0]))
+    count = length / arl
+    known = _crossing_threshold(joint_statistic(spec.lam, path)[0], count)
+    delta, gamma = _pessimism(n_eff)
+    worse = path * gamma
+    worse[:, 0] += delta * gamma  # the mean error along one whitened direction
+    h = _crossing_threshold(joint_statistic(spec.lam, worse)[0], count)
+    return {"whitening": w.tolist(), "threshold": h, "n_eff": n_eff,
+            "inflation": h / known if known > 0 else 1.0}
 
 
 def _needed_windows(spec: DetectorSpec, path: np.ndarray, count: float, known: float,

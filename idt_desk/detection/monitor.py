@@ -19,6 +19,7 @@ from idt_desk.detection.detectors import (
     DetectorSpec,
     calibrate,
     detector_statistic,
+    joint_statistic,
 )
 from idt_desk.metrics.tokens import ADJUSTED
 
@@ -252,8 +253,8 @@ class Monitor:
     a dialogue's four length-adjusted metrics share another, the same (their union is
     ``IDT_adj``); reward, when tracked, is a detector of its own with the same budget. A
     component's flag is its detector's alarm (for the paper rule a window beyond kσ; for
-    persistence the last m windows; for CUSUM the accumulated statistic), and the flags of a
-    stream do not depend on how it was cut into batches.
+    persistence the last m windows; for CUSUM and EWMA the accumulated statistic), and the
+    flags of a stream do not depend on how it was cut into batches.
 
     Parameters
     ----------
@@ -308,6 +309,7 @@ class Monitor:
         #: Windows per false alarm the budget allows (None for the paper rule or before).
         self.arl_windows: float | None = None
         self._state: dict[str, np.ndarray | None] = {}
+        self._joint_flags: dict[str, np.ndarray] = {}
         self._pending: dict[str, list[float]] = {m: [] for m in self.metrics}
 
     def recalibrate(self, n_baseline: int | None = None) -> None:
@@ -342,7 +344,7 @@ class Monitor:
     def to_dict(self) -> dict[str, Any]:
         """The detector's configuration and calibration (recorded with the baseline)."""
         return {"detector": self.spec.kind, "k": self.spec.k, "m": self.spec.m,
-                "drift": self.spec.drift,
+                "drift": self.spec.drift, "lam": self.spec.lam,
                 "budget": None if self.budget is None else str(self.budget),
                 "arl_windows": self.arl_windows, "describe": self.describe(),
                 "calibrations": {g: c.to_dict() for g, c in self.calibrations.items()}}
@@ -374,11 +376,19 @@ class Monitor:
 
     def _flag(self, windows: Mapping[str, Any], lo: int, n: int) -> dict[str, np.ndarray]:
         flags: dict[str, np.ndarray] = {}
-        for cal in self.calibrations.values():
+        self._joint_flags = {}
+        for g, cal in self.calibrations.items():
+            zs = []
             for m in cal.components:
                 z = cal.standardise(m, np.asarray(windows[m][lo:], dtype=np.float64))
                 s, self._state[m] = detector_statistic(self.spec, z, self._state.get(m))
                 flags[m] = s > cal.threshold[m]
+                zs.append(z)
+            if cal.joint is not None:
+                u = np.column_stack(zs) @ np.asarray(cal.joint["whitening"])
+                t2, self._state[f"joint:{g}"] = joint_statistic(
+                    self.spec.lam, u, self._state.get(f"joint:{g}"))
+                self._joint_flags[g] = t2 > cal.joint["threshold"]
         for m in self.metrics:
             flags.setdefault(m, np.zeros(n - lo, dtype=bool))
         return flags
@@ -407,4 +417,7 @@ class Monitor:
             for m, f in self._flag(windows, i, n).items():
                 flags[m][i:] = f
             union_flags(flags, self.metrics)
+            for g, f in self._joint_flags.items():  # a multivariate group's own alarm
+                if g in flags:
+                    flags[g][i:] = f
         return flags

@@ -136,12 +136,14 @@ def analyze_trajectory(
     detector: str = "paper",
     false_alarms: str | None = None,
     persist: int = 5,
+    ewma_lambda: float = 0.05,
     rate: float | None = None,
 ) -> AnalysisResult:
     """Symbolise a trajectory (whole file as calibration), window it, summarise it.
 
     With an onset or a baseline length, windows are flagged by ``detector``: the paper's
-    rule (default, ``k`` σ), or ``persistence`` / ``cusum`` calibrated to ``false_alarms``
+    rule (default, ``k`` σ), or ``persistence`` / ``cusum`` / ``ewma`` (weight
+    ``ewma_lambda``) calibrated to ``false_alarms``
     (per windows by default; in seconds of loop time given ``rate``, transitions per second)
     by the live monitor's own code.
 
@@ -234,6 +236,7 @@ def analyze_trajectory(
             monitor = None if detector == "paper" else build_monitor(
                 metrics, baseline_windows=2, detector=detector,
                 false_alarms=false_alarms or "1/10000windows", k=k, persist=persist,
+                ewma_lambda=ewma_lambda,
                 rate=rate, stride=preset.stride, window=preset.window,
                 what=f"{source or 'the trajectory'} (give --rate for loop time)")
             detection = detect(

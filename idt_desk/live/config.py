@@ -58,8 +58,9 @@ class SessionConfig:
         None: 200 windows (30 turns on the turn path, the paper's dialogue baseline).
     detector
         ``persistence`` (default: ``persist`` windows in a row beyond a calibrated kσ),
-        ``cusum`` (two-sided, reference ``drift`` σ) or ``paper`` (the first window beyond
-        ``k`` σ, uncalibrated: the paper's rule). See ``idt_desk.detection.detectors``.
+        ``cusum`` (two-sided, reference ``drift`` σ), ``ewma`` (of each component's z, weight
+        ``ewma_lambda``) or ``paper`` (the first window beyond ``k`` σ, uncalibrated: the
+        paper's rule). See ``idt_desk.detection.detectors``.
     false_alarms
         The false-alarm budget in loop time ("1/h", "1/100turns", "1/10episodes"); None: the
         source's ``default_budget``. The IDT components share it; reward has its own.
@@ -90,6 +91,8 @@ class SessionConfig:
     #: Persistence's m; None: 5 windows, or 1 on the turn path (an injection is one turn).
     persist: int | None = None
     drift: float = 0.5
+    #: The EWMA detector's λ (the newest window's weight).
+    ewma_lambda: float = 0.05
     k: float = 3.0
     correction: str | None = None
     speed: float | None = 1.0

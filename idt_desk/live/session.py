@@ -256,7 +256,7 @@ class Session:
         """
         allowed = {"preset", "bins", "window", "stride", "calibration_windows",
                    "baseline_windows", "correction", "k", "preset_spec", "detector",
-                   "false_alarms", "persist", "drift"}
+                   "false_alarms", "persist", "drift", "ewma_lambda"}
         bad = set(changes) - allowed
         if bad:
             raise ValueError(f"cannot reconfigure {sorted(bad)}; allowed: {sorted(allowed)}")
@@ -354,7 +354,8 @@ class Session:
                 "calibration_windows": c.calibration_windows,
                 "baseline_windows": c.baseline_windows, "correction": c.correction, "k": c.k,
                 "preset_spec": c.preset_spec, "detector": c.detector,
-                "false_alarms": c.false_alarms, "persist": c.persist, "drift": c.drift}
+                "false_alarms": c.false_alarms, "persist": c.persist, "drift": c.drift,
+                "ewma_lambda": c.ewma_lambda}
 
     def _build_pipeline(self) -> None:
         """(Re)build symbolisers, engine and monitor from the configuration."""
