@@ -314,3 +314,46 @@ def test_run_schedules_modulations_and_auto_from_the_command_line(tiny_policy, t
         assert rc == 2 and needle in err and "Traceback" not in err
     assert main(["run", "--steps", "100", "--quiet", "--modulate", "hold@0"]) == 2
     assert "no modulation 'hold'" in capsys.readouterr().err
+
+
+def test_the_default_policy_is_the_best_upright_one_by_deterministic_return(tmp_path,
+                                                                              monkeypatch):
+    import idt_desk_sources.gym._source as source_module
+
+    def card(name, det, upside=None, stochastic=0.0):
+        c = {"return_deterministic": {"mean": det}, "return_stochastic": {"mean": stochastic}}
+        if upside is not None:
+            c["upside_down_share"] = upside
+        (tmp_path / f"{name}.json").write_text(json.dumps(c))
+        (tmp_path / f"{name}.zip").write_bytes(b"")
+
+    monkeypatch.setattr(source_module, "POLICY_DIR", tmp_path)
+    card("halfcheetah-v5-ppo-seed0", 9_000.0, upside=0.96, stochastic=9_500.0)  # on its back
+    card("halfcheetah-v5-sac-seed0", 5_100.0, upside=0.0, stochastic=6_000.0)
+    card("halfcheetah-v5-sac-seed1", 5_900.0, upside=0.0, stochastic=5_000.0)
+    # Upright first, then the best deterministic return (not the stochastic one).
+    assert source_module.default_policy("HalfCheetah-v5").name == "halfcheetah-v5-sac-seed1.zip"
+    assert source_module.default_policy("HalfCheetah-v4").name == "halfcheetah-v5-sac-seed1.zip"
+    for p in tmp_path.glob("halfcheetah-v5-sac-*"):
+        p.unlink()
+    # Only upside-down agents left: the best of them rather than none.
+    assert source_module.default_policy("HalfCheetah-v5").name == "halfcheetah-v5-ppo-seed0.zip"
+
+
+def test_card_measures_a_policy_again_and_keeps_its_card(tiny_policy, tmp_path):
+    import shutil
+
+    from idt_desk.cli import main
+
+    zip_path = tmp_path / tiny_policy.name
+    shutil.copy(tiny_policy, zip_path)
+    card = json.loads(tiny_policy.with_suffix(".json").read_text())
+    zip_path.with_suffix(".json").write_text(json.dumps({**card, "note": "kept"}))
+    assert main(["train", "--card", str(zip_path), "--eval-episodes", "1"]) == 0
+    new = json.loads(zip_path.with_suffix(".json").read_text())
+    assert new["note"] == "kept" and new["steps"] == card["steps"]
+    assert 0.0 <= new["upside_down_share"] <= 1.0
+    assert new["return_deterministic"]["episodes"] == 1 and "cv" in new["return_stochastic"]
+    assert new["evaluated_by"].startswith("idt-desk train --card")
+    assert main(["train", "--card", str(tmp_path / "missing.zip")]) == 2
+    assert main(["train", "--seed", "1"]) == 2  # neither --card nor --algo/--steps

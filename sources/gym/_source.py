@@ -85,27 +85,36 @@ def _route_mujoco_warnings() -> None:
     mujoco.set_mju_user_warning(warn)
 
 
-def default_policy(env_id: str) -> Path:
-    """The shipped policy for ``env_id`` whose model card reports the best stochastic return.
+#: Share of steps upside down from which a shipped policy is not the default.
+UPSIDE_DOWN_LIMIT = 0.01
 
-    A HalfCheetah-v5 policy also serves HalfCheetah-v4 (the same 17 observations and 6
+
+def default_policy(env_id: str) -> Path:
+    """The shipped policy for ``env_id`` whose model card reports the best deterministic return.
+
+    A policy whose card says it spends 1 % of its steps or more upside down
+    (``upside_down_share``, see ``idt-desk train --card``) is passed over while another
+    qualifies: its gait is a local optimum, not the agent the paper's results are about. A
+    HalfCheetah-v5 policy also serves HalfCheetah-v4 (the same 17 observations and 6
     torques).
     """
     stems = [env_id.lower()]
     if stems[0].startswith("halfcheetah"):
         stems.append("halfcheetah-v5")
     for stem in stems:
-        best: tuple[float, Path] | None = None
+        ranked: list[tuple[bool, float, str, Path]] = []
         for card in sorted(POLICY_DIR.glob(f"{stem}-*.json")):
             zip_path = card.with_suffix(".zip")
             try:
-                score = float(json.loads(card.read_text())["return_stochastic"]["mean"])
+                c = json.loads(card.read_text())
+                score = float(c["return_deterministic"]["mean"])
+                upright = float(c.get("upside_down_share", 0.0)) < UPSIDE_DOWN_LIMIT
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            if zip_path.exists() and (best is None or score > best[0]):
-                best = (score, zip_path)
-        if best is not None:
-            return best[1]
+            if zip_path.exists():
+                ranked.append((upright, score, zip_path.name, zip_path))
+        if ranked:
+            return max(ranked)[3]
     raise PolicyError(f"no shipped policy for {env_id} in {POLICY_DIR}: set 'policy' to an SB3 "
                       "zip (train one with `idt-desk train`)")
 
@@ -252,10 +261,22 @@ class GymSource(Source):
     # -- declarations that depend on the env ------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
-        """The algorithm read from the zip, the normalisation found, the rate and groups."""
+        """The algorithm read from the zip, the normalisation found, the rate and groups.
+
+        ``card``: what the policy's model card says of it, where it has one (deterministic
+        return, its CV, the share of steps upside down), so a recording states the agent.
+        """
+        card = None
+        try:
+            c = json.loads(self.policy.path.with_suffix(".json").read_text())
+            det = c.get("return_deterministic") or {}
+            card = {"return_deterministic": det.get("mean"), "return_cv": det.get("cv"),
+                    "upside_down_share": c.get("upside_down_share"), "steps": c.get("steps")}
+        except (OSError, ValueError, AttributeError):
+            pass
         return {"algorithm": self.policy.algorithm, "policy": str(self.policy.path),
                 "vecnormalize": self.policy.vecnormalize, "rate": self.rate,
-                "groups": {k: list(v) for k, v in self.groups.items()}}
+                "groups": {k: list(v) for k, v in self.groups.items()}, "card": card}
 
     # -- loop -------------------------------------------------------------------------------
 

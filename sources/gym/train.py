@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["ALGOS", "HELP", "TRAINERS", "add_arguments", "card_returns", "evaluate",
-           "export_sbx_sac", "policy_name", "rollouts", "train"]
+           "export_sbx_sac", "policy_name", "recard", "rollouts", "train"]
 
 #: ``idt-desk train``'s one-line help.
 HELP = "train a Stable-Baselines3 policy to ship (checkpoints, --resume)"
@@ -164,6 +164,47 @@ def card_returns(model: Any, env_id: str, episodes: int, seed: int) -> dict[str,
                                    "episodes": len(r)}
         if det:
             card["upside_down_share"] = flipped
+    return card
+
+
+def recard(path: Path, episodes: int = 10, command: str = "") -> dict[str, Any]:
+    """Measure a policy zip again and rewrite its model card's evaluation (the rest kept).
+
+    The card beside ``path`` (``NAME.json``; a new one if there is none) gets
+    :func:`card_returns` of the zip as the frozen source loads it, the seed its card names
+    (else 0), and ``evaluated_by``: the command.
+    """
+    import numpy as np
+    from idt_desk_sources.gym._policy import FrozenPolicy
+    from idt_desk_sources.gym._source import _route_mujoco_warnings
+
+    _route_mujoco_warnings()
+    path = Path(path)
+    card_path = path.with_suffix(".json")
+    card: dict[str, Any] = {}
+    if card_path.exists():
+        card = json.loads(card_path.read_text())
+    env_id = card.get("env_id", "HalfCheetah-v5")
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    try:
+        policy = FrozenPolicy(path, env.observation_space.shape, env.action_space.low,
+                              env.action_space.high)
+    finally:
+        env.close()
+
+    class _Acting:
+        """``predict`` through the frozen source's own path (its VecNormalize included)."""
+
+        rng = np.random.default_rng(int(card.get("seed", 0)))
+
+        def predict(self, obs: Any, deterministic: bool = False) -> tuple[Any, None]:
+            return policy.act(np.asarray(obs), self.rng, deterministic), None
+
+    card.update(card_returns(_Acting(), env_id, episodes, int(card.get("seed", 0))))
+    card["evaluated_by"] = command or f"idt-desk train --card {path} --eval-episodes {episodes}"
+    card_path.write_text(json.dumps(card, indent=2) + "\n")
     return card
 
 
@@ -315,9 +356,12 @@ def train(
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``train`` subcommand's options."""
-    p.add_argument("--algo", choices=sorted(ALGOS), required=True)
+    p.add_argument("--card", type=Path, metavar="ZIP",
+                   help="train nothing: measure this policy zip again and rewrite its model "
+                        "card's returns, CV and upside-down share (--eval-episodes each way)")
+    p.add_argument("--algo", choices=sorted(ALGOS))
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, required=True, help="environment steps in all")
+    p.add_argument("--steps", type=int, help="environment steps in all")
     p.add_argument("--out", type=Path, default=Path("assets/policies"),
                    help="folder for the policy zip and its model card")
     p.add_argument("--env-id", default="HalfCheetah-v5")
@@ -343,14 +387,25 @@ def run(args: argparse.Namespace) -> int:
     from idt_desk.cli.validate import check_int, check_out_dir
     from idt_desk.errors import InputError
 
+    check_int("--eval-episodes", args.eval_episodes, 1, 1000)
+    command = "idt-desk " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    if args.card is not None:
+        if not args.card.is_file():
+            raise InputError(f"--card {args.card}: no such policy zip")
+        card = recard(args.card, args.eval_episodes)
+        d = card["return_deterministic"]
+        print(f"{args.card.with_suffix('.json')}: deterministic return {d['mean']:.1f} "
+              f"± {d['std']:.1f} (CV {d['cv']:.4f}), upside down "
+              f"{card['upside_down_share']:.1%} of steps")
+        return 0
+    if args.algo is None or args.steps is None:
+        raise InputError("give --algo and --steps to train (or --card ZIP to measure one)")
     check_int("--seed", args.seed, 0, 2**32 - 1)
     check_int("--steps", args.steps, 1)
-    check_int("--eval-episodes", args.eval_episodes, 1, 1000)
     check_int("--threads", args.threads, 1, 256)
     check_int("--checkpoint-steps", args.checkpoint_steps, 1)
     check_int("--train-freq", args.train_freq, 1, 10_000)
     check_out_dir(args.out, "--out")
-    command = "idt-desk " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     try:
         path = train(args.algo, args.seed, args.steps, args.out, args.env_id,
                      args.checkpoint_dir, args.checkpoint_minutes, args.resume,
