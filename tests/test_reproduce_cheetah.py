@@ -88,7 +88,16 @@ def test_tiny_reproduction_writes_every_output(tiny_run):
         if first is not None:
             assert first == a[f"latency_{m}"]
     assert summary["matched_false_alarm"]["control_trials"] == 2
+    assert {"paper", "persistence", "ewma", "mewma"} <= set(summary["matched_false_alarm"])
     assert "matched false-alarm rate" in table and (out / "roc.png").stat().st_size > 10_000
+    # The live-calibrated block: each trial's own monitor, false alarms on the controls.
+    live = summary["live_calibrated"]
+    assert live["budget"] == "1/h" and live["control_trials"] == 2
+    for kind in ("persistence", "ewma", "mewma"):
+        fa = live[kind]["IDT"]["false_alarms"]
+        assert fa == {"alarms": int(np.isfinite(trials[trials["perturbation"] == "none"]
+                                                [f"live_{kind}_IDT"]).sum()), "trials": 2}
+    assert "Live-calibrated detectors" in table and "| mewma |" in table
     assert (out / "detection.png").stat().st_size > 10_000
 
 
@@ -416,3 +425,24 @@ def test_rate_error_bars_stay_between_0_and_1():
     np.testing.assert_allclose(err, [[0.151, 0.1, 0.2], [0.107, 0.3, 0.2]])
     lo, hi = np.array([0.893, 0.1, 0.5]) - err[0], np.array([0.893, 0.1, 0.5]) + err[1]
     assert lo.min() >= 0 and hi.max() <= 1
+
+
+def test_the_live_block_judges_a_trial_as_a_live_monitor_would():
+    from idt_desk_sources.gym.reproduce import LIVE_DETECTORS, _live
+
+    from idt_desk.metrics.presets import PRESETS
+
+    rng = np.random.default_rng(3)
+    n, j0 = 700, 300
+    w = {m: 1.0 + 0.01 * np.convolve(rng.standard_normal(n + 5), np.ones(6) / 6, "valid")
+         for m in ("P", "H_f", "H_b", "reward")}
+    w["dH"] = w["H_b"] - w["H_f"]
+    quiet = _live(w, j0, PRESETS["cheetah"], "1/1000windows", None)
+    assert all(np.isnan(quiet[f"live_{k}_{g}"]) for k in LIVE_DETECTORS
+               for g in ("IDT", "reward")), quiet
+    shifted = {m: v.copy() for m, v in w.items()}
+    shifted["P"][j0 + 50:] += 0.05  # about 10 window-σ from window 50 after the onset
+    got = _live(shifted, j0, PRESETS["cheetah"], "1/1000windows", None)
+    for k in LIVE_DETECTORS:
+        assert 50 <= got[f"live_{k}_IDT"] <= 80, (k, got)
+        assert np.isnan(got[f"live_{k}_reward"])

@@ -156,6 +156,9 @@ class CheetahConfig:
     #: The Auto controller's alarm: a calibrated detector and its budget, or ``paper``.
     auto_detector: str = "persistence"
     auto_false_alarms: str = "1/h"
+    #: The budget of the live-calibrated block: each trial judged by the detectors a live
+    #: session calibrates on the trial's own pre-onset windows to this budget.
+    false_alarms: str = "1/h"
     max_baseline_cv: float = 0.25
     k: float = 3.0
     workers: int | None = None
@@ -192,6 +195,10 @@ class CheetahConfig:
             parse_budget(self.auto_false_alarms)
         except ValueError as exc:
             raise InputError(f"--auto-false-alarms: {exc}") from None
+        try:
+            parse_budget(self.false_alarms)
+        except ValueError as exc:
+            raise InputError(f"--false-alarms: {exc}") from None
         check_int("--control-seeds", self.control_seeds, 0, 10_000)
         # 'none' named among the perturbations asks for a control: at least one.
         controls = max(self.control_seeds, 1) if CONTROL in perts else self.control_seeds
@@ -268,6 +275,7 @@ class TrialGroup:
     deterministic: bool = True
     auto_detector: str = "persistence"
     auto_false_alarms: str = "1/h"
+    false_alarms: str = "1/h"
 
 
 def make_groups(config: CheetahConfig) -> list[TrialGroup]:
@@ -286,7 +294,8 @@ def make_groups(config: CheetahConfig) -> list[TrialGroup]:
     return [TrialGroup(p, trials(a), config.env_id, config.episodes, config.onset,
                        config.seed, config.k, deterministic=actions == "deterministic",
                        auto_detector=config.auto_detector,
-                       auto_false_alarms=config.auto_false_alarms)
+                       auto_false_alarms=config.auto_false_alarms,
+                       false_alarms=config.false_alarms)
             for actions in config.actions for p in config.policies
             for a in ("", *config.auto, *(HAND + m for m in config.manual))]
 
@@ -305,13 +314,17 @@ def _card(policy: str) -> dict[str, Any]:
 
 def analyze_trial(
     s: np.ndarray, a: np.ndarray, s_next: np.ndarray, reward: np.ndarray, onset: int,
-    preset: Any, k: float = 3.0,
+    preset: Any, k: float = 3.0, *, live_false_alarms: str | None = None,
+    rate: float | None = None,
 ) -> dict[str, Any]:
     """The paper's detection on one trial's transitions (module docstring, steps 2-3).
 
     Returns per detector ``detected_*``, ``latency_*`` and ``d_*`` (Cohen's d), the baseline
     means and σ of P and ΔH, post-onset means of P and ΔH, the window count and the fraction
-    of post-onset transitions outside the calibrated range.
+    of post-onset transitions outside the calibrated range. With ``live_false_alarms`` (and
+    the loop's ``rate`` for a budget in time), also ``live_<detector>_<IDT|reward>``: the
+    first post-onset window (latency, NaN: none) each of :data:`LIVE_DETECTORS` alarms at,
+    calibrated as a live session would on the trial's own pre-onset windows.
     """
     from idt_desk.detection.monitor import IDT_METRICS, detect
     from idt_desk.metrics.engine import sliding_metrics, window_means
@@ -351,12 +364,55 @@ def analyze_trial(
         row[f"post_{m}"] = float(np.nanmean(x)) if np.isfinite(x).any() else math.nan
     row["out_of_range_post"] = float(outside[onset:].mean()) if n > onset else math.nan
     row.update(_records(w, det, metrics))
+    if live_false_alarms is not None:
+        row.update(_live(w, j0, preset, live_false_alarms, rate))
     return row
 
 
+#: The calibrated detectors judged as a live session would (the live-calibrated block).
+LIVE_DETECTORS = ("persistence", "ewma", "mewma")
+
+
+def _live(w: dict[str, Any], j0: int, preset: Any, budget: str, rate: float | None
+          ) -> dict[str, float]:
+    """Latency of each live detector's first post-onset alarm, IDT and reward (NaN: none).
+
+    The monitor a live session builds (:func:`idt_desk.pipeline.build_monitor`), its
+    baseline the trial's ``j0`` pre-onset windows, calibrated to ``budget``; then the
+    post-onset windows are flagged in one batch (flags do not depend on batching).
+    """
+    from idt_desk.detection.monitor import IDT_METRICS
+    from idt_desk.pipeline import build_monitor
+
+    metrics = (*IDT_METRICS, "reward")
+    out = {}
+    for kind in LIVE_DETECTORS:
+        mon = build_monitor(metrics, baseline_windows=j0, detector=kind, false_alarms=budget,
+                            rate=rate, stride=preset.stride, window=preset.window,
+                            what="this trial")
+        flags = mon.update({m: np.asarray(w[m], dtype=np.float64) for m in metrics})
+        for g in ("IDT", "reward"):
+            hits = np.flatnonzero(flags[g][j0:])
+            out[f"live_{kind}_{g}"] = float(hits[0]) if hits.size else math.nan
+    return out
+
+
 #: Detectors whose threshold is swept for the ROC and the matched false-alarm table: the
-#: paper's rule (a window beyond θ σ) and persistence (5 windows in a row beyond θ σ).
-SWEPT = {"paper": ("paper", 1), "persistence": ("persistence", 5)}
+#: paper's rule (a window beyond θ σ), persistence (5 windows in a row beyond θ σ), the EWMA
+#: of z (λ 0.05: |E| beyond θ) and the MEWMA (λ 0.05) of the components whitened by the
+#: trial's own baseline windows (its IDT statistic is T², the components' their EWMA).
+SWEPT = {"paper": ("paper", 1), "persistence": ("persistence", 5), "ewma": ("ewma", 1),
+         "mewma": ("mewma", 1)}
+#: Each swept detector in words (tables, figures).
+SWEPT_LABEL = {"paper": "paper rule: a window beyond θσ",
+               "persistence": "persistence: 5 windows in a row beyond θσ",
+               "ewma": "EWMA (λ 0.05) of z: |E| beyond θ",
+               "mewma": "MEWMA (λ 0.05), whitened: T² beyond θ (components: their EWMA)"}
+
+
+def _swept(rows: Any) -> list[str]:
+    """The swept detectors whose records ``rows`` hold (older runs lack the newer ones)."""
+    return [n for n in SWEPT if f"records_{n}_IDT" in rows]
 
 
 def _records(w: dict[str, Any], det: Any, metrics: Sequence[str]) -> dict[str, str]:
@@ -368,17 +424,29 @@ def _records(w: dict[str, Any], det: Any, metrics: Sequence[str]) -> dict[str, s
     onset: the trial is detected at threshold θ iff its last record exceeds θ, and the latency
     is the first record above θ. So any threshold can be applied across trials afterwards.
     """
-    from idt_desk.detection.detectors import DetectorSpec, detector_statistic, records, standardise
+    from idt_desk.detection.detectors import (
+        DetectorSpec,
+        detector_statistic,
+        joint_statistic,
+        records,
+        standardise,
+        whitening,
+    )
 
     j0 = det.onset_index
     out = {}
     for name, (kind, m) in SWEPT.items():
         spec = DetectorSpec(kind, m=m)
-        stats = {}
+        stats, zs = {}, {}
         for metric in metrics:
-            z = standardise(w[metric], det.baseline.mean[metric], det.baseline.std[metric])
-            stats[metric] = detector_statistic(spec, z)[0][j0:]
-        stats["IDT"] = np.max([stats[c] for c in _COMPONENTS], axis=0)
+            zs[metric] = standardise(w[metric], det.baseline.mean[metric],
+                                     det.baseline.std[metric])
+            stats[metric] = detector_statistic(spec, zs[metric])[0][j0:]
+        if kind == "mewma":
+            z = np.column_stack([zs[c] for c in _COMPONENTS])
+            stats["IDT"] = joint_statistic(spec.lam, z @ whitening(z[:j0]))[0][j0:]
+        else:
+            stats["IDT"] = np.max([stats[c] for c in _COMPONENTS], axis=0)
         for metric, s in stats.items():
             out[f"records_{name}_{metric}"] = json.dumps(records(s))
     return out
@@ -412,7 +480,7 @@ def _matched(open_loop: Any) -> dict[str, Any] | None:
     allowed = math.floor(MATCHED_RATE * len(control) + 1e-9)
     out: dict[str, Any] = {"target_rate": MATCHED_RATE, "control_trials": len(control),
                            "allowed_false_alarms": allowed}
-    for name in SWEPT:
+    for name in _swept(open_loop):
         block = {}
         for m in DETECTORS:
             c_scores, _ = _scores(control, name, m)
@@ -491,6 +559,7 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
             src.close()
         raise InputError(f"{task.env_id}: needs a time limit (episodes of fixed length)")
     preset = PRESETS[first.presets[0]]
+    rate = first.rate
     onset = (task.onset - 1) * steps_per_episode
     total = task.episodes * steps_per_episode
     # Auto's session: symbols on the first 20 windows (as live), its detector's baseline
@@ -555,7 +624,8 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
             continue
         s, a, s2, r = (np.concatenate([p[j] for p in parts]) for j in range(4))
         try:
-            row.update(analyze_trial(s, a, s2, r, onset, preset, task.k))
+            row.update(analyze_trial(s, a, s2, r, onset, preset, task.k,
+                                     live_false_alarms=task.false_alarms, rate=rate))
         except Exception as exc:  # reported per trial, the others stand
             row["error"] = f"{type(exc).__name__}: {exc}"
         returns = [(ev["episode"], ev["return"]) for ev in log if ev["kind"] == "episode_end"]
@@ -684,7 +754,40 @@ def _protocol_summary(open_loop: Any, config: CheetahConfig) -> dict[str, Any]:
         **_detection(open_loop, included),
         "all_seeds": _detection(open_loop, seeds),
         "matched_false_alarm": _matched(open_loop),
+        "live_calibrated": _live_summary(open_loop, config),
     }
+
+
+def _live_summary(open_loop: Any, config: CheetahConfig) -> dict[str, Any] | None:
+    """Each live detector's detection, false alarms and median latency, IDT and reward.
+
+    Every trial is judged by the monitor a live session calibrates on that trial's own
+    pre-onset windows to ``config.false_alarms`` (no threshold from other trials): false
+    alarms are the control trials alarmed after the onset, detection the perturbed ones.
+    """
+    if f"live_{LIVE_DETECTORS[0]}_IDT" not in open_loop:
+        return None
+    control = open_loop[open_loop["perturbation"] == CONTROL]
+    perturbed = open_loop[open_loop["perturbation"] != CONTROL]
+    out: dict[str, Any] = {"budget": config.false_alarms, "control_trials": len(control),
+                           "perturbed_trials": len(perturbed)}
+    for kind in LIVE_DETECTORS:
+        block = {}
+        for g in ("IDT", "reward"):
+            col = f"live_{kind}_{g}"
+            if col not in open_loop:
+                continue
+            lat = perturbed[col].to_numpy(np.float64)
+            hit = np.isfinite(lat)
+            block[g] = {
+                "false_alarms": {"alarms": int(np.isfinite(control[col].to_numpy(np.float64))
+                                               .sum()), "trials": len(control)},
+                "detection": {"detected": int(hit.sum()), "trials": len(lat),
+                              "rate": float(hit.mean()) if lat.size else math.nan},
+                "median_latency": float(np.median(lat[hit])) if hit.any() else None,
+            }
+        out[kind] = block
+    return out
 
 
 def _pre_onset_runs(open_loop: Any, control: Any) -> Any:
@@ -945,25 +1048,52 @@ def format_tables(summary: dict[str, Any]) -> str:
                                                          {summary["actions"]: summary}).items()
                if b.get("matched_false_alarm")}
     for a, mt in matched.items():
+        names = [n for n in SWEPT if n in mt]
         lines += ["", f"## Detection at a matched false-alarm rate ({a} actions, all seeds)",
                   "",
-                  f"Each detector's threshold θ (in baseline σ) is the lowest that leaves at most "
+                  f"Each detector's threshold θ (in its statistic's units: baseline σ, T² for "
+                  f"the MEWMA) is the lowest that leaves at most "
                   f"{mt['allowed_false_alarms']} of the {mt['control_trials']} control trials "
-                  f"alarmed after the onset (≤ {mt['target_rate']:.0%}); paper rule: one window "
-                  "beyond θ; persistence: 5 windows in a row beyond θ. The paper's fixed 3σ rule "
-                  "is the table above.", "",
-                  "| Detector | paper rule: θ | false alarms | detection | median latency | "
-                  "persistence: θ | false alarms | detection | median latency |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  f"alarmed after the onset (≤ {mt['target_rate']:.0%}); "
+                  + "; ".join(SWEPT_LABEL[n] for n in names)
+                  + ". The paper's fixed 3σ rule is the table above.", "",
+                  "| Detector | " + " | ".join(
+                      f"{n}: θ | false alarms | detection | median latency" for n in names)
+                  + " |",
+                  "|---|" + "---|---|---|---|" * len(names)]
         for m in DETECTORS:
             cells = []
-            for name in SWEPT:
+            for name in names:
                 b = mt[name][m]
                 fa, dt = b["false_alarms"], b["detection"]
                 cells += [f"{b['threshold_sigma']:.2f}", f"{fa['alarms']} of {fa['trials']}",
                           f"{dt['detected']} of {dt['trials']} ({dt['rate']:.0%})",
                           _f(b["median_latency"])]
             lines.append(f"| {_LABEL[m]} | " + " | ".join(cells) + " |")
+    live = {a: b["live_calibrated"] for a, b in (protocols or
+                                                 {summary["actions"]: summary}).items()
+            if b.get("live_calibrated")}
+    for a, lv in live.items():
+        lines += ["", f"## Live-calibrated detectors ({a} actions, all seeds)", "",
+                  f"Each trial judged by the monitor a live session calibrates on the trial's "
+                  f"own pre-onset windows to {lv['budget']} (no threshold from other trials): "
+                  f"false alarms over {lv['control_trials']} control trials, detection over "
+                  f"{lv['perturbed_trials']} perturbed ones, latency in windows after the "
+                  "onset.", "",
+                  "| Detector | IDT: detection | false alarms | median latency | "
+                  "reward: detection | false alarms | median latency |",
+                  "|---|---|---|---|---|---|---|"]
+        for kind in LIVE_DETECTORS:
+            cells = []
+            for g in ("IDT", "reward"):
+                b = lv.get(kind, {}).get(g)
+                if b is None:
+                    cells += ["—"] * 3
+                    continue
+                dt, fa = b["detection"], b["false_alarms"]
+                cells += [f"{dt['detected']} of {dt['trials']}",
+                          f"{fa['alarms']} of {fa['trials']}", _f(b["median_latency"])]
+            lines.append(f"| {kind} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "## Table 4 — Detection latency (median windows after perturbation onset)",
@@ -1077,7 +1207,7 @@ def rate_errors(means: Sequence[float], stds: Sequence[float]) -> np.ndarray:
 def plot_roc(rows: Any, path: Path) -> bool:
     """Detection against false alarms as the threshold sweeps, per detector (``roc.png``).
 
-    One panel per swept detector (paper rule, persistence), one curve per metric, solid for
+    One panel per swept detector (:data:`SWEPT`), one curve per metric, solid for
     deterministic and dashed for stochastic actions; the 5 % line marked. False if the rows
     hold no records (nothing drawn).
     """
@@ -1089,10 +1219,13 @@ def plot_roc(rows: Any, path: Path) -> bool:
     if "records_paper_IDT" not in rows:
         return False
     ok = rows[(rows["error"] == "") & (rows["auto"] == "")]
-    fig, axes = plt.subplots(1, len(SWEPT), figsize=(11, 4.6), constrained_layout=True)
+    names = _swept(rows)
+    fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4.6),
+                             constrained_layout=True, squeeze=False)
+    axes = axes[0]
     colours = dict(zip(DETECTORS, ("black", "tab:blue", "tab:purple", "tab:orange",
                                    "tab:green", "tab:red"), strict=True))
-    for ax, name in zip(axes, SWEPT, strict=True):
+    for ax, name in zip(axes, names, strict=True):
         for a, style in zip(dict.fromkeys(ok["actions"]), ("-", "--"), strict=False):
             part = ok[ok["actions"] == a]
             ctl = part[part["perturbation"] == CONTROL]
@@ -1110,8 +1243,7 @@ def plot_roc(rows: Any, path: Path) -> bool:
         ax.plot([0, 1], [0, 1], color="0.8", lw=0.8)
         ax.set_xlabel("false-alarm rate (control trials alarmed)")
         ax.set_ylabel("detection rate (perturbed trials)")
-        ax.set_title("paper rule: a window beyond θσ" if name == "paper"
-                     else "persistence: 5 windows in a row beyond θσ", fontsize=10)
+        ax.set_title(SWEPT_LABEL[name], fontsize=10)
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1.02)
     axes[-1].legend(fontsize=7, ncol=2, loc="lower right")
@@ -1185,6 +1317,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "calibrated to --auto-false-alarms, or the paper's 3σ rule")
     parser.add_argument("--auto-false-alarms", default="1/h", metavar="BUDGET",
                         help="Auto's false-alarm budget in loop time (1/h; 1/10episodes)")
+    parser.add_argument("--false-alarms", default="1/h",
+                        help="budget of the live-calibrated block: every trial judged by "
+                             "the detectors a live session calibrates on its own pre-onset "
+                             "windows (persistence, ewma, mewma; default 1/h)")
     parser.add_argument("--max-baseline-cv", type=float, default=0.25,
                         help="exclude seeds whose pre-onset return CV exceeds this (0.25)")
     parser.add_argument("--k", type=float, default=3.0, help="threshold in σ (3)")
@@ -1205,7 +1341,8 @@ def run(args: argparse.Namespace, print_fn: Callable[[str], None] = print) -> in
         episodes=args.episodes, onset=args.onset,
         env_id=args.env_id, seed=args.seed, auto=tuple(args.auto),
         manual=tuple(args.manual), auto_detector=args.auto_detector,
-        auto_false_alarms=args.auto_false_alarms, max_baseline_cv=args.max_baseline_cv,
+        auto_false_alarms=args.auto_false_alarms, false_alarms=args.false_alarms,
+        max_baseline_cv=args.max_baseline_cv,
         k=args.k, workers=args.workers,
         scheduler=args.scheduler, out=args.out,
     )
