@@ -446,3 +446,53 @@ def test_the_live_block_judges_a_trial_as_a_live_monitor_would():
     for k in LIVE_DETECTORS:
         assert 50 <= got[f"live_{k}_IDT"] <= 80, (k, got)
         assert np.isnan(got[f"live_{k}_reward"])
+
+
+def test_out_of_sample_thresholds_and_choice_against_hand_counts():
+    from idt_desk_sources.gym.reproduce import out_of_sample
+
+    def row(pert, scores):
+        """scores: name -> (IDT score, first window); reward scores 0."""
+        out = {"perturbation": pert, "error": "", "auto": "", "actions": "deterministic"}
+        for name in ("paper", "persistence", "ewma", "mewma"):
+            sc, first = scores.get(name, (0.0, 1))
+            for m in DETECTORS:
+                v = sc if m == "IDT" else 0.0
+                out[f"records_{name}_{m}"] = json.dumps([[0, v / 2], [first, v]])
+        return out
+
+    # Batch A: 20 controls scoring 0.0 .. 1.9 in every detector (θ_A = 1.8); perturbed:
+    # ewma detects both (3.0 at window 4, 2.5 at 6), persistence one (2.0 at 9).
+    a = [row("none", {n: (0.1 * i, 2) for n in ("paper", "persistence", "ewma", "mewma")})
+         for i in range(20)]
+    a += [row("p1", {"ewma": (3.0, 4), "persistence": (2.0, 9)}),
+          row("p2", {"ewma": (2.5, 6), "persistence": (1.0, 9)})]
+    # Batch B: controls up to 2.1 (two above θ_A = 1.8), perturbed: ewma 1.9 (above θ_A).
+    b = [row("none", {n: (0.11 * i, 3) for n in ("paper", "persistence", "ewma", "mewma")})
+         for i in range(20)]
+    b += [row("p1", {"ewma": (1.9, 5)}), row("p2", {"ewma": (0.5, 5)})]
+    got = out_of_sample(pd.DataFrame(a), pd.DataFrame(b))
+    ab = got["a_to_b"]
+    assert ab["chosen_IDT"] == "ewma" and ab["fit_controls"] == 20
+    e = ab["detectors"]["ewma"]["IDT"]
+    assert e["threshold_sigma"] == pytest.approx(1.8)
+    # B's controls above 1.8: 0.11·i for i = 17, 18, 19 (1.87, 1.98, 2.09).
+    assert e["false_alarms"] == {"alarms": 3, "trials": 20}
+    assert e["detection"]["detected"] == 1 and e["median_latency"] == 5
+    # The other way: θ_B = 0.11·18 = 1.98; A's ewma perturbed (3.0, 2.5) both above it.
+    ba = got["b_to_a"]["detectors"]["ewma"]["IDT"]
+    assert ba["threshold_sigma"] == pytest.approx(1.98)
+    assert ba["detection"]["detected"] == 2 and ba["false_alarms"]["alarms"] == 0
+
+
+def test_out_of_sample_from_two_runs_on_the_command_line(tiny_run, tmp_path):
+    from idt_desk.cli import main
+
+    _, out = tiny_run
+    assert main(["reproduce", "cheetah", "--out-of-sample", str(out), str(out),
+                 "--out", str(tmp_path / "oos")]) == 0
+    got = json.loads((tmp_path / "oos" / "out_of_sample.json").read_text())
+    assert got["a_to_b"]["test_controls"] == 2 and got["a_to_b"]["test_perturbed"] == 1
+    assert "Chosen on" in (tmp_path / "oos" / "out_of_sample.md").read_text()
+    assert main(["reproduce", "cheetah", "--out-of-sample", str(tmp_path), str(out),
+                 "--out", str(tmp_path / "x")]) == 2  # no trials.csv there

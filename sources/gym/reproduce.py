@@ -90,6 +90,7 @@ __all__ = [
     "analyze_trial",
     "format_tables",
     "make_groups",
+    "out_of_sample",
     "plot_summary",
     "reproduce",
     "run",
@@ -475,29 +476,73 @@ def _matched(open_loop: Any) -> dict[str, Any] | None:
     perturbed = open_loop[open_loop["perturbation"] != CONTROL]
     if not len(control) or not len(perturbed):
         return None
-    from idt_desk.detection.detectors import first_above, matched_threshold
-
     allowed = math.floor(MATCHED_RATE * len(control) + 1e-9)
     out: dict[str, Any] = {"target_rate": MATCHED_RATE, "control_trials": len(control),
                            "allowed_false_alarms": allowed}
     for name in _swept(open_loop):
-        block = {}
-        for m in DETECTORS:
-            c_scores, _ = _scores(control, name, m)
-            theta, _ = matched_threshold(c_scores, MATCHED_RATE)
-            p_scores, p_recs = _scores(perturbed, name, m)
-            lat = [first_above(r, theta) for r, sc in zip(p_recs, p_scores, strict=True)
-                   if sc > theta]
-            hits = int((p_scores > theta).sum())
-            block[m] = {
-                "threshold_sigma": theta,
-                "false_alarms": {"alarms": int((c_scores > theta).sum()),
-                                 "trials": len(c_scores)},
-                "detection": {"detected": hits, "trials": len(p_scores),
-                              "rate": hits / len(p_scores)},
-                "median_latency": float(np.median(lat)) if lat else None,
-            }
-        out[name] = block
+        out[name] = {m: _at_matched(name, m, control, control, perturbed) for m in DETECTORS}
+    return out
+
+
+def _at_matched(name: str, metric: str, fit: Any, control: Any, perturbed: Any
+                ) -> dict[str, Any]:
+    """θ matched to ≤ 5 % false alarms on the ``fit`` controls; what it does on the others.
+
+    In sample ``fit`` is ``control``; out of sample they are another batch's.
+    """
+    from idt_desk.detection.detectors import first_above, matched_threshold
+
+    theta, _ = matched_threshold(_scores(fit, name, metric)[0], MATCHED_RATE)
+    c_scores, _ = _scores(control, name, metric)
+    p_scores, p_recs = _scores(perturbed, name, metric)
+    lat = [first_above(r, theta) for r, sc in zip(p_recs, p_scores, strict=True) if sc > theta]
+    hits = int((p_scores > theta).sum())
+    return {
+        "threshold_sigma": theta,
+        "false_alarms": {"alarms": int((c_scores > theta).sum()), "trials": len(c_scores)},
+        "detection": {"detected": hits, "trials": len(p_scores),
+                      "rate": hits / len(p_scores) if len(p_scores) else math.nan},
+        "median_latency": float(np.median(lat)) if lat else None,
+    }
+
+
+def out_of_sample(batch_a: Any, batch_b: Any) -> dict[str, Any]:
+    """Detectors and thresholds chosen on one batch of trials, judged on another.
+
+    ``batch_a``, ``batch_b``: two runs' ``trials.csv`` tables (other seeds: other runs).
+    Each way round, every swept detector's θ is matched to ≤ 5 % false alarms on the first
+    batch's controls and applied unchanged to the second batch's controls (false alarms)
+    and perturbed trials (detection, latency); the detector *chosen* is the one whose IDT
+    detected most of the first batch's perturbed trials at its θ (fewer median windows to
+    detection break a tie), for the IDT and, apart, for reward. Open-loop trials of the first
+    protocol only.
+    """
+    def open_loop(rows: Any) -> tuple[Any, Any]:
+        def blank(col: str) -> Any:
+            return rows[col].isna() | (rows[col].astype(str) == "")
+
+        rows = rows[blank("error") & blank("auto")]
+        rows = rows[rows["actions"] == rows["actions"].iloc[0]]
+        return rows[rows["perturbation"] == CONTROL], rows[rows["perturbation"] != CONTROL]
+
+    (ca, pa), (cb, pb) = open_loop(batch_a), open_loop(batch_b)
+    names = [n for n in _swept(batch_a) if n in _swept(batch_b)]
+    out: dict[str, Any] = {"target_rate": MATCHED_RATE}
+    for label, (c1, p1, c2, p2) in (("a_to_b", (ca, pa, cb, pb)), ("b_to_a", (cb, pb, ca, pa))):
+        block: dict[str, Any] = {"fit_controls": len(c1), "test_controls": len(c2),
+                                 "test_perturbed": len(p2), "detectors": {}}
+        for name in names:
+            block["detectors"][name] = {m: _at_matched(name, m, c1, c2, p2)
+                                        for m in ("IDT", "reward")}
+        for m in ("IDT", "reward"):
+            ranks = {}
+            for name in names:
+                inside = _at_matched(name, m, c1, c1, p1)
+                lat = inside["median_latency"]
+                ranks[name] = (inside["detection"]["detected"],
+                               -(lat if lat is not None else 1e9))
+            block[f"chosen_{m}"] = max(names, key=ranks.__getitem__) if names else None
+        out[label] = block
     return out
 
 
@@ -1317,6 +1362,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "calibrated to --auto-false-alarms, or the paper's 3σ rule")
     parser.add_argument("--auto-false-alarms", default="1/h", metavar="BUDGET",
                         help="Auto's false-alarm budget in loop time (1/h; 1/10episodes)")
+    parser.add_argument("--out-of-sample", nargs=2, metavar=("RUN_A", "RUN_B"),
+                        help="run nothing: from two finished runs (other --seed, same "
+                             "policies), choose each detector's threshold and the best "
+                             "detector on one and judge them on the other, both ways; "
+                             "writes out_of_sample.json and .md into --out")
     parser.add_argument("--false-alarms", default="1/h",
                         help="budget of the live-calibrated block: every trial judged by "
                              "the detectors a live session calibrates on its own pre-onset "
@@ -1335,6 +1385,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, print_fn: Callable[[str], None] = print) -> int:
     """Run ``idt-desk reproduce cheetah`` from parsed arguments; print the tables."""
+    if args.out_of_sample:
+        return _run_out_of_sample(args, print_fn)
     config = CheetahConfig(
         policies=args.policies, perturbations=args.perturbations,
         control_seeds=0 if args.no_control else args.control_seeds, actions=args.actions,
@@ -1350,4 +1402,48 @@ def run(args: argparse.Namespace, print_fn: Callable[[str], None] = print) -> in
     print_fn(format_tables(result.summary).rstrip("\n"))
     print_fn("")
     print_fn("wrote " + ", ".join(str(p) for p in result.files))
+    return 0
+
+
+def _run_out_of_sample(args: argparse.Namespace, print_fn: Callable[[str], None]) -> int:
+    """``--out-of-sample A B``: the block from two finished runs' ``trials.csv``."""
+    import pandas as pd
+
+    tables = []
+    for d in args.out_of_sample:
+        path = Path(d) / "trials.csv"
+        if not path.is_file():
+            raise InputError(f"--out-of-sample {d}: no trials.csv (a finished run's --out)")
+        rows = pd.read_csv(path, keep_default_na=False, na_values=[""])
+        if "records_paper_IDT" not in rows:
+            raise InputError(f"--out-of-sample {d}: its trials keep no records")
+        tables.append(rows)
+    result = out_of_sample(*tables)
+    lines = ["# Out of sample: detectors and thresholds chosen on one batch, judged on the "
+             "other", ""]
+    for label, (fit, test) in (("a_to_b", args.out_of_sample),
+                               ("b_to_a", args.out_of_sample[::-1])):
+        b = result[label]
+        lines += [f"## θ matched (≤ {result['target_rate']:.0%}) on {fit}'s "
+                  f"{b['fit_controls']} controls, applied to {test} ({b['test_controls']} "
+                  f"controls, {b['test_perturbed']} perturbed)", "",
+                  f"Chosen on {fit}: IDT → {b['chosen_IDT']}, reward → {b['chosen_reward']}.",
+                  "", "| Detector | IDT: detection | false alarms | median latency | "
+                  "reward: detection | false alarms | median latency |",
+                  "|---|---|---|---|---|---|---|"]
+        for name, per in b["detectors"].items():
+            cells = []
+            for m in ("IDT", "reward"):
+                dt, fa = per[m]["detection"], per[m]["false_alarms"]
+                cells += [f"{dt['detected']} of {dt['trials']}",
+                          f"{fa['alarms']} of {fa['trials']}", _f(per[m]["median_latency"])]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+    text = "\n".join(lines)
+    print_fn(text.rstrip("\n"))
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "out_of_sample.json").write_text(json.dumps(result, indent=2) + "\n")
+        (args.out / "out_of_sample.md").write_text(text)
+        print_fn(f"wrote {args.out / 'out_of_sample.json'}, {args.out / 'out_of_sample.md'}")
     return 0
