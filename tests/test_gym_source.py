@@ -357,3 +357,38 @@ def test_card_measures_a_policy_again_and_keeps_its_card(tiny_policy, tmp_path):
     assert new["evaluated_by"].startswith("idt-desk train --card")
     assert main(["train", "--card", str(tmp_path / "missing.zip")]) == 2
     assert main(["train", "--seed", "1"]) == 2  # neither --card nor --algo/--steps
+
+
+@pytest.mark.parametrize("pattern", ["{stem}_vecnormalize.pkl", "vec_normalize_{stem}.pkl",
+                                     "vecnormalize.pkl"])
+def test_vecnormalize_statistics_beside_a_zip_are_found_and_applied(tiny_policy, tmp_path,
+                                                                     pattern):
+    import pickle
+    import shutil
+
+    import gymnasium as gym
+    from idt_desk_sources.gym._policy import FrozenPolicy, find_vecnormalize
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    zip_path = tmp_path / tiny_policy.name
+    shutil.copy(tiny_policy, zip_path)
+    assert find_vecnormalize(zip_path) is None
+    vn = VecNormalize(DummyVecEnv([lambda: gym.make("HalfCheetah-v5")]), norm_reward=False)
+    rng = np.random.default_rng(0)
+    vn.obs_rms.mean = rng.normal(size=17)
+    vn.obs_rms.var = rng.uniform(0.5, 4.0, size=17)
+    stats = tmp_path / pattern.format(stem=zip_path.stem)
+    with open(stats, "wb") as f:
+        pickle.dump(vn, f)
+    vn.close()
+    assert find_vecnormalize(zip_path) == stats
+    env = gym.make("HalfCheetah-v5")
+    pol = FrozenPolicy(zip_path, env.observation_space.shape, env.action_space.low,
+                       env.action_space.high)
+    env.close()
+    assert pol.vecnormalize == str(stats)
+    obs = rng.normal(size=17)
+    expected = np.clip((obs - vn.obs_rms.mean) / np.sqrt(vn.obs_rms.var + vn.epsilon),
+                       -vn.clip_obs, vn.clip_obs)
+    a, _ = pol.model.predict(expected.astype(np.float32), deterministic=True)
+    np.testing.assert_allclose(pol.act(obs, np.random.default_rng(1), True), a, atol=1e-5)

@@ -45,9 +45,11 @@ def algorithm_of(path: Path) -> str:
 def find_vecnormalize(path: Path) -> Path | None:
     """A VecNormalize statistics file beside the zip, or None.
 
-    ``NAME_vecnormalize.pkl``, or ``vecnormalize.pkl`` as the SB3 zoo ships them.
+    ``NAME_vecnormalize.pkl``, ``vec_normalize_NAME.pkl`` (as the paper authors' released
+    policies name theirs), or ``vecnormalize.pkl`` as the SB3 zoo ships them.
     """
     for cand in (path.with_name(f"{path.stem}_vecnormalize.pkl"),
+                 path.with_name(f"vec_normalize_{path.stem}.pkl"),
                  path.with_name("vecnormalize.pkl")):
         if cand.exists():
             return cand

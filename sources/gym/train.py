@@ -167,12 +167,14 @@ def card_returns(model: Any, env_id: str, episodes: int, seed: int) -> dict[str,
     return card
 
 
-def recard(path: Path, episodes: int = 10, command: str = "") -> dict[str, Any]:
+def recard(path: Path, episodes: int = 10, command: str = "", env_id: str | None = None
+           ) -> dict[str, Any]:
     """Measure a policy zip again and rewrite its model card's evaluation (the rest kept).
 
     The card beside ``path`` (``NAME.json``; a new one if there is none) gets
     :func:`card_returns` of the zip as the frozen source loads it, the seed its card names
-    (else 0), and ``evaluated_by``: the command.
+    (else 0), and ``evaluated_by``: the command. The env is the card's ``env_id``, else
+    ``env_id`` (HalfCheetah-v5 when neither says).
     """
     import numpy as np
     from idt_desk_sources.gym._policy import FrozenPolicy
@@ -184,7 +186,8 @@ def recard(path: Path, episodes: int = 10, command: str = "") -> dict[str, Any]:
     card: dict[str, Any] = {}
     if card_path.exists():
         card = json.loads(card_path.read_text())
-    env_id = card.get("env_id", "HalfCheetah-v5")
+    env_id = card.get("env_id") or env_id or "HalfCheetah-v5"
+    card["env_id"] = env_id
     import gymnasium as gym
 
     env = gym.make(env_id)
@@ -392,7 +395,7 @@ def run(args: argparse.Namespace) -> int:
     if args.card is not None:
         if not args.card.is_file():
             raise InputError(f"--card {args.card}: no such policy zip")
-        card = recard(args.card, args.eval_episodes)
+        card = recard(args.card, args.eval_episodes, env_id=args.env_id)
         d = card["return_deterministic"]
         print(f"{args.card.with_suffix('.json')}: deterministic return {d['mean']:.1f} "
               f"± {d['std']:.1f} (CV {d['cv']:.4f}), upside down "
