@@ -586,7 +586,7 @@ def _matched(real: Sequence[dict[str, Any]], ctrl: Sequence[dict[str, Any]], d: 
     """
     import numpy as np
 
-    from idt_desk.detection.detectors import matched_threshold
+    from idt_desk.detection.matched import matched_threshold
 
     def peak(r: dict[str, Any]) -> float:
         z = [abs(x) for x in r[f"z_{d}"] if x is not None]

@@ -429,10 +429,10 @@ def _records(w: dict[str, Any], det: Any, metrics: Sequence[str]) -> dict[str, s
         DetectorSpec,
         detector_statistic,
         joint_statistic,
-        records,
         standardise,
         whitening,
     )
+    from idt_desk.detection.matched import records
 
     j0 = det.onset_index
     out = {}
@@ -490,7 +490,7 @@ def _at_matched(name: str, metric: str, fit: Any, control: Any, perturbed: Any
 
     In sample ``fit`` is ``control``; out of sample they are another batch's.
     """
-    from idt_desk.detection.detectors import first_above, matched_threshold
+    from idt_desk.detection.matched import first_above, matched_threshold
 
     theta, _ = matched_threshold(_scores(fit, name, metric)[0], MATCHED_RATE)
     c_scores, _ = _scores(control, name, metric)

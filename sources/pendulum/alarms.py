@@ -28,7 +28,7 @@ One trial
 Matched false-alarm rate: for the paper rule and persistence the IDT statistic after the
 onset (largest over the four components of |z|, or of the smallest |z| of the last 5
 windows) is kept as its running-maximum records, and the threshold is set so that at most
-5 % of the control trials exceed it (``idt_desk.detection.detectors.matched_threshold``): detection
+5 % of the control trials exceed it (``idt_desk.detection.matched.matched_threshold``): detection
 and latency are then compared at that false-alarm rate.
 """
 
@@ -51,11 +51,9 @@ from idt_desk.detection.detectors import (
     DETECTOR_KINDS,
     DetectorSpec,
     detector_statistic,
-    first_above,
-    matched_threshold,
     parse_budget,
-    records,
 )
+from idt_desk.detection.matched import first_above, matched_threshold, records
 from idt_desk.detection.monitor import IDT_METRICS
 from idt_desk.errors import InputError
 from idt_desk.experiments.executor import run_tasks, write_report
