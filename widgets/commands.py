@@ -91,8 +91,7 @@ def _run_watch(args: argparse.Namespace) -> int:
 
     from idt_desk_widgets.app import run_gui
 
-    from idt_desk.recordings import newest_recording
-    from idt_desk.recordings.reader import _runs_by_start
+    from idt_desk.recordings import newest_recording, runs_by_start
 
     check_float("--silence", args.silence, 0.5)
     check_float("--wait", args.wait, 0.0)
@@ -108,7 +107,7 @@ def _run_watch(args: argparse.Namespace) -> int:
         time.sleep(0.2)
     folder = None if run == args.path else args.path
     if folder is not None:
-        runs = _runs_by_start(folder)
+        runs = runs_by_start(folder)
         print(f"idt-desk watch: {len(runs)} run{'s' if len(runs) != 1 else ''} in {folder} "
               "(by start, the latest last):", file=sys.stderr)
         for started, d in runs:

@@ -22,7 +22,7 @@ from idt_desk.recordings._format import (
     _read_lines,
 )
 
-__all__ = ["Recording", "load_recording", "newest_recording"]
+__all__ = ["Recording", "load_recording", "newest_recording", "runs_by_start"]
 
 
 @dataclass
@@ -164,12 +164,12 @@ def newest_recording(path: str | Path) -> Path | None:
     started last, else None (nothing written yet). Runs are ordered by when they started,
     never by a file's modification time: a writer rewrites config.json when it closes, so a
     run that has just finished would look newer than one still being written. See
-    :func:`_runs_by_start` for what "started" is read from.
+    :func:`runs_by_start` for what "started" is read from.
     """
     path = Path(path)
     if (path / "config.json").is_file():
         return path
-    runs = _runs_by_start(path)
+    runs = runs_by_start(path)
     return runs[-1][1] if runs else None
 
 
@@ -178,7 +178,7 @@ def newest_recording(path: str | Path) -> Path | None:
 _STARTED: dict[tuple[str, int, int], float] = {}
 
 
-def _runs_by_start(folder: str | Path) -> list[tuple[float, Path]]:
+def runs_by_start(folder: str | Path) -> list[tuple[float, Path]]:
     """The recordings directly inside ``folder`` as (start time, path), the latest last.
 
     The start time is the wall-clock time of the first event in events.jsonl (a writer logs
