@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -75,11 +76,17 @@ def test_sbx_trains_resumes_and_exports_an_identical_sb3_sac(tmp_path):
     ckpt, out = tmp_path / "ckpt", tmp_path / "policies"
     train("sac", 5, 400, out, checkpoint_dir=ckpt, checkpoint_steps=200,
           checkpoint_minutes=60.0, eval_episodes=1, trainer="sbx", train_freq=4)
-    assert json.loads((ckpt / "state.json").read_text())["steps"] == 400
+    first = json.loads((ckpt / "state.json").read_text())
+    assert first["steps"] == 400 and [h["steps"] for h in first["history"]] == [200, 400]
     path = train("sac", 5, 600, out, checkpoint_dir=ckpt, resume=True, eval_episodes=1,
                  trainer="sbx", train_freq=4)
     card = json.loads(path.with_suffix(".json").read_text())
     assert card["steps"] == 600 and card["algorithm"] == "SAC"
+    # The learning curve: one deterministic episode a checkpoint, kept over the resume.
+    history = json.loads((ckpt / "state.json").read_text())["history"]
+    assert [h["steps"] for h in history] == [200, 400, 600]
+    assert all(0.0 <= h["upside_down_share"] <= 1.0 and math.isfinite(h["return_deterministic"])
+               for h in history)
     assert card["trainer"].startswith("SBX") and "train_freq=4" in card["hyperparameters"]
     assert 0.0 <= card["upside_down_share"] <= 1.0 and "cv" in card["return_deterministic"]
     trained = sbx.SAC.load(ckpt / "model.zip")

@@ -212,10 +212,18 @@ def recard(path: Path, episodes: int = 10, command: str = "", env_id: str | None
 
 
 class _Checkpoints:
-    """SB3 callback: progress bar and a checkpoint every ``every`` wall seconds."""
+    """SB3 callback: progress bar and a checkpoint every ``every`` wall seconds or steps.
+
+    A checkpoint also plays one deterministic episode (``env_id``, its seed the checkpoint's
+    step count; at most once per ``every_steps`` steps, and at the end) and adds its return
+    and upside-down share to ``history`` in ``state.json``, carried over a resume: a run's
+    learning curve, and a seed that has settled on its back, show there without loading
+    the model.
+    """
 
     def __init__(self, folder: Path, every: float, total: int, wall_before: float,
-                 every_steps: int = 25_000) -> None:
+                 every_steps: int = 25_000, env_id: str | None = None,
+                 history: list[dict[str, Any]] | None = None) -> None:
         from stable_baselines3.common.callbacks import BaseCallback
         from tqdm import tqdm
 
@@ -246,12 +254,18 @@ class _Checkpoints:
         self.t0 = time.monotonic()
         self.wall_before = wall_before
         self.bar: Any = None
+        self.env_id = env_id
+        self.history = list(history or [])
 
     def wall(self) -> float:
         return self.wall_before + time.monotonic() - self.t0
 
-    def save(self, model: Any) -> None:
-        """Write model, replay buffer and state; each file replaced atomically."""
+    def save(self, model: Any, final: bool = False) -> None:
+        """Write model, replay buffer and state; each file replaced atomically.
+
+        The episode for ``history`` is played at most once per ``every_steps`` steps (a
+        checkpoint every few minutes adds none in between) and at the ``final`` save.
+        """
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = self.folder / "model.tmp.zip"
         model.save(tmp)
@@ -260,7 +274,14 @@ class _Checkpoints:
             tmp = self.folder / "replay.tmp.pkl"
             model.save_replay_buffer(tmp)
             os.replace(tmp, self.folder / "replay.pkl")
-        state = {"steps": int(model.num_timesteps), "wall_seconds": self.wall()}
+        steps = int(model.num_timesteps)
+        last = self.history[-1]["steps"] if self.history else -self.every_steps
+        if self.env_id is not None and steps != last and (steps - last >= self.every_steps
+                                                          or final):
+            r, flipped = rollouts(model, self.env_id, 1, seed=steps, deterministic=True)
+            self.history.append({"steps": steps, "return_deterministic": round(r[0], 1),
+                                 "upside_down_share": round(flipped, 4)})
+        state = {"steps": steps, "wall_seconds": self.wall(), "history": self.history}
         (self.folder / "state.json.tmp").write_text(json.dumps(state))
         os.replace(self.folder / "state.json.tmp", self.folder / "state.json")
         self.last = time.monotonic()
@@ -312,12 +333,14 @@ def train(
     state_file = ckpt / "state.json"
     env = gym.make(env_id)
     wall_before = 0.0
+    history: list[dict[str, Any]] = []
     if resume and state_file.exists():
         state = json.loads(state_file.read_text())
         model = cls.load(ckpt / "model.zip", env=env, device="cpu")
         if (ckpt / "replay.pkl").exists():
             model.load_replay_buffer(ckpt / "replay.pkl")
         wall_before = float(state["wall_seconds"])
+        history = list(state.get("history", []))
         print(f"resuming {name} from {model.num_timesteps:,} steps ({ckpt})", file=sys.stderr)
     else:
         if state_file.exists():
@@ -325,12 +348,13 @@ def train(
         extra = ({"train_freq": train_freq, "gradient_steps": train_freq}
                  if train_freq != 1 else {})
         model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **extra)
-    saver = _Checkpoints(ckpt, checkpoint_minutes * 60.0, steps, wall_before, checkpoint_steps)
+    saver = _Checkpoints(ckpt, checkpoint_minutes * 60.0, steps, wall_before, checkpoint_steps,
+                         env_id=env_id, history=history)
     remaining = steps - model.num_timesteps
     if remaining > 0:
         model.learn(total_timesteps=remaining, callback=saver.callback,
                     reset_num_timesteps=False)
-        saver.save(model)
+        saver.save(model, final=True)
     wall = saver.wall()
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.zip"
