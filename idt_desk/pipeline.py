@@ -1,16 +1,16 @@
 """The one pipeline from (S, A, S') rows to flagged windows.
 
-:class:`WindowStage` symbolises transitions with symbolisers calibrated on the first windows,
-pushes them through the :class:`~idt_desk.metrics.engine.MetricEngine`, and gives each window the
-mean of per-transition columns over its W transitions (reward, the fraction clamped to an
-edge bin) and the value of others at its last transition (loop time, episode).
-:func:`judge` flags windows with a :class:`~idt_desk.detection.monitor.Monitor`: no verdict (NaN)
-for
-the windows the symbols were calibrated on and for the baseline's.
-
-The live session (``idt_desk.live.session``), the Gymnasium wrapper and SB3 callback
-(``idt_desk.gym``) and the reproductions that run sessions all go through these two, so a
-wrapper's windows and alarms equal a session's on the same stream.
+:class:`Pipeline` is what the live session (``idt_desk.live.session``) and the Gymnasium
+wrapper and SB3 callback (``idt_desk.gym``) build, so a wrapper's windows and alarms equal a
+session's on the same stream. Inside it, :class:`WindowStage` symbolises transitions with
+symbolisers calibrated on the first windows, pushes them through the
+:class:`~idt_desk.metrics.engine.MetricEngine`, and gives each window the mean of
+per-transition columns over its W transitions (reward, the fraction clamped to an edge bin)
+and the value of others at its last transition (loop time, episode); :func:`judge` flags
+windows with a :class:`~idt_desk.detection.monitor.Monitor`: no verdict (NaN) for the
+windows the symbols were calibrated on and for the baseline's. :func:`build_monitor` makes
+the monitor of a stream; :func:`source_preset` and :func:`source_monitor` read a source's
+pipeline settings.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from idt_desk.metrics.presets import PRESETS, Preset
 from idt_desk.metrics.symbolize import Symbolizer
 
 __all__ = ["FLAG_COLUMNS", "Pipeline", "Step", "WindowStage", "build_monitor", "judge",
-           "resolve_preset", "source_monitor"]
+           "source_monitor", "source_preset"]
 
 #: The flag column of each detector in a window table.
 FLAG_COLUMNS = {"P": "x_P", "H_f": "x_H_f", "H_b": "x_H_b", "dH": "x_dH", "IDT": "x_IDT",
@@ -223,7 +223,7 @@ def build_monitor(
                    windows_per_unit=per_unit, overlap=window / stride)
 
 
-def resolve_preset(source: Any, p: Mapping[str, Any]) -> Preset:
+def source_preset(source: Any, p: Mapping[str, Any]) -> Preset:
     """The symbolisation preset of pipeline settings ``p`` for ``source``, checked.
 
     ``p`` holds ``preset`` (a name; None: the source's first), or ``preset_spec`` (a preset

@@ -38,9 +38,8 @@ __all__ = [
 #: The IDT alarm is the union of excursions of these four.
 IDT_METRICS = ("P", "H_f", "H_b", "dH")
 
-#: A dialogue's length-adjusted metrics (``idt_desk.metrics.tokens``): a detector group of their
-#: own,
-#: with its own false-alarm budget and its union alarm ``IDT_adj``.
+#: A dialogue's length-adjusted metrics (``idt_desk.metrics.tokens``): a detector group of
+#: their own, with its own false-alarm budget and its union alarm ``IDT_adj``.
 ADJUSTED_METRICS = tuple(ADJUSTED.values())
 
 #: The union alarm of each group of metrics that shares a budget (the rest: one group each).
@@ -248,13 +247,12 @@ class Monitor:
     """Live detector: the first ``n_baseline`` windows set the baseline, later ones are flagged.
 
     The baseline windows calibrate a detector (``idt_desk.detection.detectors``) to a false-alarm
-    budget
-    in loop time: the four IDT components share the budget (their union is the IDT alarm);
-    a dialogue's four length-adjusted metrics share another, the same (their union is
-    ``IDT_adj``); reward, when tracked, is a detector of its own with the same budget. A
-    component's flag is its detector's alarm (for the paper rule a window beyond kσ; for
-    persistence the last m windows; for CUSUM and EWMA the accumulated statistic), and the
-    flags of a stream do not depend on how it was cut into batches.
+    budget in loop time: the four IDT components share the budget (their union is the IDT alarm); a
+    dialogue's four length-adjusted metrics share another, the same (their union is ``IDT_adj``);
+    reward, when tracked, is a detector of its own with the same budget. A component's flag is its
+    detector's alarm (for the paper rule a window beyond kσ; for persistence the last m windows; for
+    CUSUM and EWMA the accumulated statistic), and the flags of a stream do not depend on how it was
+    cut into batches.
 
     Parameters
     ----------
@@ -378,12 +376,13 @@ class Monitor:
         flags: dict[str, np.ndarray] = {}
         self._joint_flags = {}
         for g, cal in self.calibrations.items():
-            zs = []
+            zs = []  # the standardised components, for a joint (multivariate) detector
             for m in cal.components:
                 z = cal.standardise(m, np.asarray(windows[m][lo:], dtype=np.float64))
                 s, self._state[m] = detector_statistic(self.spec, z, self._state.get(m))
                 flags[m] = s > cal.threshold[m]
-                zs.append(z)
+                if cal.joint is not None:
+                    zs.append(z)
             if cal.joint is not None:
                 u = np.column_stack(zs) @ np.asarray(cal.joint["whitening"])
                 t2, self._state[f"joint:{g}"] = joint_statistic(

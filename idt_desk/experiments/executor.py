@@ -12,9 +12,8 @@ a group of cheetah trials) and a function that does one. :func:`run_tasks` execu
 
 with a progress bar, and returns the results in task order whatever order they finished in.
 :func:`write_report` writes the outputs every reproduction has: a per-row CSV, the shared
-``summary.json`` layout (:func:`idt_desk.experiments.analyze.summary_document`), a Markdown table
-and a
-figure.
+``summary.json`` layout (:func:`idt_desk.experiments.analyze.summary_document`), a Markdown
+table and a figure.
 """
 
 from __future__ import annotations

@@ -25,11 +25,9 @@ WINDOW_COLUMNS = (
     "start", "end", "t", "P", "H_f", "H_b", "dH", "MI", "H_S", "H_A", "H_S_next", "H_SA",
     "H_SAS", "H_A_given_S", "MI_A_S_next_given_S", "K_SAS", "unique_frac", "out_of_range",
     "reward", "x_P", "x_H_f", "x_H_b", "x_dH", "x_IDT", "x_reward",
-    # The structural baselines of a dialogue (turn path, idt_desk.metrics.embeddings); NaN
-    # elsewhere.
+    # A dialogue's structural baselines (idt_desk.metrics.embeddings); NaN elsewhere.
     "cos_sim", "adjacent", "drift",
-    # A dialogue's token counts and length-adjusted metrics with their flags
-    # (idt_desk.metrics.tokens).
+    # A dialogue's token counts, length-adjusted metrics and flags (idt_desk.metrics.tokens).
     *LENGTH_COLUMNS, *ADJUSTED_METRICS, *(f"x_{m}" for m in (*ADJUSTED_METRICS, "IDT_adj")),
 )
 #: Wall-clock granularity of real-time pacing (s).

@@ -10,14 +10,13 @@ Two groups, one mechanism (:class:`PluginEntry`, cached per group):
     ``NAME = "package.module:SourceClass"``, a :class:`~idt_desk.live.source.Source` subclass.
 ``idt_desk.commands``
     ``NAME = "package.module"`` (or ``"package.module:object"``), a command of ``idt-desk``.
-    ``NAME`` is ``GROUP.NAME`` for a
-    subcommand under one of the core's parent commands (``"reproduce.pendulum"`` is
-    ``idt-desk reproduce pendulum``) or a bare ``NAME`` for a top-level command
-    (``"train"``). The module provides ``add_arguments(parser)``, which adds its options to
+    ``NAME`` is ``GROUP.NAME`` for a subcommand under one of the core's parent commands
+    (``"reproduce.pendulum"`` is ``idt-desk reproduce pendulum``) or a bare ``NAME`` for a top-level
+    command (``"train"``). The module provides ``add_arguments(parser)``, which adds its options to
     an :class:`argparse.ArgumentParser` and sets ``func`` (``parser.set_defaults(func=run)``:
-    ``run(args)`` returns the exit code), and ``HELP``, a one-line help string (without it,
-    the first line of the module's docstring). Keep its heavy imports inside ``run``: every
-    command module is imported whenever the command line starts.
+    ``run(args)`` returns the exit code), and ``HELP``, a one-line help string (without it, the
+    first line of the module's docstring). Keep its heavy imports inside ``run``: every command
+    module is imported whenever the command line starts.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ from idt_desk.live.sink import export_session, open_recording
 from idt_desk.live.source import Batch, Source
 from idt_desk.live.turns import TurnPath
 from idt_desk.live.worker import run_headless, run_loop
-from idt_desk.pipeline import Pipeline, Step, resolve_preset, source_monitor
+from idt_desk.pipeline import Pipeline, Step, source_monitor, source_preset
 from idt_desk.recordings import Recorder
 
 __all__ = ["MAX_SPEED_CHUNKS", "WINDOW_COLUMNS", "Session", "SessionConfig", "Snapshot",
@@ -260,7 +260,7 @@ class Session:
         bad = set(changes) - allowed
         if bad:
             raise ValueError(f"cannot reconfigure {sorted(bad)}; allowed: {sorted(allowed)}")
-        resolve_preset(self.source, {**self._pipeline_dict(), **changes})  # validate now
+        source_preset(self.source, {**self._pipeline_dict(), **changes})  # validate now
         self._command("reconfigure", **changes)
 
     def schedule(self, at: int, kind: str, **args: Any) -> None:
@@ -360,7 +360,7 @@ class Session:
     def _build_pipeline(self) -> None:
         """(Re)build symbolisers, engine and monitor from the configuration."""
         c = self.config
-        self.preset = resolve_preset(self.source, self._pipeline_dict())
+        self.preset = source_preset(self.source, self._pipeline_dict())
         self._preset_dict = self.preset.to_dict()  # snapshots are taken 30 times a second
         self._detector_cache: dict[str, Any] | None = None
         # Seconds of loop time convert through the source's rate, never the wall clock.
@@ -478,7 +478,7 @@ class Session:
             self._later("baseline", at=int(table["end"][step.baseline_row]),
                         **self.monitor.baseline.to_dict(), detector=self.monitor.to_dict())
         if step.flags is not None and np.isfinite(step.flags["IDT"]).any():
-            self._alarms.update(table, step.flags, tuple(self.monitor.metrics),
+            self._alarms.update(table, step.flags, self.monitor.metrics,
                                 self._ring.total)
 
     #: Windows after an onset's first window within which an alarm counts as its detection

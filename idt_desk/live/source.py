@@ -18,9 +18,8 @@ made so far kept, and the next ``step`` after a resume carries on.
 
 The metric stage is the source's choice (``metric_path``): ``"windows"`` (symbols of the
 numeric S, A, S' over sliding windows: pendulum, RL) or ``"turns"`` (one row per transition
-from the token counts of the texts in ``Batch.turns``: a dialogue, ``idt_desk.metrics.tokens``).
-Both
-give the session one table of the same columns.
+from the token counts of the texts in ``Batch.turns``: a dialogue,
+``idt_desk.metrics.tokens``). Both give the session one table of the same columns.
 """
 
 from __future__ import annotations

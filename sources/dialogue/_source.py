@@ -3,9 +3,8 @@
 Turn t: the student answers the teacher's prompt p_t with the dialogue so far as context; then
 the teacher writes the next prompt p_{t+1} (or an injected perturbation takes its place). The
 transition is (S, A, S') = (context, reply r_t, next prompt p_{t+1}); its metrics come from
-token counts (``metric_path = "turns"``, ``idt_desk.metrics.tokens``). So "an injection at turn 31"
-is
-the S' of turn 31, and turn 32 is the student's answer to it.
+token counts (``metric_path = "turns"``, ``idt_desk.metrics.tokens``). So "an injection at
+turn 31" is the S' of turn 31, and turn 32 is the student's answer to it.
 
 Modulations act on the interface, never on the model (paper §4.3, §5.2.4):
 

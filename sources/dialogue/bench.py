@@ -7,8 +7,8 @@
   SentencePiece tokenizer on the turn's prompt, reply and next prompt, the counts of the
   accumulated context, the entropies and P, H_f, H_b, ΔH;
 - **embeddings**: the structural baselines
-(:class:`idt_desk.metrics.embeddings.StructuralBaselines`):
-  all-MiniLM-L6-v2 on the turn's prompt and reply, three cosines (paper §11.5);
+  (:class:`idt_desk.metrics.embeddings.StructuralBaselines`): all-MiniLM-L6-v2 on the
+  turn's prompt and reply, three cosines (paper §11.5);
 - optionally **judge**: one LLM-judge call a turn with a configured backend (the source's
   judge), for the paper's third kind of evaluator.
 

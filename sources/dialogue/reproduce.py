@@ -317,8 +317,7 @@ def turn_table(results: Sequence[dict[str, Any]], *, tokenizer: str | None = Non
 
     The metrics come from :class:`idt_desk.metrics.tokens.DialogueMetrics` (the session's), the
     baselines from :class:`idt_desk.metrics.embeddings.StructuralBaselines` when ``baselines``
-    (None:
-    when installed). Columns a dialogue lacks are NaN.
+    (None: when installed). Columns a dialogue lacks are NaN.
     """
     import numpy as np
     import pandas as pd

@@ -435,14 +435,11 @@ def _records(w: dict[str, Any], det: Any, metrics: Sequence[str]) -> dict[str, s
     from idt_desk.detection.matched import records
 
     j0 = det.onset_index
+    zs = {m: standardise(w[m], det.baseline.mean[m], det.baseline.std[m]) for m in metrics}
     out = {}
     for name, (kind, m) in SWEPT.items():
         spec = DetectorSpec(kind, m=m)
-        stats, zs = {}, {}
-        for metric in metrics:
-            zs[metric] = standardise(w[metric], det.baseline.mean[metric],
-                                     det.baseline.std[metric])
-            stats[metric] = detector_statistic(spec, zs[metric])[0][j0:]
+        stats = {metric: detector_statistic(spec, zs[metric])[0][j0:] for metric in metrics}
         if kind == "mewma":
             z = np.column_stack([zs[c] for c in _COMPONENTS])
             stats["IDT"] = joint_statistic(spec.lam, z @ whitening(z[:j0]))[0][j0:]

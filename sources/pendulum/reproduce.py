@@ -13,9 +13,8 @@ One run
    damping. (The paper says only "symmetric (equal bob masses) and asymmetric (unequal bob
    masses)"; the ratio range is our choice.)
 2. Initial condition from ``numpy.random.default_rng([seed, run])``:
-   :func:`~idt_desk_sources.pendulum._dynamics.random_initial_condition`, i.e. released from rest
-   with
-   ``θ1, θ2`` independent and uniform on ``(−π, π]``.
+   :func:`~idt_desk_sources.pendulum._dynamics.random_initial_condition`, i.e. released from
+   rest with ``θ1, θ2`` independent and uniform on ``(−π, π]``.
 3. :func:`~idt_desk_sources.pendulum._dynamics.integrate` for ``seconds`` at 1 kHz (Dormand–Prince
    5(4), ``rtol = atol = 1e-9``, ``max_step = 1 ms``, the paper's settings). A run whose
    relative energy drift exceeds ``VALID_DRIFT`` (0.05 %, the paper's criterion) is *invalid*:
