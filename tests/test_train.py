@@ -108,5 +108,45 @@ def test_sbx_trains_resumes_and_exports_an_identical_sb3_sac(tmp_path):
 
 def test_sbx_refuses_ppo(tmp_path):
     pytest.importorskip("sbx")
-    with pytest.raises(ValueError, match="SAC only"):
+    with pytest.raises(ValueError, match="SAC and TQC only"):
         train("ppo", 0, 100, tmp_path, checkpoint_dir=tmp_path / "c", trainer="sbx")
+
+
+def test_sbx_tqc_exports_an_identical_sb3_contrib_tqc_that_the_source_acts_with(tmp_path):
+    sbx = pytest.importorskip("sbx")
+    import sb3_contrib
+    import torch
+    from idt_desk_sources.gym._policy import FrozenPolicy, algorithm_of
+
+    ckpt, out = tmp_path / "ckpt", tmp_path / "policies"
+    path = train("tqc", 3, 400, out, checkpoint_dir=ckpt, checkpoint_minutes=60.0,
+                 eval_episodes=1, trainer="sbx", train_freq=4)
+    card = json.loads(path.with_suffix(".json").read_text())
+    assert card["algorithm"] == "TQC" and card["hyperparameters"].startswith("sb3-contrib")
+    assert algorithm_of(path) == "TQC"
+    trained = sbx.TQC.load(ckpt / "model.zip")
+    shipped = sb3_contrib.TQC.load(path, device="cpu")
+    assert shipped.top_quantiles_to_drop_per_net == trained.policy.top_quantiles_to_drop_per_net
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(64, 17)).astype(np.float32)
+    act = rng.uniform(-1, 1, size=(64, 6)).astype(np.float32)
+    a_jax, _ = trained.predict(obs, deterministic=True)
+    a_torch, _ = shipped.predict(obs, deterministic=True)
+    np.testing.assert_allclose(a_torch, a_jax, atol=1e-5)
+    # Every critic's 25 quantiles, online and target, as SBX computes them.
+    pol = trained.policy
+    with torch.no_grad():
+        q_torch = shipped.critic(torch.as_tensor(obs), torch.as_tensor(act)).numpy()
+        t_torch = shipped.critic_target(torch.as_tensor(obs), torch.as_tensor(act)).numpy()
+    for k, state in enumerate((pol.qf1_state, pol.qf2_state)):
+        q_jax = np.asarray(pol.qf.apply(state.params, obs, act))
+        t_jax = np.asarray(pol.qf.apply(state.target_params, obs, act))
+        np.testing.assert_allclose(q_torch[:, k], q_jax, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(t_torch[:, k], t_jax, rtol=1e-4, atol=1e-4)
+    assert not np.allclose(q_torch[:, 0], q_torch[:, 1])  # two critics, not one copied
+    # The frozen source loads the zip as TQC and acts as the policy does.
+    frozen = FrozenPolicy(path, (17,), -np.ones(6), np.ones(6))
+    assert frozen.algorithm == "TQC"
+    gen = [np.random.default_rng(0)] * len(obs)
+    np.testing.assert_allclose(frozen.act_many(obs, gen, deterministic=True), a_torch,
+                               atol=1e-6)

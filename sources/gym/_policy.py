@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FrozenPolicy", "PolicyError", "algorithm_of", "find_vecnormalize"]
+__all__ = ["FrozenPolicy", "PolicyError", "algorithm_class", "algorithm_of", "find_vecnormalize"]
 
 
 class PolicyError(ValueError):
@@ -24,13 +24,18 @@ class PolicyError(ValueError):
 
 
 def algorithm_of(path: Path) -> str:
-    """The SB3 algorithm class name that saved ``path`` (SAC, PPO, A2C, TD3, DDPG, DQN)."""
+    """The algorithm class name that saved ``path``.
+
+    Stable-Baselines3's SAC, PPO, A2C, TD3, DDPG, DQN, or sb3-contrib's TQC.
+    """
     try:
         with zipfile.ZipFile(path) as z:
             data = json.loads(z.read("data"))
     except (zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
         raise PolicyError(f"{path}: not a Stable-Baselines3 zip ({exc})") from None
     module = str(data.get("policy_class", {}).get("__module__", ""))
+    if "sb3_contrib.tqc." in module:
+        return "TQC"
     for name in ("sac", "td3", "dqn"):
         if f"stable_baselines3.{name}." in module:
             if name == "td3" and data.get("policy_delay") == 1 \
@@ -40,6 +45,17 @@ def algorithm_of(path: Path) -> str:
     if "stable_baselines3.common.policies" in module:
         return "PPO" if "clip_range" in data else "A2C"
     raise PolicyError(f"{path}: saved by an algorithm IDT Desk does not know ({module or '?'})")
+
+
+def algorithm_class(name: str) -> Any:
+    """The class of algorithm ``name`` (as :func:`algorithm_of` names it): SB3's, or TQC's."""
+    if name == "TQC":
+        import sb3_contrib
+
+        return sb3_contrib.TQC
+    import stable_baselines3 as sb3
+
+    return getattr(sb3, name)
 
 
 def find_vecnormalize(path: Path) -> Path | None:
@@ -69,17 +85,16 @@ class FrozenPolicy:
 
     def __init__(self, path: str | Path, observation_shape: tuple[int, ...],
                  action_low: np.ndarray, action_high: np.ndarray) -> None:
-        import stable_baselines3 as sb3
         import torch
 
         self.path = Path(path)
         if not self.path.is_file():
             raise PolicyError(f"{self.path}: no such policy file")
         self.algorithm = algorithm_of(self.path)
-        cls = getattr(sb3, self.algorithm)
+        cls = algorithm_class(self.algorithm)
         from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
-        # A frozen policy never trains: SAC/TD3/DDPG would otherwise build the saved replay
+        # A frozen policy never trains: SAC/TQC/TD3/DDPG would otherwise build the saved replay
         # buffer (1M transitions: ~280 MB of zeroed arrays) at every load. Allocated and freed
         # at each Start/Stop, those arrays fragmented the heap by ~8 MB a cycle.
         small = {"buffer_size": 1} if issubclass(cls, OffPolicyAlgorithm) else {}
@@ -173,7 +188,7 @@ class FrozenPolicy:
             return "predict", np.empty((len(x), 0)), None
         with torch.no_grad():
             t = torch.from_numpy(np.asarray(x, dtype=np.float32))
-            if self.algorithm == "SAC":
+            if self.algorithm in ("SAC", "TQC"):  # the same squashed-Gaussian actor
                 mean, log_std, _ = self.policy.actor.get_action_dist_params(t)
                 return ("squash", mean.numpy().astype(np.float64),
                         log_std.numpy().astype(np.float64))

@@ -26,10 +26,9 @@ HELP = "reproduce cheetah's lockstep trials vs a plain one-env model.predict loo
 
 def _plain(policy: str, steps: int, deterministic: bool, seed: int = 0) -> float:
     import gymnasium as gym
-    import stable_baselines3 as sb3
-    from idt_desk_sources.gym._policy import algorithm_of
+    from idt_desk_sources.gym._policy import algorithm_class, algorithm_of
 
-    model = getattr(sb3, algorithm_of(policy)).load(policy, device="cpu")
+    model = algorithm_class(algorithm_of(policy)).load(policy, device="cpu")
     env = gym.make("HalfCheetah-v5")
     obs, _ = env.reset(seed=seed)
     t0 = time.perf_counter()
