@@ -467,15 +467,19 @@ def test_gui_recording_survives_sigkill(tmp_path):
 
 
 def _wheel(widget, steps: int = -3) -> None:
-    """A real wheel turn (``steps`` notches; negative: towards the user) over ``widget``."""
-    from PySide6.QtCore import QPointF
-    from PySide6.QtGui import QWheelEvent
+    """A real wheel turn (``steps`` notches; negative: towards the user) over ``widget``.
 
-    pos = QPointF(widget.width() / 2, widget.height() / 2)
-    ev = QWheelEvent(pos, QPointF(widget.mapToGlobal(pos.toPoint())), QPoint(0, 0),
-                     QPoint(0, 120 * steps), Qt.MouseButton.NoButton,
-                     Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase, False)
-    QApplication.sendEvent(widget, ev)
+    Through the window system (``QTest.wheelEvent``): a spontaneous event, as a mouse sends
+    it, which Qt lets focus a box (its focus policy permitting) before any event filter runs.
+    An event sent with ``QApplication.sendEvent`` is not spontaneous and never does.
+    """
+    from PySide6.QtCore import QPointF
+    from PySide6.QtTest import QTest
+
+    top = widget.window()
+    pos = widget.mapTo(top, QPoint(widget.width() // 2, widget.height() // 2))
+    QTest.wheelEvent(top.windowHandle(), QPointF(pos), QPoint(0, 120 * steps))
+    QApplication.processEvents()
 
 
 def test_the_mouse_wheel_scrolls_the_panel_and_never_changes_a_setting(qtbot, window):
@@ -485,17 +489,25 @@ def test_the_mouse_wheel_scrolls_the_panel_and_never_changes_a_setting(qtbot, wi
     assert bar.maximum() > 0  # the panel is taller than the window: it scrolls
     theta2 = window.settings_form.editors["theta2"]
     kick = window.perturb_forms["kick"].editors["d_omega2"]
-    boxes = [theta2, kick, window.baseline_spin, window.k_spin, window.detector_combo,
-             window.preset_combo]
+    sigma = window.perturb_forms["sensor_noise"].editors["sigma_angle"]
+    damping = window.perturb_forms["friction"].editors["damping"]
+    boxes = [theta2, kick, sigma, damping, window.baseline_spin, window.k_spin,
+             window.detector_combo, window.preset_combo]
     before = [b.value() if hasattr(b, "value") else b.currentIndex() for b in boxes]
     for box in boxes:
+        # The box under the pointer, never clicked; the panel can scroll down from there.
         bar.setValue(0)
+        window.controls_scroll.ensureWidgetVisible(box)
+        start = bar.value()
+        assert start < bar.maximum(), box
         _wheel(box)
-        assert bar.value() > 0, box  # the wheel went to the panel
+        assert bar.value() > start, box  # the wheel went to the panel
+        assert not box.hasFocus(), box  # and did not focus the box
     after = [b.value() if hasattr(b, "value") else b.currentIndex() for b in boxes]
     assert after == before
     # Clicked into (focused), a box takes the wheel as Qt intends.
-    theta2.setFocus()
+    bar.setValue(0)
+    qtbot.mouseClick(theta2, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(theta2.hasFocus)
     _wheel(theta2, steps=1)
     assert theta2.value() != before[0]

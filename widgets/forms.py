@@ -9,6 +9,7 @@ from typing import Any
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
+    QApplication,
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
@@ -29,14 +30,32 @@ class WheelGuard(QObject):
 
     Qt's spin and combo boxes change their value under a wheel turn even without focus, so a
     researcher scrolling the side panel with the pointer over one silently changed a setting
-    (a kick's Δω2 from −4 to −30). Installed on the application, this filter hands such a
-    wheel event to the enclosing scroll area instead (the panel scrolls), and gives the boxes
-    ``Qt.StrongFocus`` (a wheel turn does not focus them; a click or Tab does).
+    (a kick's Δω2 from −4 to −30). Installed on the application (:meth:`install`), this
+    filter hands such a wheel event to the enclosing scroll area instead (the panel scrolls).
+
+    The boxes get ``Qt.StrongFocus`` (a click or Tab focuses them, a wheel turn does not)
+    when they are polished, before their first show: a real (spontaneous) wheel event gives
+    a box with Qt's default ``WheelFocus`` the focus before any event filter sees it, and a
+    focused box takes the wheel.
     """
 
+    @classmethod
+    def install(cls, parent: QObject) -> WheelGuard:
+        """Filter the application's events; the boxes polished already get the policy now."""
+        guard = cls(parent)
+        app = QApplication.instance()
+        for widget in app.allWidgets():
+            _no_wheel_focus(widget)
+        app.installEventFilter(guard)
+        return guard
+
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:
-        """Redirect an unfocused box's wheel event to its scroll area."""
-        if event.type() != QEvent.Type.Wheel:
+        """Give a box its focus policy; redirect an unfocused box's wheel event."""
+        kind = event.type()
+        if kind == QEvent.Type.Polish:
+            _no_wheel_focus(obj)
+            return False
+        if kind != QEvent.Type.Wheel:
             return False
         box = obj if isinstance(obj, QAbstractSpinBox | QComboBox) else None
         if box is None and isinstance(obj, QLineEdit) and isinstance(
@@ -44,8 +63,6 @@ class WheelGuard(QObject):
             box = obj.parent()  # the editor inside a spin box
         if box is None:
             return False
-        if box.focusPolicy() != Qt.FocusPolicy.StrongFocus:
-            box.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         if box.hasFocus():
             return False
         area = box.parent()
@@ -54,6 +71,13 @@ class WheelGuard(QObject):
         if area is not None:
             QCoreApplication.sendEvent(area.verticalScrollBar(), event)
         return True  # never the box's
+
+
+def _no_wheel_focus(widget: QObject) -> None:
+    """A spin or combo box is focused by a click or Tab, never by the wheel."""
+    if isinstance(widget, QAbstractSpinBox | QComboBox) and \
+            widget.focusPolicy() == Qt.FocusPolicy.WheelFocus:
+        widget.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
 
 
 def compact_form(layout: QFormLayout) -> QFormLayout:

@@ -182,8 +182,7 @@ class MainWindow(QMainWindow):
         scroll.setMinimumWidth(360)
         self.controls_scroll = scroll
         # Scrolling the panel must never change a setting under the pointer.
-        self._wheel_guard = WheelGuard(self)
-        QApplication.instance().installEventFilter(self._wheel_guard)
+        self._wheel_guard = WheelGuard.install(self)
 
         self.banner = QLabel("", self)
         self.banner.setObjectName("banner")
