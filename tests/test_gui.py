@@ -777,6 +777,35 @@ def test_plot_navigation_follows_latest_freezes_and_reads_values(qtbot, window):
     assert window.statusBar().currentMessage() == "" and not plots.cursor_lines["P"].isVisible()
 
 
+def test_whole_history_is_the_whole_session(qtbot, window):
+    """More windows than a refresh copies: the plots still hold the session from its start,
+    the early perturbation's band in view."""
+    from idt_desk_widgets.main_window import CUSTOM
+
+    window.preset_combo.setCurrentText(CUSTOM)
+    window.window_spin.setValue(100)
+    window.stride_spin.setValue(10)  # 100 windows a second of loop time
+    window.baseline_spin.setValue(30)
+    window.start_session(schedule=[
+        (3000, "perturb", {"name": "sensor_noise", "params": {"sigma_angle": 0.3}}),
+        (6000, "perturb", {"name": "sensor_noise", "params": None})])
+    plots = window.plots
+    qtbot.waitUntil(lambda: window.session.snapshot(1).n_windows > window.history + 3000,
+                    timeout=WAIT)
+    window.stop_session()
+    snap = window.session.snapshot(10**6)
+    x = plots._last[0]
+    assert len(snap.windows["t"]) > window.history + 3000  # more than a refresh copies
+    assert x[0] == snap.windows["t"][0] and x[-1] == snap.windows["t"][-1]
+    assert plots.history.missed == 0
+    lo, hi = plots.x_range()
+    assert lo <= x[0] and hi >= x[-1]
+    # The perturbation (3 to 6 s) is shaded within the view, over drawn windows.
+    (region, *_), = plots._regions
+    assert region.getRegion() == pytest.approx((3.0, 6.0))
+    assert ((x >= 3.0) & (x <= 6.0)).sum() > 20  # merged rows, older ones
+
+
 def test_the_event_log_lists_centres_and_exports(qtbot, window, tmp_path):
     window.baseline_spin.setValue(30)
     log = window.events

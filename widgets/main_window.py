@@ -106,7 +106,8 @@ class MainWindow(QMainWindow):
     record_dir
         Folder new recordings are created in.
     history
-        Windows shown on the plots (older ones scroll out; memory stays flat).
+        Windows a refresh copies from the session (more when the plots are further behind);
+        the plots keep the whole session (``MetricPlots.history``), memory flat.
     watch_folder
         A folder of runs being watched (``idt-desk watch FOLDER``): once a second the window
         looks for a run that has started there since, and follows it (the replay source,
@@ -1300,6 +1301,11 @@ class MainWindow(QMainWindow):
         # more, which shows its end (its last transitions, "stopped", the writer's end).
         running = self.session.running
         snap: Snapshot = self.session.snapshot(limit=self.history)
+        behind = snap.n_windows - self.plots.history.total
+        if behind > len(snap.windows["t"]):
+            # More new windows than a refresh copies (a stalled frame at max speed): copy all
+            # of them, or the whole history would have a hole.
+            snap = self.session.snapshot(limit=behind + self.history)
         self.plots.update_snapshot(snap)
         self.events.add_events(self.session.events_since(len(self.events.events)))
         self.alarms.update_snapshot(snap)

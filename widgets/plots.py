@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pyqtgraph as pg
+from idt_desk_widgets.history import PlotHistory
 from PySide6.QtCore import QMargins, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QPainter, QPolygonF
 from PySide6.QtSvg import QSvgGenerator
@@ -151,7 +152,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
     and marks windows whose P is undefined with a grey triangle on the P plot's lower edge.
     One legend row above the plots explains all of these.
 
-    The x axis follows the data (:meth:`set_follow`: the whole history held, or the latest
+    The x axis follows the data (:meth:`set_follow`: the whole session, or the latest
     ``span`` seconds or turns) until it is frozen (:meth:`freeze`, or a drag or wheel turn on
     a plot, which only moves x); the y ranges fit what is in view. Hovering shows a cursor
     line and the values of the nearest window (:attr:`cursor_text`, ``cursorChanged``).
@@ -268,6 +269,8 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         self.frozen = False
         self._setting_x = False
         self._last: tuple[np.ndarray, dict[str, np.ndarray], Any] | None = None
+        #: Every window of the session (snapshots hold only the latest ones).
+        self.history = PlotHistory()
         self.cursor_text = ""
         cursor_pen = pg.mkPen((90, 90, 90), width=1, style=Qt.PenStyle.DotLine)
         self.cursor_lines: dict[str, pg.InfiniteLine] = {}
@@ -403,7 +406,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
     # -- navigation -------------------------------------------------------------------------
 
     def set_follow(self, mode: str, span: float | None = None) -> None:
-        """Follow ``"all"`` (every window held) or the ``"latest"`` ``span`` x units.
+        """Follow ``"all"`` (the whole session) or the ``"latest"`` ``span`` x units.
 
         Choosing what to follow also unfreezes the view.
         """
@@ -493,6 +496,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         """Forget everything drawn (a new session); the view follows the data again."""
         self._yrange.clear()
         self._last = None
+        self.history.clear()
         self.show_cursor(None)
         self.freeze(False)
         for key in self.plots:
@@ -513,8 +517,12 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         self._update_legend()
 
     def update_snapshot(self, snap: Snapshot) -> None:
-        """Redraw from a session snapshot (called on the GUI timer)."""
-        w = snap.windows
+        """Redraw from a session snapshot (called on the GUI timer).
+
+        The snapshot's windows are the session's latest; the plots draw every window of the
+        session (:class:`~idt_desk_widgets.history.PlotHistory`).
+        """
+        w = self.history.update(snap.windows, snap.n_windows)
         x = w["t"]
         b = snap.baseline
         label = _band_label(b)
@@ -864,8 +872,9 @@ class PlotNavigator(QWidget):
         self.mode = QComboBox(self)
         self.mode.addItem("Whole history", "all")
         self.mode.addItem("Latest", "latest")
-        self.mode.setToolTip("What the time axis follows: every window the dashboard holds, "
-                             "or the latest span")
+        self.mode.setToolTip("What the time axis follows: the whole session (older windows "
+                             "drawn merged: each group's lowest and highest values), or the "
+                             "latest span")
         self.span = QDoubleSpinBox(self)
         self.span.setRange(1.0, 1e7)
         self.span.setDecimals(0)
