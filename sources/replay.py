@@ -20,11 +20,15 @@ from idt_desk.live.session import MAX_SPEED_CHUNKS
 from idt_desk.live.source import Batch, Param, Source
 from idt_desk.recordings import RecordingError, RecordingTail, load_recording
 
-__all__ = ["ReplaySource"]
+__all__ = ["DRAWN_FROM_RECORDING", "ReplaySource"]
 
 _PIPELINE = ("reconfigure", "calibrate_baseline")
 _SHOWN = ("perturbation_on", "perturbation_off", "perturbation_pulse", "modulation_on",
           "modulation_off", "note")
+#: Views a replay draws from its recording alone.
+DRAWN_FROM_RECORDING = ("pendulum", "dialogue")
+#: Finished episodes whose returns a replay's info holds (the latest; as the RL source).
+MAX_RETURNS = 500
 
 
 class ReplaySource(Source):
@@ -90,7 +94,12 @@ class ReplaySource(Source):
         self.episode_steps = src.get("episode_steps") or None
         #: The recorded source's name (its declarations label the replayed switches).
         self.recorded_source: str | None = src.get("name")
-        self.view = str(src.get("view", ""))
+        #: The recorded source's view; the replay draws it only when the recording holds what
+        #: it is drawn from (the pendulum's angles, the dialogue's turns; not the cheetah's
+        #: MuJoCo state): otherwise the replay's own view (progress, episodes).
+        self.recorded_view = str(src.get("view", ""))
+        self.view = self.recorded_view if self.recorded_view in DRAWN_FROM_RECORDING \
+            else "replay"
         session = config.get("session", {})
         self.metric_path = str(session.get("metric_path", "windows"))
         if self.follow and self.metric_path == "turns":
@@ -144,6 +153,52 @@ class ReplaySource(Source):
         self._take_rows(rows)
         self._next_event = 0
         self._ended = False
+        self._new_replay()
+
+    def _new_replay(self) -> None:
+        """No episode seen yet (a replay's start)."""
+        #: The episode being replayed, its steps and return so far; finished episodes'
+        #: [episode, return] pairs (the latest ``MAX_RETURNS``).
+        self._episode: int | None = None
+        self._episode_step = 0
+        self._episode_return = 0.0
+        self._returns: list[list[float]] = []
+
+    def _episodes(self, sl: slice, done: bool) -> dict[str, Any]:
+        """Episode counters after the rows of ``sl`` (the RL source's info keys).
+
+        From the recorded episode index and reward columns, so a loop recorded without
+        ``episode_end`` events (``idt_desk.Recorder``) has its returns too. An episode ends
+        when the index changes; the last one at the replay's end when it ran its recorded
+        length (``episode_steps``).
+        """
+        if self._r is None or not self._has_episodes:
+            return {}
+        ep, r = self._ep[sl], np.nan_to_num(self._r[sl])
+        if len(ep):
+            starts = np.concatenate([[0], np.flatnonzero(np.diff(ep)) + 1])
+            sums = np.add.reduceat(r, starts)
+            lengths = np.diff(np.append(starts, len(ep)))
+            for k, at in enumerate(starts):
+                e = int(ep[at])
+                if e != self._episode:
+                    self._finish_episode()
+                    self._episode, self._episode_step, self._episode_return = e, 0, 0.0
+                self._episode_step += int(lengths[k])
+                self._episode_return += float(sums[k])
+        if done and self.episode_steps and self._episode_step >= int(self.episode_steps):
+            self._finish_episode()
+            self._episode_step, self._episode_return = 0, 0.0
+        if self._episode is None or self._episode < 0:
+            return {"episode_returns": [list(x) for x in self._returns]}
+        return {"episode": self._episode, "episode_step": self._episode_step,
+                "episode_return": self._episode_return,
+                "episode_returns": [list(x) for x in self._returns]}
+
+    def _finish_episode(self) -> None:
+        if self._episode is not None and self._episode >= 0 and self._episode_step:
+            self._returns.append([self._episode, self._episode_return])
+            del self._returns[:-MAX_RETURNS]
 
     def _take_rows(self, rows: Any) -> None:
         """Append recorded transitions (a DataFrame, or an array in the tail's columns)."""
@@ -230,6 +285,7 @@ class ReplaySource(Source):
         """
         self._pos = 0
         self._next_event = 0
+        self._new_replay()
 
     @property
     def _n_rows(self) -> int:
@@ -314,7 +370,8 @@ class ReplaySource(Source):
             turns=None if self.metric_path != "turns" else
             [*(self._history if lo == 0 else ()), *self._turns[sl]],
             info={**self._view_info, "replay_progress": hi / max(total, 1),
-                  **self._follow_info(done),
+                  "replay_position": hi, "replay_rows": total,
+                  **self._follow_info(done), **self._episodes(sl, done),
                   **({"y": self._n[hi - 1 - base].copy(), "time": float(self._t[hi - 1 - base])}
                      if hi > lo else {})},
         )

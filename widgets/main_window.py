@@ -690,7 +690,11 @@ class MainWindow(QMainWindow):
         buttons[spec.name] = button
         forms[spec.name] = form
 
-    def _build_modulations(self, cls: type[Source]) -> None:
+    def _build_modulations(self, cls: type[Source], source: Source | None = None) -> None:
+        """The Modulation box of ``cls``; a replay's says why it has none.
+
+        ``source``: the replay once it runs (its recording has an action channel or not).
+        """
         self._clear_layout(self.modulate_layout)
         self.modulate_buttons: dict[str, QPushButton] = {}
         self.modulate_forms: dict[str, ParamForm] = {}
@@ -702,11 +706,17 @@ class MainWindow(QMainWindow):
             w.setParent(self.modulate_box)
             w.hide()
         if not cls.modulations:
-            why = ("is passive: it has no action channel, so there is no interface to modulate "
-                   "(Hold, input filter and dimensionality reduction act on an agent's "
-                   "observations and actions, paper §4.3)."
-                   if not cls.action_names or cls.name == "replay" else
-                   "declares no modulations.")
+            passive = ("is passive: it has no action channel, so there is no interface to "
+                       "modulate (Hold, input filter and dimensionality reduction act on an "
+                       "agent's observations and actions, paper §4.3).")
+            if cls.name == "replay" and (source is None or not source.passive):
+                why = ("plays back what was recorded: a recorded agent's actions cannot be "
+                       "modulated any more (its recorded modulations are shaded on the "
+                       "plots).")
+            elif not cls.action_names or cls.name == "replay":
+                why = passive
+            else:
+                why = "declares no modulations."
             label = QLabel(f"<i>{cls.label}</i> {why}", self.modulate_box)
             label.setObjectName("modulation_disabled")
             label.setWordWrap(True)
@@ -839,11 +849,17 @@ class MainWindow(QMainWindow):
             self._recording_started(record)
         if source.notice:
             self.show_error(f"Note: {source.notice}")
+        if source.metric_path != type(source).metric_path or \
+                source.has_reward != bool(getattr(cls, "has_reward", False)):
+            # A replay is what its recording holds: a dialogue's turns, an agent's reward.
+            self._set_metric_path(source.metric_path, source.has_reward)
+            self.returns.setVisible(source.has_reward)
+            self.alarms.set_reward_visible(source.has_reward)
         self._show_pipeline()
         if source.view != self._view_name:
             self._set_view(source.view)  # a replay draws what it replays
-        if source.metric_path != type(source).metric_path:
-            self._set_metric_path(source.metric_path, source.has_reward)  # a dialogue's replay
+        if cls.name == "replay":
+            self._build_modulations(cls, source)  # a recorded agent or a passive loop
         recorded = getattr(source, "recorded_source", None)
         entry = self._entries.get(recorded) if recorded and recorded != cls.name else None
         if entry is not None:

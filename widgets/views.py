@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import numpy as np
+from idt_desk_widgets.replay_view import ReplayView
 from idt_desk_widgets.transcript import TranscriptView
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
 from PySide6.QtGui import QBrush, QColor, QFont, QImage, QPainter, QPen
@@ -720,7 +721,7 @@ class CheetahView(QWidget):
 
 
 VIEWS: dict[str, type[QWidget]] = {"pendulum": PendulumView, "cheetah": CheetahView,
-                                    "dialogue": TranscriptView}
+                                    "dialogue": TranscriptView, "replay": ReplayView}
 
 
 def make_view(name: str, parent: QWidget | None = None) -> QWidget:
