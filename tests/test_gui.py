@@ -40,6 +40,14 @@ def window(qtbot, tmp_path):
     assert w.session is None or not w.session.running
 
 
+def _clear_when_asked(monkeypatch) -> None:
+    """Reset's question (an unrecorded session) answered: clear it."""
+    from PySide6.QtWidgets import QMessageBox
+
+    monkeypatch.setattr(QMessageBox, "question",
+                        staticmethod(lambda *_a: QMessageBox.StandardButton.Reset))
+
+
 def _windows_on_plot(w: MainWindow) -> int:
     x, _y = w.plots.curves["P"].getData()
     return 0 if x is None else len(x)
@@ -179,7 +187,7 @@ def test_pause_speed_baseline_and_resymbolise_controls(qtbot, window):
     qtbot.waitUntil(lambda: window.session.snapshot(1).preset["window"] == 150, timeout=WAIT)
 
 
-def test_status_bar_separates_loop_rate_compute_and_frame_rate(qtbot, window):
+def test_status_bar_separates_loop_rate_compute_and_frame_rate(qtbot, window, monkeypatch):
     window.speed_combo.setCurrentText("1× (real time)")
     window.start_session()
     qtbot.waitUntil(lambda: window.fps_label.text() != "GUI —", timeout=WAIT)
@@ -190,6 +198,7 @@ def test_status_bar_separates_loop_rate_compute_and_frame_rate(qtbot, window):
     window.stop_session()
     # No stale frame rate or loop rate once nothing runs.
     assert window.fps_label.text() == "GUI —" and "loop —" in window.rates.text()
+    _clear_when_asked(monkeypatch)
     window.reset_session()
     assert window.fps_label.text() == "GUI —"
 
@@ -806,7 +815,7 @@ def test_whole_history_is_the_whole_session(qtbot, window):
     assert ((x >= 3.0) & (x <= 6.0)).sum() > 20  # merged rows, older ones
 
 
-def test_the_event_log_lists_centres_and_exports(qtbot, window, tmp_path):
+def test_the_event_log_lists_centres_and_exports(qtbot, window, tmp_path, monkeypatch):
     window.baseline_spin.setValue(30)
     log = window.events
     window.start_session(schedule=[
@@ -854,6 +863,7 @@ def test_the_event_log_lists_centres_and_exports(qtbot, window, tmp_path):
     log.toggle.click()
     qtbot.wait(50)
     assert not log.table.isVisible() and window.plots.height() > before
+    _clear_when_asked(monkeypatch)
     window.reset_session()
     assert log.events == [] and log.table.rowCount() == 0
 

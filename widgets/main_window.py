@@ -19,6 +19,7 @@ from idt_desk_widgets.agency import AgencyPanel
 from idt_desk_widgets.alarms import AlarmPanel
 from idt_desk_widgets.events import EventLog
 from idt_desk_widgets.forms import ParamForm, WheelGuard, compact_combo, compact_form
+from idt_desk_widgets.keys import install_shortcuts, may_discard
 from idt_desk_widgets.plots import MetricPlots, PlotNavigator, ReturnPlot
 from idt_desk_widgets.views import make_view
 from PySide6.QtCore import QEventLoop, Qt, QTimer
@@ -272,6 +273,8 @@ class MainWindow(QMainWindow):
         self._collect_timer.setSingleShot(True)
         self._collect_timer.timeout.connect(self._collect)
 
+        #: Keyboard shortcuts (``idt_desk_widgets.keys.SHORTCUTS``) by method name.
+        self.shortcuts = install_shortcuts(self)
         self.set_speed(speed)
         self._select_source(source, settings or {})
         self.watch_folder = Path(watch_folder) if watch_folder is not None else None
@@ -943,7 +946,12 @@ class MainWindow(QMainWindow):
         self._last_collect = time.monotonic()
 
     def reset_session(self) -> None:
-        """Stop, forget the session and clear the plots."""
+        """Stop, forget the session and clear the plots (asked first when not recorded)."""
+        s = self.session
+        if s is not None and not may_discard(
+                self, s.snapshot(limit=1).n_windows, len(self.events.events),
+                recorded=s.recording_path is not None):
+            return
         self.stop_session()
         self._drop_session()
         self.plots.clear_data()
@@ -1014,9 +1022,18 @@ class MainWindow(QMainWindow):
 
     def _update_buttons(self) -> None:
         running = self.session is not None and self.session.running
+        # A button that disables itself hands the focus on to the next one in the panel
+        # (Start's and Stop's to Reset, where a Space would clear the session): Start's goes
+        # to Stop, Stop's and Pause's to the plots.
+        moving = any(b.hasFocus() for b in (self.start_button, self.pause_button,
+                                             self.stop_button))
+        if moving:
+            self.plots.setFocus(Qt.FocusReason.OtherFocusReason)
         self.start_button.setEnabled(not running and self._source_cls is not None)
         self.pause_button.setEnabled(running)
         self.stop_button.setEnabled(running)
+        if moving and running:
+            self.stop_button.setFocus(Qt.FocusReason.OtherFocusReason)
         self.source_combo.setEnabled(not running)
         if self.settings_form is not None:
             self.settings_form.setEnabled(not running)
@@ -1029,6 +1046,27 @@ class MainWindow(QMainWindow):
             not self.record_button.isChecked()
         self.export_csv_button.setEnabled(can)
         self.export_parquet_button.setEnabled(can)
+
+    # -- keyboard shortcuts (idt_desk_widgets.keys) ------------------------------------------
+
+    def toggle_running(self) -> None:
+        """Start the session, or stop the running one."""
+        if self.session is not None and self.session.running:
+            self.stop_session()
+        elif self.start_button.isEnabled():
+            self.start_session()
+
+    def toggle_frozen(self) -> None:
+        """Freeze the plots' view, or follow the data again."""
+        self.navigator.freeze_button.click()
+
+    def toggle_recording(self) -> None:
+        """Record, or stop recording (armed before Start)."""
+        self.record_button.click()
+
+    def save_plots(self) -> None:
+        """Save the plots as a PNG (asks where)."""
+        self._save_plots_dialog("png")
 
     def _pause_toggled(self, on: bool) -> None:
         if self.session is None:

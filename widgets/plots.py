@@ -884,7 +884,7 @@ class PlotNavigator(QWidget):
         self.freeze_button.setCheckable(True)
         self.freeze_button.setToolTip(
             "Hold the view while the loop runs (a drag or a wheel turn on the plots freezes "
-            "it too); press again to follow the data")
+            "it too); press again to follow the data (Ctrl+F)")
         for w in (self.mode, self.span, self.freeze_button):
             lay.addWidget(w)
         lay.addStretch(1)
@@ -917,9 +917,9 @@ class PlotNavigator(QWidget):
         self.freeze_button.blockSignals(False)
         self.freeze_button.setText("Follow" if on else "Freeze")
         self.freeze_button.setToolTip(
-            "Frozen: press to follow the data again" if on else
+            "Frozen: press to follow the data again (Ctrl+F)" if on else
             "Hold the view while the loop runs (a drag or a wheel turn on the plots freezes "
-            "it too); press again to follow the data")
+            "it too); press again to follow the data (Ctrl+F)")
 
 
 #: Finished episodes shown on the return plot (the latest ones; bounded).

@@ -29,7 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QtMsgType, qInstallMessageHandler
-from PySide6.QtWidgets import QAbstractButton, QApplication, QComboBox, QFileDialog, QWidget
+from PySide6.QtWidgets import (
+    QAbstractButton,
+    QApplication,
+    QComboBox,
+    QFileDialog,
+    QMessageBox,
+    QWidget,
+)
 
 __all__ = ["ClickStorm", "StormReport", "print_report", "rss_mib"]
 
@@ -177,8 +184,12 @@ class ClickStorm:
 
     @contextlib.contextmanager
     def _no_dialogs(self) -> Iterator[None]:
-        """File dialogs answer at once: saves go to scratch, folder choosers cancel."""
+        """Dialogs answer at once: saves go to scratch, folder choosers cancel.
+
+        A question gets a random answer (Reset's: clear the unrecorded session, or not).
+        """
         saved = (QFileDialog.getSaveFileName, QFileDialog.getExistingDirectory)
+        question = QMessageBox.question
         count = {"n": 0}
 
         def save(_parent: Any = None, _caption: str = "", name: str = "", *_a: Any,
@@ -189,10 +200,19 @@ class ClickStorm:
         QFileDialog.getSaveFileName = staticmethod(save)  # type: ignore[method-assign]
         QFileDialog.getExistingDirectory = staticmethod(  # type: ignore[method-assign]
             lambda *_a, **_k: "")
+
+        def answer(_parent: Any, _title: str, _text: str, buttons: Any, default: Any,
+                   ) -> QMessageBox.StandardButton:
+            options = [b for b in QMessageBox.StandardButton
+                       if b.value and (buttons & b) == b]
+            return self.rng.choice(options) if options else default
+
+        QMessageBox.question = staticmethod(answer)  # type: ignore[method-assign]
         try:
             yield
         finally:
             QFileDialog.getSaveFileName, QFileDialog.getExistingDirectory = saved
+            QMessageBox.question = question  # type: ignore[method-assign]
 
     #: Qt messages that are not the program's fault (the offscreen platform's).
     IGNORED_QT = ("This plugin does not support propagateSizeHints",)

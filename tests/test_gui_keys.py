@@ -1,0 +1,111 @@
+"""The keyboard: shortcuts for what a user does often, never a key press that loses a session."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from idt_desk_widgets.main_window import MainWindow
+from PySide6.QtCore import Qt
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox
+
+WAIT = 30_000
+Button = QMessageBox.StandardButton
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    w = MainWindow(speed=None, record_dir=tmp_path / "recordings")
+    # No baseline calibration within these tests: it runs in the loop's thread, which on a
+    # loaded machine may not stop within Session.stop's 10 s while it calibrates.
+    w.baseline_spin.setValue(10_000)
+    qtbot.addWidget(w)
+    w.show()
+    w.activateWindow()
+    qtbot.waitUntil(w.isActiveWindow)
+    yield w
+    w.close()
+    assert w.session is None or not w.session.running
+
+
+def _drawn(w: MainWindow) -> int:
+    return len(w.plots._last[0]) if w.plots._last is not None else 0
+
+
+def _answer(monkeypatch, button: Button) -> list[str]:
+    """Reset's question answered with ``button``; the questions asked go to the list."""
+    asked: list[str] = []
+
+    def question(_parent, _title, text, _buttons, default):
+        asked.append(text)
+        assert default == Button.Cancel  # a stray Return keeps the session
+        return button
+
+    monkeypatch.setattr(QMessageBox, "question", staticmethod(question))
+    return asked
+
+
+def test_after_stop_no_key_press_clears_an_unrecorded_session(qtbot, window, monkeypatch):
+    asked = _answer(monkeypatch, Button.Cancel)
+    qtbot.mouseClick(window.start_button, Qt.MouseButton.LeftButton)
+    # Start disabled itself: the focus went to Stop, not on to Reset.
+    assert window.stop_button.hasFocus(), QApplication.focusWidget()
+    qtbot.waitUntil(lambda: _drawn(window) > 20, timeout=WAIT)
+    assert window.isActiveWindow() and window.stop_button.hasFocus()
+    qtbot.mouseClick(window.stop_button, Qt.MouseButton.LeftButton)
+    # Stop disabled itself: the focus went to the plots, not on to Reset.
+    assert window.plots.hasFocus() and not window.reset_button.hasFocus()
+    drawn, events = _drawn(window), len(window.events.events)
+    QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Space)
+    assert _drawn(window) == drawn and len(window.events.events) == events and not asked
+    # Space on Reset itself asks first; Cancel (the default) keeps everything.
+    window.reset_button.setFocus()
+    QTest.keyClick(window.reset_button, Qt.Key.Key_Space)
+    assert len(asked) == 1 and "not recorded" in asked[0] and f"{events:,} events" in asked[0]
+    assert window.session is not None and _drawn(window) == drawn
+    assert len(window.events.events) == events
+    # Answered Reset: cleared.
+    _answer(monkeypatch, Button.Reset)
+    window.reset_button.click()
+    assert window.session is None and _drawn(window) == 0 and not window.events.events
+
+
+def test_a_recorded_session_is_reset_without_a_question(qtbot, window, monkeypatch):
+    asked = _answer(monkeypatch, Button.Cancel)
+    window.record_button.setChecked(True)
+    window.start_session()
+    qtbot.waitUntil(lambda: _drawn(window) > 5, timeout=WAIT)
+    window.stop_session()
+    window.reset_button.click()
+    assert not asked and window.session is None
+
+
+def test_shortcuts_start_stop_freeze_record_save_quit(qtbot, window, tmp_path, monkeypatch):
+    ctrl = Qt.KeyboardModifier.ControlModifier
+    QTest.keyClick(window, Qt.Key.Key_R, ctrl)
+    assert window.record_button.isChecked()  # armed: records from the start
+    QTest.keyClick(window, Qt.Key.Key_Return, ctrl)
+    assert window.session is not None and window.session.running
+    assert window.session.recording_path is not None
+    qtbot.waitUntil(lambda: _drawn(window) > 5, timeout=WAIT)
+    QTest.keyClick(window, Qt.Key.Key_F, ctrl)
+    assert window.plots.frozen and window.navigator.freeze_button.text() == "Follow"
+    QTest.keyClick(window, Qt.Key.Key_F, ctrl)
+    assert not window.plots.frozen
+    QTest.keyClick(window, Qt.Key.Key_R, ctrl)
+    assert not window.record_button.isChecked()  # the recording closes, the session runs
+    QTest.keyClick(window, Qt.Key.Key_Return, ctrl)
+    assert not window.session.running
+    target = tmp_path / "plots.png"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName",
+                        staticmethod(lambda *_a, **_k: (str(target), "")))
+    QTest.keyClick(window, Qt.Key.Key_S, ctrl)
+    assert target.stat().st_size > 1000
+    QTest.keyClick(window, Qt.Key.Key_Q, ctrl)
+    assert not window.isVisible()
+    # Each shortcut's key is in its button's tooltip.
+    assert "Ctrl+Return" in window.start_button.toolTip()
+    assert "Ctrl+R" in window.record_button.toolTip()
+    assert "Ctrl+F" in window.navigator.freeze_button.toolTip()

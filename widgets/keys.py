@@ -1,0 +1,58 @@
+"""The main window's keyboard shortcuts, and the question before a session is thrown away.
+
+The shortcuts act on the whole window (whatever has the focus, except where a text field
+takes the key), each one what a button does: Start / Stop, Freeze / Follow, Record, Save
+plots, Quit. Reset has none: it throws a session away, and asks first when nothing of it is
+recorded (:func:`may_discard`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtWidgets import QMessageBox, QWidget
+
+__all__ = ["SHORTCUTS", "install_shortcuts", "may_discard"]
+
+#: (keys, what it does, the window's method name).
+SHORTCUTS = (
+    ("Ctrl+Return", "Start / Stop", "toggle_running"),
+    ("Ctrl+F", "Freeze / Follow the plots", "toggle_frozen"),
+    ("Ctrl+R", "Record on / off", "toggle_recording"),
+    ("Ctrl+S", "Save the plots (PNG)…", "save_plots"),
+    ("Ctrl+Q", "Quit", "close"),
+)
+
+
+def install_shortcuts(window: Any) -> dict[str, QShortcut]:
+    """Make :data:`SHORTCUTS` on ``window``; name each in its button's tooltip."""
+    out = {}
+    for keys, what, method in SHORTCUTS:
+        shortcut = QShortcut(QKeySequence(keys), window)
+        shortcut.setObjectName(f"shortcut_{method}")
+        shortcut.activated.connect(getattr(window, method))
+        shortcut.setWhatsThis(what)
+        out[method] = shortcut
+    for button, keys in ((window.start_button, "Ctrl+Return"),
+                         (window.stop_button, "Ctrl+Return"),
+                         (window.record_button, "Ctrl+R")):
+        tip = button.toolTip()
+        button.setToolTip(f"{tip}<br>({keys})" if tip else f"{button.text()} ({keys})")
+    return out
+
+
+def may_discard(parent: QWidget, windows: int, events: int, recorded: bool) -> bool:
+    """Whether a session's plots and event log may be cleared: asks when nothing is recorded.
+
+    Cancel is the default answer, so a stray Space or Return keeps the session.
+    """
+    if recorded or (windows == 0 and events == 0):
+        return True
+    answer = QMessageBox.question(
+        parent, "Clear this session?",
+        f"This session is not recorded: Reset clears its {windows:,} windows and {events:,} "
+        "events from the plots and the event log. (Export CSV keeps them.)\n\nClear them?",
+        QMessageBox.StandardButton.Reset | QMessageBox.StandardButton.Cancel,
+        QMessageBox.StandardButton.Cancel)
+    return answer == QMessageBox.StandardButton.Reset
