@@ -73,7 +73,10 @@ def test_launch_shows_live_pendulum_windows(qtbot, window):
     assert window.plots.hint.isVisible() and "Press <b>Start</b>" in window.plots.hint.text()
     assert window.alarms.idt.state == "idle" and "not running" in window.alarms.idt.text()
     qtbot.mouseClick(window.start_button, Qt.MouseButton.LeftButton)
-    assert window.timer.isActive() and window.session.running
+    # The source is built on a thread of its own; the session starts once it is.
+    qtbot.waitUntil(lambda: window.session is not None and window.session.running,
+                    timeout=WAIT)
+    assert window.timer.isActive()
     qtbot.waitUntil(lambda: _windows_on_plot(window) > 20, timeout=WAIT)
     assert not window.plots.hint.isVisible()  # gone once windows arrive
     x, y = window.plots.curves["P"].getData()

@@ -50,7 +50,8 @@ def run_gui(
     if record is not None:
         win.record_button.setChecked(True)
     if start:
-        win.start_session(schedule=schedule)
+        # The window paints and takes Cancel while the source loads (the RL source: seconds).
+        win.start_session(schedule=schedule, background=True)
     delay = quit_after if quit_after is not None else (3.0 if screenshot else None)
     if delay is not None:
 

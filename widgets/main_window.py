@@ -20,6 +20,7 @@ from idt_desk_widgets.alarms import AlarmPanel
 from idt_desk_widgets.events import EventLog
 from idt_desk_widgets.forms import ParamForm, WheelGuard, compact_combo, compact_form
 from idt_desk_widgets.keys import install_shortcuts, may_discard
+from idt_desk_widgets.loading import SessionBuilder, build_session
 from idt_desk_widgets.plots import MetricPlots, PlotNavigator, ReturnPlot
 from idt_desk_widgets.views import make_view
 from PySide6.QtCore import QEventLoop, Qt, QTimer
@@ -44,7 +45,7 @@ from PySide6.QtWidgets import (
 )
 
 from idt_desk.live.plugins import SourceLoadError, discover
-from idt_desk.live.session import Session, SessionConfig, Snapshot
+from idt_desk.live.session import Session, Snapshot
 from idt_desk.live.source import Source
 from idt_desk.metrics.presets import PRESETS
 from idt_desk.metrics.tokens import TOKENIZER
@@ -268,6 +269,12 @@ class MainWindow(QMainWindow):
         self.timer.setInterval(REFRESH_MS)
         self.timer.timeout.connect(self.refresh)
         self._starting = False
+        #: The session being built in the background (Start), polled by the load timer.
+        self._builder: SessionBuilder | None = None
+        self._pending_schedule: list[tuple[int, str, dict]] | None = None
+        self._load_timer = QTimer(self)
+        self._load_timer.setInterval(100)
+        self._load_timer.timeout.connect(self._poll_loading)
         self._last_collect = 0.0
         self._collect_timer = QTimer(self)
         self._collect_timer.setSingleShot(True)
@@ -340,7 +347,7 @@ class MainWindow(QMainWindow):
         for b in (self.start_button, self.pause_button, self.stop_button, self.reset_button):
             b.setMinimumWidth(60)  # the style's 80 px minimum would widen the panel
             row.addWidget(b)
-        self.start_button.clicked.connect(self.start_session)
+        self.start_button.clicked.connect(lambda: self.start_session(background=True))
         self.pause_button.toggled.connect(self._pause_toggled)
         self.stop_button.clicked.connect(self.stop_session)
         self.reset_button.clicked.connect(self.reset_session)
@@ -800,23 +807,21 @@ class MainWindow(QMainWindow):
                 "ewma_lambda": self.lambda_spin.value(),
                 "false_alarms": self.budget_edit.text().strip() or None}
 
-    def start_session(self, schedule: list[tuple[int, str, dict]] | None = None) -> bool:
+    def start_session(self, schedule: list[tuple[int, str, dict]] | None = None,
+                      background: bool = False) -> bool:
         """Build a session from the panels and start it; False (with a message) on bad input.
 
         ``schedule`` holds (transition, command, arguments) applied exactly then, as
-        :meth:`idt_desk.live.session.Session.schedule` does.
+        :meth:`idt_desk.live.session.Session.schedule` does. ``background``: build the source
+        on a thread of its own (:class:`~idt_desk_widgets.loading.SessionBuilder`) while the
+        window stays live and says how long it has been loading; **Cancel** (the Stop
+        button) gives the build up. Start, Ctrl+Return and ``gui --start`` build so; True
+        then means the build began.
         """
         if self.session is not None and self.session.running:
             return True
         if self._starting:
             return False  # a Start (or a timer) while the source is still being built
-        self._starting = True
-        try:
-            return self._start_session(schedule)
-        finally:
-            self._starting = False
-
-    def _start_session(self, schedule: list[tuple[int, str, dict]] | None) -> bool:
         self.hide_error()
         cls = self._source_cls
         if cls is None or self.settings_form is None:
@@ -824,30 +829,97 @@ class MainWindow(QMainWindow):
             return False
         try:
             settings = self.settings_form.values()
-            # Building a source can take seconds (the RL source loads torch, the policy and
-            # MuJoCo): say so, and paint it, before the loop runs.
-            self.plots.show_hint(f"Loading {cls.label}…")
-            self.status.setText(f"loading {cls.label}…")
+        except (ValueError, KeyError) as exc:
+            self.show_error(f"Cannot start {cls.label}: {exc}")
+            return False
+        # A replay re-runs the recording's own pipeline.
+        config = {"speed": self.speeds[self.speed_combo.currentText()],
+                  **({} if cls.name == "replay" else self._pipeline())}
+        record = self._new_record_path() if self.record_button.isChecked() else None
+        self._starting = True
+        self.plots.show_hint(f"Loading {cls.label}…")
+        self.status.setText(f"loading {cls.label}…")
+        if background:
+            self._builder = SessionBuilder(cls, settings, config, record)
+            self._pending_schedule = schedule
+            self._update_buttons()
+            self._load_timer.start()
+            return True
+        try:
             # Paint, but take no clicks: a Start or Stop pressed while the source is built
             # would run inside this one (the guard above refuses what a timer sends).
             QApplication.processEvents(QEventLoop.ProcessEventsFlag.ExcludeUserInputEvents)
-            source = cls(**settings)
-            # Show what the source resolved (the RL source's default policy, say).
-            self.settings_form.set_values(source.config)
-            pipe = self._pipeline()
-            if cls.name == "replay":
-                pipe = {}  # a replay re-runs the recording's own pipeline
-            config = SessionConfig(source=cls.name, settings=settings,
-                                   speed=self.speeds[self.speed_combo.currentText()], **pipe)
-            record = self._new_record_path() if self.record_button.isChecked() else None
-            session = Session(config, source=source, record=record)
+            try:
+                session = build_session(cls, settings, config, record)
+            except (ValueError, KeyError, OSError, RecordingError) as exc:
+                self.show_error(f"Cannot start {cls.label}: {exc}")
+                self._idle_after_start()
+                return False
+            return self._start_built(session, schedule, record)
+        finally:
+            self._starting = False
+
+    def _poll_loading(self) -> None:
+        """The load timer's slot: say how long the build takes; start what it built."""
+        builder = self._builder
+        if builder is None:
+            self._load_timer.stop()
+            return
+        cls = self._source_cls
+        label = cls.label if cls is not None else "the source"
+        if not builder.done:
+            took = time.monotonic() - builder.started
+            self.plots.show_hint(f"Loading {label}… {took:.0f} s<br><small>The window stays "
+                                 f"live; <b>Cancel</b> gives the loading up.</small>")
+            return
+        self._load_timer.stop()
+        self._builder = None
+        self._starting = False
+        if builder.session is None:
+            exc = builder.error
+            what = str(exc) if isinstance(exc, ValueError | KeyError | OSError |
+                                          RecordingError) else f"{type(exc).__name__}: {exc}"
+            self.show_error(f"Cannot start {label}: {what}")
+            self._idle_after_start()
+            return
+        self._start_built(builder.session, self._pending_schedule, builder.record)
+
+    def cancel_loading(self) -> None:
+        """Give up the source being built in the background (its thread closes it)."""
+        builder, self._builder = self._builder, None
+        if builder is None:
+            return
+        builder.cancel()
+        self._load_timer.stop()
+        self._starting = False
+        self.statusBar().showMessage("loading cancelled", 8000)
+        self._idle_after_start()
+
+    def _idle_after_start(self) -> None:
+        """A start that did not happen: the plots and status say what they said before."""
+        if self.session is None or not self.session.snapshot(limit=1).n_windows:
+            self.plots.show_hint(self._idle_hint())
+        self.status.setText("idle — press Start")
+        self._update_buttons()
+
+    def _start_built(self, session: Session, schedule: list[tuple[int, str, dict]] | None,
+                     record: Path | None) -> bool:
+        """Start a built session: the panels show what its source resolved."""
+        cls, source = self._source_cls, session.source
+        label = cls.label if cls is not None else source.label
+        try:
             for at, kind, args in schedule or []:
                 session.schedule(at, kind, **args)
-            self._drop_session()
-            self.session = session
-        except (ValueError, KeyError, OSError, RecordingError) as exc:
-            self.show_error(f"Cannot start {cls.label}: {exc}")
+        except (ValueError, KeyError) as exc:
+            source.close()
+            self.show_error(f"Cannot start {label}: {exc}")
+            self._idle_after_start()
             return False
+        # Show what the source resolved (the RL source's default policy, say).
+        if self.settings_form is not None:
+            self.settings_form.set_values(source.config)
+        self._drop_session()
+        self.session = session
         if record is not None:
             self._recording_started(record)
         if source.notice:
@@ -885,7 +957,7 @@ class MainWindow(QMainWindow):
             _set_quietly(button, False)
         self.pause_button.setChecked(False)
         self._frames, self._fps_t0, self.fps = 0, time.monotonic(), 0.0
-        self.plots.show_hint(f"Starting {cls.label}…")
+        self.plots.show_hint(f"Starting {label}…")
         self.session.start()
         if self.auto_check.isChecked():
             self._auto_toggled(True)
@@ -894,7 +966,10 @@ class MainWindow(QMainWindow):
         return True
 
     def stop_session(self) -> None:
-        """Stop the running session; its plots stay for inspection and export."""
+        """Stop the running session (or the loading); its plots stay for inspection."""
+        if self._builder is not None:
+            self.cancel_loading()
+            return
         if self.session is None:
             return
         try:
@@ -970,6 +1045,7 @@ class MainWindow(QMainWindow):
         self.timer.stop()
         self._watch_timer.stop()
         self._collect_timer.stop()
+        self.cancel_loading()
         if self.session is not None and self.session.running:
             try:
                 self.session.stop()
@@ -1021,7 +1097,10 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
     def _update_buttons(self) -> None:
-        running = self.session is not None and self.session.running
+        loading = self._builder is not None
+        # While a source loads, Stop cancels the loading; nothing else changes the session.
+        self.stop_button.setText("Cancel" if loading else "Stop")
+        running = loading or (self.session is not None and self.session.running)
         # A button that disables itself hands the focus on to the next one in the panel
         # (Start's and Stop's to Reset, where a Space would clear the session): Start's goes
         # to Stop, Stop's and Pause's to the plots.
@@ -1030,7 +1109,7 @@ class MainWindow(QMainWindow):
         if moving:
             self.plots.setFocus(Qt.FocusReason.OtherFocusReason)
         self.start_button.setEnabled(not running and self._source_cls is not None)
-        self.pause_button.setEnabled(running)
+        self.pause_button.setEnabled(running and not loading)
         self.stop_button.setEnabled(running)
         if moving and running:
             self.stop_button.setFocus(Qt.FocusReason.OtherFocusReason)
@@ -1039,7 +1118,8 @@ class MainWindow(QMainWindow):
             self.settings_form.setEnabled(not running)
         for b in (*self.perturb_buttons.values(), *self.modulate_buttons.values(),
                   self.baseline_button, self.apply_symbols_button):
-            b.setEnabled(running)
+            b.setEnabled(running and not loading)
+        self.record_button.setEnabled(not loading)  # the build took the armed state
         self.auto_check.setEnabled(bool(self.modulate_buttons))
         # Without a recording, Export writes the session's own windows and events.
         can = (self.last_recording is not None or self.session is not None) and \
@@ -1050,11 +1130,11 @@ class MainWindow(QMainWindow):
     # -- keyboard shortcuts (idt_desk_widgets.keys) ------------------------------------------
 
     def toggle_running(self) -> None:
-        """Start the session, or stop the running one."""
-        if self.session is not None and self.session.running:
+        """Start the session (building it in the background), or stop it or its loading."""
+        if self._builder is not None or (self.session is not None and self.session.running):
             self.stop_session()
         elif self.start_button.isEnabled():
-            self.start_session()
+            self.start_session(background=True)
 
     def toggle_frozen(self) -> None:
         """Freeze the plots' view, or follow the data again."""

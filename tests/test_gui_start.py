@@ -1,4 +1,5 @@
-"""The keyboard: shortcuts for what a user does often, never a key press that loses a session."""
+"""Starting and stopping: a source built off the GUI thread (cancellable), shortcuts for what a
+user does often, never a key press that loses a session."""
 
 from __future__ import annotations
 
@@ -86,8 +87,9 @@ def test_shortcuts_start_stop_freeze_record_save_quit(qtbot, window, tmp_path, m
     ctrl = Qt.KeyboardModifier.ControlModifier
     QTest.keyClick(window, Qt.Key.Key_R, ctrl)
     assert window.record_button.isChecked()  # armed: records from the start
-    QTest.keyClick(window, Qt.Key.Key_Return, ctrl)
-    assert window.session is not None and window.session.running
+    QTest.keyClick(window, Qt.Key.Key_Return, ctrl)  # the source is built in the background
+    qtbot.waitUntil(lambda: window.session is not None and window.session.running,
+                    timeout=WAIT)
     assert window.session.recording_path is not None
     qtbot.waitUntil(lambda: _drawn(window) > 5, timeout=WAIT)
     QTest.keyClick(window, Qt.Key.Key_F, ctrl)
@@ -109,3 +111,64 @@ def test_shortcuts_start_stop_freeze_record_save_quit(qtbot, window, tmp_path, m
     assert "Ctrl+Return" in window.start_button.toolTip()
     assert "Ctrl+R" in window.record_button.toolTip()
     assert "Ctrl+F" in window.navigator.freeze_button.toolTip()
+
+
+def test_a_slow_source_loads_off_the_gui_thread_and_can_be_cancelled(qtbot, window,
+                                                                      monkeypatch):
+    import threading
+
+    from idt_desk_sources.pendulum import PendulumSource
+    from PySide6.QtCore import QTimer
+
+    gate = threading.Event()
+    built, closed = [], []
+    real_init, real_close = PendulumSource.__init__, PendulumSource.close
+
+    def slow_init(self, **settings):
+        built.append(threading.current_thread().name)
+        gate.wait(3.0)  # the RL source's torch, policy and MuJoCo: seconds
+        real_init(self, **settings)
+
+    def close(self):
+        closed.append(threading.current_thread().name)
+        real_close(self)
+
+    monkeypatch.setattr(PendulumSource, "__init__", slow_init)
+    monkeypatch.setattr(PendulumSource, "close", close)
+    ticks = []
+    timer = QTimer()
+    timer.timeout.connect(lambda: ticks.append(1))
+    timer.start(20)
+    qtbot.mouseClick(window.start_button, Qt.MouseButton.LeftButton)
+    qtbot.wait(600)
+    # The window stayed live while the source was built on a thread of its own...
+    assert built == ["idt-load-pendulum"] and len(ticks) >= 10
+    assert window.plots.hint.text().startswith("Loading Double pendulum… ")
+    assert "Cancel" in window.plots.hint.text()
+    # ...and Stop, now Cancel, gives the loading up at once.
+    assert window.stop_button.text() == "Cancel" and window.stop_button.isEnabled()
+    assert not window.start_button.isEnabled() and not window.settings_form.isEnabled()
+    qtbot.mouseClick(window.stop_button, Qt.MouseButton.LeftButton)
+    assert window.session is None and window.start_button.isEnabled()
+    assert window.stop_button.text() == "Stop" and "Press <b>Start</b>" in \
+        window.plots.hint.text()
+    # What the cancelled build made is closed when it ends, never started.
+    gate.set()
+    qtbot.waitUntil(lambda: closed == ["idt-load-pendulum"], timeout=WAIT)
+    assert window.session is None
+    timer.stop()
+    # Started again and left to load: it runs.
+    qtbot.mouseClick(window.start_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.session is not None and window.session.running,
+                    timeout=WAIT)
+    window.stop_session()
+
+
+def test_a_source_that_fails_to_build_says_why_in_the_banner(qtbot, window):
+    window._select_source("replay", {})  # no recording chosen
+    qtbot.mouseClick(window.start_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.banner.isVisible(), timeout=WAIT)
+    assert window.banner.text() == ("Cannot start Replay a recording: replay: set 'path' to "
+                                    "a recording directory")
+    assert window.session is None and window.start_button.isEnabled()
+    assert window.stop_button.text() == "Stop"
