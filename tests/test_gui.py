@@ -85,7 +85,7 @@ def test_launch_shows_live_pendulum_windows(qtbot, window):
     assert window.plots.bands["P"].isVisible()  # the baseline band, once calibrated
     text = window.alarms.calibration.text()
     assert "Alarm: persistence (5 windows in a row), ≤ 1 false alarm / hour" in text
-    assert "Baseline: 200 windows" in text
+    assert "Baseline: 800 windows, long enough for the budget" in text
     assert window.view._y is not None  # the pendulum is drawn from live data
     assert "transitions" in window.status.text()
     # Entropy bands stop at 0 bits; ΔH's may go below.

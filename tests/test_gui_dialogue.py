@@ -164,3 +164,35 @@ def test_injection_markers_sit_on_the_turn_they_inject(qtbot, tmp_path):
     assert "turns 1–30" in label.text() and "P +0.88" in label.text()
     assert w.plots.plots["P_adj"].isVisible() and np.isfinite(snap.windows["P_adj"]).sum() >= 90
     w.close()
+
+
+def test_a_too_short_dialogue_baseline_says_plainly_what_its_alarm_can_do(qtbot, server):
+    """The default dialogue: 30 baseline turns at ≤ 1 false alarm / 100 turns. The panel
+    names the raised thresholds and says when P's band covers every value P can take."""
+    from idt_desk_sources.dialogue import DialogueSource
+    from idt_desk_widgets.alarms import P_RANGE, AlarmPanel
+
+    from idt_desk.live.session import Session, SessionConfig, run_headless
+
+    src = DialogueSource(host=server.host, student_model="student:1b",
+                         teacher_model="teacher:1b")
+    session = Session(SessionConfig(source="dialogue", speed=None, baselines=False),
+                      source=src)
+    assert session.config.baseline_windows == 30
+    snap = run_headless(session, steps=32)
+    snap = session.snapshot(100)
+    det, b = snap.detector, snap.baseline
+    assert det["too_short"] and det["budget"] == "≤ 1 false alarm / 100 turns"
+    panel = AlarmPanel()
+    qtbot.addWidget(panel)
+    panel.update_snapshot(snap)
+    text = panel.calibration.text()
+    assert "Baseline: 30 turns — <b>too short</b> for this budget" in text
+    listed = ", ".join(f"{name} {det['thresholds'][m]:.1f}σ" for m, name in
+                       (("P", "P"), ("H_f", "H<sub>f</sub>"), ("H_b", "H<sub>b</sub>"),
+                        ("dH", "ΔH")))
+    assert f"its thresholds are raised to {listed}, so it fires only on a change" in text
+    lo = b.mean["P"] - det["thresholds"]["P"] * b.std["P"]
+    hi = b.mean["P"] + det["thresholds"]["P"] * b.std["P"]
+    covers = lo <= P_RANGE[0] and hi >= P_RANGE[1]
+    assert ("<b>P cannot alarm</b>" in text) == covers

@@ -30,6 +30,9 @@ _WORDS = {"idle": "waiting", "ok": "ok", "alarm": "alarm", "undefined": "undefin
 #: An alarm says its direction (short enough for five lights side by side).
 _DIRECTION = {1: "▲ high", -1: "▼ low", 0: "alarm"}
 _COLORS = {"idle": _GREY, "ok": _GREEN, "alarm": _RED, "undefined": _DARK_GREY}
+#: Every value P can take: I(S,A;S') is at most H(S) + H(A) and at most H(S'), so twice it
+#: is at most the denominator H(S) + H(A) + H(S').
+P_RANGE = (0.0, 0.5)
 #: Out-of-range fraction above which the symbols no longer describe the data (the core's).
 OUT_OF_RANGE_WARN = Session.OUT_OF_RANGE_WARN
 #: Light chunk colours of the bars (their text stays readable over them).
@@ -38,6 +41,28 @@ _BAR_OK, _BAR_WARN, _BAR_BAD = "#9fd8ab", "#f7d774", "#f29b93"
 _BAR = ("QProgressBar {{ border: 1px solid #b9bec6; border-radius: 3px; background: white; "
         "text-align: center; color: #202124; min-height: 16px; }} "
         "QProgressBar::chunk {{ background: {color}; border-radius: 2px; }}")
+
+
+def _too_short(det: dict, b: object, unit: str) -> str:
+    """A baseline too short for its budget, plainly: by how much, and what it costs.
+
+    The raised thresholds in σ (persistence's bands), and that P cannot alarm at all when
+    its band covers every value P can take.
+    """
+    need = det.get("needed_windows")
+    text = "<b>too short</b> for this budget" + (f" (about {need:,} {unit} needed)"
+                                                   if need else "")
+    thresholds = det.get("thresholds") or {}
+    if det.get("kind") != "persistence" or not thresholds:
+        return text + "; its thresholds are raised to keep it"
+    names = {key: html for key, html, _plain in _LIGHTS}
+    text += ": its thresholds are raised to " + ", ".join(
+        f"{names[m]} {v:.1f}σ" for m, v in thresholds.items() if m in names)
+    text += ", so it fires only on a change larger than that"
+    lo, hi = b.band("P") if "P" in getattr(b, "mean", {}) else (math.nan, math.nan)
+    if lo <= P_RANGE[0] and hi >= P_RANGE[1]:
+        text += ". <b>P cannot alarm</b>: its band covers every value P can take (0 to ½)"
+    return text
 
 
 class _Light(QLabel):
@@ -205,7 +230,8 @@ class AlarmPanel(QGroupBox):
         if cal < need:
             waiting = f"calibrating symbols ({cal:,}/{need:,} transitions)"
         else:
-            waiting = f"gathering baseline ({got}/{want} windows)"
+            units = "turns" if getattr(snap, "tokenizer", None) is not None else "windows"
+            waiting = f"gathering baseline ({got}/{want} {units})"
         det = getattr(snap, "detector", None) or {}
         detector = det.get("describe") or f"paper rule (|z| > {3 if b is None else b.k:g}σ)"
         p = w.get("P")
@@ -292,11 +318,7 @@ class AlarmPanel(QGroupBox):
             text += (f"<br>Baseline: {b.n_windows} {unit} (the paper rule is not calibrated: "
                      "no false-alarm budget)")
         elif det.get("too_short"):
-            need = det.get("needed_windows")
-            text += (f"<br>Baseline: {b.n_windows} {unit} — <b>too short</b> for this budget "
-                     f"(about {need:,} needed); its thresholds are raised to keep it"
-                     if need else f"<br>Baseline: {b.n_windows} {unit} — <b>too short</b> "
-                     "for this budget")
+            text += f"<br>Baseline: {b.n_windows} {unit} — " + _too_short(det, b, unit)
         else:
             text += f"<br>Baseline: {b.n_windows} {unit}, long enough for the budget"
         if text != self.calibration.text():

@@ -42,7 +42,8 @@ FILTERS: dict[str, frozenset[str] | None] = {
         "modulation_off", "auto"}),
     "alarms and detections": frozenset({"alarm_on", "alarm_off", "detected", "not_detected"}),
     "notes and calibration": frozenset({
-        "note", "session_start", "session_end", "calibrated", "baseline", "calibrate_baseline",
+        "note", "session_start", "session_end", "calibrated", "baseline", "baseline_overlap",
+        "calibrate_baseline",
         "reconfigure", "symbols_out_of_range", "symbols_in_range", "recording_start",
         "recording_stop", "error", "source_paused", "source_done"}),
 }
@@ -67,6 +68,7 @@ _WORDS = {
     "symbols_in_range": "symbols in range", "recording_start": "recording started",
     "recording_stop": "recording stopped", "error": "error", "source_paused":
     "source paused", "source_done": "source done",
+    "baseline_overlap": "perturbed baseline",
 }
 
 
@@ -119,6 +121,10 @@ def describe_event(ev: dict[str, Any], turns: bool = False) -> tuple[str, str]:
             f", return {ret:,.0f}" if isinstance(ret, int | float) else "")
     elif kind == "session_end":
         details = str(ev.get("state", ""))
+    elif kind == "baseline_overlap":
+        until = (f"turn {ev.get('end')}" if ev.get("unit") == "turn"
+                 else f"{float(ev.get('end_t', math.nan)):,.2f} s")
+        details = f"on while the symbols and baseline are calibrated (until {until})"
     else:
         details = ""
     return word, details
@@ -299,7 +305,7 @@ class EventLog(QFrame):
         self._shown.append(k)
         kind = str(self.events[k].get("kind", ""))
         tint = next((c for prefix, c in _TINT.items() if kind.startswith(prefix)), None)
-        if kind in ("detected", "not_detected"):
+        if kind in ("detected", "not_detected", "baseline_overlap"):
             tint = _TINT["alarm"]
         for col, text in enumerate(self.row_texts(k)):
             item = QTableWidgetItem(text)

@@ -44,6 +44,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS
+from idt_desk.live.alarms import overlap_text
 from idt_desk.live.plugins import SourceLoadError, discover
 from idt_desk.live.session import Session, Snapshot
 from idt_desk.live.source import Source
@@ -397,7 +399,7 @@ class MainWindow(QMainWindow):
         self._symbol_rows = (self.preset_combo, self.bins_spin, self.window_spin,
                              self.stride_spin, self.calib_spin, self.correction_combo,
                              self.apply_symbols_button)
-        self.baseline_spin = self._spin(2, 10000, 200)
+        self.baseline_spin = self._spin(2, 100000, DEFAULT_BASELINE_WINDOWS)
         self.baseline_spin.setToolTip(
             "Windows after the symbols' calibration that set the baseline and calibrate the "
             "detector; the alarm panel says when they are too few for the budget")
@@ -605,10 +607,11 @@ class MainWindow(QMainWindow):
             if turns else "")
         for widget in self._symbol_rows:
             self._symbol_form.setRowVisible(widget, not turns)
-        self.baseline_spin.setValue(30 if turns else 200)
+        cls = self._source_cls
+        self.baseline_spin.setValue(int(getattr(cls, "default_baseline", 0)) or
+                                    (30 if turns else DEFAULT_BASELINE_WINDOWS))
         self._symbol_form.labelForField(self.baseline_spin).setText(
             "Baseline turns" if turns else "Baseline windows")
-        cls = self._source_cls
         self.budget_edit.setPlaceholderText(getattr(cls, "default_budget", "1/h"))
         self.plots.set_reward_visible(has_reward)
 
@@ -1441,7 +1444,14 @@ class MainWindow(QMainWindow):
             # of them, or the whole history would have a hole.
             snap = self.session.snapshot(limit=behind + self.history)
         self.plots.update_snapshot(snap)
-        self.events.add_events(self.session.events_since(len(self.events.events)))
+        new_events = self.session.events_since(len(self.events.events))
+        self.events.add_events(new_events)
+        for ev in new_events:
+            if ev.get("kind") == "baseline_overlap":
+                name = str(ev.get("name"))
+                self.show_error(f"Note: {overlap_text(self.events.names.get(name, name), ev)}. "
+                                "Switch it on once the baseline is set, or press Calibrate "
+                                "baseline now after it is off.")
         self.alarms.update_snapshot(snap)
         self.agency.update_snapshot(snap)
         if not self.returns.isHidden():

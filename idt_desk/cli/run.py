@@ -46,7 +46,8 @@ def _add_session_options(p: argparse.ArgumentParser) -> None:
                    help="symbol statistics frozen from the first N windows (default 20)")
     p.add_argument("--baseline-windows", type=int, default=None,
                    help="baseline = the N windows that follow the calibration windows "
-                        "(default 200; a dialogue's 30 turns)")
+                        "(default 800, long enough for the default budget; a dialogue's 30 "
+                        "turns)")
     p.add_argument("--detector", choices=DETECTOR_KINDS, default="persistence",
                    help="the alarm: persistence (default; m windows in a row beyond a "
                    "calibrated kσ), cusum (two-sided CUSUM, calibrated), ewma (EWMA of each "
@@ -240,6 +241,7 @@ def _run_run(args: argparse.Namespace) -> int:
         raise
     for at, kind, cmd in schedule:
         session.schedule(at, kind, **cmd)
+    _warn_overlaps(session, args.perturb, steps)
     if source.notice:
         print(f"idt-desk run: note: {source.notice}", file=sys.stderr)
     bar = None if args.quiet else tqdm(total=steps, unit="tr", dynamic_ncols=True,
@@ -276,6 +278,27 @@ def _run_run(args: argparse.Namespace) -> int:
             print(f"idt-desk run: {paused}", file=sys.stderr)
             return 2
         return code
+
+
+def _warn_overlaps(session, specs: list[str], steps: int | None) -> None:
+    """Say on stderr, before the run, which --perturb falls into the calibration.
+
+    The same words the session logs (``baseline_overlap``) when the perturbation goes on.
+    """
+    from idt_desk.live.alarms import baseline_overlap, overlap_text
+
+    src = session.source
+    for spec in specs:
+        items = schedule_switches([spec], src, steps, "perturb")
+        overlap = baseline_overlap(session, items[0][0], items[1][0] if len(items) > 1 else None)
+        if overlap is None:
+            continue
+        name = items[0][2]["name"]
+        label = next((p.label for p in src.perturbations if p.name == name), name)
+        after = (f"turn {overlap['end']}" if overlap["unit"] == "turn"
+                 else f"{overlap['end_t']:,.2f} s")
+        print(f"idt-desk run: warning: --perturb {spec}: {overlap_text(label, overlap)}; "
+              f"start it after {after}, or shorten --baseline-windows", file=sys.stderr)
 
 
 def _report_run(args: argparse.Namespace, snap, received: list[int]) -> int:

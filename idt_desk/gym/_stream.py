@@ -19,7 +19,7 @@ import numpy as np
 from gymnasium import spaces
 
 from idt_desk.detection.detectors import parse_budget
-from idt_desk.detection.monitor import IDT_METRICS, Monitor
+from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS, IDT_METRICS, Monitor
 from idt_desk.metrics.engine import WINDOW_KEYS
 from idt_desk.metrics.presets import PRESETS, Preset
 from idt_desk.pipeline import Pipeline, build_monitor
@@ -304,7 +304,8 @@ class _Stream:
 
 #: The alarm's options of the wrapper and the callback, with a session's defaults.
 ALARM_DEFAULTS: dict[str, Any] = {"detector": "persistence", "false_alarms": None,
-                                  "baseline_windows": 200, "persist": 5, "k": 3.0}
+                                  "baseline_windows": DEFAULT_BASELINE_WINDOWS, "persist": 5,
+                                  "k": 3.0}
 
 
 def _loop_rate(env: Any) -> float | None:

@@ -19,7 +19,8 @@ import numpy as np
 from idt_desk.detection.auto import AutoController
 from idt_desk.detection.monitor import IDT_METRICS
 
-__all__ = ["HORIZON_TURNS", "HORIZON_WINDOWS", "Alarms", "RangeWatch", "auto_controller"]
+__all__ = ["HORIZON_TURNS", "HORIZON_WINDOWS", "Alarms", "RangeWatch", "auto_controller",
+           "baseline_overlap", "baseline_span", "overlap_text"]
 
 #: Windows after an onset's first window within which an alarm counts as its detection
 #: (the turn path: the paper's injection turn and the two after it).
@@ -192,3 +193,57 @@ class RangeWatch:
                 if mean < self.warn / 5:
                     self.warning = None
                     self.later("symbols_in_range", at=at, fraction=mean)
+
+
+def baseline_span(session: Any) -> tuple[int, int] | None:
+    """Transitions ``[first, end)`` the calibration still to come is made of; None once set.
+
+    The symbols' calibration windows (while the symbols are not calibrated) and the
+    baseline's windows: a perturbation on during them becomes part of what "normal" is, and
+    the alarm calibrated on it cannot see it. ``end`` is the end of the baseline's last
+    window; on the turn path the baseline is the next turns.
+    """
+    mon = session.monitor
+    if mon.baseline is not None:
+        return None
+    have, need = mon.baseline_progress
+    left = need - have
+    if session.config.metric_path == "turns":
+        end = session.n_transitions + left
+        return end - need, end
+    window, stride = session.preset.window, session.preset.stride
+    if not session._pipe.calibrated:
+        first = session._offset
+        end = first + window + (session.config.calibration_windows + need - 1) * stride
+        return first, end
+    end = session._next_window_end() + (left - 1) * stride
+    return end - window - (need - 1) * stride, end
+
+
+def baseline_overlap(session: Any, on: int, off: int | None) -> dict[str, Any] | None:
+    """The overlap of a perturbation on over transitions ``[on, off)`` with the calibration.
+
+    None when there is none (or the baseline is set); otherwise the event's fields:
+    ``first`` and ``end`` of the span (:func:`baseline_span`), their loop times ``first_t``
+    and ``end_t`` at the source's rate, and ``unit`` ("turn" or "s").
+    """
+    span = baseline_span(session)
+    if span is None:
+        return None
+    first, end = span
+    if on >= end or (off is not None and off <= first):
+        return None
+    turns = session.config.metric_path == "turns"
+    rate = 1.0 if turns else float(session.source.rate)
+    return {"first": int(first), "end": int(end), "first_t": first / rate, "end_t": end / rate,
+            "unit": "turn" if turns else "s"}
+
+
+def overlap_text(name: str, overlap: dict[str, Any]) -> str:
+    """A ``baseline_overlap`` in words: what is wrong and until when the calibration runs."""
+    if overlap.get("unit") == "turn":
+        until = f"turn {int(overlap['end'])}"  # turns 1..N: the turn the baseline ends with
+    else:
+        until = f"{float(overlap['end_t']):,.2f} s of loop time"
+    return (f"{name} is on while the symbols and the baseline are calibrated (until {until}): "
+            "the baseline takes it for normal, and the alarm calibrated on it cannot see it")

@@ -12,11 +12,11 @@ import queue
 from pathlib import Path
 from typing import Any
 
-from idt_desk.live.alarms import auto_controller
+from idt_desk.live.alarms import auto_controller, baseline_overlap
 from idt_desk.live.sink import open_recording, pipeline_record, preset_record
 from idt_desk.live.source import Batch
 
-__all__ = ["apply_command", "drain", "source_events"]
+__all__ = ["apply_command", "drain", "source_events", "warn_overlap"]
 
 
 def apply_command(session: Any, kind: str, args: dict[str, Any]) -> None:
@@ -51,6 +51,7 @@ def apply_command(session: Any, kind: str, args: dict[str, Any]) -> None:
                 session._event("perturbation_pulse", name=name, params=resolved)
             else:
                 session._event("perturbation_on", name=name, params=resolved)
+            warn_overlap(session, [name])
         else:
             session._alarms.onset_off(name, session.n_transitions)
             session._event("perturbation_off", name=name)
@@ -78,12 +79,14 @@ def apply_command(session: Any, kind: str, args: dict[str, Any]) -> None:
             session.config.baseline_windows = int(args["n"])
         session._info.pop("baseline_logged", None)
         session._event("calibrate_baseline", n=session.monitor.n_baseline)
+        warn_overlap(session, list(src.active_perturbations))
     elif kind == "reconfigure":
         for key, value in args.items():
             setattr(session.config, key, value)
         session._build_pipeline()
         session._info.pop("baseline_logged", None)
         session._event("reconfigure", pipeline=pipeline_record(session))
+        warn_overlap(session, list(src.active_perturbations))
         if session._recorder is not None:
             session._recorder.write_config(session=session.config.to_dict(),
                                         preset=preset_record(session))
@@ -103,6 +106,18 @@ def apply_command(session: Any, kind: str, args: dict[str, Any]) -> None:
                 session._info.pop("baseline_logged", None)
                 session._event("reconfigure", pipeline=session._pipeline_dict(),
                             reason="recording")
+
+
+def warn_overlap(session: Any, names: list[Any]) -> None:
+    """Log ``baseline_overlap`` for each perturbation on now while the calibration runs.
+
+    Said at once (the GUI's event log, the recording): the symbols and the baseline gathered
+    now take the perturbation for normal, and the alarm calibrated on them cannot see it.
+    """
+    overlap = baseline_overlap(session, session.n_transitions, None) if names else None
+    if overlap is not None:
+        for name in names:
+            session._event("baseline_overlap", name=name, **overlap)
 
 
 def drain(session: Any) -> None:
@@ -143,3 +158,5 @@ def source_events(session: Any, b: Batch, before: bool) -> None:
         elif kind == "perturbation_off":
             session._alarms.onset_off(fields.get("name"), i)
         session._event(kind, at=i, **fields)
+        if kind in ("perturbation_on", "perturbation_pulse") and before:
+            warn_overlap(session, [fields.get("name")])  # as the recorded session did

@@ -106,7 +106,7 @@ class Session:
         self._turn_path = source.metric_path == "turns"
         # Defaults resolved here, so a recording states what was in force.
         if self.config.baseline_windows is None:
-            self.config.baseline_windows = 30 if self._turn_path else 200
+            self.config.baseline_windows = int(source.default_baseline)
         if self.config.false_alarms is None:
             self.config.false_alarms = source.default_budget
         if self.config.persist is None:

@@ -33,6 +33,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS
+
 __all__ = [
     "DIM_REDUCTION",
     "HOLD",
@@ -251,6 +253,9 @@ class Source(ABC):
     #: The false-alarm budget a session uses unless told otherwise (``idt_desk.detection.detectors``
     #: ``parse_budget``): per hour of loop time; a dialogue's is per turns.
     default_budget: str = "1/h"
+    #: The baseline's length a session uses unless told otherwise, in windows (turns on the
+    #: turn path): long enough for the default budget (``DEFAULT_BASELINE_WINDOWS``).
+    default_baseline: int = DEFAULT_BASELINE_WINDOWS
     #: Steps of an episode, for false-alarm budgets per episode (None: no episodes).
     episode_steps: int | None = None
     #: A warning about the data to say once before a session runs (a replay of an

@@ -90,6 +90,9 @@ class DialogueSource(Source):
     action_names = ("reply_chars",)
     rate = 1.0  # one turn per unit of loop time: the plots' x axis is the turn number
     default_budget = "1/100turns"
+    #: The paper's dialogue baseline: the first 30 turns (short for a calibrated budget: the
+    #: alarm panel says so).
+    default_baseline = 30
     chunk: ClassVar[int] = 1
     view = "dialogue"
     metric_path: ClassVar[str] = "turns"

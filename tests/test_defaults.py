@@ -1,0 +1,107 @@
+"""Defaults that agree with themselves: a default run's baseline is long enough for its
+budget, and a perturbation that falls into the calibration is said at once."""
+
+from __future__ import annotations
+
+import pytest
+from idt_desk_sources.pendulum import PendulumSource
+
+from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS
+from idt_desk.live.alarms import baseline_span
+from idt_desk.live.plugins import discover
+from idt_desk.live.session import Session, SessionConfig, run_headless
+
+from .cli_call import call
+
+#: The pendulum's default geometry: W 300, stride 75, 20 calibration windows.
+W, STRIDE, CAL = 300, 75, 20
+
+
+def _end(baseline: int) -> int:
+    """The transition at which the default pendulum's baseline completes."""
+    return W + (CAL + baseline - 1) * STRIDE
+
+
+def test_every_source_defaults_to_its_own_baseline():
+    for name, entry in discover().items():
+        cls = entry.load()
+        if cls.metric_path == "windows":
+            assert cls.default_baseline == DEFAULT_BASELINE_WINDOWS, name
+    session = Session(SessionConfig(speed=None))
+    assert session.config.baseline_windows == DEFAULT_BASELINE_WINDOWS
+    assert baseline_span(session) == (0, _end(DEFAULT_BASELINE_WINDOWS))
+
+
+def test_a_default_pendulum_run_has_a_baseline_long_enough_for_its_budget():
+    session = Session(SessionConfig(speed=None))
+    snap = run_headless(session, steps=_end(session.config.baseline_windows) + 100)
+    det = snap.detector
+    assert det["calibrated"] and det["budget"] == "≤ 1 false alarm / hour"
+    assert not det["too_short"], det  # 200 windows, the former default: too short (~992)
+
+
+def _overlaps(session):
+    return [e for e in session.events_since(0) if e["kind"] == "baseline_overlap"]
+
+
+def test_a_perturbation_during_the_calibration_is_logged_when_it_goes_on():
+    session = Session(SessionConfig(speed=None, baseline_windows=30))
+    noise = PendulumSource.perturbation("sensor_noise").resolve({})
+    session.schedule(2000, "perturb", name="sensor_noise", params=noise)
+    session.schedule(3000, "perturb", name="sensor_noise", params=None)
+    session.schedule(4500, "perturb", name="sensor_noise", params=noise)  # after: no word
+    run_headless(session, steps=5000)
+    (ev,) = _overlaps(session)
+    assert ev["i"] == 2000 and ev["name"] == "sensor_noise"
+    # The symbols are calibrated by then (at 1,725): the baseline's windows, from the 21st.
+    assert (ev["first"], ev["end"]) == (CAL * STRIDE, _end(30))
+    assert ev["end_t"] == _end(30) / 1000
+    assert baseline_span(session) is None  # the baseline is set: nothing can overlap it
+
+
+def test_a_new_baseline_asked_for_while_a_perturbation_is_on_is_logged():
+    session = Session(SessionConfig(speed=None, baseline_windows=30))
+    noise = PendulumSource.perturbation("sensor_noise").resolve({})
+    session.schedule(4500, "perturb", name="sensor_noise", params=noise)
+    session.schedule(5000, "calibrate_baseline", n=10)
+    run_headless(session, steps=6000)
+    (ev,) = _overlaps(session)
+    # The next 10 windows after transition 5000: the first window ending after it on.
+    assert ev["i"] == 5000 and ev["end"] - ev["first"] == W + 9 * STRIDE
+    assert 5000 < ev["end"] <= 5000 + W + 10 * STRIDE
+
+
+@pytest.mark.parametrize("when, warned", [("@1-2", True), ("@5-10", False)])
+def test_run_warns_before_it_runs_when_a_perturbation_falls_into_the_calibration(
+        when, warned):
+    rc, _out, err = call(["run", "--steps", "30000", "--baseline-windows", "30", "--quiet",
+                          "--perturb", f"sensor_noise{when}"])
+    assert rc == 0, err
+    said = f"idt-desk run: warning: --perturb sensor_noise{when}: Sensor noise is on while " \
+        "the symbols and the baseline are calibrated (until 3.98 s of loop time)"
+    assert (said in err) == warned, err
+
+
+def test_the_window_says_so_when_a_perturbation_goes_on_during_the_calibration(qtbot,
+                                                                              tmp_path):
+    pytest.importorskip("pytestqt")
+    from idt_desk_widgets.main_window import MainWindow
+
+    w = MainWindow(speed=1.0, record_dir=tmp_path)
+    qtbot.addWidget(w)
+    w.show()
+    assert w.start_session()
+    qtbot.waitUntil(lambda: w.session.snapshot(1).n_transitions > 0, timeout=30_000)
+    w.perturb_buttons["sensor_noise"].click()  # seconds in: the calibration runs to 61.7 s
+    qtbot.waitUntil(lambda: any(e["kind"] == "baseline_overlap" for e in w.events.events),
+                    timeout=30_000)
+    w.refresh()
+    assert w.banner.isVisible() and w.banner.text().startswith(
+        "Note: Sensor noise is on while the symbols and the baseline are calibrated (until "
+        "61.73 s of loop time)")
+    row = next(k for k, e in enumerate(w.events.events) if e["kind"] == "baseline_overlap")
+    texts = w.events.row_texts(row)
+    assert texts[1:3] == ["perturbed baseline", "Sensor noise"]
+    assert "until 61.73 s" in texts[3]
+    w.stop_session()
+    w.close()
