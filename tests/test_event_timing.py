@@ -309,3 +309,44 @@ def test_a_detection_is_logged_with_its_latency():
     assert kinds.index("perturbation_on") < kinds.index("detected")
     assert session.events_since(len(kinds)) == [] and len(session.events_since(3)) == \
         len(kinds) - 3
+
+
+def _verdict_at(speed, schedule, alarm_from):
+    """The toy loop at ``speed`` with the IDT alarm forced on from window ``alarm_from``."""
+    session = Session(SessionConfig(speed=speed, bins=4, window=40, stride=10,
+                                    calibration_windows=2, baseline_windows=5,
+                                    detector="paper"),
+                      source=ToySource())
+    for at, name, params in schedule:
+        session.schedule(at, "perturb", name=name, params=params)
+    real_update = session.monitor.update
+    seen = [2]
+
+    def alarm(windows):
+        flags = real_update(windows)
+        k = np.arange(seen[0], seen[0] + len(flags["IDT"]))
+        seen[0] += len(k)
+        flags["IDT"] = k >= alarm_from
+        return flags
+
+    session.monitor.update = alarm  # type: ignore[method-assign]
+    run_headless(session, steps=40 + 10 * (37 + Session.HORIZON_WINDOWS + 30))
+    return [(e["kind"], e["i"]) for e in session.events_since(0) if e["kind"].endswith(
+        "detected")]
+
+
+@pytest.mark.parametrize("case, schedule, expected", [
+    # Left on, never alarmed within the horizon: stamped at the horizon's last window
+    # (window 37 + 100 - 1 = 136, ending at 40 + 10 * 136).
+    ("horizon", [(400, "obs_noise", {"sigma": 0.0})], ("not_detected", 40 + 10 * 136)),
+    # Off at 500 undetected: stamped at the first window without a perturbed transition
+    # (window 50, starting at 500, ending at 540).
+    ("off", [(400, "obs_noise", {"sigma": 0.0}), (500, "obs_noise", None)],
+     ("not_detected", 540)),
+])
+def test_a_verdict_is_stamped_where_it_was_decided_at_every_speed(case, schedule, expected):
+    """The same run gives the same verdict at the same transition at speeds max, 10 and 20
+    (the loop cut into 800-, 20- and 40-transition chunks)."""
+    got = {speed: _verdict_at(speed, schedule, alarm_from=10_000) for speed in (None, 10, 20)}
+    assert got[None] == [expected], got
+    assert got[10] == got[None] and got[20] == got[None]

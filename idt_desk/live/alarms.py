@@ -97,33 +97,48 @@ class Alarms:
             if m in flags and (m == "IDT" or m in metrics):
                 self.alarm[m] = bool(flags[m][judged[-1]] == 1.0)
         onset = self.onset
-        if onset is not None and onset["latency"] is None and not onset.get("expired"):
-            # Windows that hold perturbed transitions: ending after the onset and, once it is
-            # off, starting before it went off; and within the horizon of its first one.
-            seen = judged[ends[judged] > onset["i"]]
-            if onset.get("off_i") is not None:
-                seen = seen[table["start"][seen] < onset["off_i"]]
-            if seen.size and onset["first_window"] is None:
-                onset["first_window"] = windows_before + int(seen[0])
-            if onset["first_window"] is not None:
-                late = windows_before + seen - onset["first_window"] >= onset["horizon"]
-                if late.any():
-                    onset["expired"] = True
-                seen = seen[~late]
-            hits = seen[flags["IDT"][seen] == 1.0]
-            if hits.size:
-                onset["latency"] = windows_before + int(hits[0]) - onset["first_window"]
-                onset["expired"] = False
-                self._verdict(onset, at=int(ends[hits[0]]))
-            elif onset.get("expired"):
-                self._verdict(onset, at=int(ends[judged[-1]]))
-            elif onset.get("off_i") is not None and \
-                    (table["start"][judged] >= onset["off_i"]).any():
-                # Every window holding the perturbed transitions judged: none alarmed.
-                self._verdict(onset, at=int(ends[judged[-1]]))
+        if onset is not None and onset["latency"] is None and not onset.get("logged"):
+            self._judge_onset(onset, table, flags, judged, windows_before)
         if self.auto is not None:
             for j, what in self.auto.update(idt):
                 self._auto_switch(what, int(ends[judged[j]]), int(table["start"][judged[j]]))
+
+    def _judge_onset(self, onset: dict[str, Any], table: Mapping[str, np.ndarray],
+                     flags: Mapping[str, np.ndarray], judged: np.ndarray,
+                     windows_before: int) -> None:
+        """Latency of the onset from these judged windows; its verdict once it is known.
+
+        The verdict is stamped at the window that decides it, whatever the blocks the loop
+        was cut into (the same at every speed): ``detected`` at the first alarmed window
+        holding perturbed transitions within the horizon; ``not_detected`` at the horizon's
+        last window, or at the first window without perturbed transitions once the
+        perturbation is off, whichever comes first.
+        """
+        ends, starts = table["end"], table["start"]
+        # Windows that hold perturbed transitions: ending after the onset and, once it is
+        # off, starting before it went off.
+        seen = judged[ends[judged] > onset["i"]]
+        off = onset.get("off_i")
+        after = seen[starts[seen] >= off] if off is not None else seen[:0]
+        if off is not None:
+            seen = seen[starts[seen] < off]
+        if seen.size and onset["first_window"] is None:
+            onset["first_window"] = windows_before + int(seen[0])
+        last = seen[:0]
+        if onset["first_window"] is not None:
+            pos = windows_before + seen - onset["first_window"]
+            last = seen[pos == onset["horizon"] - 1]  # the horizon's last window
+            seen = seen[pos < onset["horizon"]]
+        hits = seen[flags["IDT"][seen] == 1.0]
+        if hits.size:
+            onset["latency"] = windows_before + int(hits[0]) - onset["first_window"]
+            self._verdict(onset, at=int(ends[hits[0]]))
+        elif last.size:
+            onset["expired"] = True
+            self._verdict(onset, at=int(ends[last[0]]))
+        elif after.size:
+            # Every window holding the perturbed transitions judged: none alarmed.
+            self._verdict(onset, at=int(ends[after[0]]))
 
     def _verdict(self, onset: dict[str, Any], at: int) -> None:
         """Log once whether the onset's perturbation was detected (the event log's latency).
