@@ -60,12 +60,14 @@ def test_dialogue_transcript_injection_and_a_failure_that_pauses(qtbot, tmp_path
                     timeout=WAIT)
     # An injection by button: the next teacher prompt, highlighted with its type.
     w.perturb_buttons["contradiction"].click()
-    qtbot.waitUntil(lambda: "injected: contradiction" in w.view.text.toPlainText(),
-                    timeout=WAIT)
+    qtbot.waitUntil(lambda: ": contradiction" in w.view.text.toPlainText(), timeout=WAIT)
+    assert "injected at turn " in w.view.text.toPlainText()
     assert "That doesn't sound right" in w.view.text.toPlainText()
     # A dropped stream pauses the session with the reason; Resume carries on.
     server.failures.append("drop")
-    qtbot.waitUntil(lambda: w.banner.isVisible(), timeout=WAIT)
+    # (The banner first said that the injection fell into the 30 baseline turns.)
+    qtbot.waitUntil(lambda: w.banner.isVisible() and "dropped" in w.banner.text(),
+                    timeout=WAIT)
     assert "dropped" in w.banner.text() and "Resume" in w.banner.text()
     assert w.pause_button.isChecked() and w.pause_button.text() == "Resume"
     # The partial reply stays on show, marked as interrupted.
@@ -196,3 +198,49 @@ def test_a_too_short_dialogue_baseline_says_plainly_what_its_alarm_can_do(qtbot,
     hi = b.mean["P"] + det["thresholds"]["P"] * b.std["P"]
     covers = lo <= P_RANGE[0] and hi >= P_RANGE[1]
     assert ("<b>P cannot alarm</b>" in text) == covers
+
+
+def test_at_n_means_turn_n_in_the_recording_the_log_the_plots_and_the_transcript(
+        qtbot, tmp_path, server):
+    """``--perturb contradiction@5``: turn 5's S' is the injection, and every view says 5."""
+    from .cli_call import call
+
+    path = tmp_path / "rec"
+    rc, _out, err = call(["run", "--source", "dialogue", "--set", f"host={server.host}",
+                          "--set", "student_model=student:1b", "--set",
+                          "teacher_model=teacher:1b", "--steps", "7", "--quiet",
+                          "--perturb", "contradiction@5", "--record", str(path)])
+    assert rc == 0, err
+    from idt_desk.recordings import load_recording
+
+    rec = load_recording(path)
+    assert [t["turn"] for t in rec.turns if t.get("injected")] == [5]
+    assert rec.turns[4]["next_prompt"].startswith("That doesn't sound right")
+    pulse = rec.events[rec.events["kind"] == "perturbation_pulse"].iloc[0]
+    assert pulse["i"] == 4  # applied when 4 turns were done: it acts on turn 5
+    w = MainWindow(source="replay", settings={"path": str(path)}, speed=None,
+                   record_dir=tmp_path)
+    qtbot.addWidget(w)
+    w.show()
+    assert w.start_session(), w.banner.text()
+    qtbot.waitUntil(lambda: not w.session.running, timeout=WAIT)
+    w.refresh()
+    assert [items[0].value() for items in w.plots._pulses] == [5.0]
+    log = w.events
+    row = next(k for k, e in enumerate(log.events) if e["kind"] == "perturbation_pulse")
+    assert log.row_texts(row)[:2] == ["turn 5", "injection"]
+    text = w.view.text.toPlainText()
+    assert "injected at turn 5: contradiction" in text
+    assert "Teacher · 6 injected at turn 5" in text  # the prompt turn 6 answers
+    w.close()
+
+
+def test_a_turn_schedule_counts_from_1(server):
+    from .cli_call import call
+
+    rc, _out, err = call(["run", "--source", "dialogue", "--set", f"host={server.host}",
+                          "--steps", "3", "--perturb", "contradiction@0"])
+    assert rc == 2 and "turns are whole numbers from 1 (the first turn)" in err, err
+    rc, _out, err = call(["run", "--source", "dialogue", "--set", f"host={server.host}",
+                          "--steps", "3", "--perturb", "contradiction@4"])
+    assert rc == 2 and "turn 4 is after the run's last turn, 3; allowed: 1 to 3" in err, err

@@ -1450,8 +1450,8 @@ class MainWindow(QMainWindow):
             if ev.get("kind") == "baseline_overlap":
                 name = str(ev.get("name"))
                 self.show_error(f"Note: {overlap_text(self.events.names.get(name, name), ev)}. "
-                                "Switch it on once the baseline is set, or press Calibrate "
-                                "baseline now after it is off.")
+                                "Perturb once the baseline is set, or press Calibrate "
+                                "baseline now once the perturbation is over.")
         self.alarms.update_snapshot(snap)
         self.agency.update_snapshot(snap)
         if not self.returns.isHidden():

@@ -168,8 +168,10 @@ class TranscriptView(QWidget):
                             f' <span style="color:{color};">P = {p_text}</span>'))
         inj = t.get("injected")
         if inj:
+            # The injection is turn t's S' (the plots, the event log and --perturb @t say
+            # turn t), and the prompt the student answers in turn t + 1.
             parts.append(_block("teacher", t["next_prompt"], t["turn"] + 1,
-                                f' <span style="color:#b45309;">injected: '
+                                f' <span style="color:#b45309;">injected at turn {t["turn"]}: '
                                 f'{html.escape(str(inj.get("type")))}</span>', _INJECTED_BG))
         else:
             parts.append(_block("teacher", t["next_prompt"], t["turn"] + 1))

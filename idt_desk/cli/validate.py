@@ -208,6 +208,18 @@ def _seconds(spec: str, text: str, option: str = "--perturb") -> float:
     return v
 
 
+def _turn(spec: str, text: str, option: str) -> int:
+    """A turn number of a dialogue's schedule: a whole number from 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise InputError(f"{option} {spec}: turns are whole numbers from 1 (the first turn), "
+                         f"e.g. NAME@31, got {text!r}")
+    return v
+
+
 def schedule_switches(
     specs: Iterable[str], source: Any, steps: int | None = None, kind: str = "perturb"
 ) -> list[tuple[int, str, dict]]:
@@ -217,10 +229,15 @@ def schedule_switches(
     (``--modulate``: a declared modulation). Returns ``(transition, kind, {"name",
     "params"})`` commands; ``params`` None switches off. With ``steps`` (the run's length) a
     switch that starts at or after the run's end is refused.
+
+    On the turn path (a dialogue) START and END are turns, counted from 1 as the transcript,
+    the plots and the event log count them: ``@N`` acts on turn N (an injection is turn N's
+    S'), so it is applied when N − 1 turns are done; ``@N-M`` holds for turns N to M − 1.
     """
     option = f"--{kind}"
     out = []
     rate = float(source.rate)
+    turns = getattr(source, "metric_path", "windows") == "turns"
     for spec in specs:
         head, sep, when = spec.partition("@")
         if not sep:
@@ -232,8 +249,12 @@ def schedule_switches(
         cut = next((k for k in range(1, len(when)) if when[k] == "-"
                     and when[k - 1] not in "eE"), len(when))
         start, dash, end = when[:cut], when[cut:cut + 1], when[cut + 1:]
-        on = round(_seconds(spec, start, option) * rate)
-        off = round(_seconds(spec, end, option) * rate) if dash else None
+        if turns:
+            on, off = _turn(spec, start, option) - 1, \
+                (_turn(spec, end, option) - 1 if dash else None)
+        else:
+            on = round(_seconds(spec, start, option) * rate)
+            off = round(_seconds(spec, end, option) * rate) if dash else None
         if off is not None and off <= on:
             raise InputError(f"{option} {spec}: the end must come after the start")
         if off is not None and kind == "perturb" and decl.is_impulse(resolved):
@@ -246,6 +267,8 @@ def schedule_switches(
             )
         if steps is not None and on >= steps:
             raise InputError(
+                f"{option} {spec}: turn {on + 1} is after the run's last turn, {steps}; "
+                f"allowed: 1 to {steps}" if turns else
                 f"{option} {spec}: starts at {on / rate:g} s, at or after the run's end at "
                 f"{steps / rate:g} s; allowed start: 0 to {(steps - 1) / rate:g} s"
             )

@@ -256,9 +256,10 @@ def baseline_overlap(session: Any, on: int, off: int | None) -> dict[str, Any] |
 
 def overlap_text(name: str, overlap: dict[str, Any]) -> str:
     """A ``baseline_overlap`` in words: what is wrong and until when the calibration runs."""
-    if overlap.get("unit") == "turn":
-        until = f"turn {int(overlap['end'])}"  # turns 1..N: the turn the baseline ends with
-    else:
-        until = f"{float(overlap['end_t']):,.2f} s of loop time"
-    return (f"{name} is on while the symbols and the baseline are calibrated (until {until}): "
-            "the baseline takes it for normal, and the alarm calibrated on it cannot see it")
+    if overlap.get("unit") == "turn":  # turns 1..N: no symbols, the baseline's turns
+        return (f"{name} falls into the baseline's turns (until turn {int(overlap['end'])}): "
+                "the baseline takes it for normal, and the alarm calibrated on it cannot see "
+                "it")
+    return (f"{name} is on while the symbols and the baseline are calibrated (until "
+            f"{float(overlap['end_t']):,.2f} s of loop time): the baseline takes it for "
+            "normal, and the alarm calibrated on it cannot see it")
