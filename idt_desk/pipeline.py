@@ -28,7 +28,7 @@ from idt_desk.metrics.presets import PRESETS, Preset
 from idt_desk.metrics.symbolize import Symbolizer
 
 __all__ = ["FLAG_COLUMNS", "Pipeline", "Step", "WindowStage", "build_monitor", "judge",
-           "source_monitor", "source_preset"]
+           "preset_from_spec", "source_monitor", "source_preset"]
 
 #: The flag column of each detector in a window table.
 FLAG_COLUMNS = {"P": "x_P", "H_f": "x_H_f", "H_b": "x_H_b", "dH": "x_dH", "IDT": "x_IDT",
@@ -223,6 +223,16 @@ def build_monitor(
                    windows_per_unit=per_unit, overlap=window / stride)
 
 
+def preset_from_spec(spec: Mapping[str, Any]) -> Preset:
+    """A preset by value, as a recording states it (``Preset.to_dict()``; lists as tuples)."""
+    fields = dict(spec)
+    for key in ("state_groups", "action_groups"):
+        if fields.get(key) is not None:
+            fields[key] = tuple(tuple(g) for g in fields[key])
+    fields["angles"] = tuple(fields.get("angles", ()))
+    return Preset(**fields)
+
+
 def source_preset(source: Any, p: Mapping[str, Any]) -> Preset:
     """The symbolisation preset of pipeline settings ``p`` for ``source``, checked.
 
@@ -242,12 +252,7 @@ def source_preset(source: Any, p: Mapping[str, Any]) -> Preset:
     name = p.get("preset") or (source.presets[0] if source.presets else None)
     spec = p.get("preset_spec")
     if spec is not None and not p.get("preset"):
-        fields = dict(spec)
-        for key in ("state_groups", "action_groups"):
-            if fields.get(key) is not None:
-                fields[key] = tuple(tuple(g) for g in fields[key])
-        fields["angles"] = tuple(fields.get("angles", ()))
-        base = Preset(**fields)
+        base = preset_from_spec(spec)
     elif name is None:
         base = Preset("custom", "no preset", bins=8, window=300, stride=50)
     else:

@@ -214,3 +214,22 @@ def test_a_killed_sessions_csv_is_read_without_its_torn_last_line(tmp_path, caps
                "--out", str(tmp_path / "out2")])
     assert rc == 0 and "partly written" not in capsys.readouterr().out
     assert json.loads((tmp_path / "out2" / "summary.json").read_text())["rows"] == len(df)
+
+
+def test_a_recording_folder_is_analysed_with_the_preset_it_ran_with(tmp_path, capsys):
+    from idt_desk.live.session import Session, SessionConfig, run_headless
+
+    rec = tmp_path / "rec"
+    run_headless(Session(SessionConfig(speed=None, baseline_windows=30), record=rec),
+                 steps=6000)
+    assert main(["analyze", str(rec), "--out", str(tmp_path / "out"), "--baseline-windows",
+                 "30", "--detector", "persistence", "--false-alarms", "1/h"]) == 0
+    out = capsys.readouterr().out
+    # pendulum-live: W 300, stride 75, 16 bins, passive; a budget in loop time through the
+    # recording's rate (1,000 transitions a second).
+    assert f"{rec}: 6000 transitions, 77 windows (W=300, stride 75, 16 bins, passive)" in out
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["detection"]["detector"]["arl_windows"] == 1000 * 3600 / 75
+    # A folder that is no recording still gets its one line.
+    (tmp_path / "empty").mkdir()
+    assert main(["analyze", str(tmp_path / "empty"), "--out", str(tmp_path / "o2")]) == 2

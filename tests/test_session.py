@@ -358,6 +358,32 @@ def test_export_round_trips(tmp_path, fmt):
     assert len(paths) == 4
 
 
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_exports_write_nested_fields_as_json_and_no_dialogue_columns(tmp_path, fmt):
+    import json
+
+    from idt_desk.live.config import TURN_COLUMNS
+
+    rec_dir = tmp_path / "rec"
+    session = Session(SessionConfig(speed=None, baseline_windows=30), record=rec_dir)
+    session.schedule(4500, "perturb", name="sensor_noise",
+                     params={"sigma_angle": 0.1, "sigma_rate": 0.3})
+    run_headless(session, steps=6000)
+    # A pendulum's windows have none of a dialogue's 15 columns, recorded or exported.
+    header = (rec_dir / "windows.csv").read_text().partition("\n")[0].split(",")
+    assert len(TURN_COLUMNS) == 15 and not set(TURN_COLUMNS) & set(header)
+    read = pd.read_csv if fmt == "csv" else pd.read_parquet
+    for out, paths in ((tmp_path / "out", export_recording(load_recording(rec_dir),
+                                                           tmp_path / "out", fmt)),
+                       (tmp_path / "mem", session.export_session(tmp_path / "mem", fmt))):
+        assert paths
+        win = read(out / f"windows.{fmt}")
+        assert not set(TURN_COLUMNS) & set(win.columns) and "P" in win.columns
+        ev = read(out / f"events.{fmt}")
+        on = ev[ev["kind"] == "perturbation_on"].iloc[0]
+        assert json.loads(on["params"]) == {"sigma_angle": 0.1, "sigma_rate": 0.3}
+
+
 def test_cli_run_export_and_replay(tmp_path, capsys):
     rec_dir = tmp_path / "rec"
     assert main(["run", "--steps", "2500", "--record", str(rec_dir), "--quiet",

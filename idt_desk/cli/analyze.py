@@ -56,8 +56,8 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
             "recording's), the length-adjusted metrics and every injection's z and verdict."
         ),
     )
-    p.add_argument("file", type=Path, help="trajectory file (.csv or .parquet), or a dialogue "
-                   "recording's directory")
+    p.add_argument("file", type=Path, help="trajectory file (.csv or .parquet), or a "
+                   "recording's directory (its transitions, with the preset it ran with)")
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--preset", choices=sorted(PRESETS), help="symbolisation/window preset")
     p.add_argument("--bins", type=int, help="equal-width bins per variable (default 16)")
@@ -128,6 +128,28 @@ def _z(zs: list[float | None]) -> str:
     return ", ".join("—" if z is None else f"{z:+.1f}" for z in zs)
 
 
+def _recording(args: argparse.Namespace) -> tuple[Path, dict | None]:
+    """The file to read, and the recording's config when ``args.file`` is a recording.
+
+    A recording's directory (``config.json`` beside ``transitions.csv``) is read through its
+    transitions, with its own preset and rate unless the options say otherwise.
+    """
+    import json
+
+    folder = args.file
+    if not folder.is_dir() or not (folder / "config.json").is_file():
+        return folder, None
+    table = folder / "transitions.csv"
+    if not table.is_file():
+        raise InputError(f"{folder}: a recording without transitions.csv (an export of a "
+                         "session without Record keeps only windows and events)")
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{folder}/config.json: cannot read: {exc}") from None
+    return table, config
+
+
 def _run_analyze(args: argparse.Namespace) -> int:
     if args.file.is_dir() and (args.file / "turns.jsonl").is_file():
         return _run_analyze_dialogue(args)
@@ -138,12 +160,19 @@ def _run_analyze(args: argparse.Namespace) -> int:
         write_outputs,
     )
     from idt_desk.metrics.presets import Preset, get_preset
+    from idt_desk.pipeline import preset_from_spec
     from idt_desk.recordings.trajectory import load_trajectory
 
-    base = get_preset(args.preset) if args.preset else Preset(
-        "custom", "set from the command line", bins=16, window=300, stride=75,
-        angle_mode="unwrap",
-    )
+    path, recorded = _recording(args)
+    if args.preset:
+        base = get_preset(args.preset)
+    elif recorded is not None and recorded.get("preset"):
+        base = preset_from_spec(recorded["preset"])  # the symbols the recording ran with
+    else:
+        base = Preset("custom", "set from the command line", bins=16, window=300, stride=75,
+                      angle_mode="unwrap")
+    if recorded is not None and args.rate is None:
+        args.rate = (recorded.get("source") or {}).get("rate")
     preset = preset_with_overrides(
         base, bins=args.bins, window=args.window, stride=args.stride,
         state_groups=args.groups, action_groups=args.action_groups, angles=args.angles,
@@ -167,7 +196,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
     check_limit("baseline_windows", args.baseline_windows)
     check_out_dir(args.out, "--out")
     traj = load_trajectory(
-        args.file, s_prefix=args.s_prefix, a_prefix=args.a_prefix,
+        path, s_prefix=args.s_prefix, a_prefix=args.a_prefix,
         s_next_prefix=args.s_next_prefix, state_columns=args.state_columns,
         action_columns=args.action_columns, passive=args.passive,
     )

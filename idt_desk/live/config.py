@@ -17,19 +17,29 @@ import numpy as np
 from idt_desk.detection.monitor import ADJUSTED_METRICS, Baseline
 from idt_desk.metrics.tokens import LENGTH_COLUMNS
 
-__all__ = ["AGENCY_EVERY", "MAX_SPEED_CHUNKS", "PACE_SLICE", "WINDOW_COLUMNS", "SessionConfig",
-           "Snapshot", "WindowRing", "undefined_reason", "versions"]
+__all__ = ["AGENCY_EVERY", "MAX_SPEED_CHUNKS", "PACE_SLICE", "TURN_COLUMNS", "WINDOW_COLUMNS",
+           "SessionConfig", "Snapshot", "WindowRing", "undefined_reason", "versions",
+           "window_columns"]
 
+#: Columns only a dialogue's windows (turns) have: its structural baselines
+#: (idt_desk.metrics.embeddings) and its token counts, length-adjusted metrics and their flags
+#: (idt_desk.metrics.tokens). NaN elsewhere in the ring; left out of a windows path's files.
+TURN_COLUMNS = (
+    "cos_sim", "adjacent", "drift",
+    *LENGTH_COLUMNS, *ADJUSTED_METRICS, *(f"x_{m}" for m in (*ADJUSTED_METRICS, "IDT_adj")),
+)
 #: Columns of the session's windows (ring buffer, recording, snapshot).
 WINDOW_COLUMNS = (
     "start", "end", "t", "P", "H_f", "H_b", "dH", "MI", "H_S", "H_A", "H_S_next", "H_SA",
     "H_SAS", "H_A_given_S", "MI_A_S_next_given_S", "K_SAS", "unique_frac", "out_of_range",
-    "reward", "x_P", "x_H_f", "x_H_b", "x_dH", "x_IDT", "x_reward",
-    # A dialogue's structural baselines (idt_desk.metrics.embeddings); NaN elsewhere.
-    "cos_sim", "adjacent", "drift",
-    # A dialogue's token counts, length-adjusted metrics and flags (idt_desk.metrics.tokens).
-    *LENGTH_COLUMNS, *ADJUSTED_METRICS, *(f"x_{m}" for m in (*ADJUSTED_METRICS, "IDT_adj")),
+    "reward", "x_P", "x_H_f", "x_H_b", "x_dH", "x_IDT", "x_reward", *TURN_COLUMNS,
 )
+
+
+def window_columns(turns: bool) -> tuple[str, ...]:
+    """The window columns a recording or an export of a session has (a dialogue's: all)."""
+    return WINDOW_COLUMNS if turns else tuple(c for c in WINDOW_COLUMNS
+                                              if c not in TURN_COLUMNS)
 #: Wall-clock granularity of real-time pacing (s).
 PACE_SLICE = 0.02
 #: At maximum speed, chunks of this many ``source.chunk`` per step (fast sources).

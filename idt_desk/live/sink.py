@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from idt_desk.live.config import WINDOW_COLUMNS, SessionConfig, versions
+from idt_desk.live.config import SessionConfig, versions, window_columns
 from idt_desk.metrics import embeddings
 from idt_desk.recordings import Recorder
 
@@ -40,7 +40,8 @@ def open_recording(session: Any, path: Path) -> None:
                             else None)
     session.recording_path = Path(path)
     session._recorder = Recorder(path, cfg, session.source.state_names,
-                                 session.source.action_names, WINDOW_COLUMNS,
+                                 session.source.action_names,
+                                 window_columns(session._turn_path),
                                  turns=session._turn_path)
     if session._turns is not None and session._turns.log:
         # Started mid-dialogue: the turns later contexts still hold, so a replay can
@@ -87,7 +88,7 @@ def export_session(session: Any, out: str | Path, fmt: str = "csv") -> list[Path
         windows = session._ring.tail(session.config.history)
         events = list(session._event_log)
         n_windows = session._ring.total
-    table = pd.DataFrame(windows)
+    table = pd.DataFrame({c: windows[c] for c in window_columns(session._turn_path)})
     config = _json_safe({
         "session": session.config.to_dict(), "preset": preset_record(session),
         "source": {"name": session.source.name, "rate": session.source.rate},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -10,6 +11,13 @@ import pandas as pd
 from idt_desk.recordings.reader import Recording, load_recording
 
 __all__ = ["export_recording"]
+
+
+def _json_cell(v: object) -> str | None:
+    """A cell of a column holding dicts or lists, as JSON text (missing: empty)."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    return json.dumps(v)
 
 
 def export_recording(
@@ -29,15 +37,16 @@ def export_recording(
         if not len(df.columns):
             continue  # a table the source of ``rec`` does not have (a session's transitions)
         p = out / f"{name}.{fmt}"
+        if name in ("events", "turns"):
+            # Parameters are nested dicts and lists: JSON text in either format (a CSV cell
+            # of Python's repr, {'sigma': 0.1}, no other program reads).
+            df = df.copy()
+            for col in df.columns:
+                if df[col].map(lambda v: isinstance(v, dict | list)).any():
+                    df[col] = df[col].map(_json_cell)
         if fmt == "csv":
             df.to_csv(p, index=False)
         else:
-            if name in ("events", "turns"):
-                # Parameters are nested dicts: store them as JSON text in Parquet.
-                df = df.copy()
-                for col in df.columns:
-                    if df[col].map(lambda v: isinstance(v, dict | list)).any():
-                        df[col] = df[col].map(lambda v: json.dumps(v) if v is not None else None)
             df.to_parquet(p, index=False)
         paths.append(p)
     cfg = out / "config.json"
