@@ -285,9 +285,10 @@ class AlarmPanel(QGroupBox):
                 text = f"<i>{name}</i> is off again: not detected while it was on"
             else:
                 n = None if first is None else snap.n_windows - first
-                since = "" if n is None else f" ({n} {plural(unit, n)} since"
-                since += "" if n is None or not onset.get("horizon") else \
-                    f" of {onset['horizon']})"
+                h = onset.get("horizon")
+                since = "" if n is None else (
+                    f" ({n} of {h} {plural(unit, h)} since the onset)" if h
+                    else f" ({n} {plural(unit, n)} since the onset)")
                 state = "injected" if onset.get("impulse") else "on"
                 text = f"<i>{name}</i> {state}: not detected yet{since}"
         if text != self.latency.text():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +156,8 @@ class EventLog(QFrame):
         #: Display names (name -> label) of the source's perturbations and modulations.
         self.names: dict[str, str] = {}
         self.events: list[dict[str, Any]] = []
+        #: Where the export dialog opens (the window's recordings folder).
+        self.folder: Callable[[], Path] = Path.cwd
         self._shown: list[int] = []  # indexes into self.events, row order
         self._onset_row: dict[tuple[int, str], int] = {}  # (i, name) -> event index
         self._latency: dict[int, str] = {}  # event index -> latency text
@@ -372,8 +375,9 @@ class EventLog(QFrame):
         return path
 
     def _export_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export the event log", "events.csv",
-                                              "CSV (*.csv)")
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export the event log", str(Path(self.folder()) / "events.csv"),
+            "CSV (*.csv)")
         if path:
             try:
                 self.export(path)

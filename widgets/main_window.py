@@ -142,9 +142,6 @@ class MainWindow(QMainWindow):
         self._error_shown: str | None = None
         self._source_cls: type[Source] | None = None
         self._record_dir = Path(record_dir) if record_dir else Path.home() / "idt-desk-recordings"
-        #: Speed choices: label -> multiple of real time (None = max); SPEEDS plus any other
-        #: speed the window was given.
-        self.speeds: dict[str, float | None] = dict(SPEEDS)
         self.perturb_buttons: dict[str, QPushButton] = {}
         self.perturb_forms: dict[str, ParamForm] = {}
         self.modulate_buttons: dict[str, QPushButton] = {}
@@ -157,6 +154,7 @@ class MainWindow(QMainWindow):
         self.returns = ReturnPlot(self)
         self.returns.hide()
         self.events = EventLog(self)
+        self.events.folder = lambda: self.recordings_folder
         self.events.selected.connect(self.plots.centre_on)
         # Folded on a short window (the plots need the height) until the user decides.
         self._events_chosen = False
@@ -295,6 +293,18 @@ class MainWindow(QMainWindow):
         if self.watch_folder is not None:
             self._watch(self.watch_folder, (settings or {}).get("path"))
 
+    @property
+    def speeds(self) -> dict[str, float | None]:
+        """The speed choices: label -> multiple of real time (None = max), in order."""
+        combo = self.speed_combo
+        return {combo.itemText(i): combo.itemData(i) for i in range(combo.count())}
+
+    def _speed_text(self, speed: float | None) -> str:
+        """A speed's label: "3×", "1× (real time)"; on a turn axis "3 turns/s"."""
+        if speed is None or not self.plots.x_label == "turn":
+            return _speed_label(speed)
+        return f"{speed:g} turn{'' if speed == 1 else 's'}/s"
+
     def set_speed(self, speed: float | None) -> None:
         """Select a speed (any positive multiple of real time, or None for max).
 
@@ -305,13 +315,14 @@ class MainWindow(QMainWindow):
             self.show_error(f"speed must be a positive multiple of real time or max, got "
                             f"{speed!r}; using real time")
             speed = 1.0
-        label = _speed_label(speed)
-        if label not in self.speeds:
-            self.speeds[label] = float(speed)
-            order = sorted((v, k) for k, v in self.speeds.items() if v is not None)
-            at = [k for _v, k in order].index(label)
-            self.speed_combo.insertItem(at, label)
-        self.speed_combo.setCurrentText(label)
+        combo = self.speed_combo
+        values = [combo.itemData(i) for i in range(combo.count())]
+        at = next((i for i, v in enumerate(values) if v == speed or (
+            v is not None and speed is not None and math.isclose(v, speed))), None)
+        if at is None:
+            at = sum(1 for v in values if v is not None and v < speed)
+            combo.insertItem(at, self._speed_text(speed), float(speed))
+        combo.setCurrentIndex(at)
 
     # -- building ---------------------------------------------------------------------------
 
@@ -356,8 +367,9 @@ class MainWindow(QMainWindow):
         lay.addLayout(row)
         form = compact_form(QFormLayout())
         self.speed_combo = QComboBox(box)
-        self.speed_combo.addItems(list(SPEEDS))
-        self.speed_combo.currentTextChanged.connect(self._speed_changed)
+        for label, value in SPEEDS.items():
+            self.speed_combo.addItem(label, value)
+        self.speed_combo.currentIndexChanged.connect(self._speed_changed)
         form.addRow("Speed", self.speed_combo)
         lay.addLayout(form)
         self.controls_layout.addWidget(box)
@@ -596,6 +608,9 @@ class MainWindow(QMainWindow):
         """Symbol settings and a time axis, or token metrics and a turn axis (a dialogue)."""
         turns = path == "turns"
         self.plots.x_label = "turn" if turns else "loop time (s)"
+        # A dialogue's loop time is its turns: "1× (real time)" would say nothing there.
+        for i in range(self.speed_combo.count()):
+            self.speed_combo.setItemText(i, self._speed_text(self.speed_combo.itemData(i)))
         self.navigator.set_unit("turns" if turns else "s")
         self.events.set_turns(turns)
         self.symbol_box.setTitle("Token metrics and baseline" if turns
@@ -612,7 +627,9 @@ class MainWindow(QMainWindow):
                                     (30 if turns else DEFAULT_BASELINE_WINDOWS))
         self._symbol_form.labelForField(self.baseline_spin).setText(
             "Baseline turns" if turns else "Baseline windows")
-        self.budget_edit.setPlaceholderText(getattr(cls, "default_budget", "1/h"))
+        self.budget_edit.setPlaceholderText(
+            "the recording's" if getattr(cls, "name", "") == "replay"
+            else getattr(cls, "default_budget", "1/h"))
         self.plots.set_reward_visible(has_reward)
 
     def _fit_controls(self) -> None:
@@ -658,6 +675,8 @@ class MainWindow(QMainWindow):
         self.baseline_spin.setValue(c.baseline_windows)
         self.detector_combo.setCurrentIndex(max(0, self.detector_combo.findData(c.detector)))
         self.lambda_spin.setValue(c.ewma_lambda)
+        if self.session.source.name == "replay":  # the budget the recording ran with
+            self.budget_edit.setPlaceholderText(str(c.false_alarms or "—"))
         for w in widgets:
             w.blockSignals(False)
 
@@ -751,8 +770,9 @@ class MainWindow(QMainWindow):
         for w in (self.auto_combo, self.auto_persist, self.auto_release):
             w.show()
         form.addRow("Modulation", self.auto_combo)
-        form.addRow("Engage after (windows)", self.auto_persist)
-        form.addRow("Release after quiet (windows)", self.auto_release)
+        unit = "turns" if getattr(cls, "metric_path", "windows") == "turns" else "windows"
+        form.addRow(f"Engage after ({unit})", self.auto_persist)
+        form.addRow(f"Release after quiet ({unit})", self.auto_release)
         self.auto_check.toggled.connect(self._auto_toggled)
         self.modulate_layout.addWidget(auto)
 
@@ -763,8 +783,14 @@ class MainWindow(QMainWindow):
             self.window_spin.setValue(p.window)
             self.stride_spin.setValue(p.stride)
 
+    @property
+    def recordings_folder(self) -> Path:
+        """The folder new recordings go to: where file dialogs open."""
+        return Path(self.record_dir_edit.text()).expanduser()
+
     def _browse_path(self) -> None:
-        path = QFileDialog.getExistingDirectory(self, "Choose a recording")
+        path = QFileDialog.getExistingDirectory(self, "Choose a recording",
+                                                str(self.recordings_folder))
         if path and self.settings_form is not None:
             self.settings_form.set_values({"path": path})
 
@@ -836,7 +862,7 @@ class MainWindow(QMainWindow):
             self.show_error(f"Cannot start {cls.label}: {exc}")
             return False
         # A replay re-runs the recording's own pipeline.
-        config = {"speed": self.speeds[self.speed_combo.currentText()],
+        config = {"speed": self.speed_combo.currentData(),
                   **({} if cls.name == "replay" else self._pipeline())}
         record = self._new_record_path() if self.record_button.isChecked() else None
         self._starting = True
@@ -1161,9 +1187,9 @@ class MainWindow(QMainWindow):
             self.session.resume()
             self.pause_button.setText("Pause")
 
-    def _speed_changed(self, label: str) -> None:
+    def _speed_changed(self, _index: int) -> None:
         if self.session is not None and self.session.running:
-            self.session.set_speed(self.speeds[label])
+            self.session.set_speed(self.speed_combo.currentData())
 
     def _perturb_toggled(self, name: str, on: bool) -> None:
         button = self.perturb_buttons[name]
@@ -1361,8 +1387,9 @@ class MainWindow(QMainWindow):
         return paths
 
     def _save_plots_dialog(self, fmt: str) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Save plots", f"idt-plots.{fmt}",
-                                              f"{fmt.upper()} (*.{fmt})")
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Save plots", str(self.recordings_folder / f"idt-plots.{fmt}"),
+            f"{fmt.upper()} (*.{fmt})")
         if path:
             self.save_figure(path)
 

@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 import numpy as np
 import pyqtgraph as pg
 from idt_desk_widgets.history import PlotHistory
-from PySide6.QtCore import QMargins, QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QPainter, QPolygonF
+from PySide6.QtCore import QMargins, QPointF, QRect, QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QImage, QPainter, QPolygonF
 from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import (
     QComboBox,
@@ -460,6 +460,11 @@ class MetricPlots(pg.GraphicsLayoutWidget):
                 break
         self.show_cursor(x)
 
+    def leaveEvent(self, ev: Any) -> None:
+        """The pointer left the plots: the cursor and its values go (they stuck before)."""
+        self.show_cursor(None)
+        super().leaveEvent(ev)
+
     def show_cursor(self, x: float | None) -> None:
         """The cursor at ``x`` (None: hidden) and the values of the window nearest to it."""
         text = ""
@@ -796,8 +801,17 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         paper's figure); ``title`` is written, wrapped, in a strip above the plots (the
         source, model, preset, baseline and detector, say); the window is left as it was.
         """
-        from PySide6.QtCore import QRect
-        from PySide6.QtGui import QColor, QFont, QFontMetrics, QImage
+        # A figure shows the data, never the hover cursor (it is put back after).
+        shown = [line for line in self.cursor_lines.values() if line.isVisible()]
+        for line in shown:
+            line.setVisible(False)
+        try:
+            self._export(path, scale, title)
+        finally:
+            for line in shown:
+                line.setVisible(True)
+
+    def _export(self, path: str, scale: float, title: str | None) -> None:
 
         def strip(width: int, k: float) -> tuple[QFont, int]:
             font = QFont(self.font())

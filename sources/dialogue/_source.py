@@ -69,7 +69,8 @@ def _variant(kind: str) -> Perturbation:
     label = kind.replace("_", " ").capitalize()
     return Perturbation(
         kind, label,
-        (Param("variant", 0, "Text", 0, n - 1, help=f"which of the {n} texts"),),
+        (Param("variant", 0, f"Which text (0–{n - 1})", 0, n - 1,
+               help=f"which of the {n} texts, from 0"),),
         f"Inject a {label.lower()} (about 40 words) as the next teacher prompt.",
         target="environment", impulse=True)
 

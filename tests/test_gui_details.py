@@ -1,0 +1,107 @@
+"""Details a daily user meets: the hover cursor, where file dialogs open, wording."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from idt_desk_widgets.main_window import MainWindow
+from PySide6.QtCore import QEvent
+from PySide6.QtGui import QImage
+from PySide6.QtWidgets import QApplication, QFileDialog
+
+WAIT = 30_000
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    w = MainWindow(speed=None, record_dir=tmp_path / "recordings")
+    qtbot.addWidget(w)
+    w.show()
+    yield w
+    w.close()
+
+
+def _pixels(path) -> np.ndarray:
+    img = QImage(str(path)).convertToFormat(QImage.Format.Format_RGB32)
+    return np.frombuffer(bytes(img.constBits()), np.uint8).reshape(img.height(), -1).copy()
+
+
+def test_the_cursor_goes_when_the_pointer_leaves_and_never_into_a_figure(qtbot, window,
+                                                                        tmp_path):
+    window.baseline_spin.setValue(30)
+    window.start_session()
+    plots = window.plots
+    qtbot.waitUntil(lambda: plots._last is not None and len(plots._last[0]) > 20,
+                    timeout=WAIT)
+    window.stop_session()
+    plain = tmp_path / "plain.png"
+    window.save_figure(plain)
+    x = float(plots._last[0][len(plots._last[0]) // 2])
+    plots.show_cursor(x)
+    assert plots.cursor_lines["P"].isVisible() and plots.cursor_text
+    with_cursor = tmp_path / "cursor.png"
+    window.save_figure(with_cursor)
+    # The figure is the same as without the cursor; the cursor is still on screen.
+    np.testing.assert_array_equal(_pixels(with_cursor), _pixels(plain))
+    assert plots.cursor_lines["P"].isVisible()
+    # The pointer leaves the plots: the cursor and its values in the status bar go.
+    QApplication.sendEvent(plots, QEvent(QEvent.Type.Leave))
+    assert not plots.cursor_lines["P"].isVisible() and plots.cursor_text == ""
+    assert window.statusBar().currentMessage() == ""
+
+
+def test_file_dialogs_open_in_the_recordings_folder(qtbot, window, tmp_path, monkeypatch):
+    asked = []
+
+    def save(_parent, _caption, where, _filter):
+        asked.append(where)
+        return "", ""
+
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(save))
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory",
+                        staticmethod(lambda _p, _c, where="": asked.append(where) or ""))
+    window._save_plots_dialog("png")
+    window.events._export_dialog()
+    window._select_source("replay", {})
+    window.browse_button.click()
+    folder = tmp_path / "recordings"
+    assert asked == [str(folder / "idt-plots.png"), str(folder / "events.csv"), str(folder)]
+
+
+def test_a_dialogue_speaks_of_turns(qtbot, tmp_path):
+    w = MainWindow(source="dialogue", speed=1.0, record_dir=tmp_path)
+    qtbot.addWidget(w)
+    items = [w.speed_combo.itemText(i) for i in range(w.speed_combo.count())]
+    assert w.speed_combo.currentText() == "1 turn/s" and "10 turns/s" in items
+    assert "max" in items and not any("real time" in t for t in items)
+    assert w.speeds["10 turns/s"] == 10.0 and w.speeds["max"] is None
+    labels = [lab.text() for lab in w.modulate_box.findChildren(type(w.status))]
+    assert "Engage after (turns)" in labels and "Release after quiet (turns)" in labels
+    editor = w.perturb_forms["contradiction"].editors["variant"]
+    assert w.perturb_forms["contradiction"].layout().labelForField(editor).text() == \
+        "Which text (0–2)"
+    assert w.budget_edit.placeholderText() == "1/100turns"
+    # Back to the pendulum: seconds again.
+    w._select_source("pendulum", {})
+    assert w.speed_combo.currentText() == "1× (real time)"
+    assert "Engage after" not in " ".join(
+        lab.text() for lab in w.modulate_box.findChildren(type(w.status)))
+    w._select_source("replay", {})
+    assert w.budget_edit.placeholderText() == "the recording's"
+
+
+def test_the_latency_line_says_how_far_into_the_horizon(qtbot, window):
+    window.baseline_spin.setValue(30)
+    window.set_speed(5.0)  # stopped well within the horizon's 100 windows (7.5 s)
+    window.start_session(schedule=[
+        (5000, "perturb", {"name": "friction", "params": {"damping": 0.0}})])
+    qtbot.waitUntil(lambda: window.session.snapshot(1).n_transitions > 6500, timeout=WAIT)
+    window.stop_session()
+    snap = window.session.snapshot(1)
+    window.alarms.update_snapshot(snap)
+    n = snap.n_windows - snap.onset["first_window"]
+    assert window.alarms.latency.text() == (
+        f"<i>Friction</i> on: not detected yet ({n} of 100 windows since the onset)")
