@@ -138,3 +138,39 @@ def test_the_window_switches_to_a_new_run_and_stays_there(qtbot, tmp_path):
                 proc.kill()
             if proc is not None:
                 proc.wait(10)
+
+
+def test_watch_on_an_empty_folder_opens_the_window_at_once(tmp_path):
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "idt_desk.cli", "watch", str(tmp_path),
+                        "--quit-after", "0.5"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=90, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert r.returncode == 0, r.stderr
+    assert f"no recording in {tmp_path} yet; the window waits for one" in r.stderr
+    assert time.monotonic() - t0 < 60  # never the 600 s --wait before any window
+
+
+@pytest.mark.parametrize("where", ["folder", "the run itself"])
+def test_the_waiting_window_follows_the_first_run_that_starts(qtbot, tmp_path, where):
+    pytest.importorskip("pytestqt")
+    from idt_desk_widgets.main_window import MainWindow
+
+    runs = tmp_path / "runs"
+    run = runs / "run1"
+    watched = runs if where == "folder" else run  # neither exists yet
+    w = MainWindow(source="replay", settings={"path": "", "follow": True, "silence": 30.0},
+                   speed=None, record_dir=tmp_path / "recordings", watch_folder=watched)
+    qtbot.addWidget(w)
+    w.show()
+    assert w.plots.hint.text().startswith(f"Waiting for a run in {watched} …")
+    assert w.session is None
+    writer = _writer(run, 20_000, 400, 0.1)
+    try:
+        qtbot.waitUntil(lambda: w.session is not None and w.session.running
+                        and w.session.source.config["path"] == str(run), timeout=30_000)
+        qtbot.waitUntil(lambda: w.session.snapshot(1).n_transitions > 0, timeout=30_000)
+    finally:
+        w.close()
+        if writer.poll() is None:
+            writer.kill()
+        writer.wait(10)

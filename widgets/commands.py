@@ -81,7 +81,8 @@ def _watch_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds without new data (and no session_end) after which the "
                    "writer counts as stopped (default 10)")
     p.add_argument("--wait", type=float, default=600.0,
-                   help="seconds to wait for a run to appear (default 600)")
+                   help="seconds a run that has appeared may take to start writing "
+                   "(default 600); without any run yet the window opens and waits")
     _add_window_args(p)
 
 
@@ -96,15 +97,15 @@ def _run_watch(args: argparse.Namespace) -> int:
     check_float("--silence", args.silence, 0.5)
     check_float("--wait", args.wait, 0.0)
     size = _window_options(args)
-    deadline = time.monotonic() + args.wait
-    said = False
-    while (run := newest_recording(args.path)) is None:
-        if time.monotonic() > deadline:
-            raise InputError(f"{args.path}: no recording appeared within {args.wait:g} s")
-        if not said:
-            print(f"idt-desk watch: waiting for a recording in {args.path} …", file=sys.stderr)
-            said = True
-        time.sleep(0.2)
+    run = newest_recording(args.path)
+    if run is None:
+        # The window opens at once and waits there (it follows the first run that starts).
+        print(f"idt-desk watch: no recording in {args.path} yet; the window waits for one",
+              file=sys.stderr)
+        return run_gui(source="replay", settings={"path": "", "follow": True,
+                                                  "silence": args.silence, "wait": args.wait},
+                       start=False, speed=None, screenshot=args.screenshot,
+                       quit_after=args.quit_after, size=size, watch_folder=args.path)
     folder = None if run == args.path else args.path
     if folder is not None:
         runs = runs_by_start(folder)

@@ -292,6 +292,12 @@ class MainWindow(QMainWindow):
         self.runs_seen: set[Path] = set()
         if self.watch_folder is not None:
             self._watch(self.watch_folder, (settings or {}).get("path"))
+            if not (settings or {}).get("path"):
+                # Nothing to follow yet (an empty folder): the window waits in plain view.
+                self.plots.show_hint(f"Waiting for a run in {self.watch_folder} …<br><small>"
+                                     "a recording that starts there is followed at once"
+                                     "</small>")
+                self.status.setText(f"watching {self.watch_folder}: no run yet")
 
     @property
     def speeds(self) -> dict[str, float | None]:
@@ -1289,7 +1295,9 @@ class MainWindow(QMainWindow):
         if folder is None or self._starting:
             return
         run = newest_recording(folder)
-        if run is None or run == folder or run in self.runs_seen:
+        # The watched path itself may become the run (watch RUN before its writer starts).
+        if run is None or (run == folder and self.session is not None) or \
+                run in self.runs_seen:
             return
         try:  # its writer has logged recording_start: following it starts at once
             with open(run / "events.jsonl", "rb") as f:
