@@ -105,3 +105,20 @@ def test_the_latency_line_says_how_far_into_the_horizon(qtbot, window):
     n = snap.n_windows - snap.onset["first_window"]
     assert window.alarms.latency.text() == (
         f"<i>Friction</i> on: not detected yet ({n} of 100 windows since the onset)")
+
+
+def test_the_recording_says_how_large_it_is(qtbot, window, tmp_path):
+    import os
+
+    from idt_desk.recordings import recording_size
+
+    window.record_button.setChecked(True)
+    window.start_session()
+    path = window.last_recording
+    qtbot.waitUntil(lambda: " so far (" in window.record_label.text(), timeout=WAIT)
+    text = window.record_label.text()
+    assert text.startswith(f"recording into {path} — ") and text.endswith(" MB/s)")
+    window.stop_session()
+    total = sum(os.path.getsize(p) for p in path.iterdir() if p.is_file())
+    assert recording_size(path)[0] == total > 0
+    assert window.record_label.text() == f"recorded: {path} ({recording_size(path)[1]})"

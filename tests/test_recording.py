@@ -245,3 +245,16 @@ def test_export_round_trips_row_counts(good, tmp_path, fmt):
         assert len(out) == len(want) > 0 and list(out.columns) == list(want.columns), name
     np.testing.assert_array_equal(read(tmp_path / "out" / f"transitions.{fmt}").to_numpy(),
                                   rec.transitions.to_numpy())
+
+
+def test_recording_size_in_words(tmp_path):
+    from idt_desk.recordings import recording_size
+
+    (tmp_path / "a").write_bytes(b"x" * 1500)
+    (tmp_path / "b").write_bytes(b"x" * 2_000_000)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "c").write_bytes(b"x" * 10)  # not the recording's own file
+    assert recording_size(tmp_path) == (2_001_500, "2.0 MB")
+    assert recording_size(tmp_path / "a" / "nothing") == (0, "0 bytes")
+    (tmp_path / "b").write_bytes(b"")
+    assert recording_size(tmp_path)[1] == "1.5 kB"

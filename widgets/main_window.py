@@ -56,6 +56,7 @@ from idt_desk.recordings import (
     export_recording,
     load_recording,
     newest_recording,
+    recording_size,
 )
 
 __all__ = ["SPEEDS", "MainWindow"]
@@ -136,6 +137,8 @@ class MainWindow(QMainWindow):
         self.session: Session | None = None
         self.history = history
         self.last_recording: Path | None = None
+        #: When the recording started, and when its size was last looked at (monotonic).
+        self._record_since = (0.0, 0.0)
         self._frames = 0
         self._fps_t0 = time.monotonic()
         self.fps = 0.0
@@ -1023,7 +1026,7 @@ class MainWindow(QMainWindow):
             self.plots.show_hint(self._idle_hint(stopped=True))
         if self.record_button.isChecked():
             _set_quietly(self.record_button, False)
-            self.record_label.setText(f"recorded: {self.last_recording}")
+            self._show_record_size(recorded=True)
         self._update_buttons()
         self._collect_soon()
 
@@ -1344,8 +1347,35 @@ class MainWindow(QMainWindow):
 
     def _recording_started(self, path: Path) -> None:
         self.last_recording = path
+        self._record_since = (time.monotonic(), 0.0)
         self.record_label.setText(f"recording into {path}")
         self._update_buttons()
+
+    #: Seconds between two looks at the recording's size.
+    RECORD_SIZE_EVERY = 1.0
+
+    def _show_record_size(self, recorded: bool = False) -> None:
+        """The recording's size on disk, and its growth while it records.
+
+        Looked at once a second at most: a recording at max speed grows by tens of MB a
+        second, which the user should see.
+        """
+        path = self.last_recording
+        if path is None:
+            return
+        now = time.monotonic()
+        t0, last = self._record_since
+        if not recorded and now - last < self.RECORD_SIZE_EVERY:
+            return
+        self._record_since = (t0, now)
+        total, size = recording_size(path)
+        if recorded:
+            text = f"recorded: {path} ({size})"
+        else:
+            rate = total / 1e6 / max(now - t0, 1e-3)
+            text = f"recording into {path} — {size} so far ({rate:,.1f} MB/s)"
+        if self.record_label.text() != text:
+            self.record_label.setText(text)
 
     def _record_toggled(self, on: bool) -> None:
         if self.session is None or not self.session.running:
@@ -1358,7 +1388,7 @@ class MainWindow(QMainWindow):
             self._recording_started(path)
         else:
             self.session.stop_recording()
-            self.record_label.setText(f"recorded: {self.last_recording}")
+            self._show_record_size(recorded=True)
             self._update_buttons()
 
     def export_last_recording(self, fmt: str, out: str | Path | None = None) -> list[Path]:
@@ -1505,6 +1535,8 @@ class MainWindow(QMainWindow):
             self.fps = self._frames / (now - self._fps_t0)
             self._frames, self._fps_t0 = 0, now
         self._show_status(snap)
+        if snap.recording is not None:
+            self._show_record_size()
         if snap.error and snap.error != self._error_shown:
             self._error_shown = snap.error
             self.show_error(f"The source stopped with an error: {snap.error}")

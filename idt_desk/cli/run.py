@@ -338,9 +338,11 @@ def _report_run(args: argparse.Namespace, snap, received: list[int]) -> int:
               "symbol the same, H(S) + H(A) + H(S') = 0)")
     rec = ""
     if args.record is not None and (args.record / "config.json").exists():
+        from idt_desk.recordings import recording_size
+
         config = json.loads((args.record / "config.json").read_text())
         complete = bool(config.get("complete"))
-        print(f"recorded into {args.record}"
+        print(f"recorded into {args.record} ({recording_size(args.record)[1]})"
               + ("" if complete else " (incomplete: the session did not close it)"))
         if complete:
             rec = (f"; the recording in {args.record} is complete "

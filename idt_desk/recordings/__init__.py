@@ -15,9 +15,16 @@ from __future__ import annotations
 
 from idt_desk.recordings._format import FORMAT_VERSION, RecordingError
 from idt_desk.recordings.export import export_recording
-from idt_desk.recordings.reader import Recording, load_recording, newest_recording, runs_by_start
+from idt_desk.recordings.reader import (
+    Recording,
+    load_recording,
+    newest_recording,
+    recording_size,
+    runs_by_start,
+)
 from idt_desk.recordings.tail import RecordingTail
 from idt_desk.recordings.writer import Recorder
 
 __all__ = ["FORMAT_VERSION", "Recorder", "Recording", "RecordingError", "RecordingTail",
-           "export_recording", "load_recording", "newest_recording", "runs_by_start"]
+           "export_recording", "load_recording", "newest_recording", "recording_size",
+           "runs_by_start"]
