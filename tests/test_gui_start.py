@@ -172,3 +172,26 @@ def test_a_source_that_fails_to_build_says_why_in_the_banner(qtbot, window):
                                     "a recording directory")
     assert window.session is None and window.start_button.isEnabled()
     assert window.stop_button.text() == "Stop"
+
+
+def test_a_worker_that_cannot_stop_is_waited_for_once(qtbot, window, capsys):
+    """Closing the window, the application's aboutToQuit and the end of run_gui each shut
+    the window down; a worker stuck in a model call was waited for 10 s each time."""
+    window.start_session()
+    session = window.session
+    calls = []
+    real_stop = session.stop
+
+    def stuck(timeout: float = 10.0) -> None:
+        calls.append(timeout)
+        raise RuntimeError(f"session worker did not stop within {timeout} s")
+
+    session.stop = stuck  # type: ignore[method-assign]
+    try:
+        for _ in range(3):
+            window.shutdown()
+        assert calls == [10.0]
+        assert capsys.readouterr().err.count("did not stop within") == 1
+    finally:
+        session.stop = real_stop  # type: ignore[method-assign]
+        real_stop()

@@ -272,6 +272,8 @@ class MainWindow(QMainWindow):
         self.timer.setInterval(REFRESH_MS)
         self.timer.timeout.connect(self.refresh)
         self._starting = False
+        #: A session whose worker did not stop when the window shut down (not waited again).
+        self._given_up: Session | None = None
         #: The session being built in the background (Start), polled by the load timer.
         self._builder: SessionBuilder | None = None
         self._pending_schedule: list[tuple[int, str, dict]] | None = None
@@ -1084,12 +1086,17 @@ class MainWindow(QMainWindow):
         self._watch_timer.stop()
         self._collect_timer.stop()
         self.cancel_loading()
-        if self.session is not None and self.session.running:
+        session = self.session
+        # Once per session: the window's close, the application's aboutToQuit and the end
+        # of run_gui each shut down, and a worker that cannot stop was waited for three
+        # times over (a dialogue's SIGTERM mid-turn took 32 s).
+        if session is not None and session.running and session is not self._given_up:
             try:
-                self.session.stop()
+                session.stop()
             except RuntimeError as exc:
                 # A worker inside a long numba compile cannot be interrupted; it is a daemon
                 # thread and ends with the process.
+                self._given_up = session
                 print(f"idt-desk: {exc}", file=sys.stderr)
         if self.view is not None and hasattr(self.view, "close_view"):
             self.view.close_view()  # a live view's render thread (the cheetah's)
