@@ -52,3 +52,28 @@ def test_auto_uses_ollama_when_it_answers_else_the_builtin_model(monkeypatch):
         assert any(r["path"] == "/api/show" for r in server.requests)
     # A host set explicitly is Ollama, answering or not (then an error, not a fallback).
     assert DialogueSource(host="http://127.0.0.1:9")._kind("student") == "ollama"
+
+
+def test_a_stop_interrupts_the_built_in_model_while_it_reads_the_prompt():
+    """llama.cpp reads a prompt before the first piece (minutes for 4,000 tokens on a shared
+    core): a stop asked then ends the reply at once, and the model goes on working after."""
+    import pytest
+    from idt_desk_sources.dialogue._backends import BuiltinBackend, Stopped
+
+    backend = BuiltinBackend(threads=1, role="stop-test")
+    long = " ".join(["The immune system has many parts that work together."] * 150)
+    messages = [{"role": "user", "content": long + " Summarise this."}]
+    options = {"temperature": 0.7, "top_k": 40, "top_p": 0.9, "num_predict": 20,
+               "repeat_penalty": 1.1, "seed": 0}
+    asked, pieces = [0], []
+
+    def stop() -> bool:
+        asked[0] += 1
+        return asked[0] > 5  # asked while llama.cpp computes, before any piece
+
+    with pytest.raises(Stopped):
+        backend.chat(messages, options, pieces.append, stop)
+    assert pieces == [] and asked[0] > 5
+    reply = backend.chat([{"role": "user", "content": "Say hello."}], options,
+                         pieces.append, lambda: False)
+    assert reply.strip() and pieces

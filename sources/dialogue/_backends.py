@@ -332,19 +332,38 @@ class BuiltinBackend(ChatBackend):
 
     def _stream(self, msgs: list[dict], options: Mapping[str, Any], on_text: OnText,
                 should_stop: Callable[[], bool]) -> str:
+        """Stream a reply; a stop asked for interrupts even the prompt's evaluation.
+
+        llama.cpp reads the whole prompt before the first piece (up to minutes for 4,000
+        tokens on a shared core), with no piece to check the stop flag between: its abort
+        callback asks the flag while it computes, and an aborted read raises Stopped (the
+        tokens read before it stay valid: llama-cpp-python counts a batch once decoded).
+        """
+        import llama_cpp
+
         pieces: list[str] = []
-        stream = self._llm.create_chat_completion(
-            messages=msgs, stream=True, temperature=float(options["temperature"]),
-            top_k=int(options["top_k"]), top_p=float(options["top_p"]),
-            max_tokens=int(options["num_predict"]),
-            repeat_penalty=float(options["repeat_penalty"]), seed=int(options["seed"]))
-        for chunk in stream:
-            delta = chunk["choices"][0].get("delta", {}).get("content")
-            if delta:
-                pieces.append(delta)
-                on_text("".join(pieces))
+        abort = llama_cpp.ggml_abort_callback(lambda _data: bool(should_stop()))
+        ctx = self._llm._ctx.ctx  # the llama_context handle (llama-cpp-python 0.3)
+        llama_cpp.llama_set_abort_callback(ctx, abort, None)
+        try:
+            stream = self._llm.create_chat_completion(
+                messages=msgs, stream=True, temperature=float(options["temperature"]),
+                top_k=int(options["top_k"]), top_p=float(options["top_p"]),
+                max_tokens=int(options["num_predict"]),
+                repeat_penalty=float(options["repeat_penalty"]), seed=int(options["seed"]))
+            for chunk in stream:
+                delta = chunk["choices"][0].get("delta", {}).get("content")
+                if delta:
+                    pieces.append(delta)
+                    on_text("".join(pieces))
+                if should_stop():
+                    raise Stopped
+        except RuntimeError:  # "llama_decode returned 2": aborted
             if should_stop():
-                raise Stopped
+                raise Stopped from None
+            raise
+        finally:
+            llama_cpp.llama_set_abort_callback(ctx, llama_cpp.ggml_abort_callback(), None)
         return "".join(pieces)
 
     def describe(self) -> dict[str, Any]:
