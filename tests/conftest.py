@@ -44,3 +44,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # "No tests collected" (exit 5) is not a failure of the code: CI must not fail for it.
     if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         session.exitstatus = pytest.ExitCode.OK
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    """The main window at maximum speed, recording into ``tmp_path``; closed cleanly after."""
+    from idt_desk_widgets.main_window import MainWindow
+
+    w = MainWindow(speed=None, record_dir=tmp_path / "recordings")
+    qtbot.addWidget(w)
+    w.show()
+    yield w
+    w.close()
+    assert not w.timer.isActive()
+    assert w.session is None or not w.session.running

@@ -218,33 +218,46 @@ def test_auto_modulation_switches_at_the_window_that_triggered_it():
     assert all(i in ends for _, i in sw_max)
 
 
-def test_an_alarm_after_a_perturbation_went_off_is_not_its_detection():
-    """Latency counts only windows holding perturbed transitions."""
-    session = Session(SessionConfig(speed=None, bins=4, window=40, stride=10,
-                                    calibration_windows=2, baseline_windows=5,
-                                    detector="paper"),
-                      source=ToySource())
-    session.schedule(400, "perturb", name="obs_noise", params={"sigma": 0.0})
-    session.schedule(500, "perturb", name="obs_noise", params=None)
+def _toy(speed: float | None = None) -> Session:
+    """The toy loop with 2 calibration and 5 baseline windows of 40, stride 10."""
+    return Session(SessionConfig(speed=speed, bins=4, window=40, stride=10,
+                                 calibration_windows=2, baseline_windows=5, detector="paper"),
+                   source=ToySource())
+
+
+def _force_alarm(session: Session, rule) -> None:
+    """The IDT alarm of window k (the session's count, from 0) is ``rule(k)``."""
     real_update = session.monitor.update
     seen = [2]  # the monitor sees windows from index 2 on (after 2 calibration windows)
 
-    def alarm_late(windows):
+    def update(windows):
         flags = real_update(windows)
         k = np.arange(seen[0], seen[0] + len(flags["IDT"]))
         seen[0] += len(k)
-        # Alarm only in windows that start after the perturbation went off (start = 10 k).
-        flags["IDT"] = 10 * k >= 520
+        flags["IDT"] = rule(k)
         return flags
 
-    session.monitor.update = alarm_late  # type: ignore[method-assign]
+    session.monitor.update = update  # type: ignore[method-assign]
+
+
+def _verdicts(session: Session) -> list[dict]:
+    return [e for e in session.events_since(0) if e["kind"].endswith("detected")]
+
+
+def test_an_alarm_after_a_perturbation_went_off_is_not_its_detection():
+    """Latency counts only windows holding perturbed transitions."""
+    session = _toy()
+    session.schedule(400, "perturb", name="obs_noise", params={"sigma": 0.0})
+    session.schedule(500, "perturb", name="obs_noise", params=None)
+    # Alarm only in windows that start after the perturbation went off (start = 10 k).
+    _force_alarm(session, lambda k: 10 * k >= 520)
     run_headless(session, steps=1000)
     snap = session.snapshot(1)
     assert snap.alarm["IDT"]  # the late alarm did fire...
     onset = snap.onset  # ...but it is not the perturbation's detection
     assert onset["i"] == 400 and onset["off_i"] == 500 and onset["latency"] is None
     # The event log's verdict: once every window holding perturbed transitions is judged.
-    verdicts = [e for e in session.events_since(0) if e["kind"].endswith("detected")]
+    verdicts = _verdicts(session)
     assert len(verdicts) == 1 and verdicts[0]["kind"] == "not_detected"
     assert verdicts[0]["off"] and verdicts[0]["onset_i"] == 400
     assert verdicts[0]["name"] == "obs_noise" and verdicts[0]["i"] >= 500
@@ -252,55 +265,28 @@ def test_an_alarm_after_a_perturbation_went_off_is_not_its_detection():
 
 def test_an_alarm_beyond_the_horizon_is_not_a_detection():
     """A perturbation left on is judged within a stated horizon, then 'not detected'."""
-    session = Session(SessionConfig(speed=None, bins=4, window=40, stride=10,
-                                    calibration_windows=2, baseline_windows=5,
-                                    detector="paper"),
-                      source=ToySource())
+    session = _toy()
     session.schedule(400, "perturb", name="obs_noise", params={"sigma": 0.0})  # left on
-    real_update = session.monitor.update
-    seen = [2]
-
-    def alarm_late(windows):
-        flags = real_update(windows)
-        k = np.arange(seen[0], seen[0] + len(flags["IDT"]))
-        seen[0] += len(k)
-        # The first window holding transition 400 is window 37 (it ends at 410); an alarm
-        # only from window 37 + 100 on: one window past the horizon.
-        flags["IDT"] = k >= 37 + Session.HORIZON_WINDOWS
-        return flags
-
-    session.monitor.update = alarm_late  # type: ignore[method-assign]
+    # The first window holding transition 400 is window 37 (it ends at 410); an alarm only
+    # from window 37 + 100 on: one window past the horizon.
+    _force_alarm(session, lambda k: k >= 37 + Session.HORIZON_WINDOWS)
     run_headless(session, steps=40 + 10 * (37 + Session.HORIZON_WINDOWS + 20))
     onset = session.snapshot(1).onset
     assert session.snapshot(1).alarm["IDT"]  # the alarm fired...
     assert onset["first_window"] == 37 and onset["latency"] is None  # ...too late to count
     assert onset["expired"] and onset["horizon"] == 100 and onset["unit"] == "window"
-    verdicts = [e for e in session.events_since(0) if e["kind"].endswith("detected")]
-    assert [(e["kind"], e["off"], e["horizon"]) for e in verdicts] == [
+    assert [(e["kind"], e["off"], e["horizon"]) for e in _verdicts(session)] == [
         ("not_detected", False, 100)]
 
 
 def test_a_detection_is_logged_with_its_latency():
     """The verdict event carries the latency the alarm panel shows, once."""
-    session = Session(SessionConfig(speed=None, bins=4, window=40, stride=10,
-                                    calibration_windows=2, baseline_windows=5,
-                                    detector="paper"),
-                      source=ToySource())
+    session = _toy()
     session.schedule(400, "perturb", name="obs_noise", params={"sigma": 0.0})
-    real_update = session.monitor.update
-    seen = [2]
-
-    def alarm_at(windows):
-        flags = real_update(windows)
-        k = np.arange(seen[0], seen[0] + len(flags["IDT"]))
-        seen[0] += len(k)
-        flags["IDT"] = k >= 40  # window 37 is the first holding transition 400
-        return flags
-
-    session.monitor.update = alarm_at  # type: ignore[method-assign]
+    _force_alarm(session, lambda k: k >= 40)  # window 37 is the first holding transition 400
     run_headless(session, steps=1000)
     assert session.snapshot(1).onset["latency"] == 3
-    verdicts = [e for e in session.events_since(0) if e["kind"].endswith("detected")]
+    verdicts = _verdicts(session)
     assert len(verdicts) == 1 and verdicts[0]["kind"] == "detected"
     # Logged at the end of window 40 (start 400, end 440), after the onset event.
     assert verdicts[0]["latency"] == 3 and verdicts[0]["i"] == 440
@@ -309,30 +295,6 @@ def test_a_detection_is_logged_with_its_latency():
     assert kinds.index("perturbation_on") < kinds.index("detected")
     assert session.events_since(len(kinds)) == [] and len(session.events_since(3)) == \
         len(kinds) - 3
-
-
-def _verdict_at(speed, schedule, alarm_from):
-    """The toy loop at ``speed`` with the IDT alarm forced on from window ``alarm_from``."""
-    session = Session(SessionConfig(speed=speed, bins=4, window=40, stride=10,
-                                    calibration_windows=2, baseline_windows=5,
-                                    detector="paper"),
-                      source=ToySource())
-    for at, name, params in schedule:
-        session.schedule(at, "perturb", name=name, params=params)
-    real_update = session.monitor.update
-    seen = [2]
-
-    def alarm(windows):
-        flags = real_update(windows)
-        k = np.arange(seen[0], seen[0] + len(flags["IDT"]))
-        seen[0] += len(k)
-        flags["IDT"] = k >= alarm_from
-        return flags
-
-    session.monitor.update = alarm  # type: ignore[method-assign]
-    run_headless(session, steps=40 + 10 * (37 + Session.HORIZON_WINDOWS + 30))
-    return [(e["kind"], e["i"]) for e in session.events_since(0) if e["kind"].endswith(
-        "detected")]
 
 
 @pytest.mark.parametrize("case, schedule, expected", [
@@ -347,6 +309,13 @@ def _verdict_at(speed, schedule, alarm_from):
 def test_a_verdict_is_stamped_where_it_was_decided_at_every_speed(case, schedule, expected):
     """The same run gives the same verdict at the same transition at speeds max, 10 and 20
     (the loop cut into 800-, 20- and 40-transition chunks)."""
-    got = {speed: _verdict_at(speed, schedule, alarm_from=10_000) for speed in (None, 10, 20)}
+    got = {}
+    for speed in (None, 10, 20):
+        session = _toy(speed)
+        for at, name, params in schedule:
+            session.schedule(at, "perturb", name=name, params=params)
+        _force_alarm(session, lambda k: k >= 10_000)  # never
+        run_headless(session, steps=40 + 10 * (37 + Session.HORIZON_WINDOWS + 30))
+        got[speed] = [(e["kind"], e["i"]) for e in _verdicts(session)]
     assert got[None] == [expected], got
     assert got[10] == got[None] and got[20] == got[None]

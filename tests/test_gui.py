@@ -29,17 +29,6 @@ from .toy_source import ToySource
 WAIT = 30_000  # ms; the first test may load the numba cache
 
 
-@pytest.fixture
-def window(qtbot, tmp_path):
-    w = MainWindow(speed=None, record_dir=tmp_path / "recordings")
-    qtbot.addWidget(w)
-    w.show()
-    yield w
-    w.close()
-    assert not w.timer.isActive()
-    assert w.session is None or not w.session.running
-
-
 def _clear_when_asked(monkeypatch) -> None:
     """Reset's question (an unrecorded session) answered: clear it."""
     from PySide6.QtWidgets import QMessageBox

@@ -15,15 +15,6 @@ from PySide6.QtWidgets import QApplication, QFileDialog
 WAIT = 30_000
 
 
-@pytest.fixture
-def window(qtbot, tmp_path):
-    w = MainWindow(speed=None, record_dir=tmp_path / "recordings")
-    qtbot.addWidget(w)
-    w.show()
-    yield w
-    w.close()
-
-
 def _pixels(path) -> np.ndarray:
     img = QImage(str(path)).convertToFormat(QImage.Format.Format_RGB32)
     return np.frombuffer(bytes(img.constBits()), np.uint8).reshape(img.height(), -1).copy()
@@ -122,3 +113,27 @@ def test_the_recording_says_how_large_it_is(qtbot, window, tmp_path):
     total = sum(os.path.getsize(p) for p in path.iterdir() if p.is_file())
     assert recording_size(path)[0] == total > 0
     assert window.record_label.text() == f"recorded: {path} ({recording_size(path)[1]})"
+
+
+def test_a_small_window_gets_short_legend_words_and_axis_labels(qtbot, window):
+    plots = window.plots
+    plots.set_reward_visible(True)  # the RL agent's five plots
+    plots.set_source({"kick": "Kick"}, has_modulation=True, has_impulse=True,
+                     impulse_label="impulse (kick)")
+
+    def legend() -> list[str]:
+        return [label.text for _sample, label in plots.legend.items]
+
+    def axis(key: str) -> str:
+        return plots.plots[key].getAxis("left").labelText
+
+    window.resize(1024, 700)  # a centre pane about 320 px wide, plots about 70 px tall
+    qtbot.waitUntil(lambda: plots.width() < 560, timeout=2000)
+    assert legend() == ["mean", "alarm band", "alarmed", "perturbed", "modulated", "kick"]
+    assert plots.legend.columnCount >= 2  # five rows of one entry before
+    assert axis("reward") == "reward" and axis("dH") == "ΔH"
+    window.resize(1920, 1080)
+    qtbot.waitUntil(lambda: plots.width() > 560, timeout=2000)
+    assert legend() == ["baseline mean", "alarm band", "alarmed window", "perturbation",
+                        "modulation", "impulse (kick)"]
+    assert axis("reward") == "reward / step" and axis("dH") == "ΔH (bits)"

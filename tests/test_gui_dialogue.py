@@ -19,6 +19,18 @@ from .fake_ollama import FakeOllama
 WAIT = 60_000
 
 
+def _replayed(qtbot, path, tmp_path) -> MainWindow:
+    """A window that has replayed the recording at ``path`` to its end."""
+    w = MainWindow(source="replay", settings={"path": str(path)}, speed=None,
+                   record_dir=tmp_path)
+    qtbot.addWidget(w)
+    w.show()
+    assert w.start_session(), w.banner.text()
+    qtbot.waitUntil(lambda: not w.session.running, timeout=WAIT)
+    w.refresh()
+    return w
+
+
 @pytest.fixture
 def server():
     with FakeOllama() as srv:
@@ -132,13 +144,7 @@ def test_injection_markers_sit_on_the_turn_they_inject(qtbot, tmp_path):
     from pathlib import Path
 
     path = Path(__file__).parent.parent / "assets/recordings/dialogue-smollm2-contradictions"
-    w = MainWindow(source="replay", settings={"path": str(path)}, speed=None,
-                   record_dir=tmp_path)
-    qtbot.addWidget(w)
-    w.show()
-    assert w.start_session(), w.banner.text()
-    qtbot.waitUntil(lambda: not w.session.running, timeout=WAIT)
-    w.refresh()
+    w = _replayed(qtbot, path, tmp_path)
     marks = sorted(items[0].value() for items in w.plots._pulses)
     assert marks == [31.0, 46.0, 61.0, 76.0, 91.0]
     legend = [label.text for _sample, label in w.plots.legend.items]
@@ -218,13 +224,7 @@ def test_at_n_means_turn_n_in_the_recording_the_log_the_plots_and_the_transcript
     assert rec.turns[4]["next_prompt"].startswith("That doesn't sound right")
     pulse = rec.events[rec.events["kind"] == "perturbation_pulse"].iloc[0]
     assert pulse["i"] == 4  # applied when 4 turns were done: it acts on turn 5
-    w = MainWindow(source="replay", settings={"path": str(path)}, speed=None,
-                   record_dir=tmp_path)
-    qtbot.addWidget(w)
-    w.show()
-    assert w.start_session(), w.banner.text()
-    qtbot.waitUntil(lambda: not w.session.running, timeout=WAIT)
-    w.refresh()
+    w = _replayed(qtbot, path, tmp_path)
     assert [items[0].value() for items in w.plots._pulses] == [5.0]
     log = w.events
     row = next(k for k, e in enumerate(log.events) if e["kind"] == "perturbation_pulse")

@@ -17,18 +17,14 @@ Button = QMessageBox.StandardButton
 
 
 @pytest.fixture
-def window(qtbot, tmp_path):
-    w = MainWindow(speed=None, record_dir=tmp_path / "recordings")
+def window(window, qtbot):
+    """conftest's window, active (shortcuts need it), with a baseline it never reaches."""
     # No baseline calibration within these tests: it runs in the loop's thread, which on a
     # loaded machine may not stop within Session.stop's 10 s while it calibrates.
-    w.baseline_spin.setValue(10_000)
-    qtbot.addWidget(w)
-    w.show()
-    w.activateWindow()
-    qtbot.waitUntil(w.isActiveWindow)
-    yield w
-    w.close()
-    assert w.session is None or not w.session.running
+    window.baseline_spin.setValue(10_000)
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow)
+    return window
 
 
 def _drawn(w: MainWindow) -> int:

@@ -308,6 +308,26 @@ class MetricPlots(pg.GraphicsLayoutWidget):
                 plot.setLabel("bottom", self.x_label)
             else:
                 plot.hideAxis("bottom")
+        self._fit_axis_labels()
+
+    #: A plot's height (px) below which its axis label drops its unit ("ΔH", not "ΔH (bits)").
+    SHORT_LABELS_BELOW = 110
+
+    def _fit_axis_labels(self) -> None:
+        """Axis labels no longer than their plot is tall (their units go when it is short).
+
+        A rotated "reward / step" ran into "ΔH (bits)" above it on a 1024×700 window, whose
+        plots are about 70 px tall.
+        """
+        shown = sum(1 for key, _l, _c in METRICS if self._optional.get(key, True))
+        # The plots share the height left by the legend and the time axis (about 45 px).
+        room = self.height() - self.legend.boundingRect().height() - 45
+        short = room / max(shown, 1) < self.SHORT_LABELS_BELOW
+        for key, label, _color in METRICS:
+            text = _SHORT_AXIS.get(key, label) if short else label
+            axis = self.plots[key].getAxis("left")
+            if axis.labelText != text:
+                axis.setLabel(text)
 
     def set_source(self, names: dict[str, str], has_modulation: bool, has_impulse: bool,
                    defaults: dict[str, dict[str, Any]] | None = None,
@@ -347,10 +367,17 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         self.hint.move((self.width() - w) // 2, (self.height() - self.hint.height()) // 2)
 
     def resizeEvent(self, ev: Any) -> None:
-        """Keep the hint centred and the legend within the width."""
+        """Keep the hint centred and the legend within the width (short words if narrow)."""
         if hasattr(self, "legend"):
+            compact = ev.size().width() < self.COMPACT_BELOW
+            if compact != (ev.oldSize().width() < self.COMPACT_BELOW) or \
+                    ev.oldSize().width() < 0:
+                self._legend_key = ()  # the words change with the width
+                self._update_legend()
             self._wrap_legend(fit=False)  # before the scene takes the new width
         super().resizeEvent(ev)
+        if hasattr(self, "_optional"):
+            self._fit_axis_labels()
         if getattr(self, "_hint_on", False):  # (pyqtgraph resizes during construction)
             self._place_hint()
 
@@ -382,6 +409,10 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             self.ci.layout.invalidate()
             self.centralWidget.setGeometry(self.range)
 
+    #: Below this width the legend speaks in short words ("mean", "kick"): at 1024 px the
+    #: centre pane is about 320 px wide, and the full words took a row each (five rows).
+    COMPACT_BELOW = 560
+
     def _update_legend(self) -> None:
         entries = [("dash", _MEAN, "baseline mean"),
                    ("box", _BAND, self._band_text),
@@ -393,6 +424,8 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             entries.append(("vline", _PULSE, getattr(self, "_impulse_label", "impulse")))
         if self._seen_undefined:
             entries.append(("tri", _UNDEFINED, "P undefined"))
+        if self.width() < self.COMPACT_BELOW:
+            entries = [(kind, color, _SHORT.get(text, text)) for kind, color, text in entries]
         key = tuple(entries)
         if key == self._legend_key:
             return
@@ -997,6 +1030,15 @@ class ReturnPlot(pg.PlotWidget):
         # Short enough for the narrowest centre pane (about 300 px at 1024 wide).
         self._title(f"Return: last {y[-1]:,.0f}, best {best:,.0f} "
                     f"({len(x)} ep.)")
+
+
+#: Axis labels without their units, for short plots.
+_SHORT_AXIS = {"H_f": "H<sub>f</sub>", "H_b": "H<sub>b</sub>", "dH": "ΔH", "reward": "reward",
+               "P_adj": "P − null"}
+#: The legend's short words, for a narrow centre pane.
+_SHORT = {"baseline mean": "mean", "alarm band (calibrated kσ)": "alarm band",
+          "alarmed window": "alarmed", "impulse (kick)": "kick", "perturbation": "perturbed",
+          "modulation": "modulated"}
 
 
 def _band_label(b: Any) -> str:
