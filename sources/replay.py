@@ -24,7 +24,7 @@ __all__ = ["DRAWN_FROM_RECORDING", "ReplaySource"]
 
 _PIPELINE = ("reconfigure", "calibrate_baseline")
 _SHOWN = ("perturbation_on", "perturbation_off", "perturbation_pulse", "modulation_on",
-          "modulation_off", "note")
+          "modulation_off", "note", "baseline_overlap")
 #: Views a replay draws from its recording alone.
 DRAWN_FROM_RECORDING = ("pendulum", "dialogue")
 #: Finished episodes whose returns a replay's info holds (the latest; as the RL source).

@@ -105,3 +105,25 @@ def test_the_window_says_so_when_a_perturbation_goes_on_during_the_calibration(q
     assert "until 61.73 s" in texts[3]
     w.stop_session()
     w.close()
+
+
+def test_a_replay_says_what_the_recorded_session_said(tmp_path):
+    """Both warnings of the recording, the one said when a perturbation went on and the one
+    said when a new baseline was asked for while it was on (a replay that worked them out
+    again from its replayed switches missed the second: its source has none on)."""
+    from idt_desk_sources.replay import ReplaySource
+
+    rec = tmp_path / "rec"
+    session = Session(SessionConfig(speed=None, baseline_windows=30), record=rec)
+    noise = PendulumSource.perturbation("sensor_noise").resolve({})
+    session.schedule(2000, "perturb", name="sensor_noise", params=noise)
+    session.schedule(3000, "perturb", name="sensor_noise", params=None)
+    session.schedule(4500, "perturb", name="sensor_noise", params=noise)
+    session.schedule(5000, "calibrate_baseline", n=10)
+    run_headless(session, steps=6000)
+    replay = Session(SessionConfig(speed=None), source=ReplaySource(path=str(rec)))
+    run_headless(replay)
+    said = [(e["i"], e["name"], e["first"], e["end"]) for e in _overlaps(session)]
+    assert [s[:2] for s in said] == [(2000, "sensor_noise"), (5000, "sensor_noise")]
+    assert said[0][3] == _end(30)
+    assert [(e["i"], e["name"], e["first"], e["end"]) for e in _overlaps(replay)] == said

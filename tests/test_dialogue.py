@@ -343,3 +343,16 @@ def test_run_reports_a_dialogue_in_turns(server):
     assert "dialogue: 4 turns, state stopped" in out
     assert "baseline 3 turns" in out and "windows" not in out.split("alarm:")[1]
     assert "length confound: r with log(1 + tokens) of S' over turns 1-3: P " in out
+
+
+@pytest.mark.parametrize("baseline, warned", [(30, []), (33, ["contradiction"])])
+def test_a_schedule_is_no_perturbation_of_the_baseline_its_injections_are(server, baseline,
+                                                                          warned):
+    """The paper schedule, on from turn 1, injects at turn 31: after a 30-turn baseline (no
+    word), inside a 33-turn one (the injection is said to fall into it)."""
+    ses = _session(server, baseline=baseline)
+    ses.schedule(0, "perturb", name="paper_schedule", params={"type": "contradiction"})
+    run_headless(ses, steps=32)
+    overlaps = [e for e in ses.events_since(0) if e["kind"] == "baseline_overlap"]
+    assert [e["name"] for e in overlaps] == warned
+    assert all(e["i"] == 30 and e["end"] == baseline for e in overlaps)

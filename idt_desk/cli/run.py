@@ -290,6 +290,8 @@ def _warn_overlaps(session, specs: list[str], steps: int | None) -> None:
     src = session.source
     for spec in specs:
         items = schedule_switches([spec], src, steps, "perturb")
+        if src.perturbation(items[0][2]["name"]).scheduled:
+            continue  # its impulses come later, at the schedule's moments
         overlap = baseline_overlap(session, items[0][0], items[1][0] if len(items) > 1 else None)
         if overlap is None:
             continue

@@ -114,6 +114,10 @@ def warn_overlap(session: Any, names: list[Any]) -> None:
     Said at once (the GUI's event log, the recording): the symbols and the baseline gathered
     now take the perturbation for normal, and the alarm calibrated on them cannot see it.
     """
+    src = session.source
+    # A schedule being on perturbs nothing: its impulses (logged by the source) are told.
+    names = [n for n in names if not any(p.name == n and p.scheduled
+                                         for p in src.perturbations)]
     overlap = baseline_overlap(session, session.n_transitions, None) if names else None
     if overlap is not None:
         for name in names:
@@ -158,5 +162,8 @@ def source_events(session: Any, b: Batch, before: bool) -> None:
         elif kind == "perturbation_off":
             session._alarms.onset_off(fields.get("name"), i)
         session._event(kind, at=i, **fields)
-        if kind in ("perturbation_on", "perturbation_pulse") and before:
-            warn_overlap(session, [fields.get("name")])  # as the recorded session did
+        if kind in ("perturbation_on", "perturbation_pulse") and before and \
+                not fields.get("replayed"):
+            # A live source's own impulse (a scheduled injection); a replay replays the
+            # recorded session's baseline_overlap events instead.
+            warn_overlap(session, [fields.get("name")])

@@ -134,6 +134,10 @@ class Perturbation:
     An ``impulse`` is a one-shot event (a kick), not a state: switching it on applies it once
     at the next transition and it is not active afterwards. ``repeat`` names a parameter that,
     when > 0, makes the impulse repeat while on, which is a state again.
+
+    A ``scheduled`` perturbation only arms a schedule: it acts through the impulses the
+    source logs at the schedule's moments (``perturbation_pulse``; the paper's injections
+    at turns 31, 46, ...), so being on is no perturbation by itself.
     """
 
     name: str
@@ -143,6 +147,7 @@ class Perturbation:
     target: str = "environment"
     impulse: bool = False
     repeat: str = ""
+    scheduled: bool = False
 
     def is_impulse(self, params: Mapping[str, Any] | None = None) -> bool:
         """Whether switching on with these parameters is a one-shot impulse (not a state)."""

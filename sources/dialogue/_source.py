@@ -141,7 +141,7 @@ class DialogueSource(Source):
         Perturbation("paper_schedule", "Paper schedule",
                      (Param("type", "contradiction", "Type", choices=tuple(INJECTIONS)),),
                      "While on, inject at turns " + ", ".join(map(str, PAPER_SCHEDULE))
-                     + " (paper §11.4), rotating through the type's texts."),
+                     + " (paper §11.4), rotating through the type's texts.", scheduled=True),
     )
     modulations: ClassVar[tuple[Modulation, ...]] = (
         Modulation("input_filter", "Context gating",
