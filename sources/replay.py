@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from idt_desk.live.plugins import SourceLoadError, load_source
 from idt_desk.live.session import MAX_SPEED_CHUNKS
 from idt_desk.live.source import Batch, Param, Source
 from idt_desk.recordings import RecordingError, RecordingTail, load_recording
@@ -94,6 +95,7 @@ class ReplaySource(Source):
         self.episode_steps = src.get("episode_steps") or None
         #: The recorded source's name (its declarations label the replayed switches).
         self.recorded_source: str | None = src.get("name")
+        self._scheduled: frozenset[str] | None = None
         #: The recorded source's view; the replay draws it only when the recording holds what
         #: it is drawn from (the pendulum's angles, the dialogue's turns; not the cheetah's
         #: MuJoCo state): otherwise the replay's own view (progress, episodes).
@@ -256,9 +258,22 @@ class ReplaySource(Source):
             elif kind in _PIPELINE and not (i == 0 and ev.get("reason") == "recording"):
                 self._events.append((i, ev))
             elif kind in _SHOWN:
+                if kind == "perturbation_on" and ev.get("name") in self._schedules():
+                    ev["scheduled"] = True  # a recording made before the event said so
                 self._events.append((i, {**ev, "replayed": True}))
         # Stable: events of one transition keep the order they were logged in.
         self._events.sort(key=lambda e: e[0])
+
+    def _schedules(self) -> frozenset[str]:
+        """The recorded source's schedules (:attr:`Perturbation.scheduled`), loaded once."""
+        if self._scheduled is None:
+            try:
+                cls = load_source(self.recorded_source) if self.recorded_source else None
+            except SourceLoadError:
+                cls = None  # an unknown source: its switches are taken as they were logged
+            self._scheduled = frozenset(p.name for p in getattr(cls, "perturbations", ())
+                                        if p.scheduled)
+        return self._scheduled
 
     def pipeline_overrides(self) -> dict[str, Any] | None:
         """The pipeline configuration the recording started with (and its tokenizer).

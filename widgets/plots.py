@@ -1099,7 +1099,8 @@ def _periods(events: list[dict[str, Any]], now: float
         kind = ev.get("kind", "")
         for what in ("perturbation", "modulation"):
             key = (what, str(ev.get("name")))
-            if kind == f"{what}_on" and key not in open_:
+            if kind == f"{what}_on" and key not in open_ and not ev.get("scheduled"):
+                # (An armed schedule perturbs nothing: its impulses are marked instead.)
                 params = tuple(sorted((k, v) for k, v in (ev.get("params") or {}).items()
                                       if isinstance(v, bool | int | float | str)))
                 open_[key] = (float(ev.get("t", now)), params)

@@ -43,14 +43,19 @@ def apply_command(session: Any, kind: str, args: dict[str, Any]) -> None:
             return
         resolved = src.set_perturbation(name, params)
         if on:
-            impulse = src.perturbation(name).is_impulse(resolved)
-            session._alarms.new_onset(name, session.n_transitions, impulse)
+            declared = src.perturbation(name)
+            impulse = declared.is_impulse(resolved)
+            if not declared.scheduled:  # armed only: latency counts from its impulses
+                session._alarms.new_onset(name, session.n_transitions, impulse)
             if impulse:
                 # One shot: applied by the next step, then off again (see _run).
                 session._impulses.append(name)
                 session._event("perturbation_pulse", name=name, params=resolved)
             else:
-                session._event("perturbation_on", name=name, params=resolved)
+                # A schedule says so: the plots shade no period for it, a replay starts no
+                # latency from it (its impulses are logged by the source).
+                session._event("perturbation_on", name=name, params=resolved,
+                               **({"scheduled": True} if declared.scheduled else {}))
             warn_overlap(session, [name])
         else:
             session._alarms.onset_off(name, session.n_transitions)
@@ -157,7 +162,7 @@ def source_events(session: Any, b: Batch, before: bool) -> None:
         # A replayed event's own i/t/wall belong to the original session.
         fields = {k: v for k, v in ev.items() if k not in ("kind", "i", "t", "wall", "row")}
         i = session.n_transitions - len(b) + row + 1 if not before else session.n_transitions
-        if kind in ("perturbation_on", "perturbation_pulse"):
+        if kind in ("perturbation_on", "perturbation_pulse") and not fields.get("scheduled"):
             session._alarms.new_onset(fields.get("name"), i, kind == "perturbation_pulse")
         elif kind == "perturbation_off":
             session._alarms.onset_off(fields.get("name"), i)
