@@ -131,6 +131,9 @@ def test_alarm_lights_say_their_state(qtbot, window):
 def test_perturbation_button_records_an_event_and_shades_the_plot(qtbot, window):
     window.record_button.setChecked(True)  # armed: records from the start
     window.start_session()
+    # Once the baseline is set: switched on while it is gathered, the noise would be part of
+    # it (said as a baseline_overlap) and the alarm calibrated on it could not see it.
+    qtbot.waitUntil(lambda: window.session.snapshot(1).detector["calibrated"], timeout=4 * WAIT)
     qtbot.waitUntil(lambda: _windows_on_plot(window) > 10, timeout=WAIT)
     button = window.perturb_buttons["sensor_noise"]
     assert button.isEnabled()

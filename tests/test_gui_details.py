@@ -86,10 +86,12 @@ def test_a_dialogue_speaks_of_turns(qtbot, tmp_path):
 
 def test_the_latency_line_says_how_far_into_the_horizon(qtbot, window):
     window.baseline_spin.setValue(30)
-    window.set_speed(5.0)  # stopped well within the horizon's 100 windows (7.5 s)
+    # Paused by the schedule well within the horizon's 100 windows, whatever the load (a
+    # loop catching up after its calibration ran hundreds of windows past a polled stop).
     window.start_session(schedule=[
-        (5000, "perturb", {"name": "friction", "params": {"damping": 0.0}})])
-    qtbot.waitUntil(lambda: window.session.snapshot(1).n_transitions > 6500, timeout=WAIT)
+        (5000, "perturb", {"name": "friction", "params": {"damping": 0.0}}),
+        (6500, "pause", {})])
+    qtbot.waitUntil(lambda: window.session.snapshot(1).state == "paused", timeout=4 * WAIT)
     window.stop_session()
     snap = window.session.snapshot(1)
     window.alarms.update_snapshot(snap)
