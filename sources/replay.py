@@ -43,8 +43,9 @@ class ReplaySource(Source):
         Param("follow", False, "Follow while written",
               help="keep up with a recording that is still being written (idt-desk watch)"),
         Param("silence", 10.0, "Writer silent after", 0.5, 86_400.0, unit="s",
-              help="following: stop when no new data has come for this long and the writer "
-                   "has not ended the recording"),
+              help="following: stop when neither new data nor the writer's heartbeat (once "
+                   "a second while it runs) has come for this long and the writer has not "
+                   "ended the recording"),
         Param("wait", 60.0, "Wait for the writer", 0.0, 86_400.0, unit="s",
               help="following: how long to wait for the recording to start"),
     )
@@ -313,8 +314,10 @@ class ReplaySource(Source):
         if tail is None:
             return {}
         if not done:
-            writer = "writing" if tail.silent_for() < 2.0 else \
-                f"no new data for {tail.silent_for():.0f} s"
+            idle, silent = tail.idle_for(), tail.silent_for()
+            writer = "writing" if idle < 2.0 else \
+                f"idle for {idle:.0f} s, still running" if silent < 2.0 else \
+                f"no new data for {silent:.0f} s"
         else:
             writer = "ended the run" if tail.finished else "stopped responding"
         return {"following": str(tail.path), "writer": writer}
@@ -347,7 +350,7 @@ class ReplaySource(Source):
             if tail.silent_for() > float(self.config["silence"]):
                 self._ended = True
                 return [{"kind": "note", "text": (
-                    f"the writer stopped responding: no new data for "
+                    f"the writer stopped responding: no new data and no heartbeat for "
                     f"{self.config['silence']:g} s and no session_end; following stopped "
                     f"after {self._n_rows:,} transitions")}]
             if time.monotonic() > deadline or self.should_stop():

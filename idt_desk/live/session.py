@@ -52,7 +52,7 @@ from idt_desk.live.source import Batch, Source
 from idt_desk.live.turns import TurnPath
 from idt_desk.live.worker import run_headless, run_loop
 from idt_desk.pipeline import Pipeline, Step, source_monitor, source_preset
-from idt_desk.recordings import Recorder
+from idt_desk.recordings import Recorder, RecordingError
 
 __all__ = ["MAX_SPEED_CHUNKS", "WINDOW_COLUMNS", "Session", "SessionConfig", "Snapshot",
            "run_headless", "undefined_reason"]
@@ -398,6 +398,8 @@ class Session:
             return
         i0 = self.n_transitions
         t = b.t if b.t is not None else (i0 + 1 + np.arange(n)) / self.source.rate
+        if self._recorder is not None and self._recorder.error is not None:
+            raise self._recorder.error  # a full disk: stop, rather than fill memory
         if self._recorder is not None:
             self._recorder.add_transitions(i0, t, b.s, b.a, b.s_next, b.reward, b.episode)
             if self._turn_path:
@@ -591,8 +593,20 @@ class Session:
         try:
             self.source.close()
         finally:
-            if self._recorder is not None and not self._recorder.closed:
+            rec = self._recorder
+            if rec is not None and not rec.closed:
+                if rec.error is not None and self._error is None:
+                    self._failed(rec.error)
                 self._event("session_end", state=self._state, error=self._error)
-                self._recorder.close(final_state=self._state, error=self._error)
+                try:
+                    rec.close(final_state=self._state, error=self._error)
+                except RecordingError as exc:  # a full disk: the run ends in error, said once
+                    self._failed(exc)
             for fn in self._listeners:
                 fn()
+
+    def _failed(self, exc: BaseException) -> None:
+        """End the session in error with ``exc``'s message (the first error is kept)."""
+        if self._error is None:
+            self._error = f"{type(exc).__name__}: {exc}"
+        self._state = "error"

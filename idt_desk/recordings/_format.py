@@ -18,9 +18,11 @@ A recording is a directory::
                          ``history: true`` and no ``i`` (sources with ``metric_path = "turns"``)
 
 Each table is plain CSV (``pd.read_csv(path / "transitions.csv")``) and the transitions use
-the column names ``idt-desk analyze`` reads. Rows are appended in whole lines with one
-``os.write`` per flush, at least every ``flush_seconds`` (0.5 s), so killing the process,
-even with SIGKILL, loses at most the last flush interval and leaves every file readable.
+the column names ``idt-desk analyze`` reads. Rows are appended in whole lines by the writer's
+flusher thread at least every ``flush_seconds`` (0.5 s), whatever the loop is doing, so
+killing the process, even with SIGKILL, loses at most the last flush interval and leaves
+every file readable. A write that fails (a full disk) is cut back to the file's last whole
+line and its rows are kept to be written again.
 Floats are written in their shortest round-trip form: they read back bit for bit, which is what
 lets a replay reproduce the recorded windows exactly.
 
@@ -66,7 +68,6 @@ _FILES = ("config.json", "transitions.csv", "windows.csv", "events.jsonl")
 #: The events a session writes just before it closes a recording.
 _CLOSING_EVENTS = ("session_end", "recording_stop")
 
-
 class RecordingError(ValueError):
     """A path that is not a readable recording; the message says what is wrong."""
 
@@ -90,60 +91,98 @@ def _json_safe(v: Any) -> Any:
     return v
 
 
-class _Table:
+class _AppendFile:
+    """An append-only file written in whole lines: rows are taken, then written on a flush.
+
+    :meth:`take` (under the writer's lock) moves what was appended into :attr:`carry` as
+    bytes; :meth:`write` hands the carry to the operating system. A write that fails (a full
+    disk) cuts the file back to where it ended before it, so the file never ends in a torn
+    line, and keeps the carry to write again: nothing taken is dropped.
+    """
+
+    def __init__(self, path: Path, header: bytes = b"") -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        #: Bytes taken from the pending rows but not yet written.
+        self.carry = header
+        self.write()  # a table's header at once: a follower can start reading
+
+    @property
+    def fd(self) -> int:
+        """The file's descriptor (a heartbeat touches it)."""
+        return self._fd
+
+    def take(self) -> None:
+        """Format what is pending and move it to :attr:`carry` (the caller holds the lock)."""
+        raise NotImplementedError
+
+    def write(self) -> None:
+        """Write :attr:`carry` in whole lines; on an OSError cut the file back and re-raise."""
+        data = self.carry
+        if not data:
+            return
+        end = os.fstat(self._fd).st_size
+        try:
+            # Whole lines only: a kill leaves the file ending at a line boundary.
+            while data:
+                data = data[os.write(self._fd, data):]
+        except OSError:
+            try:
+                os.ftruncate(self._fd, end)
+            except OSError:
+                pass  # a reader drops a torn last line all the same
+            raise
+        self.carry = b""
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class _Table(_AppendFile):
     """An append-only CSV file written in whole lines.
 
-    Blocks are kept as arrays and formatted at flush time, all at once, by Arrow's CSV writer
+    Blocks are kept as arrays and formatted when taken, all at once, by Arrow's CSV writer
     (C++; shortest round-trip digits, so every float reads back bit for bit): 5x less than
     numpy's savetxt per row, which matters when a session records at full speed.
     """
 
     def __init__(self, path: Path, columns: Sequence[str]) -> None:
-        self.path = path
         self.columns = list(columns)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        super().__init__(path, (",".join(self.columns) + "\n").encode())
         self._pending: list[np.ndarray] = []
-        os.write(self._fd, (",".join(self.columns) + "\n").encode())
 
     def append(self, block: np.ndarray) -> None:
         if block.size:
             self._pending.append(np.array(block, dtype=np.float64))
 
-    def flush(self) -> None:
+    def take(self) -> None:
         if self._pending:
-            data = _csv_lines(np.vstack(self._pending))
-            self._pending.clear()
-            # One write of whole lines: a kill leaves the file ending at a line boundary.
-            while data:
-                n = os.write(self._fd, data)
-                data = data[n:]
-
-    def close(self) -> None:
-        self.flush()
-        os.close(self._fd)
+            blocks, self._pending = self._pending, []
+            self.carry += _csv_lines(np.vstack(blocks))
 
 
-class _JsonLines:
+class _JsonLines(_AppendFile):
     """An append-only JSON-lines file written in whole lines (events, a dialogue's turns)."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        super().__init__(path)
         self._pending: list[str] = []
 
     def append(self, row: Mapping[str, Any]) -> None:
-        self._pending.append(json.dumps(_json_safe(dict(row))) + "\n")
+        self._pending.append(json_line(row))
 
-    def flush(self) -> None:
+    def take(self) -> None:
         if self._pending:
-            data = "".join(self._pending).encode()
-            self._pending.clear()
-            while data:
-                data = data[os.write(self._fd, data):]
+            lines, self._pending = self._pending, []
+            self.carry += "".join(lines).encode()
 
-    def close(self) -> None:
-        self.flush()
-        os.close(self._fd)
+
+def json_line(row: Mapping[str, Any]) -> str:
+    """One JSON object as a line; raises TypeError naming what JSON cannot hold."""
+    try:
+        return json.dumps(_json_safe(dict(row)), allow_nan=False) + "\n"
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"not JSON: {exc}") from None
 
 
 def _csv_lines(block: np.ndarray) -> bytes:

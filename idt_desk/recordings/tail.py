@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,9 @@ class RecordingTail:
     Only whole lines are taken (a writer appends whole lines per flush, but a reader can
     still catch a write half done: the rest comes with the next poll). Events are polled
     before transitions, as a writer flushes them first, so every event logged before a
-    transition has arrived by the time that transition has.
+    transition has arrived by the time that transition has. A writer with nothing to write
+    touches transitions.csv once a second (its heartbeat): :meth:`silent_for` counts from
+    the latest data or heartbeat, :meth:`idle_for` from the latest data.
 
     Parameters
     ----------
@@ -42,6 +45,9 @@ class RecordingTail:
         self._partial = {"transitions.csv": b"", "events.jsonl": b""}
         #: Monotonic time new bytes last arrived (or the tail was made).
         self.last_data = time.monotonic()
+        #: Monotonic time the writer was last seen alive (data or a heartbeat).
+        self.last_beat = self.last_data
+        self._mtime: int | None = None
         #: A closing event (``session_end`` / ``recording_stop``) has been read.
         self.ended = False
         #: Transitions read so far.
@@ -89,6 +95,7 @@ class RecordingTail:
         """New transitions (rows × :attr:`columns`, float) and new events since the last poll."""
         if not self.ready():
             return np.empty((0, 0)), []
+        self._beat()
         events = []
         for line in self._new_lines("events.jsonl").split(b"\n"):
             if line.strip():
@@ -123,6 +130,22 @@ class RecordingTail:
             self._promised = int(config["n_transitions"])
         return self.n_read >= self._promised
 
+    def _beat(self) -> None:
+        """Note the writer's heartbeat: transitions.csv's modification time moved."""
+        try:
+            mtime = os.stat(self.path / "transitions.csv").st_mtime_ns
+        except OSError:
+            return
+        if mtime != self._mtime:
+            if self._mtime is not None:
+                self.last_beat = time.monotonic()
+            self._mtime = mtime
+
     def silent_for(self) -> float:
-        """Seconds since new bytes last arrived."""
+        """Seconds since the writer was last seen alive: new bytes or its heartbeat."""
+        self._beat()
+        return time.monotonic() - max(self.last_data, self.last_beat)
+
+    def idle_for(self) -> float:
+        """Seconds since new bytes last arrived (an idle writer still beats)."""
         return time.monotonic() - self.last_data

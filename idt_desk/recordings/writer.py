@@ -1,10 +1,21 @@
-"""Writing a recording while a loop runs: whole lines, flushed at least every half second."""
+"""Writing a recording while a loop runs: whole lines, on disk within half a second.
+
+The loop appends rows (cheap: they are kept as arrays); a flusher thread formats and writes
+them at least every ``flush_seconds``, whatever the loop is doing (training, waiting,
+calibrating), and while nothing is written it touches transitions.csv once a second: a
+follower tells an idle writer from a dead one by that heartbeat. A write that fails (a full
+disk) keeps every row it could not write, cuts the file back to its last whole line and is
+tried again at the next flush; :attr:`Recorder.error` says what failed meanwhile.
+"""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,14 +32,22 @@ from idt_desk.recordings._format import (
 
 __all__ = ["Recorder"]
 
+#: Seconds without a write after which the flusher touches transitions.csv (a heartbeat).
+HEARTBEAT_SECONDS = 1.0
+
 
 class Recorder:
     """Writes a recording while a session runs.
 
+    Rows handed to the ``add_*`` methods are on disk within ``flush_seconds``: a flusher
+    thread writes them. The methods never fail for a full disk; :attr:`error` says so and
+    :meth:`flush` and :meth:`close` raise it (the rows stay in memory, tried again).
+
     Parameters
     ----------
     path
-        Recording directory (created; must not already hold a recording).
+        Recording directory (created; must not already hold a recording: config.json is
+        created exclusively, so two writers cannot share a path).
     config
         The session's full configuration (JSON-able).
     state_names, action_names
@@ -52,9 +71,8 @@ class Recorder:
         turns: bool = False,
     ) -> None:
         self.path = Path(path)
-        if (self.path / "config.json").exists():
-            raise RecordingError(f"{self.path}: already holds a recording; choose a new path")
-        self.path.mkdir(parents=True, exist_ok=True)
+        if str(path) == "":
+            raise RecordingError("a recording needs a path (got an empty one)")
         self.flush_seconds = float(flush_seconds)
         self._ds, self._da = len(state_names), len(action_names)
         cols = ["i", "t", *[f"s_{j}" for j in range(self._ds)],
@@ -67,29 +85,74 @@ class Recorder:
             action_names=list(action_names),
             created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         )
-        self.write_config()
+        self._claim()
         self._transitions = _Table(self.path / "transitions.csv", cols)
         self._windows = _Table(self.path / "windows.csv", window_columns)
         self._events = _JsonLines(self.path / "events.jsonl")
         self._turns = _JsonLines(self.path / "turns.jsonl") if turns else None
-        self._last_flush = time.monotonic()
+        # Events first: a reader that reads the transitions, then the events, finds every
+        # event logged before the transitions it has (a follower places each at its row).
+        self._files = [f for f in (self._events, self._turns, self._transitions,
+                                   self._windows) if f is not None]
+        #: Guards the pending rows (appends from the loop, takes from the flusher).
+        self._lock = threading.Lock()
+        #: One flush at a time, so flushes write in the order they took.
+        self._write_lock = threading.Lock()
+        self._last_write = time.monotonic()
         self.n_transitions = 0
         self.n_windows = 0
         self.n_events = 0
         self.n_turns = 0
         self.closed = False
+        #: The last write's failure (a full disk), None once a write succeeds again.
+        self.error: RecordingError | None = None
+        self._stop = threading.Event()
+        self._flusher = threading.Thread(target=_flush_loop, args=(weakref.ref(self),
+                                         self._stop, self.flush_seconds),
+                                         name=f"idt-writer {self.path.name}", daemon=True)
+        self._flusher.start()
+
+    def _claim(self) -> None:
+        """Create the folder and its config.json exclusively: one writer per recording."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path / "config.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                         0o644)
+        except FileExistsError:
+            raise RecordingError(f"{self.path}: already holds a recording; choose a new "
+                                 "path") from None
+        except OSError as exc:
+            raise RecordingError(f"{self.path}: cannot create the recording: "
+                                 f"{exc.strerror or exc}") from None
+        try:
+            os.write(fd, self._config_bytes())
+        finally:
+            os.close(fd)
 
     @property
     def window_columns(self) -> list[str]:
         """Columns of the windows table."""
         return self._windows.columns
 
+    def _config_bytes(self) -> bytes:
+        return (json.dumps(_json_safe(self.config), indent=2) + "\n").encode()
+
     def write_config(self, **updates: Any) -> None:
-        """Rewrite config.json atomically (a reader never sees half a file)."""
+        """Rewrite config.json atomically (a reader never sees half a file).
+
+        Raises
+        ------
+        RecordingError
+            It could not be written (a full disk): the old config.json stays.
+        """
         self.config.update(updates)
         tmp = self.path / "config.json.tmp"
-        tmp.write_text(json.dumps(_json_safe(self.config), indent=2) + "\n")
-        os.replace(tmp, self.path / "config.json")
+        try:
+            tmp.write_bytes(self._config_bytes())
+            os.replace(tmp, self.path / "config.json")
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise self._failed("config.json", exc) from None
 
     def add_transitions(
         self,
@@ -115,9 +178,10 @@ class Recorder:
             nan if reward is None else np.asarray(reward, dtype=np.float64)[:, None],
             nan if episode is None else np.asarray(episode, dtype=np.float64)[:, None],
         ]
-        self._transitions.append(np.hstack(parts))
-        self.n_transitions += n
-        self._maybe_flush()
+        block = np.hstack(parts)
+        with self._lock:
+            self._transitions.append(block)
+            self.n_transitions += n
 
     def add_windows(self, table: Mapping[str, np.ndarray]) -> None:
         """Append windows given as columns (missing columns are written as NaN)."""
@@ -128,55 +192,120 @@ class Recorder:
             np.asarray(table[c], dtype=np.float64) if c in table else np.full(n, np.nan)
             for c in self._windows.columns
         ])
-        self._windows.append(block)
-        self.n_windows += n
-        self._maybe_flush()
+        with self._lock:
+            self._windows.append(block)
+            self.n_windows += n
 
     def add_event(self, event: Mapping[str, Any]) -> None:
         """Append one event (a JSON object; ``kind`` required)."""
         if "kind" not in event:
             raise ValueError("an event needs a 'kind'")
-        self._events.append(event)
-        self.n_events += 1
-        self._maybe_flush()
+        with self._lock:
+            self._events.append(event)
+            self.n_events += 1
 
     def add_turns(self, turns: Sequence[Mapping[str, Any]]) -> None:
         """Append a dialogue's turns (their texts and settings) to turns.jsonl."""
         if self._turns is None:
             raise ValueError("this recording was opened without turns")
-        for turn in turns:
-            self._turns.append(turn)
-            self.n_turns += not turn.get("history")
-        self._maybe_flush()
-
-    def _maybe_flush(self) -> None:
-        if time.monotonic() - self._last_flush >= self.flush_seconds:
-            self.flush()
+        with self._lock:
+            for turn in turns:
+                self._turns.append(turn)
+                self.n_turns += not turn.get("history")
 
     def flush(self) -> None:
-        """Hand everything pending to the operating system.
+        """Hand everything pending to the operating system now.
 
-        Events first: a reader that reads the transitions, then the events, finds every
-        event logged before the transitions it has (a follower places each at its row).
+        Every file's rows are taken at one moment, then written events first: a reader that
+        reads the transitions, then the events, finds every event logged before the
+        transitions it has (a follower places each at its row).
+
+        Raises
+        ------
+        RecordingError
+            A write failed (a full disk): nothing is lost, the rows are kept and written by
+            a later flush; no file is left ending in a torn line.
         """
-        self._events.flush()
-        if self._turns is not None:
-            self._turns.flush()
-        self._transitions.flush()
-        self._windows.flush()
-        self._last_flush = time.monotonic()
+        with self._write_lock:
+            if self.closed:
+                return
+            with self._lock:
+                for f in self._files:
+                    f.take()
+            for f in self._files:
+                try:
+                    f.write()
+                except OSError as exc:
+                    raise self._failed(f.path.name, exc) from None
+            self.error = None
+            self._last_write = time.monotonic()
+
+    def _failed(self, name: str, exc: OSError) -> RecordingError:
+        """Remember a failed write (the loop sees :attr:`error`) and say what it was."""
+        with self._lock:
+            waiting = sum(f.carry.count(b"\n") for f in self._files)
+        what = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else \
+            (exc.strerror or str(exc))
+        self.error = RecordingError(
+            f"{self.path}: cannot write {name}: {what}; {waiting:,} line(s) kept in memory, "
+            "no line torn")
+        return self.error
+
+    def _tick(self) -> None:
+        """The flusher's turn: write what is pending, or show the writer is alive."""
+        with self._lock:
+            pending = any(f.carry or getattr(f, "_pending", None) for f in self._files)
+        if pending:
+            try:
+                self.flush()
+            except RecordingError:
+                pass  # kept in self.error; tried again at the next turn
+        elif time.monotonic() - self._last_write >= HEARTBEAT_SECONDS:
+            with self._write_lock:
+                if self.closed:
+                    return
+                try:
+                    os.utime(self._transitions.fd)
+                except OSError:
+                    pass
+                self._last_write = time.monotonic()
 
     def close(self, **config_updates: Any) -> None:
-        """Flush, record final counts in the config, and close the files."""
+        """Flush, record final counts in the config, and close the files.
+
+        Raises
+        ------
+        RecordingError
+            The last rows or config.json could not be written (a full disk): the files are
+            closed, whole lines only, and config.json does not say complete.
+        """
         if self.closed:
             return
-        self.flush()
-        self._transitions.close()
-        self._windows.close()
-        self._events.close()
-        counts = {"n_turns": self.n_turns} if self._turns is not None else {}
-        if self._turns is not None:
-            self._turns.close()
-        self.write_config(n_transitions=self.n_transitions, n_windows=self.n_windows,
-                          n_events=self.n_events, complete=True, **counts, **config_updates)
-        self.closed = True
+        self._stop.set()
+        try:
+            self.flush()
+            counts = {"n_turns": self.n_turns} if self._turns is not None else {}
+            self.write_config(n_transitions=self.n_transitions, n_windows=self.n_windows,
+                              n_events=self.n_events, complete=True, **counts,
+                              **config_updates)
+        finally:
+            with self._write_lock:
+                self.closed = True
+                for f in self._files:
+                    f.close()
+            if self._flusher is not threading.current_thread():
+                self._flusher.join()
+
+
+def _flush_loop(ref: weakref.ref, stop: threading.Event, every: float) -> None:
+    """The flusher thread: a turn every ``every`` seconds until the recorder closes.
+
+    It holds the recorder weakly: one dropped without :meth:`Recorder.close` is collected
+    and its thread ends.
+    """
+    while not stop.wait(min(every, HEARTBEAT_SECONDS)):
+        rec = ref()
+        if rec is None or rec.closed:
+            return
+        rec._tick()
+        del rec

@@ -1,0 +1,181 @@
+"""The recording writer: rows on disk while the loop is busy, a heartbeat, a full disk, one
+writer per path."""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from idt_desk.live.config import WINDOW_COLUMNS
+from idt_desk.recordings import Recorder, RecordingError, RecordingTail, _format, load_recording
+
+from .cli_call import call
+
+
+def _writer(path, **kw) -> Recorder:
+    return Recorder(path, {"session": {}}, ["x", "v"], ["u"], WINDOW_COLUMNS, **kw)
+
+
+def _add(rec: Recorder, i0: int, n: int) -> np.ndarray:
+    s = np.arange(i0, i0 + n, dtype=np.float64)[:, None] * np.array([[1.0, 0.5]])
+    rec.add_transitions(i0, s[:, 0] / 10, s, s[:, :1], s + 1, None, None)
+    return s
+
+
+def _close(rec: Recorder) -> None:
+    rec.add_event({"kind": "session_end", "i": rec.n_transitions})
+    rec.close()
+
+
+def _rows(path) -> int:
+    return (path / "transitions.csv").read_bytes().count(b"\n") - 1  # less the header
+
+
+def _until(cond, seconds: float = 10.0) -> bool:
+    """Whether ``cond()`` came true within ``seconds`` (polled; nothing else is called)."""
+    deadline = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_rows_reach_the_disk_while_the_loop_is_busy_elsewhere(tmp_path):
+    """Added once, then never called again until closed: the rows are on disk meanwhile."""
+    rec = _writer(tmp_path / "r", flush_seconds=0.2)
+    try:
+        _add(rec, 0, 500)
+        assert _until(lambda: _rows(tmp_path / "r") == 500)
+        rec.add_event({"kind": "note", "i": 500, "text": "training now"})
+        assert _until(lambda: b"training now" in (tmp_path / "r" / "events.jsonl").read_bytes())
+    finally:
+        _close(rec)
+    assert load_recording(tmp_path / "r").complete
+
+
+def test_an_idle_writer_beats_and_its_follower_does_not_give_up(tmp_path):
+    rec = _writer(tmp_path / "r", flush_seconds=0.1)
+    try:
+        _add(rec, 0, 10)
+        tail = RecordingTail(tmp_path / "r")
+        assert _until(lambda: len(tail.poll()[0]) == 10 or tail.n_read == 10)
+        before = (tmp_path / "r" / "transitions.csv").stat().st_mtime_ns
+        # Nothing written: the modification time moves all the same (the heartbeat).
+        assert _until(lambda: (tmp_path / "r" / "transitions.csv").stat().st_mtime_ns != before)
+        assert _until(lambda: tail.idle_for() > 2.5)
+        assert tail.silent_for() < 2.0  # idle, not silent
+    finally:
+        rec.close()
+    # A writer that is gone never beats: the follower's silence grows.
+    mtime = (tmp_path / "r" / "transitions.csv").stat().st_mtime_ns
+    time.sleep(1.5)
+    assert (tmp_path / "r" / "transitions.csv").stat().st_mtime_ns == mtime
+    assert tail.silent_for() > 1.4
+
+
+class _Disk:
+    """``os.write`` of a disk with ``room`` bytes left: a short write, then ENOSPC."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+        self.real = os.write
+
+    def __call__(self, fd: int, data: bytes) -> int:
+        if self.room <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        n = self.real(fd, data[:self.room])
+        self.room -= n
+        return n
+
+
+def test_a_full_disk_keeps_every_row_and_never_tears_a_line(tmp_path, monkeypatch):
+    rec = _writer(tmp_path / "r", flush_seconds=3600)
+    s1 = _add(rec, 0, 300)
+    rec.flush()
+    size = (tmp_path / "r" / "transitions.csv").stat().st_size
+    disk = _Disk(room=1000)  # less than the next block's lines: a torn write
+    monkeypatch.setattr(_format.os, "write", disk)
+    s2 = _add(rec, 300, 300)
+    with pytest.raises(RecordingError, match=r"disk is full.*kept in memory"):
+        rec.flush()
+    raw = (tmp_path / "r" / "transitions.csv").read_bytes()
+    assert raw.endswith(b"\n") and len(raw) == size  # cut back: no torn line
+    assert isinstance(rec.error, RecordingError)
+    # The loop goes on; space is freed: every row is written once, in order.
+    s3 = _add(rec, 600, 100)
+    monkeypatch.setattr(_format.os, "write", disk.real)
+    rec.flush()
+    assert rec.error is None
+    _close(rec)
+    got = load_recording(tmp_path / "r")
+    assert got.complete, got.warnings
+    np.testing.assert_array_equal(got.transitions[["s_0", "s_1"]].to_numpy(),
+                                  np.concatenate([s1, s2, s3]))
+
+
+def test_closing_on_a_full_disk_raises_and_leaves_whole_lines(tmp_path, monkeypatch):
+    rec = _writer(tmp_path / "r", flush_seconds=3600)
+    _add(rec, 0, 100)
+    rec.flush()
+    monkeypatch.setattr(_format.os, "write", _Disk(room=700))
+    _add(rec, 100, 100)
+    with pytest.raises(RecordingError, match="disk is full"):
+        rec.close()
+    monkeypatch.undo()
+    got = load_recording(tmp_path / "r")
+    assert not got.complete and len(got.transitions) == 100
+    assert not any("partly written" in w for w in got.warnings)
+
+
+def test_two_writers_cannot_share_a_path(tmp_path, monkeypatch):
+    """Both pass every check before either writes: one gets the path, the other an error."""
+    from pathlib import Path
+
+    both = threading.Barrier(2, timeout=10)
+    mkdir = Path.mkdir
+
+    def meet(self, *a, **kw):
+        mkdir(self, *a, **kw)
+        if self.name == "r":
+            both.wait()
+
+    monkeypatch.setattr(Path, "mkdir", meet)
+    got: list[object] = []
+
+    def start():
+        try:
+            got.append(_writer(tmp_path / "r"))
+        except RecordingError as exc:
+            got.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    writers = [g for g in got if isinstance(g, Recorder)]
+    errors = [g for g in got if isinstance(g, RecordingError)]
+    for w in writers:
+        w.close()
+    assert len(writers) == 1 and len(errors) == 1
+    assert "already holds a recording" in str(errors[0])
+
+
+def test_run_on_a_full_disk_exits_non_zero_with_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(_format.os, "write", _Disk(room=200_000))
+    rc, out, err = call(["run", "--steps", "200000", "--record", str(tmp_path / "r"),
+                         "--quiet"])
+    assert rc == 1, (out, err)
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1 and "disk is full" in lines[0], err
+    assert "Traceback" not in out + err
+    monkeypatch.undo()
+    got = load_recording(tmp_path / "r")  # whole lines: it opens, and says what it lacks
+    assert not got.complete
+    assert not any("partly written" in w for w in got.warnings)
