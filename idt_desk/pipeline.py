@@ -15,6 +15,7 @@ pipeline settings.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -313,6 +314,10 @@ class Step:
         they were fitted on), ``value_ranges`` and the symbolisers as dicts; else None.
     baseline_row
         The row of ``windows`` at which the monitor's baseline completed, or None.
+    pending
+        The windows wait for the detector's thresholds (a pipeline that fits them in the
+        background): ``flags`` and ``baseline_row`` are filled in by
+        :meth:`Pipeline.settle`, which then clears this.
 
     """
 
@@ -320,6 +325,25 @@ class Step:
     flags: dict[str, np.ndarray] | None = None
     calibrated: dict[str, Any] | None = None
     baseline_row: int | None = None
+    pending: bool = False
+
+
+class _Fit(threading.Thread):
+    """Judges the windows that complete a baseline, fitting the detector, in its own thread."""
+
+    def __init__(self, monitor: Monitor, table: Mapping[str, np.ndarray], first: int,
+                 skip_first: int) -> None:
+        super().__init__(name="idt-fit thresholds", daemon=True)
+        self._args = (monitor, table, first, skip_first)
+        self.result: tuple[dict[str, np.ndarray], int | None] | None = None
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.result = judge(*self._args)
+        except BaseException as exc:  # handed to the loop's thread by Pipeline.settle
+            self.error = exc
 
 
 class Pipeline:
@@ -350,6 +374,11 @@ class Pipeline:
     turns
         A dialogue: one metric row a turn from its token counts, made elsewhere; the
         pipeline only judges them (no symbols, nothing to calibrate).
+    background
+        Fit the detector's thresholds in a thread of its own (a calibrated detector's fit
+        takes seconds): the windows that complete the baseline and every later one come
+        back ``pending`` until :meth:`settle` judges them, in order, exactly as they would
+        have been judged at once. The caller's loop goes on meanwhile.
 
     """
 
@@ -367,9 +396,15 @@ class Pipeline:
         mean_columns: Sequence[str] = ("reward",),
         end_columns: Sequence[str] = ("t",),
         turns: bool = False,
+        background: bool = False,
     ) -> None:
         self.preset = preset
         self.monitor = monitor
+        self.background = bool(background)
+        #: The thresholds' fit in flight (None: none), and the steps waiting for it with the
+        #: index of their first window.
+        self._fit: _Fit | None = None
+        self._held: list[tuple[Step, int]] = []
         self.turns = bool(turns)
         self.calibration_windows = 0 if turns else int(calibration_windows)
         #: Windows made so far (the first ones calibrate the symbols).
@@ -440,13 +475,60 @@ class Pipeline:
         self._judge(table, step)
         return step
 
+    @property
+    def fitting(self) -> bool:
+        """Whether windows wait for the detector's thresholds (see ``background``)."""
+        return bool(self._held)
+
     def _judge(self, table: dict[str, np.ndarray], step: Step) -> None:
         k = len(table["start"])
         first, self.n_windows = self.n_windows, self.n_windows + k
         step.windows = table
         if self.monitor is None:
             return
-        flags, step.baseline_row = judge(self.monitor, table, first, self.calibration_windows)
+        if self._held or (self.background and self._completes_baseline(k, first)):
+            # Judged in order once the thresholds are there: the same flags as at once.
+            if not self._held:
+                self._fit = _Fit(self.monitor, table, first, self.calibration_windows)
+            step.pending = True
+            self._held.append((step, first))
+            return
+        self._apply(step, *judge(self.monitor, table, first, self.calibration_windows))
+
+    def _completes_baseline(self, k: int, first: int) -> bool:
+        """Whether ``k`` windows from window ``first`` on complete a calibrated baseline."""
+        mon = self.monitor
+        if mon is None or mon.baseline is not None or not mon.spec.calibrated:
+            return False
+        got, need = mon.baseline_progress
+        return k - min(max(self.calibration_windows - first, 0), k) >= need - got
+
+    def settle(self, wait: bool = False) -> bool:
+        """Judge the steps held for the thresholds once they are fitted; True when none wait.
+
+        ``wait``: block until the fit is done. The held steps (the ones :meth:`push` gave
+        back ``pending``) get their flags, in order; a fit that failed raises its error here.
+        """
+        if not self._held:
+            return True
+        fit = self._fit
+        assert fit is not None
+        if not wait and fit.is_alive():
+            return False
+        fit.join()
+        held, self._held, self._fit = self._held, [], None
+        if fit.error is not None:
+            raise fit.error
+        assert fit.result is not None
+        self._apply(held[0][0], *fit.result)
+        for step, first in held[1:]:
+            self._apply(step, *judge(self.monitor, step.windows, first,
+                                     self.calibration_windows))
+        return True
+
+    def _apply(self, step: Step, flags: dict[str, np.ndarray], baseline_row: int | None
+               ) -> None:
+        """A judged step: its flags, into its windows' flag columns too."""
         for m, f in flags.items():
-            table[FLAG_COLUMNS[m]] = f
-        step.flags = flags
+            step.windows[FLAG_COLUMNS[m]] = f
+        step.flags, step.baseline_row, step.pending = flags, baseline_row, False

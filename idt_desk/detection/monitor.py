@@ -368,16 +368,18 @@ class Monitor:
         fitted = Baseline.fit(data, metrics=self.metrics, k=self.k)
         if self.spec.calibrated:
             self.arl_windows = self.budget.windows_per_alarm(self._windows_per_unit())
+        calibrations = {}
         for g, comps in metric_groups(self.metrics).items():
             # A component with fewer than 3 defined windows (P undefined all along) cannot
             # be judged: it never alarms, and the budget is shared by the others.
             comps = [m for m in comps if np.isfinite(data[m]).sum() >= 3]
             if comps:
-                self.calibrations[g] = calibrate(self.spec, {m: data[m] for m in comps},
-                                                 self.arl_windows, overlap=self.overlap)
+                calibrations[g] = calibrate(self.spec, {m: data[m] for m in comps},
+                                            self.arl_windows, overlap=self.overlap)
+        self.calibrations = calibrations
         self.baseline = Baseline(
             fitted.mean, fitted.std, fitted.n_windows, self.k,
-            thresholds={m: c.threshold[m] for c in self.calibrations.values()
+            thresholds={m: c.threshold[m] for c in calibrations.values()
                         for m in c.components} if self.spec.kind == "persistence" else None,
             detector=self.describe())
 

@@ -22,6 +22,16 @@ same events at any speed, headless or in the GUI, and in its replay:
   caused them; calibration at the transition that completed it;
 - while automatic modulation is on, chunks end at window ends, so a switch it makes takes
   effect at the transition right after the window that triggered it.
+
+The detector's thresholds are fitted off the loop's thread (seconds of CPU for a calibrated
+detector): the loop keeps its speed and its transitions, and its own events (switches,
+notes), keep reaching the recording. The windows that complete the baseline and every later
+one wait in a backlog, with the alarm state's changes made after them (an onset), and are
+emitted in order as soon as the thresholds are there (the next chunk boundary): the same
+windows, flags and events as if the loop had waited; only the events' order in the file
+then follows the wall clock, and ``load_recording`` reads them back in transition order.
+While Auto is on the loop does wait (a switch must act right after its window), and so do
+the commands that change the pipeline or the recording.
 """
 
 from __future__ import annotations
@@ -153,6 +163,11 @@ class Session:
         self._event_listeners: list[Callable[[dict[str, Any]], None]] = []
         self._paused_reason: str | None = None
         self._known_ranges: dict[str, Any] = {}
+        #: What waits for the detector's thresholds, in the order it happened: ("windows",
+        #: (step, offset)) and ("call", fn) (see _settle).
+        self._backlog: deque[tuple[str, Any]] = deque()
+        self._settling = False
+        self._hold_at = 0  # n_transitions when the backlog began
         self._build_pipeline()
         source.should_stop = self._stop.is_set
         source.publish = self._publish
@@ -194,12 +209,26 @@ class Session:
         self._state = "running"
         self._thread.start()
 
+    #: Longest extra wait in :meth:`stop` for the detector's thresholds to be fitted (their
+    #: windows go on record before it closes): the fit is progress, not a hang.
+    FIT_WAIT = 120.0
+
     def stop(self, timeout: float = 10.0) -> None:
-        """Ask the worker to stop and wait for it (flushes and closes the recording)."""
+        """Ask the worker to stop and wait for it (flushes and closes the recording).
+
+        Up to ``timeout`` seconds, and :attr:`FIT_WAIT` more while windows wait for the
+        detector's thresholds (fitted off the loop's thread).
+        """
         self._stop.set()
         self._resume.set()
         if self._thread is not None:
             self._thread.join(timeout)
+            deadline = time.monotonic() + self.FIT_WAIT
+            if self._thread.is_alive() and self._pipe.fitting:
+                while self._thread.is_alive() and self._pipe.fitting and \
+                        time.monotonic() < deadline:
+                    self._thread.join(0.1)
+                self._thread.join(timeout)  # then the held windows go on record
             if self._thread.is_alive():
                 raise RuntimeError(f"session worker did not stop within {timeout} s")
         elif self._recorder is not None:
@@ -344,7 +373,8 @@ class Session:
                     "needed_windows": None if cal is None else cal.needed_windows,
                     "thresholds": {} if cal is None else dict(cal.threshold)}
             self._detector_cache = info
-        return info
+        # Windows wait while the thresholds are fitted off the loop's thread.
+        return {**info, "fitting": self._pipe.fitting}
 
     # -- pipeline ---------------------------------------------------------------------------
 
@@ -376,7 +406,8 @@ class Session:
             self._pipe = Pipeline(
                 self.preset, self.monitor, state_names=self.source.state_names,
                 action_names=None if self.source.passive else self.source.action_names,
-                calibration_windows=c.calibration_windows, correction=c.correction)
+                calibration_windows=c.calibration_windows, correction=c.correction,
+                background=True)
         self.engine = self._pipe.engine
         # _tail (above): the loop time of recent transitions (for events' times).
 
@@ -407,8 +438,9 @@ class Session:
                 self._recorder.add_turns([t for t in turns if t.get("history")])
                 self._recorder.add_turns([{"i": i0 + j, **t} for j, t in enumerate(
                     t for t in turns if not t.get("history"))])
-        # The loop times events of the next windows may ask for.
-        keep = self.preset.window + n + self._pipe.n_buffered
+        # The loop times events of the next windows may ask for (and of those held).
+        keep = self.preset.window + n + self._pipe.n_buffered + \
+            (self.n_transitions - self._hold_at if self._backlog else 0)
         self._tail = np.concatenate([self._tail, np.asarray(t, dtype=np.float64)[:, None]]
                                     )[-keep:]
         self.n_transitions += n
@@ -426,14 +458,56 @@ class Session:
                         transitions=cal["transitions"], value_ranges=self._known_ranges,
                         symbolizer=cal["symbolizer"],
                         action_symbolizer=cal["action_symbolizer"])
-        w = step.windows
-        if w is None:
+        if step.windows is None:
             return
+        if step.pending or self._backlog:
+            # After windows that wait for the thresholds: emitted in order after them.
+            if not self._backlog:
+                self._hold_at = self.n_transitions - n
+            self._backlog.append(("windows", (step, self._offset)))
+        else:
+            self._emit_step(step, self._offset)
+
+    def _emit_step(self, step: Step, offset: int) -> None:
+        """The windows of a judged pipeline step, as the session's table (see _emit)."""
+        w = step.windows
         table: dict[str, np.ndarray] = {c: w[c] for c in w if c in WINDOW_COLUMNS}
-        table["start"], table["end"] = w["start"] + self._offset, w["end"] + self._offset
+        table["start"], table["end"] = w["start"] + offset, w["end"] + offset
         if not self.source.has_reward:
             table.pop("reward", None)
         self._emit(table, len(w["start"]), step)
+
+    def _in_order(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` now, or after the windows waiting for the thresholds (alarm state)."""
+        if self._backlog and not self._settling:
+            self._backlog.append(("call", fn))
+        else:
+            fn()
+
+    def _settle(self, wait: bool = False) -> None:
+        """Emit the windows held for the thresholds, and what came after them, in order.
+
+        Without ``wait`` only once the thresholds are fitted (called at every chunk
+        boundary); with it, after waiting for them (Auto, pipeline changes, the end).
+        """
+        if not self._backlog or self._settling:
+            return
+        try:
+            if not self._pipe.settle(wait):
+                return
+        except Exception:
+            self._backlog.clear()  # the fit failed: its windows have no verdict to give
+            raise
+        self._settling = True
+        try:
+            while self._backlog:
+                kind, item = self._backlog.popleft()
+                if kind == "windows":
+                    self._emit_step(*item)
+                else:
+                    item()
+        finally:
+            self._settling = False
 
     def _value_ranges(self) -> tuple[dict[int, tuple[float, float]], ...]:
         """The source's value ranges when the symbols are fitted, by state/action column."""
@@ -554,6 +628,7 @@ class Session:
         window end while Auto is on (a switch acts right after the window that made it) and
         at ``limit``. 0: the limit is reached.
         """
+        self._settle(wait=self._alarms.auto is not None)  # Auto acts on every window at once
         while self._schedule and self._schedule[0][0] <= self.n_transitions:
             _, kind, args = self._schedule.pop(0)
             apply_command(self, kind, args)
@@ -590,6 +665,10 @@ class Session:
         run_loop(self)
 
     def _finish(self) -> None:
+        try:
+            self._settle(wait=True)
+        except Exception as exc:  # the thresholds' fit failed: said, not raised
+            self._failed(exc)
         try:
             self.source.close()
         finally:

@@ -68,6 +68,35 @@ _FILES = ("config.json", "transitions.csv", "windows.csv", "events.jsonl")
 #: The events a session writes just before it closes a recording.
 _CLOSING_EVENTS = ("session_end", "recording_stop")
 
+#: Events a window's verdict makes, stamped at that window's end (Auto's switches too).
+_WINDOW_EVENTS = ("baseline", "alarm_on", "alarm_off", "detected", "not_detected",
+                  "symbols_out_of_range", "symbols_in_range")
+
+
+def _in_transition_order(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Events ordered by their transition ``i``; at one ``i``, the windows' events first.
+
+    A session logs its loop's events (switches, notes) as they happen and a window's events
+    when the window is judged, which waits for the detector's thresholds while they are
+    fitted off the loop's thread: the file's order follows the wall clock. This is the
+    order a loop that waited for its thresholds logs them in, whatever the timing (a
+    window's events come before the loop's events at the transition where it ends). An
+    event without an integer ``i`` keeps its place after the one before it.
+    """
+    keyed = []
+    last = -1
+    for pos, ev in enumerate(events):
+        i = ev.get("i")
+        if isinstance(i, int) and not isinstance(i, bool):
+            last = i
+        kind = ev.get("kind")
+        window = kind in _WINDOW_EVENTS or (
+            str(kind).startswith("modulation_") and ev.get("auto") is True
+            and "window_start" in ev)
+        keyed.append(((last, 0 if window else 1, pos), ev))
+    return [ev for _key, ev in sorted(keyed, key=lambda k: k[0])]
+
+
 class RecordingError(ValueError):
     """A path that is not a readable recording; the message says what is wrong."""
 

@@ -18,6 +18,7 @@ from idt_desk.recordings._format import (
     FORMAT_VERSION,
     RecordingError,
     _first_line,
+    _in_transition_order,
     _read_csv,
     _read_json_lines,
     _read_lines,
@@ -120,8 +121,8 @@ def load_recording(path: str | Path) -> Recording:
     for col in ("start", "end"):
         if col in windows and windows[col].notna().all():
             windows[col] = windows[col].astype(np.int64)
-    events = pd.DataFrame(_read_json_lines(path / "events.jsonl", issues["events.jsonl"],
-                                           "kind", "a JSON event"))
+    events = pd.DataFrame(_in_transition_order(_read_json_lines(
+        path / "events.jsonl", issues["events.jsonl"], "kind", "a JSON event")))
     turns = None
     if (path / "turns.jsonl").exists():
         issues["turns.jsonl"] = []

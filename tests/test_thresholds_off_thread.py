@@ -1,0 +1,132 @@
+"""The detector's thresholds are fitted off the loop's thread: the loop keeps going and
+recording while they are fitted, and the windows, flags and events come out as if it had
+waited."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pandas as pd
+import pytest
+
+import idt_desk.detection.monitor as monitor_module
+from idt_desk.live.session import Session, SessionConfig, run_headless
+from idt_desk.recordings import load_recording
+
+STEPS = 9000
+#: The baseline completes at the end of window 20 + 30 - 1: 300 + 49 * 75 transitions.
+BASELINE_END = 300 + 49 * 75
+SCRIPT = [(4500, "perturb", {"name": "sensor_noise", "params": {"sigma_angle": 0.1}}),
+          (5200, "note", {"text": "while the thresholds are fitted"}),
+          (6000, "perturb", {"name": "sensor_noise", "params": None})]
+
+
+def _session(path, speed=None) -> Session:
+    session = Session(SessionConfig(speed=speed, baseline_windows=30), record=path)
+    for at, kind, args in SCRIPT:
+        if kind == "perturb" and args["params"] is not None:
+            args = {**args, "params": session.source.perturbation(args["name"]).resolve(
+                args["params"])}
+        session.schedule(at, kind, **args)
+    return session
+
+
+def _timeline(path):
+    rec = load_recording(path)
+    assert rec.complete, rec.warnings
+    ev = rec.events
+    ev = ev[~ev["kind"].isin(["recording_start", "session_start", "session_end"])]
+    return rec.windows, ev[["kind", "i", "t"]].reset_index(drop=True), rec
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ref") / "ref"
+    run_headless(_session(path), steps=STEPS)
+    return _timeline(path)
+
+
+def _until(cond, seconds=60.0):
+    deadline = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+@pytest.mark.parametrize("speed", [None, 10.0])
+def test_the_loop_records_on_while_the_thresholds_are_fitted(tmp_path, monkeypatch,
+                                                           reference, speed):
+    """The fit is held until the loop has gone on far past the baseline: it never waits."""
+    release = threading.Event()
+    fitting = threading.Event()
+    calibrate = monitor_module.calibrate
+
+    def slow_calibrate(*args, **kwargs):
+        fitting.set()
+        release.wait(120)
+        return calibrate(*args, **kwargs)
+
+    monkeypatch.setattr(monitor_module, "calibrate", slow_calibrate)
+    path = tmp_path / "rec"
+    session = _session(path, speed)
+    session.limit = STEPS
+    session.start()
+    try:
+        assert _until(fitting.is_set)
+        # The loop goes on past the perturbation, the note and its end; its transitions
+        # and its own events reach the disk meanwhile.
+        assert _until(lambda: session.snapshot(1).n_transitions >= 6500)
+        snap = session.snapshot(1)
+        assert snap.baseline is None and snap.detector["fitting"]
+        assert _until(lambda: (path / "transitions.csv").read_bytes().count(b"\n") > 6000)
+        assert _until(lambda: b"while the thresholds" in (path / "events.jsonl").read_bytes())
+    finally:
+        release.set()
+    session.wait(120)
+    session.stop()
+    w_ref, ev_ref, _ = reference
+    w, ev, _ = _timeline(path)
+    pd.testing.assert_frame_equal(w, w_ref)
+    pd.testing.assert_frame_equal(ev, ev_ref)
+    # The perturbation was judged against the baseline, once the thresholds were there.
+    assert {"baseline", "alarm_on", "detected"} <= set(ev["kind"])
+
+
+def test_stop_while_the_thresholds_are_fitted_keeps_every_window(tmp_path, monkeypatch,
+                                                                  reference):
+    release = threading.Event()
+    calibrate = monitor_module.calibrate
+
+    def slow_calibrate(*args, **kwargs):
+        release.wait(120)
+        return calibrate(*args, **kwargs)
+
+    monkeypatch.setattr(monitor_module, "calibrate", slow_calibrate)
+    path = tmp_path / "rec"
+    session = _session(path)
+    session.limit = STEPS
+    session.start()
+    assert _until(lambda: session.snapshot(1).n_transitions >= STEPS)
+    threading.Timer(1.0, release.set).start()
+    session.stop(timeout=0.2)  # the fit is progress: stop waits for it
+    w_ref, ev_ref, _ = reference
+    w, ev, _ = _timeline(path)
+    pd.testing.assert_frame_equal(w, w_ref)
+    pd.testing.assert_frame_equal(ev, ev_ref)
+
+
+def test_a_failed_fit_ends_the_session_in_error_with_its_transitions(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise ValueError("no thresholds today")
+
+    monkeypatch.setattr(monitor_module, "calibrate", broken)
+    path = tmp_path / "rec"
+    snap = run_headless(_session(path), steps=STEPS)
+    assert snap.state == "error" and "no thresholds today" in snap.error
+    rec = load_recording(path)
+    assert len(rec.transitions) >= BASELINE_END
+    end = rec.events[rec.events["kind"] == "session_end"].iloc[0]
+    assert end["state"] == "error"
