@@ -28,8 +28,8 @@ from idt_desk.metrics.engine import MetricEngine
 from idt_desk.metrics.presets import PRESETS, Preset
 from idt_desk.metrics.symbolize import Symbolizer
 
-__all__ = ["FLAG_COLUMNS", "Pipeline", "Step", "WindowStage", "build_monitor", "judge",
-           "preset_from_spec", "source_monitor", "source_preset"]
+__all__ = ["FLAG_COLUMNS", "Pipeline", "Step", "WindowStage", "build_monitor", "check_finite",
+           "judge", "preset_from_spec", "source_monitor", "source_preset"]
 
 #: The flag column of each detector in a window table.
 FLAG_COLUMNS = {"P": "x_P", "H_f": "x_H_f", "H_b": "x_H_b", "dH": "x_dH", "IDT": "x_IDT",
@@ -160,6 +160,25 @@ def judge(monitor: Monitor, table: Mapping[str, np.ndarray], first: int, skip_fi
     if not any(m in IDT_METRICS for m in monitor.metrics):
         flags_all.pop("IDT")
     return flags_all, completed
+
+
+def check_finite(what: str, rows: np.ndarray, names: Sequence[str], first: int) -> None:
+    """Refuse a non-finite value at the row that carries it.
+
+    ``rows`` (n × len(names)) are transitions ``first``, ``first + 1``, ...: the error names
+    the transition, the row of this batch and the variable, in one line.
+
+    Raises
+    ------
+    ValueError
+        The first NaN or infinity in ``rows``.
+    """
+    bad = ~np.isfinite(rows)
+    if bad.any():
+        row, col = (int(x) for x in np.argwhere(bad)[0])
+        name = names[col] if col < len(names) else f"column {col}"
+        raise ValueError(f"{what} of transition {first + row:,} (row {row} of this batch): "
+                         f"{name} is {rows[row, col]}; the IDT metrics need finite numbers")
 
 
 def build_monitor(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -134,3 +135,148 @@ def test_an_exception_in_the_loop_closes_the_recording_as_an_error(tmp_path):
     end = got.events[got.events["kind"] == "session_end"].iloc[0]
     assert end["state"] == "error" and "boom" in end["error"]
     assert len(got.transitions) == 10
+    # Said by the reader too: a recording that ended in error is not complete.
+    assert not got.complete and got.error is not None and "boom" in got.error
+    assert any("ended in error: RuntimeError: boom" in w for w in got.warnings)
+
+
+def _stream(n: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = np.cumsum(rng.normal(size=(n + 1, 2)), axis=0)
+    return x[:-1], rng.normal(size=(n, 1)), x[1:]
+
+
+def _rows_on_disk(path) -> int:
+    return (path / "transitions.csv").read_bytes().count(b"\n") - 1
+
+
+def _until(cond, seconds: float = 20.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_what_add_accepted_reaches_the_disk_while_the_loop_does_something_else(tmp_path):
+    """3,000 rows added, then the loop trains (never calls the recorder): all on disk."""
+    s, a, s2 = _stream(3000)
+    with idt_desk.Recorder(tmp_path / "r", ["x", "v"], ["u"], **PIPE) as rec:
+        for lo in range(0, 3000, 250):
+            rec.add(s[lo:lo + 250], a[lo:lo + 250], s2[lo:lo + 250])
+        assert _until(lambda: _rows_on_disk(tmp_path / "r") == 3000)
+        rec.note("evaluating")
+        assert _until(lambda: b"evaluating" in (tmp_path / "r" / "events.jsonl").read_bytes())
+    assert load_recording(tmp_path / "r").complete
+
+
+def test_a_failure_in_the_pipeline_never_leaves_a_recording_that_says_complete(
+        tmp_path, monkeypatch):
+    """Ctrl-C (or any exception) inside the pipeline: every accepted row is kept, or the
+    recording says it ended in error and why."""
+    real = Session.advance
+    calls = []
+
+    def advance(self, b):
+        calls.append(len(b))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, b)
+
+    monkeypatch.setattr(Session, "advance", advance)
+    s, a, s2 = _stream(5000)
+    accepted = 0
+    # Leaving the block closes the recording, which says the pipeline failed.
+    with pytest.raises(idt_desk.RecordingError, match=r"closed as an error.*KeyboardInterrupt"), \
+            idt_desk.Recorder(tmp_path / "r", ["x", "v"], ["u"], chunk=500, **PIPE) as rec:
+        for lo in range(0, 5000, 500):
+            try:
+                rec.add(s[lo:lo + 500], a[lo:lo + 500], s2[lo:lo + 500])
+                rec.flush()
+            except (KeyboardInterrupt, idt_desk.RecordingError):
+                break
+            accepted += 500
+    got = load_recording(tmp_path / "r")
+    assert len(got.transitions) == accepted or (
+        not got.complete and "KeyboardInterrupt" in (got.error or "")), got.warnings
+    assert not got.complete
+
+
+def test_a_mark_json_cannot_hold_is_refused_at_once(tmp_path):
+    s, a, s2 = _stream(1000)
+    with idt_desk.Recorder(tmp_path / "r", ["x", "v"], ["u"], **PIPE) as rec:
+        rec.add(s[:500], a[:500], s2[:500])
+        with pytest.raises(TypeError, match=r"perturbation_on wind: not JSON.*set"):
+            rec.perturb("wind", levels={1, 2})
+        rec.add(s[500:], a[500:], s2[500:])  # the loop goes on; nothing was dropped
+    got = load_recording(tmp_path / "r")
+    assert got.complete and len(got.transitions) == 1000
+    assert "perturbation_on" not in set(got.events["kind"])
+
+
+def test_a_bad_value_is_refused_at_the_row_that_carries_it(tmp_path):
+    s, a, s2 = _stream(2000)
+    bad = s2[1000:1500].copy()
+    bad[7, 1] = np.nan
+    with idt_desk.Recorder(tmp_path / "r", ["x", "v"], ["u"], **PIPE) as rec:
+        rec.add(s[:1000], a[:1000], s2[:1000])
+        with pytest.raises(ValueError, match=r"s_next of transition 1,007 \(row 7 of this "
+                                             r"batch\): v is nan"):
+            rec.add(s[1000:1500], a[1000:1500], bad)
+        with pytest.raises(ValueError, match=r"episode.*whole numbers"):
+            rec.add(s[1000:1500], a[1000:1500], s2[1000:1500], episode=1.5)
+        assert rec.n_added == 1000  # nothing of the refused calls is kept
+        rec.add(s[1000:], a[1000:], s2[1000:])
+    got = load_recording(tmp_path / "r")
+    assert got.complete and len(got.transitions) == 2000
+    np.testing.assert_array_equal(got.transitions[["s_next_0", "s_next_1"]], s2)
+
+
+def test_a_full_disk_refuses_rows_until_there_is_room_and_tears_nothing(tmp_path, monkeypatch):
+    """The loop catches the error and goes on: every row it got accepted is recorded once."""
+    import errno
+    import os
+
+    from idt_desk.recordings import _format
+
+    real = os.write
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    s, a, s2 = _stream(6000)
+    kept = []
+    with idt_desk.Recorder(tmp_path / "r", ["x", "v"], ["u"], chunk=200, **PIPE) as rec:
+        for lo in range(0, 6000, 200):
+            if lo == 2000:
+                monkeypatch.setattr(_format.os, "write", full)
+            if lo == 4000:
+                monkeypatch.setattr(_format.os, "write", real)  # room again
+                assert _until(lambda: rec.session._recorder.error is None)
+            try:
+                rec.add(s[lo:lo + 200], a[lo:lo + 200], s2[lo:lo + 200])
+                kept.append(lo)
+                if lo >= 2000 and lo < 4000:
+                    rec.flush()
+            except idt_desk.RecordingError as exc:
+                assert "disk is full" in str(exc)
+    assert len(kept) < 30  # some were refused while the disk was full
+    got = load_recording(tmp_path / "r")
+    assert got.complete, got.warnings
+    want = np.concatenate([s[lo:lo + 200] for lo in kept])
+    np.testing.assert_array_equal(got.transitions[["s_0", "s_1"]].to_numpy(), want)
+
+
+def test_a_nan_observation_is_refused_at_its_step(tmp_path):
+    import gymnasium as gym
+
+    from idt_desk.gym import IDTMonitor
+
+    env = IDTMonitor(gym.make("Pendulum-v1"), window=50, stride=10, calibration_windows=2)
+    env.reset(seed=0)
+    for _ in range(30):
+        env.step(env.action_space.sample())
+    with pytest.raises(ValueError, match=r"a of transition 30 .*act_0 is nan"):
+        env.step(np.array([np.nan], dtype=np.float32))
+    env.close()

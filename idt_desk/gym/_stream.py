@@ -22,7 +22,7 @@ from idt_desk.detection.detectors import parse_budget
 from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS, IDT_METRICS, Monitor
 from idt_desk.metrics.engine import WINDOW_KEYS
 from idt_desk.metrics.presets import PRESETS, Preset
-from idt_desk.pipeline import Pipeline, build_monitor
+from idt_desk.pipeline import Pipeline, build_monitor, check_finite
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -219,9 +219,10 @@ class _Stream:
                              f"got {calibration_windows!r}")
         self.preset = preset
         self._state, self._action = state, action
+        self._names = ([f"obs_{j}" for j in range(state.dim)],
+                       [f"act_{j}" for j in range(action.dim)])
         self.pipeline = Pipeline(
-            preset, monitor, state_names=[f"obs_{j}" for j in range(state.dim)],
-            action_names=[f"act_{j}" for j in range(action.dim)],
+            preset, monitor, state_names=self._names[0], action_names=self._names[1],
             state_bins=state.bins(preset.bins), action_bins=action.bins(preset.bins),
             calibration_windows=int(calibration_windows), correction=correction,
             mean_columns=("reward",), end_columns=("episode",))
@@ -264,6 +265,10 @@ class _Stream:
         self._n[k] = s_next
         self._r[k] = reward
         self._ep[k] = episode
+        for what, buf, names in (("s", self._s, self._names[0]), ("a", self._a, self._names[1]),
+                                 ("s_next", self._n, self._names[0])):
+            # Refused at this step, not a block later inside the pipeline.
+            check_finite(what, buf[k].reshape(1, -1), names, self.n_transitions)
         self._k = k = k + 1
         if k < self._due:
             return None

@@ -7,17 +7,26 @@ One line in a training script, an evaluation harness or a robot driver::
             rec.add(s, a, s_next, reward=r)
 
 writes ``runs/x`` as the dashboard's own sessions do (``transitions.csv``, ``windows.csv``,
-``events.jsonl``, ``config.json``; flushed at least every 0.5 s, whole lines only), with the
-windows, baseline and calibrated alarms computed by the same pipeline as the live dashboard.
-``idt-desk watch runs/x`` follows it while it grows; ``load_recording`` and replay read it
-like any other recording. Perturbations and modulations the loop applies itself are marked
-with :meth:`Recorder.perturb` / :meth:`Recorder.modulate` (shaded bands, detection latency),
-one-shot impulses with :meth:`Recorder.impulse`, remarks with :meth:`Recorder.note`.
+``events.jsonl``, ``config.json``), with the windows, baseline and calibrated alarms computed
+by the same pipeline as the live dashboard. ``idt-desk watch runs/x`` follows it while it
+grows; ``load_recording`` and replay read it like any other recording. Perturbations and
+modulations the loop applies itself are marked with :meth:`Recorder.perturb` /
+:meth:`Recorder.modulate` (shaded bands, detection latency), one-shot impulses with
+:meth:`Recorder.impulse`, remarks with :meth:`Recorder.note`.
+
+``add`` only checks and queues: the pipeline runs in the recorder's own thread, which takes
+what was added every ``chunk`` transitions and at least every ``flush_seconds``, and the
+writer's flusher puts it on disk within half a second more, so what ``add`` accepted is on
+disk within about a second whatever the loop does next (trains, evaluates, waits) and the
+detector's calibration never holds the loop up. A loop faster than the pipeline waits in
+``add`` once ``max_queued`` transitions are queued: memory, and what a kill can lose, stay
+bounded.
 """
 
 from __future__ import annotations
 
-import time
+import threading
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +34,9 @@ from typing import Any
 import numpy as np
 
 from idt_desk.live.source import Batch, Source
+from idt_desk.pipeline import check_finite
+from idt_desk.recordings import RecordingError
+from idt_desk.recordings._format import json_line
 
 __all__ = ["Recorder"]
 
@@ -77,14 +89,25 @@ def _switch(active: dict[str, dict[str, Any]], name: str,
 
 
 def _rows(x: Any, width: int, what: str) -> np.ndarray:
-    """One transition (a vector) or a batch (rows) as a 2-D float array of ``width`` columns."""
-    arr = np.asarray(x, dtype=np.float64)
+    """One transition (a vector) or a batch (rows) as a 2-D float array of ``width`` columns.
+
+    A copy: the loop may reuse its buffers once ``add`` returns.
+    """
+    arr = np.array(x, dtype=np.float64)
     if arr.ndim <= 1:
         arr = arr.reshape(1, -1)
     if arr.ndim != 2 or arr.shape[1] != width:
         raise ValueError(f"{what}: expected {width} value(s) per transition, got shape "
                          f"{np.shape(x)}")
     return arr
+
+
+def _column(x: Any, k: int, what: str) -> np.ndarray:
+    """A number or one per row, as ``k`` floats (a copy)."""
+    arr = np.array(x, dtype=np.float64).reshape(-1)
+    if arr.size not in (1, k):
+        raise ValueError(f"{what}: expected one value or {k} (one per row), got {arr.size}")
+    return np.array(np.broadcast_to(arr, (k,)))
 
 
 class Recorder:
@@ -104,10 +127,21 @@ class Recorder:
         Whether ``add`` is given rewards (a reward plot and alarm).
     preset, bins, window, stride, calibration_windows, baseline_windows, detector,
     false_alarms
-        The pipeline, as ``idt-desk run`` takes it (``idt_desk.live.session.SessionConfig``).
+        The pipeline, as ``idt-desk run`` takes it (``idt_desk.live.session.SessionConfig``),
+        checked against the same limits.
     chunk
-        Transitions gathered before the pipeline runs (the recording is flushed at least
-        every ``flush_seconds`` all the same).
+        Transitions gathered before the pipeline's thread takes them (it takes what there
+        is at least every ``flush_seconds`` all the same).
+    flush_seconds
+        Longest time an added transition waits for the pipeline's thread.
+    max_queued
+        Transitions ``add`` may queue ahead of the pipeline before it waits for it (None:
+        four chunks, at least 10,000).
+
+    Raises
+    ------
+    ValueError
+        A setting out of its range (one line naming it), or ``path`` already a recording.
     """
 
     def __init__(
@@ -128,6 +162,7 @@ class Recorder:
         false_alarms: str | None = None,
         chunk: int = 1000,
         flush_seconds: float = 0.25,
+        max_queued: int | None = None,
     ) -> None:
         from idt_desk.live.session import Session, SessionConfig
 
@@ -136,25 +171,40 @@ class Recorder:
         if rate is not None and not (np.isfinite(rate) and rate > 0):
             raise ValueError(f"rate must be a positive number of transitions per second, "
                              f"got {rate!r}")
+        if not (isinstance(chunk, int | np.integer) and 1 <= chunk <= 10**7):
+            raise ValueError(f"chunk must be an integer from 1 to 10,000,000, got {chunk!r}")
+        if not (isinstance(flush_seconds, int | float) and 0 < flush_seconds <= 60):
+            raise ValueError(f"flush_seconds must be a number in (0, 60], got "
+                             f"{flush_seconds!r}")
+        self.chunk = int(chunk)
+        self.max_queued = max(4 * self.chunk, 10_000) if max_queued is None else \
+            int(max_queued)
+        if self.max_queued < self.chunk:
+            raise ValueError(f"max_queued must be >= chunk ({self.chunk}), got {max_queued!r}")
         self.path = Path(path)
         self.source = LoopSource(state_names, action_names, rate, reward)
-        self._timed = rate is not None
         config = SessionConfig(source="loop", speed=None, preset=preset, bins=bins,
                                window=window, stride=stride,
                                calibration_windows=calibration_windows,
                                baseline_windows=baseline_windows, detector=detector,
                                false_alarms=false_alarms)
         self.session = Session(config, source=self.source, record=self.path)
-        self.chunk = max(1, int(chunk))
         self.flush_seconds = float(flush_seconds)
         self._ds, self._da = len(self.source.state_names), len(self.source.action_names)
-        self._blocks: list[tuple[np.ndarray, ...]] = []
-        self._n_blocks = 0
-        self._events: list[tuple[int, dict[str, Any]]] = []
+        #: Transitions accepted by ``add`` so far.
         self.n_added = 0
-        self._last = time.monotonic()
         self.closed = False
+        # What add and the marks queued, in order: ("rows", arrays) or ("mark", event).
+        self._queue: deque[tuple[str, Any]] = deque()
+        self._queued = 0  # transitions in the queue
+        self._seq = self._done = 0  # items queued / taken in by the pipeline's thread
+        self._closing = self._hurry = False
+        self._failure: BaseException | None = None
+        self._cond = threading.Condition()
         self.session.begin()
+        self._thread = threading.Thread(target=self._work, daemon=True,
+                                        name=f"idt-recorder {self.path.name}")
+        self._thread.start()
 
     # -- the loop's side --------------------------------------------------------------------
 
@@ -163,7 +213,17 @@ class Recorder:
         """Add one transition (vectors) or a batch (rows): S, A, S'.
 
         Optionally the reward, the loop's time (default: the step count over ``rate``) and
-        the episode index, each a number or one per row.
+        the episode index (whole numbers), each a number or one per row. Every value must
+        be finite: a bad one is refused here, naming its row, and nothing of the call is
+        kept.
+
+        Raises
+        ------
+        ValueError
+            Wrong shapes, a value that is not finite, the recorder closed.
+        RecordingError
+            The recording cannot be written (a full disk) or its pipeline failed: the rows
+            are refused; what was accepted before is kept.
         """
         if self.closed:
             raise ValueError(f"{self.path}: the recorder is closed")
@@ -182,21 +242,38 @@ class Recorder:
                 raise ValueError(f"s has {k} row(s) but a {len(a_)}")
         else:
             a_ = np.empty((k, 0))
-        r_ = np.full(k, np.nan) if reward is None else \
-            np.broadcast_to(np.asarray(reward, dtype=np.float64).reshape(-1), (k,))
-        if t is None:
-            t_ = np.arange(self.n_added + 1, self.n_added + k + 1, dtype=np.float64) / \
-                self.source.rate
-        else:
-            t_ = np.broadcast_to(np.asarray(t, dtype=np.float64).reshape(-1), (k,))
-        e_ = np.full(k, np.nan) if episode is None else \
-            np.broadcast_to(np.asarray(episode, dtype=np.float64).reshape(-1), (k,))
-        self._blocks.append((s_, a_, n_, r_, t_, e_))
-        self._n_blocks += k
-        self.n_added += k
-        now = time.monotonic()
-        if self._n_blocks >= self.chunk or now - self._last >= self.flush_seconds:
-            self._run()
+        first = self.n_added
+        names = self.source.state_names
+        check_finite("s", s_, names, first)
+        check_finite("a", a_, self.source.action_names, first)
+        check_finite("s_next", n_, names, first)
+        r_ = np.full(k, np.nan) if reward is None else _column(reward, k, "reward")
+        if reward is not None:
+            check_finite("reward", r_[:, None], ("reward",), first)
+        t_ = None if t is None else _column(t, k, "t")
+        if t_ is not None:
+            check_finite("t", t_[:, None], ("t",), first)
+        e_ = np.full(k, np.nan) if episode is None else _column(episode, k, "episode")
+        if episode is not None:
+            check_finite("episode", e_[:, None], ("episode",), first)
+            if (frac := np.flatnonzero(e_ != np.round(e_))).size or \
+                    (frac := np.flatnonzero(np.abs(e_) > 2.0**53)).size:
+                j = int(frac[0])
+                raise ValueError(f"episode of transition {first + j:,} (row {j} of this "
+                                 f"call) is {e_[j]!r}; episodes are whole numbers")
+        with self._cond:
+            self._check()
+            while self._queued >= self.max_queued and not self._check():
+                self._cond.wait(0.5)  # the pipeline is behind: wait for it, bounded
+            if t_ is None:
+                t_ = np.arange(self.n_added + 1, self.n_added + k + 1, dtype=np.float64) / \
+                    self.source.rate
+            self._queue.append(("rows", (s_, a_, n_, r_, t_, e_)))
+            self.n_added += k
+            self._queued += k
+            self._seq += 1
+            if self._queued >= self.chunk:
+                self._cond.notify_all()
 
     def perturb(self, name: str, on: bool = True, **params: Any) -> None:
         """Mark the loop's own perturbation ``name`` on (with parameters) or off.
@@ -220,66 +297,128 @@ class Recorder:
         self._mark("note", text=str(text))
 
     def _mark(self, kind: str, **fields: Any) -> None:
+        """Queue an event at the next transition; refused here if JSON cannot hold it."""
         if self.closed:
             raise ValueError(f"{self.path}: the recorder is closed")
-        self._events.append((self.n_added, {"kind": kind, **fields}))
+        try:
+            json_line(fields)
+        except TypeError as exc:
+            what = " ".join(str(x) for x in (kind, fields.get("name")) if x)
+            raise TypeError(f"{what}: {exc}; give numbers, text, lists or dicts") from None
+        with self._cond:
+            self._check()
+            self._queue.append(("mark", {"kind": kind, **fields}))
+            self._seq += 1
+
+    def _check(self) -> bool:
+        """Raise what stops the recording from taking more (the caller holds the lock)."""
+        if self._failure is not None:
+            raise RecordingError(f"{self.path}: the pipeline's thread failed "
+                                 f"({type(self._failure).__name__}: {self._failure}); "
+                                 "close the recorder (what it took is kept)")
+        rec = self.session._recorder
+        if rec is not None and rec.error is not None:
+            raise rec.error
+        return False
 
     # -- the pipeline's side ----------------------------------------------------------------
 
-    def _run(self) -> None:
-        """Hand what was added to the session, cut so every mark lands on a batch start."""
-        self._last = time.monotonic()
-        if not self._blocks:
-            self._marks_at_end()
-            return
-        cols = [np.concatenate([b[j] for b in self._blocks]) for j in range(6)]
-        self._blocks, self._n_blocks = [], 0
-        s, a, n, r, t, e = cols
-        total = len(s)
-        i0 = self.session.n_transitions
-        pos = 0
-        while pos < total:
-            at = i0 + pos
-            events = []
-            while self._events and self._events[0][0] <= at:
-                events.append({**self._events.pop(0)[1], "row": -1})
-            hi = total
-            if self._events:
-                hi = min(hi, max(self._events[0][0] - i0, pos + 1))
-            hi = min(hi, pos + self.session.plan(hi - pos))
-            sl = slice(pos, hi)
-            self.session.advance(Batch(
-                s=s[sl], s_next=n[sl], a=a[sl] if self._da else None,
-                reward=r[sl] if self.source.has_reward else None,
-                episode=None if np.isnan(e[sl]).all() else e[sl], t=t[sl], events=events))
-            pos = hi
+    def _work(self) -> None:
+        """The pipeline's thread: take what was queued, run it through the session."""
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._queued >= self.chunk or self._closing
+                                    or self._hurry, timeout=self.flush_seconds)
+                items = list(self._queue)
+                self._queue.clear()
+                taken, self._queued, self._hurry = self._seq, 0, False
+                closing = self._closing
+            try:
+                self._run(items)
+                self.session._settle()  # windows that waited for the thresholds
+            except BaseException as exc:  # said by the next add, flush or close
+                with self._cond:
+                    self._failure = exc
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self._done = taken
+                self._cond.notify_all()
+                if closing and not self._queue:
+                    return
 
-    def _marks_at_end(self) -> None:
-        """Marks after the last transition: logged now, at that transition."""
-        while self._events:
-            _i, ev = self._events.pop(0)
-            self.session.advance(Batch(s=np.empty((0, self._ds)), s_next=np.empty((0, self._ds)),
-                                       events=[{**ev, "row": -1}]))
+    def _run(self, items: list[tuple[str, Any]]) -> None:
+        """Hand the queued rows to the session, cut so every mark lands on a batch start."""
+        marks: list[dict[str, Any]] = []
+        for kind, item in items:
+            if kind == "mark":
+                marks.append({**item, "row": -1})
+                continue
+            s, a, n, r, t, e = item
+            total, pos = len(s), 0
+            while pos < total:
+                hi = pos + self.session.plan(total - pos)
+                sl = slice(pos, hi)
+                self.session.advance(Batch(
+                    s=s[sl], s_next=n[sl], a=a[sl] if self._da else None,
+                    reward=r[sl] if self.source.has_reward else None,
+                    episode=None if np.isnan(e[sl]).all() else e[sl], t=t[sl],
+                    events=marks))
+                marks, pos = [], hi
+        if marks:
+            # Marks after the last transition: logged now, at that transition (the next
+            # rows would start there), so they reach the disk while the loop is idle.
+            self.session.advance(Batch(s=np.empty((0, self._ds)),
+                                       s_next=np.empty((0, self._ds)), events=marks))
 
     def flush(self) -> None:
-        """Run the pipeline on everything added and write it out now."""
-        self._run()
+        """Run the pipeline on everything added and write it out now.
+
+        Raises
+        ------
+        RecordingError
+            The pipeline failed, or the disk is full (nothing accepted is dropped).
+        """
+        with self._cond:
+            target = self._seq
+            self._hurry = True
+            self._cond.notify_all()
+            while self._done < target and self._failure is None and self._thread.is_alive():
+                self._cond.wait(0.5)
+            self._check()
         rec = self.session._recorder
         if rec is not None:
             rec.flush()
 
     def close(self, error: str | None = None) -> None:
-        """Process what is left and close the recording (``session_end``, complete)."""
+        """Process what is left and close the recording (``session_end``).
+
+        ``error``: the loop ended with this exception; the recording says so (state
+        ``error``; ``load_recording`` reports it).
+
+        Raises
+        ------
+        RecordingError
+            The pipeline's thread had failed, or the last rows could not be written (a full
+            disk): the recording is closed as an error, with the reason.
+        """
         if self.closed:
             return
-        try:
-            self._run()
-            self._marks_at_end()
-        finally:
-            self.closed = True
-            self.session._state = "error" if error else "stopped"
-            self.session._error = error
-            self.session.end()
+        given = error
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join()
+        self.closed = True
+        failure = self._failure
+        ses = self.session
+        if error is None and failure is not None:
+            error = f"the pipeline failed: {type(failure).__name__}: {failure}"
+        ses._state = "error" if error else "stopped"
+        ses._error = error
+        ses.end()
+        if given is None and ses.state == "error":  # not the loop's own exception: say it
+            raise RecordingError(f"{self.path}: closed as an error: {ses.error}")
 
     def __enter__(self) -> Recorder:
         return self

@@ -61,7 +61,7 @@ from idt_desk.live.sink import export_session, open_recording
 from idt_desk.live.source import Batch, Source
 from idt_desk.live.turns import TurnPath
 from idt_desk.live.worker import run_headless, run_loop
-from idt_desk.pipeline import Pipeline, Step, source_monitor, source_preset
+from idt_desk.pipeline import Pipeline, Step, check_finite, source_monitor, source_preset
 from idt_desk.recordings import Recorder, RecordingError
 
 __all__ = ["MAX_SPEED_CHUNKS", "WINDOW_COLUMNS", "Session", "SessionConfig", "Snapshot",
@@ -431,6 +431,12 @@ class Session:
         t = b.t if b.t is not None else (i0 + 1 + np.arange(n)) / self.source.rate
         if self._recorder is not None and self._recorder.error is not None:
             raise self._recorder.error  # a full disk: stop, rather than fill memory
+        if not self._turn_path:  # refused at the transition that carries it, unrecorded
+            src = self.source
+            check_finite("s", b.s, src.state_names, i0)
+            if b.a is not None and not src.passive:
+                check_finite("a", b.a, src.action_names, i0)
+            check_finite("s_next", b.s_next, src.state_names, i0)
         if self._recorder is not None:
             self._recorder.add_transitions(i0, t, b.s, b.a, b.s_next, b.reward, b.episode)
             if self._turn_path:

@@ -32,8 +32,8 @@ __all__ = ["Recording", "load_recording", "newest_recording", "recording_size",
 class Recording:
     """A recording read back: three tables, the configuration and what the reader found.
 
-    ``complete`` is True only when the session closed the recording and the files hold all it
-    promised; then ``warnings`` is empty.
+    ``complete`` is True only when the session closed the recording, the files hold all it
+    promised and it did not end in error; then ``warnings`` is empty.
     """
 
     path: Path
@@ -45,6 +45,8 @@ class Recording:
     complete: bool = False
     #: A dialogue's turns (turns.jsonl), oldest first; None when the recording has none.
     turns: list[dict[str, Any]] | None = None
+    #: Why the session ended in error (its ``session_end`` event says so), or None.
+    error: str | None = None
 
     @property
     def state_names(self) -> list[str]:
@@ -153,11 +155,26 @@ def load_recording(path: str | Path) -> Recording:
         if not kinds & set(_CLOSING_EVENTS):
             issues["events.jsonl"].append(
                 "no session_end event, which a closed recording ends with")
+    error = _ended_in_error(events)
     warnings = [f"{name}: {'; '.join(found)}" for name, found in issues.items() if found]
-    complete = closed and not warnings
+    complete = closed and not warnings and error is None
     if not closed:
         warnings.append("the session did not close this recording (killed or crashed)")
-    return Recording(path, config, transitions, windows, events, warnings, complete, turns)
+    if error is not None:
+        warnings.append(f"the session ended in error: {error}")
+    return Recording(path, config, transitions, windows, events, warnings, complete, turns,
+                     error)
+
+
+def _ended_in_error(events: pd.DataFrame) -> str | None:
+    """The error a recording's ``session_end`` reports (state ``error``), or None."""
+    if not len(events) or "state" not in events:
+        return None
+    end = events[events["kind"] == "session_end"]
+    if not len(end) or end["state"].iloc[-1] != "error":
+        return None
+    msg = end["error"].iloc[-1] if "error" in end else None
+    return str(msg) if isinstance(msg, str) and msg else "no reason given"
 
 
 def recording_size(path: str | Path) -> tuple[int, str]:
