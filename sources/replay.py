@@ -19,6 +19,7 @@ import numpy as np
 from idt_desk.live.plugins import SourceLoadError, load_source
 from idt_desk.live.session import MAX_SPEED_CHUNKS
 from idt_desk.live.source import Batch, Param, Source
+from idt_desk.pipeline import PIPELINE_KEYS
 from idt_desk.recordings import RecordingError, RecordingTail, load_recording
 
 __all__ = ["DRAWN_FROM_RECORDING", "ReplaySource"]
@@ -82,9 +83,8 @@ class ReplaySource(Source):
         else:
             rec = load_recording(path)
             if not rec.complete:
-                self.notice = (f"{rec.path} is incomplete ({'; '.join(rec.warnings)}): the "
-                               f"replay runs the {len(rec.transitions):,} transitions it "
-                               f"holds")
+                self._say(f"{rec.path} is incomplete ({'; '.join(rec.warnings)}): the "
+                          f"replay runs the {len(rec.transitions):,} transitions it holds")
             config = rec.config
             rows = rec.transitions
             events = rec.events.to_dict("records") if len(rec.events) else []
@@ -92,7 +92,7 @@ class ReplaySource(Source):
         self.state_names = tuple(config.get("state_names", ()))
         self.action_names = tuple(config.get("action_names", ()))
         self.has_reward = bool(src.get("has_reward", False))
-        self.rate = float(src.get("rate", 1000.0)) or 1000.0
+        self.rate = float(src.get("rate") or 1000.0)
         self.episode_steps = src.get("episode_steps") or None
         #: The recorded source's name (its declarations label the replayed switches).
         self.recorded_source: str | None = src.get("name")
@@ -143,7 +143,7 @@ class ReplaySource(Source):
         self._base = 0
         self._pos = 0  # the next transition to hand over
         # The live view of the replayed system is drawn from the recorded state and settings.
-        self._view_info = {k: float(v) for k, v in src.get("settings", {}).items()
+        self._view_info = {k: float(v) for k, v in (src.get("settings") or {}).items()
                            if isinstance(v, int | float) and not isinstance(v, bool)}
         self._start = int(config.get("start_index", 0))
         self._events: list[tuple[int, dict[str, Any]]] = []
@@ -157,6 +157,10 @@ class ReplaySource(Source):
         self._next_event = 0
         self._ended = False
         self._new_replay()
+        if self._pipeline0 is None and not self.follow:
+            self._pipeline0 = _pipeline_of_config(config)
+            self._say(f"{path} has no recording_start event: the pipeline is rebuilt from "
+                      "config.json (the settings in force when it was last written)")
 
     def _new_replay(self) -> None:
         """No episode seen yet (a replay's start)."""
@@ -202,6 +206,10 @@ class ReplaySource(Source):
         if self._episode is not None and self._episode >= 0 and self._episode_step:
             self._returns.append([self._episode, self._episode_return])
             del self._returns[:-MAX_RETURNS]
+
+    def _say(self, text: str) -> None:
+        """Add to what is said once before the replay runs (:attr:`notice`)."""
+        self.notice = text if not self.notice else f"{self.notice}; {text}"
 
     def _take_rows(self, rows: Any) -> None:
         """Append recorded transitions (a DataFrame, or an array in the tail's columns)."""
@@ -393,6 +401,15 @@ class ReplaySource(Source):
                   **({"y": self._n[hi - 1 - base].copy(), "time": float(self._t[hi - 1 - base])}
                      if hi > lo else {})},
         )
+
+
+def _pipeline_of_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A recording's pipeline from config.json: its session's settings and preset by value."""
+    session = config.get("session") or {}
+    p = {k: session[k] for k in PIPELINE_KEYS if k in session}
+    if isinstance(config.get("preset"), dict):
+        p.update(preset=None, preset_spec=config["preset"])
+    return p
 
 
 def _missing(v: Any) -> bool:

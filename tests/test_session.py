@@ -182,7 +182,11 @@ def test_source_exception_stops_cleanly_and_is_reported(tmp_path):
     assert session.state == "error"
     assert "failed on purpose" in session.error
     rec = load_recording(rec_dir)
-    assert rec.complete  # closed and flushed despite the error
+    # Closed and flushed despite the error (every file holds what config.json promises), and
+    # the reader says how it ended: not complete, with the reason.
+    assert rec.config["complete"] and rec.warnings == [
+        "the session ended in error: RuntimeError: toy source failed on purpose"]
+    assert not rec.complete and rec.error == "RuntimeError: toy source failed on purpose"
     err = rec.events[rec.events["kind"] == "error"].iloc[0]
     assert "failed on purpose" in err["message"] and "Traceback" in err["traceback"]
 

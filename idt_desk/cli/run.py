@@ -80,6 +80,30 @@ def _check_pipeline(args: argparse.Namespace) -> None:
             raise InputError(f"--false-alarms: {exc}") from None
 
 
+#: The pipeline options' defaults (``--correction none`` read as None): an option that
+#: differs was given on the command line.
+_PIPELINE_DEFAULTS = {"preset": None, "bins": None, "window": None, "stride": None,
+                      "calibration_windows": 20, "baseline_windows": None,
+                      "detector": "persistence", "false_alarms": None, "persist": None,
+                      "ewma_lambda": 0.05, "k": 3.0, "correction": None}
+
+
+def _overridden(args: argparse.Namespace, session) -> str:
+    """The pipeline options given that a replay's recorded pipeline overrides, in words."""
+    if not getattr(session.source, "pipeline_overrides", lambda: None)():
+        return ""
+    out = []
+    for key, default in _PIPELINE_DEFAULTS.items():
+        given = getattr(args, key)
+        given = None if key == "correction" and given == "none" else given
+        used = getattr(session.config, key)
+        if used is None and key in ("bins", "window", "stride"):
+            used = getattr(session.preset, key)  # the recorded preset's
+        if given != default and given != used:
+            out.append(f"--{key.replace('_', '-')} {given} (recorded: {used})")
+    return ", ".join(out)
+
+
 def _steps(args: argparse.Namespace, rate: float) -> int | None:
     """Transitions to run from --steps or --seconds (None: until the source ends / Ctrl-C)."""
     if args.steps is not None:
@@ -244,6 +268,9 @@ def _run_run(args: argparse.Namespace) -> int:
     _warn_overlaps(session, args.perturb, steps)
     if source.notice:
         print(f"idt-desk run: note: {source.notice}", file=sys.stderr)
+    if (ignored := _overridden(args, session)):
+        print(f"idt-desk run: note: a replay runs the recorded pipeline: {ignored} ignored",
+              file=sys.stderr)
     bar = None if args.quiet else tqdm(total=steps, unit="tr", dynamic_ncols=True,
                                         desc=session.source.name)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from idt_desk.errors import InputError
+from idt_desk.pipeline import LIMITS as PIPELINE_LIMITS
 
 __all__ = [
     "LIMITS",
@@ -31,17 +32,9 @@ __all__ = [
     "schedule_switches",
 ]
 
-#: Allowed ranges (inclusive) of the pipeline's integer options. The upper bounds keep one
-#: window's tables and the calibration buffer in memory (the engine holds ~600 bytes per
-#: transition of W).
-LIMITS: dict[str, tuple[int, int]] = {
-    "bins": (2, 65_536),
-    "window": (2, 100_000),
-    "stride": (1, 100_000),
-    "calibration_windows": (1, 10_000),
-    "baseline_windows": (2, 10_000),
-    "seed": (0, 2**63 - 1),
-}
+#: Allowed ranges (inclusive) of the pipeline's integer options: the core's, which every other
+#: way in (the GUI, ``Recorder``, a replayed recording) is checked against too.
+LIMITS = PIPELINE_LIMITS
 
 
 def _option(key: str) -> str:

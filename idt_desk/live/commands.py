@@ -16,6 +16,7 @@ from typing import Any
 from idt_desk.live.alarms import auto_controller, baseline_overlap
 from idt_desk.live.sink import open_recording, pipeline_record, preset_record
 from idt_desk.live.source import Batch
+from idt_desk.pipeline import check_limit, check_pipeline
 
 __all__ = ["apply_command", "drain", "source_events", "warn_overlap"]
 
@@ -88,6 +89,7 @@ def apply_command(session: Any, kind: str, args: dict[str, Any]) -> None:
         session._alarms.auto = auto_controller(auto)
         session._event("auto", auto=auto)
     elif kind == "calibrate_baseline":
+        check_limit("baseline_windows", args.get("n"))
         session.monitor.recalibrate(args.get("n"))
         if args.get("n"):
             session.config.baseline_windows = int(args["n"])
@@ -95,6 +97,7 @@ def apply_command(session: Any, kind: str, args: dict[str, Any]) -> None:
         session._event("calibrate_baseline", n=session.monitor.n_baseline)
         warn_overlap(session, list(src.active_perturbations))
     elif kind == "reconfigure":
+        check_pipeline(args, strict=True)  # a replayed change is data: checked, then applied
         for key, value in args.items():
             setattr(session.config, key, value)
         session._build_pipeline()

@@ -61,7 +61,16 @@ from idt_desk.live.sink import export_session, open_recording
 from idt_desk.live.source import Batch, Source
 from idt_desk.live.turns import TurnPath
 from idt_desk.live.worker import run_headless, run_loop
-from idt_desk.pipeline import Pipeline, Step, check_finite, source_monitor, source_preset
+from idt_desk.pipeline import (
+    PIPELINE_KEYS,
+    Pipeline,
+    Step,
+    check_finite,
+    check_limit,
+    check_pipeline,
+    source_monitor,
+    source_preset,
+)
 from idt_desk.recordings import Recorder, RecordingError
 
 __all__ = ["MAX_SPEED_CHUNKS", "WINDOW_COLUMNS", "Session", "SessionConfig", "Snapshot",
@@ -106,7 +115,12 @@ class Session:
         self.config.settings = dict(source.config)
         overrides = getattr(source, "pipeline_overrides", lambda: None)()
         if overrides:
-            # A replay re-runs the pipeline exactly as it was recorded.
+            # A replay re-runs the pipeline exactly as it was recorded: its settings checked
+            # as any other (a recording is data, not code).
+            check_pipeline({k: v for k, v in overrides.items() if k != "tokenizer"},
+                           strict=True)
+            if not isinstance(overrides.get("tokenizer", ""), str):
+                raise ValueError(f"tokenizer {overrides['tokenizer']!r}: must be a name")
             for key, value in overrides.items():
                 setattr(self.config, key, value)
         self.config.metric_path = source.metric_path
@@ -126,6 +140,8 @@ class Session:
         self._turns: TurnPath | None = TurnPath(self) if self._turn_path else None
         if not self._turn_path:
             self.config.baselines = False
+        check_limit("history", self.config.history)  # before the window ring is allocated
+        check_pipeline(self._pipeline_dict())
         self._lock = threading.Lock()
         self._commands: queue.Queue = queue.Queue()
         self._stop = threading.Event()
@@ -283,9 +299,7 @@ class Session:
         The symboliser is re-calibrated from the data that follows, and the engine and
         baseline start afresh.
         """
-        allowed = {"preset", "bins", "window", "stride", "calibration_windows",
-                   "baseline_windows", "correction", "k", "preset_spec", "detector",
-                   "false_alarms", "persist", "drift", "ewma_lambda"}
+        allowed = set(PIPELINE_KEYS)
         bad = set(changes) - allowed
         if bad:
             raise ValueError(f"cannot reconfigure {sorted(bad)}; allowed: {sorted(allowed)}")
@@ -379,13 +393,7 @@ class Session:
     # -- pipeline ---------------------------------------------------------------------------
 
     def _pipeline_dict(self) -> dict[str, Any]:
-        c = self.config
-        return {"preset": c.preset, "bins": c.bins, "window": c.window, "stride": c.stride,
-                "calibration_windows": c.calibration_windows,
-                "baseline_windows": c.baseline_windows, "correction": c.correction, "k": c.k,
-                "preset_spec": c.preset_spec, "detector": c.detector,
-                "false_alarms": c.false_alarms, "persist": c.persist, "drift": c.drift,
-                "ewma_lambda": c.ewma_lambda}
+        return {key: getattr(self.config, key) for key in PIPELINE_KEYS}
 
     def _build_pipeline(self) -> None:
         """(Re)build symbolisers, engine and monitor from the configuration."""

@@ -49,7 +49,7 @@ import io
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -284,8 +284,13 @@ def _first_line(flags: np.ndarray) -> int | None:
     return int(idx[0]) if idx.size else None
 
 
-def _read_json_lines(path: Path, issues: list[str], key: str, what: str) -> list[dict]:
-    """The JSON objects of a JSON-lines file, each required to have ``key``."""
+def _read_json_lines(path: Path, issues: list[str], key: str, what: str,
+                     check: Callable[[dict, str], None] | None = None) -> list[dict]:
+    """The JSON objects of a JSON-lines file, each required to have ``key``.
+
+    ``check(row, where)`` may refuse a row's fields (RecordingError naming ``where``, the
+    file and line).
+    """
     rows = []
     for k, line in enumerate(_read_lines(path, issues).split(b"\n")):
         if not line.strip():
@@ -296,5 +301,7 @@ def _read_json_lines(path: Path, issues: list[str], key: str, what: str) -> list
             row = None
         if not isinstance(row, dict) or key not in row:
             raise RecordingError(f"{path}: line {k + 1}: not {what}") from None
+        if check is not None:
+            check(row, f"{path}: line {k + 1}")
         rows.append(row)
     return rows

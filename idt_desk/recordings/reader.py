@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from idt_desk.recordings._checks import check_config, check_event, check_regular, check_turn
 from idt_desk.recordings._format import (
     _CLOSING_EVENTS,
     _FILES,
@@ -88,6 +89,9 @@ def load_recording(path: str | Path) -> Recording:
     missing = [f for f in _FILES if not (path / f).exists()]
     if missing:
         raise RecordingError(f"{path}: not a recording (missing {', '.join(missing)})")
+    for name in (*_FILES, "turns.jsonl"):
+        if name in _FILES or (path / name).exists():
+            check_regular(path / name)
     try:
         config = json.loads(_read_lines(path / "config.json"))
     except json.JSONDecodeError as exc:
@@ -100,6 +104,7 @@ def load_recording(path: str | Path) -> Recording:
             f"{path}: not an IDT Desk recording of format {FORMAT_VERSION} "
             f"(config.json says format_version {found!r})"
         )
+    check_config(config, f"{path}/config.json")
     issues: dict[str, list[str]] = {name: [] for name in _FILES[1:]}
     transitions = _read_csv(path / "transitions.csv", issues["transitions.csv"])
     windows = _read_csv(path / "windows.csv", issues["windows.csv"])
@@ -117,19 +122,25 @@ def load_recording(path: str | Path) -> Recording:
     if (k := _first_line(~(np.diff(start) >= 0))) is not None:
         issues["windows.csv"].append(
             f"line {k + 3}: start goes back from {start[k]:.17g} to {start[k + 1]:.17g}")
-    for col in ("i", "episode"):
-        if col in transitions and transitions[col].notna().all():
-            transitions[col] = transitions[col].astype(np.int64)
-    for col in ("start", "end"):
-        if col in windows and windows[col].notna().all():
-            windows[col] = windows[col].astype(np.int64)
+    for name, table, cols in (("transitions.csv", transitions, ("i", "episode")),
+                              ("windows.csv", windows, ("start", "end"))):
+        for col in cols:
+            if col not in table or not table[col].notna().all():
+                continue
+            x = table[col].to_numpy(np.float64)
+            # Whole numbers a float holds exactly are counts; anything else is kept as read.
+            if (k := _first_line((x != np.round(x)) | (np.abs(x) > 2.0**53))) is not None:
+                issues[name].append(f"line {k + 2}: {col} {x[k]:.17g} is not a whole number "
+                                    "(the column is kept as read)")
+            else:
+                table[col] = x.astype(np.int64)
     events = pd.DataFrame(_in_transition_order(_read_json_lines(
-        path / "events.jsonl", issues["events.jsonl"], "kind", "a JSON event")))
+        path / "events.jsonl", issues["events.jsonl"], "kind", "a JSON event", check_event)))
     turns = None
     if (path / "turns.jsonl").exists():
         issues["turns.jsonl"] = []
         turns = _read_json_lines(path / "turns.jsonl", issues["turns.jsonl"], "turn",
-                                 "a JSON turn")
+                                 "a JSON turn", check_turn)
         if config.get("complete"):
             got = sum(not t.get("history") for t in turns)
             promised = config.get("n_turns")
@@ -257,6 +268,8 @@ def runs_by_start(folder: str | Path) -> list[tuple[float, Path]]:
 def _first_event_wall(events: Path) -> float | None:
     """The ``wall`` time of the first event in ``events`` (None until a whole line is there)."""
     try:
+        if not events.is_file():  # a FIFO would hang the listing
+            return None
         with open(events, "rb") as f:
             head = f.read(1 << 16)
         line, newline, _ = head.partition(b"\n")

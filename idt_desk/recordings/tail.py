@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from idt_desk.recordings._checks import check_config, check_event, check_regular
 from idt_desk.recordings._format import (
     _CLOSING_EVENTS,
     FORMAT_VERSION,
@@ -53,11 +54,20 @@ class RecordingTail:
         #: Transitions read so far.
         self.n_read = 0
         self._promised: int | None = None
+        self._n_events = 0  # events lines read (to name a bad one)
 
     def ready(self) -> bool:
         """Whether config.json and the transitions' header are there (the writer started)."""
         if self.columns:
             return True
+        try:
+            for name in ("config.json", "transitions.csv", "events.jsonl"):
+                check_regular(self.path / name)
+        except RecordingError:
+            if all(os.path.isfile(self.path / n) or not os.path.lexists(self.path / n)
+                   for n in ("config.json", "transitions.csv", "events.jsonl")):
+                return False  # not all written yet
+            raise
         try:
             self.config = json.loads((self.path / "config.json").read_bytes())
             with open(self.path / "transitions.csv", "rb") as f:
@@ -66,9 +76,11 @@ class RecordingTail:
             return False
         if not header.endswith(b"\n"):
             return False
-        if self.config.get("format_version") != FORMAT_VERSION:
+        if not isinstance(self.config, dict) or \
+                self.config.get("format_version") != FORMAT_VERSION:
             raise RecordingError(f"{self.path}: not an IDT Desk recording of format "
                                  f"{FORMAT_VERSION}")
+        check_config(self.config, f"{self.path}/config.json")
         self.columns = header.decode().strip().split(",")
         self._offset["transitions.csv"] = len(header)
         return True
@@ -99,14 +111,26 @@ class RecordingTail:
         events = []
         for line in self._new_lines("events.jsonl").split(b"\n"):
             if line.strip():
-                ev = json.loads(line)
+                self._n_events += 1
+                where = f"{self.path}/events.jsonl: line {self._n_events}"
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    raise RecordingError(f"{where}: not valid JSON") from None
+                if not isinstance(ev, dict):
+                    raise RecordingError(f"{where}: not a JSON event")
+                check_event(ev, where)
                 events.append(ev)
                 self.ended = self.ended or ev.get("kind") in _CLOSING_EVENTS
         raw = self._new_lines("transitions.csv")
         if not raw:
             return np.empty((0, len(self.columns))), events
-        rows = pd.read_csv(io.BytesIO(raw), header=None, names=self.columns,
-                           dtype=np.float64, engine="c").to_numpy()
+        try:
+            rows = pd.read_csv(io.BytesIO(raw), header=None, names=self.columns,
+                               dtype=np.float64, engine="c").to_numpy()
+        except (ValueError, pd.errors.ParserError) as exc:
+            raise RecordingError(f"{self.path}/transitions.csv: rows after transition "
+                                 f"{self.n_read:,}: not numbers ({exc})") from None
         self.n_read += len(rows)
         return rows, events
 

@@ -1,0 +1,135 @@
+"""What a recording's config.json, events and turns must hold before anything reads them.
+
+A recording is data another program (or person) may have written or damaged: every field a
+reader, a replay or a follower uses is checked for its type and range here, and anything
+else is refused with one line naming the file, the line and the field, never a traceback
+further in. A recorded pipeline is checked against the same limits as the command line's
+(:data:`idt_desk.pipeline.LIMITS`), so a crafted ``{"window": 10**9}`` is refused, not tried.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from idt_desk.pipeline import check_limit, check_pipeline
+from idt_desk.recordings._format import RecordingError
+
+__all__: list[str] = []
+
+
+def _int(v: Any, lo: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_regular(path: Path) -> None:
+    """``path`` must be a regular file (a FIFO or a device would hang or flood a reader)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise RecordingError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(mode):
+        raise RecordingError(f"{path}: not a regular file")
+
+
+def check_config(config: Any, where: str) -> dict[str, Any]:
+    """The fields of config.json a reader or a replay uses, checked; ``where`` names it."""
+    if not isinstance(config, dict):
+        raise RecordingError(f"{where}: not a JSON object")
+
+    def bad(key: str, want: str) -> RecordingError:
+        return RecordingError(f"{where}: {key} {_show(config_get(key))}: must be {want}")
+
+    def config_get(key: str) -> Any:
+        head, _, tail = key.partition(".")
+        v = config.get(head)
+        return v.get(tail) if tail and isinstance(v, dict) else v
+
+    for key in ("state_names", "action_names"):
+        names = config.get(key, [])
+        if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+            raise bad(key, "a list of names")
+    for key in ("source", "session"):
+        if not isinstance(config.get(key, {}), dict):
+            raise bad(key, "a JSON object")
+    src = config.get("source", {})
+    if src.get("rate") is not None and not (_num(src["rate"]) and src["rate"] > 0):
+        raise bad("source.rate", "a positive number of transitions per second")
+    if src.get("episode_steps") is not None and not _int(src["episode_steps"], 1):
+        raise bad("source.episode_steps", "a positive integer")
+    for key, kind, want in (("has_reward", bool, "true or false"),
+                            ("passive", bool, "true or false"), ("name", str, "a name"),
+                            ("view", str, "text"), ("settings", dict, "a JSON object")):
+        if key in src and src[key] is not None and not isinstance(src[key], kind):
+            raise bad(f"source.{key}", want)
+    session = config.get("session", {})
+    if session.get("metric_path", "windows") not in ("windows", "turns"):
+        raise bad("session.metric_path", "windows or turns")
+    if session.get("tokenizer") is not None and not isinstance(session["tokenizer"], str):
+        raise bad("session.tokenizer", "a name")
+    if "start_index" in config and not _int(config["start_index"]):
+        raise bad("start_index", "an integer >= 0")
+    if config.get("preset") is not None and not isinstance(config["preset"], dict):
+        raise bad("preset", "a JSON object")
+    if not isinstance(config.get("complete", False), bool):
+        raise bad("complete", "true or false")
+    return config
+
+
+def check_event(ev: dict[str, Any], where: str) -> None:
+    """The fields of one event a replay or a follower uses, checked (``where``: file:line)."""
+
+    def bad(key: str, want: str) -> RecordingError:
+        return RecordingError(f"{where}: {key} {_show(ev.get(key))}: must be {want}")
+
+    if not isinstance(ev.get("kind"), str):
+        raise bad("kind", "a name")
+    if "i" in ev and not _int(ev["i"]):
+        raise bad("i", "a transition index (an integer >= 0)")
+    for key in ("t", "wall"):
+        if ev.get(key) is not None and not _num(ev[key]):
+            raise bad(key, "a finite number")
+    for key, kind, want in (("name", str, "a name"), ("text", str, "text"),
+                            ("params", dict, "a JSON object"),
+                            ("pipeline", dict, "a JSON object")):
+        if ev.get(key) is not None and not isinstance(ev[key], kind):
+            raise bad(key, want)
+    if ev["kind"] in ("recording_start", "reconfigure") and ev.get("pipeline") is not None:
+        try:
+            check_pipeline(ev["pipeline"], strict=True)
+        except ValueError as exc:
+            raise RecordingError(f"{where}: pipeline: {exc}") from None
+    if ev["kind"] == "calibrate_baseline" and ev.get("n") is not None:
+        try:
+            check_limit("baseline_windows", ev["n"])
+        except ValueError as exc:
+            raise RecordingError(f"{where}: n: {exc}") from None
+    ranges = ev.get("value_ranges")
+    if ranges is not None and not (isinstance(ranges, dict) and all(
+            isinstance(r, list) and len(r) == 2 and all(_num(x) for x in r) and r[0] <= r[1]
+            for r in ranges.values())):
+        raise bad("value_ranges", "variable names with [low, high] ranges")
+
+
+def check_turn(turn: dict[str, Any], where: str) -> None:
+    """The fields of one dialogue turn a replay uses, checked."""
+    if not _int(turn.get("turn")):
+        raise RecordingError(f"{where}: turn {_show(turn.get('turn'))}: must be an integer")
+    for key in ("prompt", "reply", "next_prompt"):
+        if turn.get(key) is not None and not isinstance(turn[key], str):
+            raise RecordingError(f"{where}: {key} must be text")
+    if not isinstance(turn.get("history", False), bool):
+        raise RecordingError(f"{where}: history must be true or false")
+
+
+def _show(v: Any) -> str:
+    """A value as a one-line message shows it (long ones cut)."""
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
