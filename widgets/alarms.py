@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import math
 
 from PySide6.QtCore import Qt, Signal
@@ -274,7 +275,8 @@ class AlarmPanel(QGroupBox):
         if onset is None:
             text = "No perturbation yet"
         else:
-            name = self.names.get(onset["name"], onset["name"])
+            # A recording's names are data: shown as text, never read as markup.
+            name = html.escape(str(self.names.get(onset["name"], onset["name"])))
             first = onset.get("first_window")
             if onset.get("latency") is not None:
                 n = onset["latency"]
@@ -311,7 +313,8 @@ class AlarmPanel(QGroupBox):
             text = f"Symbols: calibrating {cal:,}/{need:,} transitions"
         else:
             pr = snap.preset
-            text = (f"Symbols: {pr['name']} — {pr['bins']} bins, W = {pr['window']}, "
+            text = (f"Symbols: {html.escape(str(pr['name']))} — {pr['bins']} bins, "
+                    f"W = {pr['window']}, "
                     f"stride {pr['stride']}")
         text += f"<br>Alarm: {detector}"
         unit = "turns" if tokens is not None else "windows"

@@ -1,0 +1,25 @@
+"""The alarm panel shows a recording's names as text, never as markup."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import idt_desk
+
+
+def test_a_perturbation_name_is_shown_as_text_not_html(qtbot, tmp_path):
+    from idt_desk_widgets.alarms import AlarmPanel
+
+    x = np.cumsum(np.random.default_rng(0).normal(size=(801, 1)), axis=0)
+    with idt_desk.Recorder(tmp_path / "r", ["x"], window=20, stride=5, calibration_windows=2,
+                           baseline_windows=5, detector="paper") as rec:
+        rec.add(x[:400], None, x[1:401])
+        rec.perturb("<b>wind</b><img src=x>")
+        rec.add(x[400:-1], None, x[401:])
+        rec.flush()
+        snap = rec.snapshot()
+    panel = AlarmPanel()
+    qtbot.addWidget(panel)
+    panel.update_snapshot(snap)
+    text = panel.latency.text()
+    assert "&lt;b&gt;wind&lt;/b&gt;&lt;img src=x&gt;" in text and "<b>wind" not in text
