@@ -14,6 +14,7 @@ from idt_desk.cli.validate import (
     check_int,
     check_limit,
     check_out_dir,
+    path_arg,
 )
 from idt_desk.detection.detectors import DETECTOR_KINDS, parse_budget
 from idt_desk.errors import InputError
@@ -58,7 +59,7 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("file", type=Path, help="trajectory file (.csv or .parquet), or a "
                    "recording's directory (its transitions, with the preset it ran with)")
-    p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument("--out", type=path_arg, required=True, help="output directory")
     p.add_argument("--preset", choices=sorted(PRESETS), help="symbolisation/window preset")
     p.add_argument("--bins", type=int, help="equal-width bins per variable (default 16)")
     p.add_argument("--window", type=int, help="window length in transitions (default 300)")

@@ -15,6 +15,7 @@ from idt_desk.cli.analyze import _add_analyze
 from idt_desk.cli.run import _add_run
 from idt_desk.cli.validate import (
     check_out_dir,
+    path_arg,
 )
 from idt_desk.errors import InputError
 from idt_desk.live.plugins import (
@@ -128,7 +129,7 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=("csv", "parquet"), default="parquet",
                    help="file format (default parquet; events' nested parameters are JSON "
                    "text there)")
-    p.add_argument("--out", type=Path, required=True,
+    p.add_argument("--out", type=path_arg, required=True,
                    help="output directory (created if needed)")
     p.set_defaults(func=_run_export)
 

@@ -23,6 +23,7 @@ from idt_desk.cli.validate import (
     check_out_dir,
     parse_auto,
     parse_speed,
+    path_arg,
     schedule_switches,
 )
 from idt_desk.detection.detectors import DETECTOR_KINDS, parse_budget
@@ -142,10 +143,10 @@ def _build_session(args: argparse.Namespace, source, speed: float | None,
         return Session(config, source=source, record=record)
     except ValueError as exc:  # a pipeline check of the core that the CLI does not repeat
         msg = str(exc)
+        if "false-alarm budget" in msg:  # it names its units ("1/1000windows"): first
+            raise InputError(f"--false-alarms {config.false_alarms}: {msg}") from None
         key = next((k for k in ("calibration_windows", "baseline_windows", "bins", "window",
                                 "stride") if k in msg), None)
-        if key is None and "false-alarm budget" in msg:
-            raise InputError(f"--false-alarms {config.false_alarms}: {msg}") from None
         key = key or "preset"
         raise InputError(f"--{key.replace('_', '-')} {getattr(args, key)}: {msg}") from None
 
@@ -162,7 +163,8 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--seconds", type=float, help="seconds of the loop's own time")
     g.add_argument("--steps", type=int, help="number of transitions")
-    p.add_argument("--record", type=Path, help="record the session into this new directory")
+    p.add_argument("--record", type=path_arg,
+                   help="record the session into this new directory")
     p.add_argument("--speed", default="max",
                    help="multiple of real time (> 0), or 'max' (default) for as fast as possible")
     p.add_argument("--perturb", action="append", default=[], metavar="SPEC",
@@ -237,9 +239,14 @@ def _progress_text(snap) -> str:
         status += (f"; symbols out of range ({float(warning.get('fraction', math.nan)):.0%} of "
                    "the window clamped to edge bins)")
     p_text = f"{p:.4f}" if p == p else "—"
+    rec = getattr(snap, "recording", None)
+    from idt_desk.recordings import recording_size
+
+    # A recording at full speed grows by gigabytes a minute: its size is always in view.
+    size = f" rec={recording_size(rec)[1]}" if rec else ""
     if getattr(snap, "tokenizer", None) is not None:  # a dialogue: one window per turn
-        return f"turn={snap.n_transitions} P={p_text} {status}"
-    return f"t={snap.sim_time:.1f}s windows={snap.n_windows} P={p_text} {status}"
+        return f"turn={snap.n_transitions} P={p_text} {status}{size}"
+    return f"t={snap.sim_time:.1f}s windows={snap.n_windows} P={p_text} {status}{size}"
 
 
 def _run_run(args: argparse.Namespace) -> int:
@@ -268,6 +275,12 @@ def _run_run(args: argparse.Namespace) -> int:
     _warn_overlaps(session, args.perturb, steps)
     if source.notice:
         print(f"idt-desk run: note: {source.notice}", file=sys.stderr)
+    if getattr(source, "follow", False):
+        # Why following stopped (the writer went silent, the recording went away) is said
+        # as it happens; headless, nothing else would show it.
+        session.add_event_listener(
+            lambda ev: print(f"idt-desk run: note: {ev.get('text')}", file=sys.stderr)
+            if ev["kind"] == "note" and not ev.get("replayed") else None)
     if (ignored := _overridden(args, session)):
         print(f"idt-desk run: note: a replay runs the recorded pipeline: {ignored} ignored",
               file=sys.stderr)

@@ -8,6 +8,7 @@ before anything is simulated, read in bulk or written.
 
 from __future__ import annotations
 
+import argparse
 import math
 import operator
 import os
@@ -20,6 +21,7 @@ from idt_desk.pipeline import LIMITS as PIPELINE_LIMITS
 
 __all__ = [
     "LIMITS",
+    "SPEEDS",
     "build_source",
     "check_float",
     "check_int",
@@ -29,6 +31,7 @@ __all__ = [
     "parse_auto",
     "parse_speed",
     "parse_switch",
+    "path_arg",
     "schedule_switches",
 ]
 
@@ -80,19 +83,33 @@ def check_float(
     return float(value)
 
 
+#: Multiples of real time a paced run may take (slower never ends in practice; faster:
+#: ``max``).
+SPEEDS = (1e-3, 1e6)
+
+
 def parse_speed(text: str, option: str = "--speed") -> float | None:
-    """A positive multiple of real time, or None for ``max`` (as fast as possible)."""
+    """A multiple of real time in :data:`SPEEDS`, or None for ``max`` (as fast as possible)."""
     if str(text).strip().lower() == "max":
         return None
     try:
         v = float(text)
     except ValueError:
         v = math.nan
-    if not (math.isfinite(v) and v > 0):
+    lo, hi = SPEEDS
+    if not (math.isfinite(v) and lo <= v <= hi):
         raise InputError(
-            f"{option} {text}: must be a positive multiple of real time (e.g. 0.5, 3) or 'max'"
+            f"{option} {text}: must be a multiple of real time from {lo:g} to {hi:g} (e.g. "
+            "0.5, 3) or 'max'"
         )
     return v
+
+
+def path_arg(text: str) -> Path:
+    """An argparse ``type`` for a path option: an empty one is refused (it meant ``.``)."""
+    if not str(text).strip():
+        raise argparse.ArgumentTypeError("an empty path; give a directory")
+    return Path(text)
 
 
 def check_out_dir(path: Path | None, option: str) -> Path | None:
