@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from idt_desk.limits import PIPELINE_KEYS
 from idt_desk.live.plugins import SourceLoadError, load_source
 from idt_desk.live.session import MAX_SPEED_CHUNKS
 from idt_desk.live.source import Batch, Param, Source
-from idt_desk.pipeline import PIPELINE_KEYS
 from idt_desk.recordings import RecordingError, RecordingTail, load_recording
 
 __all__ = ["DRAWN_FROM_RECORDING", "ReplaySource"]

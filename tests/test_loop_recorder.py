@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pytest
@@ -13,6 +12,7 @@ import idt_desk
 from idt_desk.live.session import Session, SessionConfig, run_headless
 from idt_desk.recordings import load_recording
 
+from .polling import rows_on_disk, until
 from .toy_source import ToySource
 
 PIPE = dict(window=100, stride=20, calibration_windows=20, baseline_windows=300)
@@ -146,17 +146,8 @@ def _stream(n: int, seed: int = 0):
     return x[:-1], rng.normal(size=(n, 1)), x[1:]
 
 
-def _rows_on_disk(path) -> int:
-    return (path / "transitions.csv").read_bytes().count(b"\n") - 1
 
 
-def _until(cond, seconds: float = 20.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def test_what_add_accepted_reaches_the_disk_while_the_loop_does_something_else(tmp_path):
@@ -165,9 +156,9 @@ def test_what_add_accepted_reaches_the_disk_while_the_loop_does_something_else(t
     with idt_desk.Recorder(tmp_path / "r", ["x", "v"], ["u"], **PIPE) as rec:
         for lo in range(0, 3000, 250):
             rec.add(s[lo:lo + 250], a[lo:lo + 250], s2[lo:lo + 250])
-        assert _until(lambda: _rows_on_disk(tmp_path / "r") == 3000)
+        assert until(lambda: rows_on_disk(tmp_path / "r") == 3000)
         rec.note("evaluating")
-        assert _until(lambda: b"evaluating" in (tmp_path / "r" / "events.jsonl").read_bytes())
+        assert until(lambda: b"evaluating" in (tmp_path / "r" / "events.jsonl").read_bytes())
     assert load_recording(tmp_path / "r").complete
 
 
@@ -253,7 +244,7 @@ def test_a_full_disk_refuses_rows_until_there_is_room_and_tears_nothing(tmp_path
                 monkeypatch.setattr(_format.os, "write", full)
             if lo == 4000:
                 monkeypatch.setattr(_format.os, "write", real)  # room again
-                assert _until(lambda: rec.session._recorder.error is None)
+                assert until(lambda: rec.session._recorder.error is None)
             try:
                 rec.add(s[lo:lo + 200], a[lo:lo + 200], s2[lo:lo + 200])
                 kept.append(lo)

@@ -5,14 +5,16 @@ waited."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pandas as pd
 import pytest
 
 import idt_desk.detection.monitor as monitor_module
+from idt_desk.detection import _offload
 from idt_desk.live.session import Session, SessionConfig, run_headless
 from idt_desk.recordings import load_recording
+
+from .polling import until
 
 STEPS = 9000
 #: The baseline completes at the end of window 20 + 30 - 1: 300 + 49 * 75 transitions.
@@ -40,6 +42,15 @@ def _timeline(path):
     return rec.windows, ev[["kind", "i", "t"]].reset_index(drop=True), rec
 
 
+@pytest.fixture
+def fit_in_thread(monkeypatch):
+    """The fit's fallback (a thread): a patched ``calibrate`` applies there, not in a child."""
+    def no_child(self):
+        raise _offload._ChildFailed("the test holds the fit in this process")
+
+    monkeypatch.setattr(_offload.Offloaded, "_in_child", no_child)
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     path = tmp_path_factory.mktemp("ref") / "ref"
@@ -47,18 +58,11 @@ def reference(tmp_path_factory):
     return _timeline(path)
 
 
-def _until(cond, seconds=60.0):
-    deadline = time.monotonic() + seconds
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 @pytest.mark.parametrize("speed", [None, 10.0])
 def test_the_loop_records_on_while_the_thresholds_are_fitted(tmp_path, monkeypatch,
-                                                           reference, speed):
+                                                           reference, speed, fit_in_thread):
     """The fit is held until the loop has gone on far past the baseline: it never waits."""
     release = threading.Event()
     fitting = threading.Event()
@@ -75,14 +79,14 @@ def test_the_loop_records_on_while_the_thresholds_are_fitted(tmp_path, monkeypat
     session.limit = STEPS
     session.start()
     try:
-        assert _until(fitting.is_set)
+        assert until(fitting.is_set)
         # The loop goes on past the perturbation, the note and its end; its transitions
         # and its own events reach the disk meanwhile.
-        assert _until(lambda: session.snapshot(1).n_transitions >= 6500)
+        assert until(lambda: session.snapshot(1).n_transitions >= 6500)
         snap = session.snapshot(1)
         assert snap.baseline is None and snap.detector["fitting"]
-        assert _until(lambda: (path / "transitions.csv").read_bytes().count(b"\n") > 6000)
-        assert _until(lambda: b"while the thresholds" in (path / "events.jsonl").read_bytes())
+        assert until(lambda: (path / "transitions.csv").read_bytes().count(b"\n") > 6000)
+        assert until(lambda: b"while the thresholds" in (path / "events.jsonl").read_bytes())
     finally:
         release.set()
     session.wait(120)
@@ -96,7 +100,7 @@ def test_the_loop_records_on_while_the_thresholds_are_fitted(tmp_path, monkeypat
 
 
 def test_stop_while_the_thresholds_are_fitted_keeps_every_window(tmp_path, monkeypatch,
-                                                                  reference):
+                                                                  reference, fit_in_thread):
     release = threading.Event()
     calibrate = monitor_module.calibrate
 
@@ -109,7 +113,7 @@ def test_stop_while_the_thresholds_are_fitted_keeps_every_window(tmp_path, monke
     session = _session(path)
     session.limit = STEPS
     session.start()
-    assert _until(lambda: session.snapshot(1).n_transitions >= STEPS)
+    assert until(lambda: session.snapshot(1).n_transitions >= STEPS)
     threading.Timer(1.0, release.set).start()
     session.stop(timeout=0.2)  # the fit is progress: stop waits for it
     w_ref, ev_ref, _ = reference
@@ -118,7 +122,8 @@ def test_stop_while_the_thresholds_are_fitted_keeps_every_window(tmp_path, monke
     pd.testing.assert_frame_equal(ev, ev_ref)
 
 
-def test_a_failed_fit_ends_the_session_in_error_with_its_transitions(tmp_path, monkeypatch):
+def test_a_failed_fit_ends_the_session_in_error_with_its_transitions(tmp_path, monkeypatch,
+                                                                     fit_in_thread):
     def broken(*args, **kwargs):
         raise ValueError("no thresholds today")
 
@@ -130,3 +135,24 @@ def test_a_failed_fit_ends_the_session_in_error_with_its_transitions(tmp_path, m
     assert len(rec.transitions) >= BASELINE_END
     end = rec.events[rec.events["kind"] == "session_end"].iloc[0]
     assert end["state"] == "error"
+
+
+def _whose(x):
+    import os
+
+    if x < 0:
+        raise ValueError(f"negative: {x}")
+    return os.getpid(), x * 2
+
+
+def test_the_fit_runs_in_a_child_process_and_falls_back_to_a_thread(monkeypatch):
+    import os
+    import sys
+
+    pid, value = _offload.Offloaded(_whose, 21).result()
+    assert value == 42 and pid != os.getpid()  # another process: not the loop's GIL
+    with pytest.raises(ValueError, match="negative: -1"):
+        _offload.Offloaded(_whose, -1).result()  # the call's own error comes back
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    pid, value = _offload.Offloaded(_whose, 5).result()
+    assert value == 10 and pid == os.getpid()  # no child: the same call, here

@@ -15,6 +15,7 @@ from idt_desk.live.config import WINDOW_COLUMNS
 from idt_desk.recordings import Recorder, RecordingError, RecordingTail, _format, load_recording
 
 from .cli_call import call
+from .polling import rows_on_disk, until
 
 
 def _writer(path, **kw) -> Recorder:
@@ -32,18 +33,8 @@ def _close(rec: Recorder) -> None:
     rec.close()
 
 
-def _rows(path) -> int:
-    return (path / "transitions.csv").read_bytes().count(b"\n") - 1  # less the header
 
 
-def _until(cond, seconds: float = 10.0) -> bool:
-    """Whether ``cond()`` came true within ``seconds`` (polled; nothing else is called)."""
-    deadline = time.monotonic() + seconds
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def test_rows_reach_the_disk_while_the_loop_is_busy_elsewhere(tmp_path):
@@ -51,9 +42,9 @@ def test_rows_reach_the_disk_while_the_loop_is_busy_elsewhere(tmp_path):
     rec = _writer(tmp_path / "r", flush_seconds=0.2)
     try:
         _add(rec, 0, 500)
-        assert _until(lambda: _rows(tmp_path / "r") == 500)
+        assert until(lambda: rows_on_disk(tmp_path / "r") == 500)
         rec.add_event({"kind": "note", "i": 500, "text": "training now"})
-        assert _until(lambda: b"training now" in (tmp_path / "r" / "events.jsonl").read_bytes())
+        assert until(lambda: b"training now" in (tmp_path / "r" / "events.jsonl").read_bytes())
     finally:
         _close(rec)
     assert load_recording(tmp_path / "r").complete
@@ -64,11 +55,11 @@ def test_an_idle_writer_beats_and_its_follower_does_not_give_up(tmp_path):
     try:
         _add(rec, 0, 10)
         tail = RecordingTail(tmp_path / "r")
-        assert _until(lambda: len(tail.poll()[0]) == 10 or tail.n_read == 10)
+        assert until(lambda: len(tail.poll()[0]) == 10 or tail.n_read == 10)
         before = (tmp_path / "r" / "transitions.csv").stat().st_mtime_ns
         # Nothing written: the modification time moves all the same (the heartbeat).
-        assert _until(lambda: (tmp_path / "r" / "transitions.csv").stat().st_mtime_ns != before)
-        assert _until(lambda: tail.idle_for() > 2.5)
+        assert until(lambda: (tmp_path / "r" / "transitions.csv").stat().st_mtime_ns != before)
+        assert until(lambda: tail.idle_for() > 2.5)
         assert tail.silent_for() < 2.0  # idle, not silent
     finally:
         rec.close()

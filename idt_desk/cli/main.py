@@ -14,6 +14,7 @@ from pathlib import Path
 from idt_desk.cli.analyze import _add_analyze
 from idt_desk.cli.run import _add_run
 from idt_desk.cli.validate import (
+    check_int,
     check_out_dir,
     path_arg,
 )
@@ -41,7 +42,31 @@ def _add_bench(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     m.add_argument("--seconds", type=float, default=1800.0, help="wall seconds (default 1800)")
     m.add_argument("--source", default="pendulum")
     m.set_defaults(func=_run_bench_memory)
+    lp = bsub.add_parser("loop", help="a recorded loop's speed through the detector's fit, "
+                         "vs a detector with nothing to fit")
+    lp.add_argument("--n", type=int, default=100_000, help="transitions the loop adds")
+    lp.set_defaults(func=_run_bench_loop)
+    k = bsub.add_parser("kill", help="SIGKILL recording runs at random moments: rows accepted "
+                        "but not on disk")
+    k.add_argument("--runs", type=int, default=10, help="kills per kind (default 10)")
+    k.add_argument("--seed", type=int, default=0)
+    k.set_defaults(func=_run_bench_kill)
     return bsub
+
+
+def _run_bench_loop(args: argparse.Namespace) -> int:
+    from idt_desk.cli.bench_loop import bench_loop
+
+    bench_loop(n=check_int("--n", args.n, 20_000, 10**8))
+    return 0
+
+
+def _run_bench_kill(args: argparse.Namespace) -> int:
+    from idt_desk.cli.bench_loop import bench_kill
+
+    bench_kill(runs=check_int("--runs", args.runs, 1, 10_000),
+               seed=check_int("--seed", args.seed, 0))
+    return 0
 
 
 def _run_bench_memory(args: argparse.Namespace) -> int:

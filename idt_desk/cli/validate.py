@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from idt_desk.errors import InputError
-from idt_desk.pipeline import LIMITS as PIPELINE_LIMITS
+from idt_desk.limits import LIMITS as PIPELINE_LIMITS
 
 __all__ = [
     "LIMITS",

@@ -20,9 +20,10 @@ from gymnasium import spaces
 
 from idt_desk.detection.detectors import parse_budget
 from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS, IDT_METRICS, Monitor
+from idt_desk.limits import check_finite
 from idt_desk.metrics.engine import WINDOW_KEYS
 from idt_desk.metrics.presets import PRESETS, Preset
-from idt_desk.pipeline import Pipeline, build_monitor, check_finite
+from idt_desk.pipeline import Pipeline, build_monitor
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -13,16 +13,16 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from idt_desk.limits import check_limit, check_pipeline
 from idt_desk.live.alarms import auto_controller, baseline_overlap
 from idt_desk.live.sink import open_recording, pipeline_record, preset_record
 from idt_desk.live.source import Batch
-from idt_desk.pipeline import check_limit, check_pipeline
 
 __all__ = ["apply_command", "drain", "source_events", "warn_overlap"]
 
 
 #: Commands that change what judges windows or where they go: the windows waiting for the
-#: detector's thresholds are emitted first (``Session._settle``).
+#: detector's thresholds are emitted first (``Backlog.settle``).
 _SETTLE_FIRST = ("auto", "calibrate_baseline", "reconfigure", "record")
 
 
@@ -30,7 +30,7 @@ def apply_command(session: Any, kind: str, args: dict[str, Any]) -> None:
     """Carry out one command (from the queue, the schedule or a replayed event)."""
     src = session.source
     if kind in _SETTLE_FIRST:
-        session._settle(wait=True)
+        session._backlog.settle(wait=True)
     if kind == "pause":
         session._state = "paused"
         session._resume.clear()
@@ -55,8 +55,8 @@ def apply_command(session: Any, kind: str, args: dict[str, Any]) -> None:
             declared = src.perturbation(name)
             impulse = declared.is_impulse(resolved)
             if not declared.scheduled:  # armed only: latency counts from its impulses
-                session._in_order(partial(session._alarms.new_onset, name,
-                                          session.n_transitions, impulse))
+                i = session.n_transitions
+                session._backlog.in_order(partial(session._alarms.new_onset, name, i, impulse))
             if impulse:
                 # One shot: applied by the next step, then off again (see _run).
                 session._impulses.append(name)
@@ -68,7 +68,8 @@ def apply_command(session: Any, kind: str, args: dict[str, Any]) -> None:
                                **({"scheduled": True} if declared.scheduled else {}))
             warn_overlap(session, [name])
         else:
-            session._in_order(partial(session._alarms.onset_off, name, session.n_transitions))
+            i = session.n_transitions
+            session._backlog.in_order(partial(session._alarms.onset_off, name, i))
             session._event("perturbation_off", name=name)
     elif kind == "modulate":
         name, params = args["name"], args["params"]
@@ -175,10 +176,10 @@ def source_events(session: Any, b: Batch, before: bool) -> None:
         fields = {k: v for k, v in ev.items() if k not in ("kind", "i", "t", "wall", "row")}
         i = session.n_transitions - len(b) + row + 1 if not before else session.n_transitions
         if kind in ("perturbation_on", "perturbation_pulse") and not fields.get("scheduled"):
-            session._in_order(partial(session._alarms.new_onset, fields.get("name"), i,
+            session._backlog.in_order(partial(session._alarms.new_onset, fields.get("name"), i,
                                       kind == "perturbation_pulse"))
         elif kind == "perturbation_off":
-            session._in_order(partial(session._alarms.onset_off, fields.get("name"), i))
+            session._backlog.in_order(partial(session._alarms.onset_off, fields.get("name"), i))
         session._event(kind, at=i, **fields)
         if kind in ("perturbation_on", "perturbation_pulse") and before and \
                 not fields.get("replayed"):

@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from idt_desk.limits import check_finite
 from idt_desk.live.source import Batch, Source
-from idt_desk.pipeline import check_finite
 from idt_desk.recordings import RecordingError
 from idt_desk.recordings._format import json_line
 
@@ -335,7 +335,7 @@ class Recorder:
                 closing = self._closing
             try:
                 self._run(items)
-                self.session._settle()  # windows that waited for the thresholds
+                self.session._backlog.settle()  # windows that waited for the thresholds
             except BaseException as exc:  # said by the next add, flush or close
                 with self._cond:
                     self._failure = exc

@@ -23,15 +23,10 @@ same events at any speed, headless or in the GUI, and in its replay:
 - while automatic modulation is on, chunks end at window ends, so a switch it makes takes
   effect at the transition right after the window that triggered it.
 
-The detector's thresholds are fitted off the loop's thread (seconds of CPU for a calibrated
-detector): the loop keeps its speed and its transitions, and its own events (switches,
-notes), keep reaching the recording. The windows that complete the baseline and every later
-one wait in a backlog, with the alarm state's changes made after them (an onset), and are
-emitted in order as soon as the thresholds are there (the next chunk boundary): the same
-windows, flags and events as if the loop had waited; only the events' order in the file
-then follows the wall clock, and ``load_recording`` reads them back in transition order.
-While Auto is on the loop does wait (a switch must act right after its window), and so do
-the commands that change the pipeline or the recording.
+The detector's thresholds are fitted off the loop's thread (``idt_desk.live.backlog``): the
+windows after the baseline wait for them and come out as if the loop had waited; the events'
+order in the file then follows the wall clock (``load_recording`` reads them back in
+transition order). With Auto on, and for pipeline or recording changes, the loop does wait.
 """
 
 from __future__ import annotations
@@ -47,7 +42,9 @@ from typing import Any
 import numpy as np
 
 from idt_desk.detection.agency import agency_conditions
+from idt_desk.limits import PIPELINE_KEYS, check_finite, check_limit, check_pipeline
 from idt_desk.live.alarms import HORIZON_TURNS, HORIZON_WINDOWS, Alarms, RangeWatch, auto_controller
+from idt_desk.live.backlog import Backlog
 from idt_desk.live.commands import apply_command, source_events
 from idt_desk.live.config import (
     MAX_SPEED_CHUNKS,
@@ -58,19 +55,11 @@ from idt_desk.live.config import (
     undefined_reason,
 )
 from idt_desk.live.sink import export_session, open_recording
+from idt_desk.live.snapshot import take_snapshot
 from idt_desk.live.source import Batch, Source
 from idt_desk.live.turns import TurnPath
 from idt_desk.live.worker import run_headless, run_loop
-from idt_desk.pipeline import (
-    PIPELINE_KEYS,
-    Pipeline,
-    Step,
-    check_finite,
-    check_limit,
-    check_pipeline,
-    source_monitor,
-    source_preset,
-)
+from idt_desk.pipeline import Pipeline, Step, source_monitor, source_preset
 from idt_desk.recordings import Recorder, RecordingError
 
 __all__ = ["MAX_SPEED_CHUNKS", "WINDOW_COLUMNS", "Session", "SessionConfig", "Snapshot",
@@ -179,11 +168,8 @@ class Session:
         self._event_listeners: list[Callable[[dict[str, Any]], None]] = []
         self._paused_reason: str | None = None
         self._known_ranges: dict[str, Any] = {}
-        #: What waits for the detector's thresholds, in the order it happened: ("windows",
-        #: (step, offset)) and ("call", fn) (see _settle).
-        self._backlog: deque[tuple[str, Any]] = deque()
-        self._settling = False
-        self._hold_at = 0  # n_transitions when the backlog began
+        #: What waits for the detector's thresholds (see ``idt_desk.live.backlog``).
+        self._backlog = Backlog(self)
         self._build_pipeline()
         source.should_stop = self._stop.is_set
         source.publish = self._publish
@@ -225,26 +211,16 @@ class Session:
         self._state = "running"
         self._thread.start()
 
-    #: Longest extra wait in :meth:`stop` for the detector's thresholds to be fitted (their
-    #: windows go on record before it closes): the fit is progress, not a hang.
-    FIT_WAIT = 120.0
-
     def stop(self, timeout: float = 10.0) -> None:
         """Ask the worker to stop and wait for it (flushes and closes the recording).
 
-        Up to ``timeout`` seconds, and :attr:`FIT_WAIT` more while windows wait for the
+        Up to ``timeout`` seconds, and ``Backlog.FIT_WAIT`` more while windows wait for the
         detector's thresholds (fitted off the loop's thread).
         """
         self._stop.set()
         self._resume.set()
         if self._thread is not None:
-            self._thread.join(timeout)
-            deadline = time.monotonic() + self.FIT_WAIT
-            if self._thread.is_alive() and self._pipe.fitting:
-                while self._thread.is_alive() and self._pipe.fitting and \
-                        time.monotonic() < deadline:
-                    self._thread.join(0.1)
-                self._thread.join(timeout)  # then the held windows go on record
+            self._backlog.join(self._thread, timeout)
             if self._thread.is_alive():
                 raise RuntimeError(f"session worker did not stop within {timeout} s")
         elif self._recorder is not None:
@@ -333,62 +309,7 @@ class Session:
 
     def snapshot(self, limit: int = 2000) -> Snapshot:
         """Copies of the latest ``limit`` windows and of the session's state."""
-        with self._lock:
-            windows = self._ring.tail(limit)
-            rec = self._recorder
-            return Snapshot(
-                state=self._state,
-                error=self._error,
-                source=self.source.name,
-                n_transitions=self.n_transitions,
-                n_windows=self._ring.total,
-                sim_time=self._sim_time,
-                speed=self.config.speed,
-                preset=self._preset_dict,
-                calibration=(self._pipe.n_buffered if not self._pipe.calibrated
-                             else self._pipe.calibration_transitions,
-                             self._pipe.calibration_transitions),
-                baseline=self.monitor.baseline,
-                baseline_progress=self.monitor.baseline_progress,
-                windows=windows,
-                info=dict(self._info),
-                events=list(self._events),
-                switches=list(self._switches),
-                active_perturbations={k: dict(v) for k, v in
-                                      self.source.active_perturbations.items()},
-                active_modulations={k: dict(v) for k, v in
-                                    self.source.active_modulations.items()},
-                auto=self._alarms.auto_state(),
-                alarm=dict(self._alarms.alarm),
-                onset=None if self._alarms.onset is None else dict(self._alarms.onset),
-                recording=str(rec.path) if rec is not None and not rec.closed else None,
-                throughput=self._throughput,
-                loop_rate=self._loop_rate,
-                out_of_range_warning=None if self._range.warning is None
-                else dict(self._range.warning),
-                n_undefined=self._n_undefined,
-                agency=self._agency,
-                paused_reason=self._paused_reason,
-                tokenizer=self.config.tokenizer if self._turn_path else None,
-                detector=self._detector_info(),
-                n_alarms=self._alarms.n_alarms,
-            )
-
-    def _detector_info(self) -> dict[str, Any]:
-        """The alarm's detector in words, for the alarm panel (see ``Snapshot.detector``)."""
-        mon = self.monitor
-        info = self._detector_cache
-        if info is None or info["calibrated"] != (mon.baseline is not None):
-            cal = mon.calibration
-            info = {"describe": mon.describe(), "kind": mon.spec.kind,
-                    "budget": None if mon.budget is None else str(mon.budget),
-                    "baseline_windows": mon.n_baseline, "calibrated": mon.baseline is not None,
-                    "too_short": bool(cal is not None and cal.too_short),
-                    "needed_windows": None if cal is None else cal.needed_windows,
-                    "thresholds": {} if cal is None else dict(cal.threshold)}
-            self._detector_cache = info
-        # Windows wait while the thresholds are fitted off the loop's thread.
-        return {**info, "fitting": self._pipe.fitting}
+        return take_snapshot(self, limit)
 
     # -- pipeline ---------------------------------------------------------------------------
 
@@ -453,8 +374,7 @@ class Session:
                 self._recorder.add_turns([{"i": i0 + j, **t} for j, t in enumerate(
                     t for t in turns if not t.get("history"))])
         # The loop times events of the next windows may ask for (and of those held).
-        keep = self.preset.window + n + self._pipe.n_buffered + \
-            (self.n_transitions - self._hold_at if self._backlog else 0)
+        keep = self.preset.window + n + self._pipe.n_buffered + self._backlog.span
         self._tail = np.concatenate([self._tail, np.asarray(t, dtype=np.float64)[:, None]]
                                     )[-keep:]
         self.n_transitions += n
@@ -472,14 +392,7 @@ class Session:
                         transitions=cal["transitions"], value_ranges=self._known_ranges,
                         symbolizer=cal["symbolizer"],
                         action_symbolizer=cal["action_symbolizer"])
-        if step.windows is None:
-            return
-        if step.pending or self._backlog:
-            # After windows that wait for the thresholds: emitted in order after them.
-            if not self._backlog:
-                self._hold_at = self.n_transitions - n
-            self._backlog.append(("windows", (step, self._offset)))
-        else:
+        if step.windows is not None and not self._backlog.hold(step, self._offset, n):
             self._emit_step(step, self._offset)
 
     def _emit_step(self, step: Step, offset: int) -> None:
@@ -490,38 +403,6 @@ class Session:
         if not self.source.has_reward:
             table.pop("reward", None)
         self._emit(table, len(w["start"]), step)
-
-    def _in_order(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` now, or after the windows waiting for the thresholds (alarm state)."""
-        if self._backlog and not self._settling:
-            self._backlog.append(("call", fn))
-        else:
-            fn()
-
-    def _settle(self, wait: bool = False) -> None:
-        """Emit the windows held for the thresholds, and what came after them, in order.
-
-        Without ``wait`` only once the thresholds are fitted (called at every chunk
-        boundary); with it, after waiting for them (Auto, pipeline changes, the end).
-        """
-        if not self._backlog or self._settling:
-            return
-        try:
-            if not self._pipe.settle(wait):
-                return
-        except Exception:
-            self._backlog.clear()  # the fit failed: its windows have no verdict to give
-            raise
-        self._settling = True
-        try:
-            while self._backlog:
-                kind, item = self._backlog.popleft()
-                if kind == "windows":
-                    self._emit_step(*item)
-                else:
-                    item()
-        finally:
-            self._settling = False
 
     def _value_ranges(self) -> tuple[dict[int, tuple[float, float]], ...]:
         """The source's value ranges when the symbols are fitted, by state/action column."""
@@ -642,7 +523,7 @@ class Session:
         window end while Auto is on (a switch acts right after the window that made it) and
         at ``limit``. 0: the limit is reached.
         """
-        self._settle(wait=self._alarms.auto is not None)  # Auto acts on every window at once
+        self._backlog.settle(wait=self._alarms.auto is not None)  # Auto acts on every window
         while self._schedule and self._schedule[0][0] <= self.n_transitions:
             _, kind, args = self._schedule.pop(0)
             apply_command(self, kind, args)
@@ -679,10 +560,13 @@ class Session:
         run_loop(self)
 
     def _finish(self) -> None:
+        self._backlog.at_end = True
         try:
-            self._settle(wait=True)
+            self._backlog.settle(wait=True)
         except Exception as exc:  # the thresholds' fit failed: said, not raised
             self._failed(exc)
+        finally:
+            self._backlog.at_end = False
         try:
             self.source.close()
         finally:

@@ -1,0 +1,227 @@
+"""Benchmarks of a recorded loop: its speed through the fit, and what a kill loses.
+
+``idt-desk bench loop`` and ``idt-desk bench kill``.
+
+``bench loop`` runs the same loop twice in one process, once with a detector that needs no
+fit (the paper's rule: the baseline) and once with the default calibrated one, whose
+thresholds take seconds to fit, and prints the ratios: a Python loop's rate through
+``idt_desk.Recorder`` and its longest ``add``; a live session's largest lag behind its pace
+(real time times the speed). ``bench kill`` starts recording runs as child processes, kills
+each with SIGKILL at a random moment and counts the rows the child had accepted that are not
+on disk. ``python idt_desk/cli/bench_loop.py child KIND [SPEED] PATH`` is that child;
+``python idt_desk/cli/bench_loop.py loop|kill`` runs a benchmark with whichever ``idt_desk``
+is on the path (an older checkout's, for a before/after).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["bench_kill", "bench_loop"]
+
+#: The Recorder's pipeline in both benchmarks: W = 300, stride 50, 200 baseline windows, a
+#: budget of 1 false alarm per hour of a 100-transitions-per-second loop.
+PIPE = dict(window=300, stride=50, calibration_windows=20, baseline_windows=200,
+            rate=100.0, false_alarms="1/h")
+
+
+def _stream(rng: np.random.Generator, i0: int, n: int) -> tuple[np.ndarray, ...]:
+    """S, A, S' of ``n`` transitions of a noisy rotation (cheap, vectorised)."""
+    k = i0 + np.arange(n + 1, dtype=np.float64)
+    y = np.column_stack([np.sin(k * 0.05), np.cos(k * 0.05)]) + rng.normal(0, 0.1, (n + 1, 2))
+    return y[:-1], rng.normal(0, 1.0, (n, 1)), y[1:]
+
+
+def _recorder_loop(detector: str, n: int, batch: int, rate: float
+                   ) -> tuple[float, float, float]:
+    """A loop adding ``batch`` rows at a time, paced to ``rate`` rows a second.
+
+    The pacing stands for the loop's own work between adds (an env's steps). Returns (most
+    behind its pace in s, longest add in s, the row at which the thresholds were ready).
+    """
+    import idt_desk
+
+    rng = np.random.default_rng(0)
+    blocks = [_stream(rng, i, batch) for i in range(0, n, batch)]
+    longest, lag, fitted_at = 0.0, 0.0, float("nan")
+    with tempfile.TemporaryDirectory() as tmp, \
+            idt_desk.Recorder(Path(tmp) / "r", ["x", "v"], ["u"], detector=detector,
+                              **PIPE) as rec:
+        t0 = time.perf_counter()
+        for j, (s, a, s2) in enumerate(blocks):
+            ahead = j * batch / rate - (time.perf_counter() - t0)
+            if ahead > 0:
+                time.sleep(ahead)
+            lag = max(lag, -ahead)
+            t = time.perf_counter()
+            rec.add(s, a, s2)
+            longest = max(longest, time.perf_counter() - t)
+            if fitted_at != fitted_at and rec.snapshot(1).baseline is not None:
+                fitted_at = (j + 1) * batch
+    return lag, longest, fitted_at
+
+
+def _session_lag(detector: str, speed: float, steps: int) -> float:
+    """A paced pendulum session: its largest lag behind its pace, in seconds of loop time."""
+    from idt_desk.live.session import Session, SessionConfig
+
+    session = Session(SessionConfig(speed=speed, detector=detector))
+    session.limit = steps
+    rate = session.source.rate
+    session.start()
+    lag, t0, n0 = 0.0, None, 0
+    try:
+        while session.running:
+            n = session.snapshot(1).n_transitions
+            now = time.monotonic()
+            if n >= steps:
+                break  # then it waits for the thresholds, if still fitted: not the loop
+            if t0 is None and n > 0:
+                t0, n0 = now, n  # paced from its first step (kernels loaded)
+            elif t0 is not None:
+                lag = max(lag, (now - t0) * speed - (n - n0) / rate)
+            time.sleep(0.01)
+    finally:
+        session.stop()
+    return lag
+
+
+def bench_loop(n: int = 100_000, batch: int = 100, rate: float = 20_000.0, speed: float = 4.0,
+               steps: int = 30_000, print_fn: Callable[[str], None] = print
+               ) -> dict[str, float]:
+    """A loop's pace through the detector's fit, against a loop with nothing to fit."""
+    print_fn(f"loop benchmark: a Python loop paced to {rate:,.0f} transitions/s, adding "
+             f"{batch} at a time to idt_desk.Recorder, {n:,} in all (W = 300, stride 50, "
+             "baseline 200 windows ending at 11,250, 1 false alarm/h at 100 transitions/s)")
+    _recorder_loop("paper", 20_000, batch, rate)  # warm-up: kernels, imports
+    rows = {d: _recorder_loop(d, n, batch, rate) for d in ("paper", "persistence")}
+    print_fn(f"{'detector':>24} {'most behind (s)':>16} {'longest add (ms)':>17} "
+             f"{'thresholds at':>14}")
+    for d, (lag, longest, at) in rows.items():
+        name = "paper (nothing to fit)" if d == "paper" else "persistence (fitted)"
+        print_fn(f"{name:>24} {lag:>16.3f} {1e3 * longest:>17.1f} {at:>14,.0f}")
+    lag_r = rows["persistence"][0] / max(rows["paper"][0], 1e-3)
+    stall = rows["persistence"][1] / rows["paper"][1]
+    print_fn(f"ratio fitted / nothing to fit: {lag_r:.1f}x most behind, {stall:.1f}x the "
+             "longest add")
+    print_fn(f"live session: pendulum at {speed:g}x real time, {steps:,} transitions (the "
+             "baseline ends 16.7 s of loop time in)")
+    lags = {d: _session_lag(d, speed, steps) for d in ("paper", "persistence")}
+    print_fn(f"most behind its pace: paper {lags['paper']:.2f} s of loop time, persistence "
+             f"{lags['persistence']:.2f} s: ratio "
+             f"{lags['persistence'] / max(lags['paper'], 1e-3):.1f}")
+    return {"lag_ratio": lag_r, "stall_ratio": stall,
+            **{f"lag_{d}": v for d, v in lags.items()}}
+
+
+def bench_kill(runs: int = 10, kinds: tuple[str, ...] = ("session:1", "session:max",
+                                                          "recorder"),
+               seed: int = 0, print_fn: Callable[[str], None] = print) -> list[dict]:
+    """SIGKILL recording runs at random moments; rows accepted but not on disk, per kind.
+
+    ``session:SPEED``: ``idt-desk run --record``'s session (the pendulum), the accepted count
+    read from its snapshots every 5 ms; ``recorder``: a loop adding 500 rows at a time to
+    ``idt_desk.Recorder`` as fast as it can, the count printed after every ``add``.
+    """
+    from idt_desk.recordings import load_recording
+
+    rng = random.Random(seed)
+    out = []
+    print_fn(f"kill benchmark: {runs} SIGKILLs per kind at random moments; lost = rows the "
+             "child had accepted that are not on disk")
+    print_fn(f"{'kind':>12} {'kill at (s)':>12} {'accepted':>10} {'on disk':>10} "
+             f"{'lost':>8} {'lost (wall s)':>13}")
+    for kind in kinds:
+        window = (1.0, 25.0) if kind == "session:1" else (0.5, 8.0)
+        for _ in range(runs):
+            at = rng.uniform(*window)
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "r"
+                accepted, rate = _kill_child(kind, path, at)
+                on_disk = len(load_recording(path).transitions) if \
+                    (path / "config.json").exists() else 0
+            lost = max(0, accepted - on_disk)
+            row = {"kind": kind, "at": at, "accepted": accepted, "on_disk": on_disk,
+                   "lost": lost, "lost_s": lost / rate if rate else float("nan")}
+            out.append(row)
+            print_fn(f"{kind:>12} {at:>12.2f} {accepted:>10,} {on_disk:>10,} {lost:>8,} "
+                     f"{row['lost_s']:>13.3f}")
+    for kind in kinds:
+        mine = [r for r in out if r["kind"] == kind]
+        print_fn(f"{kind}: most lost {max(r['lost'] for r in mine):,} rows = "
+                 f"{max(r['lost_s'] for r in mine):.2f} s of the loop's wall time "
+                 f"(mean {np.mean([r['lost_s'] for r in mine]):.2f} s) in {len(mine)} kills")
+    return out
+
+
+def _kill_child(kind: str, path: Path, at: float) -> tuple[int, float]:
+    """Run the child, SIGKILL it ``at`` seconds after it began to record: (accepted, rate).
+
+    The rate is the child's rows per wall second over its run (lost rows in wall time).
+    """
+    # By file, not module: the same script measures an older checkout (PYTHONPATH) too.
+    proc = subprocess.Popen([sys.executable, __file__, "child", *kind.split(":"), str(path)],
+                            stdout=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    try:
+        while not any(x.startswith("recording") for x in list(lines)):
+            if proc.poll() is not None:
+                raise RuntimeError(f"the child ended before recording ({kind})")
+            time.sleep(0.01)
+        time.sleep(at)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        reader.join(5)
+    counts = [x.split() for x in lines if x.startswith("n ")]
+    if not counts:
+        return 0, 0.0
+    first, last = counts[0], counts[-1]
+    span = float(last[2]) - float(first[2])
+    return int(last[1]), (int(last[1]) - int(first[1])) / span if span > 0 else 0.0
+
+
+def _child(argv: list[str]) -> None:
+    """The killed child: record, printing ``n COUNT SECONDS`` as rows are accepted."""
+    if argv[0] == "session":
+        from idt_desk.live.session import Session, SessionConfig
+
+        speed = None if argv[1] == "max" else float(argv[1])
+        session = Session(SessionConfig(speed=speed), record=argv[2])
+        session.start()
+        print("recording", flush=True)
+        t0 = time.monotonic()
+        while True:
+            print(f"n {session.snapshot(1).n_transitions} {time.monotonic() - t0:.4f}",
+                  flush=True)
+            time.sleep(0.005)
+    import idt_desk
+
+    rng = np.random.default_rng(0)
+    n = 0
+    with idt_desk.Recorder(argv[1], ["x", "v"], ["u"], chunk=500, **PIPE) as rec:
+        print("recording", flush=True)
+        t0 = time.monotonic()
+        while True:
+            rec.add(*_stream(rng, n, 500))
+            n += 500
+            print(f"n {n} {time.monotonic() - t0:.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    {"child": lambda: _child(sys.argv[2:]), "loop": bench_loop,
+     "kill": lambda: bench_kill(runs=int(sys.argv[2]) if len(sys.argv) > 2 else 10),
+     }[sys.argv[1]]()

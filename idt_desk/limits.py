@@ -1,0 +1,161 @@
+"""The pipeline's settings: their limits and their checks, wherever they come from.
+
+The command line, the GUI, ``idt_desk.Recorder`` and a recording being replayed all build
+pipelines from settings; every one is checked here, for its type and range, before anything
+is allocated, with one line naming the setting (a window of 10**9 is refused, not tried).
+Rows are checked here too: a value that is not finite is refused at the row that carries it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from idt_desk.detection.detectors import DETECTOR_KINDS, parse_budget
+from idt_desk.metrics.presets import ANGLE_MODES, PRESETS
+
+__all__ = ["LIMITS", "PIPELINE_KEYS", "check_finite", "check_limit", "check_pipeline"]
+
+
+#: Allowed ranges (inclusive) of the pipeline's integer settings, wherever they come from
+#: (the command line, the GUI, ``Recorder``, a recording being replayed). The upper bounds
+#: keep one window's tables, the calibration buffer and the window history in memory (the
+#: engine holds ~600 bytes per transition of W, the history ~400 bytes a window).
+LIMITS: dict[str, tuple[int, int]] = {
+    "bins": (2, 65_536),
+    "window": (2, 100_000),
+    "stride": (1, 100_000),
+    "calibration_windows": (1, 10_000),
+    "baseline_windows": (2, 10_000),
+    "persist": (1, 1000),
+    "history": (1, 1_000_000),
+    "seed": (0, 2**63 - 1),
+}
+
+#: The settings a pipeline is made of (what a recording states and a replay re-applies).
+PIPELINE_KEYS = ("preset", "bins", "window", "stride", "calibration_windows",
+                 "baseline_windows", "correction", "k", "preset_spec", "detector",
+                 "false_alarms", "persist", "drift", "ewma_lambda")
+
+_PRESET_FIELDS = ("name", "description", "bins", "window", "stride", "state_groups",
+                  "action_groups", "angles", "angle_mode", "n_state", "n_action")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int | np.integer) and not isinstance(v, bool)
+
+
+def _number(key: str, v: Any, lo: float, hi: float | None = None,
+            lo_open: bool = False) -> None:
+    ok = isinstance(v, int | float | np.number) and not isinstance(v, bool) and \
+        math.isfinite(v) and (v > lo if lo_open else v >= lo) and (hi is None or v <= hi)
+    if not ok:
+        rng = f"{'>' if lo_open else '>='} {lo:g}" + ("" if hi is None else f" and <= {hi:g}")
+        raise ValueError(f"{key} {v!r}: must be a finite number {rng}")
+
+
+def check_limit(key: str, value: Any) -> None:
+    """``value`` must be None or an integer in ``LIMITS[key]``; ValueError (one line) if not.
+
+    A whole float (20.0: how a table column holds a count) counts as an integer.
+    """
+    if value is None:
+        return
+    lo, hi = LIMITS[key]
+    whole = _is_int(value) or (isinstance(value, float) and value.is_integer())
+    if not whole or not lo <= value <= hi:
+        raise ValueError(f"{key} {value!r}: must be an integer from {lo:,} to {hi:,}")
+
+
+def check_pipeline(p: Mapping[str, Any], *, strict: bool = False) -> None:
+    """Check pipeline settings' types and ranges (:data:`LIMITS`), one line naming the first bad.
+
+    ``strict``: every key must be one of :data:`PIPELINE_KEYS` (a recorded pipeline). Checked
+    before anything is allocated: a window of 10**9 is refused, not tried.
+
+    Raises
+    ------
+    ValueError
+        An unknown key (strict), a wrong type, or a value out of range.
+    """
+    if not isinstance(p, Mapping):
+        raise ValueError(f"pipeline settings must be a mapping, got {type(p).__name__}")
+    if strict and (bad := [k for k in p if k not in PIPELINE_KEYS]):
+        raise ValueError(f"unknown pipeline setting {bad[0]!r}; known: "
+                         f"{', '.join(PIPELINE_KEYS)}")
+    for key in ("bins", "window", "stride", "calibration_windows", "baseline_windows",
+                "persist"):
+        check_limit(key, p.get(key))
+    if p.get("k") is not None:
+        _number("k", p["k"], 0.0, lo_open=True)
+    if p.get("drift") is not None:
+        _number("drift", p["drift"], 0.0)
+    if p.get("ewma_lambda") is not None:
+        _number("ewma_lambda", p["ewma_lambda"], 0.0, 1.0, lo_open=True)
+    for key, allowed in (("detector", DETECTOR_KINDS), ("correction", (None, "miller-madow")),
+                         ("preset", (None, *PRESETS))):
+        if key in p and p[key] not in allowed and not (key == "detector" and p[key] is None):
+            raise ValueError(f"unknown {key} {p[key]!r}; known: "
+                             f"{', '.join(str(a) for a in allowed if a is not None)}")
+    budget = p.get("false_alarms")
+    if budget is not None:
+        if not isinstance(budget, str):
+            raise ValueError(f"false_alarms {budget!r}: must be a budget such as '1/h'")
+        parse_budget(budget)
+    spec = p.get("preset_spec")
+    if spec is not None:
+        _check_preset_spec(spec)
+
+
+def _check_preset_spec(spec: Any) -> None:
+    """A preset given by value (as a recording states it): known fields of the right types."""
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"preset_spec must be a mapping, got {type(spec).__name__}")
+    if bad := [k for k in spec if k not in _PRESET_FIELDS]:
+        raise ValueError(f"preset_spec: unknown field {bad[0]!r}")
+    for key in ("bins", "window", "stride"):
+        if key not in spec:
+            raise ValueError(f"preset_spec: no {key}")
+        check_limit(key, spec[key])
+    for key in ("name", "description"):
+        if not isinstance(spec.get(key), str):
+            raise ValueError(f"preset_spec: {key} must be text")
+    if spec.get("angle_mode", "none") not in ANGLE_MODES:
+        raise ValueError(f"preset_spec: angle_mode {spec['angle_mode']!r}: must be one of "
+                         f"{', '.join(ANGLE_MODES)}")
+    for key in ("n_state", "n_action"):
+        if spec.get(key) is not None and not (_is_int(spec[key]) and 0 <= spec[key] <= 10**6):
+            raise ValueError(f"preset_spec: {key} {spec[key]!r}: must be a count of variables")
+    index = range(10**6)
+    if not (isinstance(spec.get("angles", []), list | tuple)
+            and all(_is_int(j) and j in index for j in spec.get("angles", []))):
+        raise ValueError("preset_spec: angles must be variable indices")
+    for key in ("state_groups", "action_groups"):
+        groups = spec.get(key)
+        if groups is not None and not (
+                isinstance(groups, list | tuple) and len(groups) <= 10**6 and all(
+                    isinstance(g, list | tuple) and all(_is_int(j) and j in index for j in g)
+                    for g in groups)):
+            raise ValueError(f"preset_spec: {key} must be lists of variable indices")
+
+
+def check_finite(what: str, rows: np.ndarray, names: Sequence[str], first: int) -> None:
+    """Refuse a non-finite value at the row that carries it.
+
+    ``rows`` (n × len(names)) are transitions ``first``, ``first + 1``, ...: the error names
+    the transition, the row of this batch and the variable, in one line.
+
+    Raises
+    ------
+    ValueError
+        The first NaN or infinity in ``rows``.
+    """
+    bad = ~np.isfinite(rows)
+    if bad.any():
+        row, col = (int(x) for x in np.argwhere(bad)[0])
+        name = names[col] if col < len(names) else f"column {col}"
+        raise ValueError(f"{what} of transition {first + row:,} (row {row} of this batch): "
+                         f"{name} is {rows[row, col]}; the IDT metrics need finite numbers")
