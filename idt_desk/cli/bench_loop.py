@@ -98,31 +98,42 @@ def _session_lag(detector: str, speed: float, steps: int) -> float:
 
 
 def bench_loop(n: int = 100_000, batch: int = 100, rate: float = 20_000.0, speed: float = 4.0,
-               steps: int = 30_000, print_fn: Callable[[str], None] = print
+               steps: int = 30_000, rounds: int = 3, print_fn: Callable[[str], None] = print
                ) -> dict[str, float]:
-    """A loop's pace through the detector's fit, against a loop with nothing to fit."""
+    """A loop's pace through the detector's fit, against a loop with nothing to fit.
+
+    Interleaved rounds, the best of each (a busy machine's other processes delay any
+    thread now and then; the fit, if it held the loop up, would in every round).
+    """
     print_fn(f"loop benchmark: a Python loop paced to {rate:,.0f} transitions/s, adding "
              f"{batch} at a time to idt_desk.Recorder, {n:,} in all (W = 300, stride 50, "
-             "baseline 200 windows ending at 11,250, 1 false alarm/h at 100 transitions/s)")
+             "baseline 200 windows ending at 11,250, 1 false alarm/h at 100 transitions/s); "
+             f"best of {rounds} interleaved rounds")
     _recorder_loop("paper", 20_000, batch, rate)  # warm-up: kernels, imports
-    rows = {d: _recorder_loop(d, n, batch, rate) for d in ("paper", "persistence")}
-    print_fn(f"{'detector':>24} {'most behind (s)':>16} {'longest add (ms)':>17} "
-             f"{'thresholds at':>14}")
-    for d, (lag, longest, at) in rows.items():
-        name = "paper (nothing to fit)" if d == "paper" else "persistence (fitted)"
-        print_fn(f"{name:>24} {lag:>16.3f} {1e3 * longest:>17.1f} {at:>14,.0f}")
-    lag_r = rows["persistence"][0] / max(rows["paper"][0], 1e-3)
-    stall = rows["persistence"][1] / rows["paper"][1]
-    print_fn(f"ratio fitted / nothing to fit: {lag_r:.1f}x most behind, {stall:.1f}x the "
-             "longest add")
+    names = {"paper": "paper (nothing to fit)", "persistence": "persistence (fitted)"}
+    runs: dict[str, list[tuple[float, float, float]]] = {d: [] for d in names}
+    for _ in range(rounds):
+        for d in names:
+            runs[d].append(_recorder_loop(d, n, batch, rate))
+    print_fn(f"{'detector':>24} {'most behind (s)':>16} {'longest add (ms)':>17}")
+    best = {d: (min(r[0] for r in rs), min(r[1] for r in rs)) for d, rs in runs.items()}
+    for d, (lag, longest) in best.items():
+        print_fn(f"{names[d]:>24} {lag:>16.3f} {1e3 * longest:>17.1f}")
+    lag_r = best["persistence"][0] / max(best["paper"][0], 1e-3)
+    print_fn(f"ratio fitted / nothing to fit: {lag_r:.1f}x most behind, "
+             f"{best['persistence'][1] / best['paper'][1]:.1f}x the longest add")
     print_fn(f"live session: pendulum at {speed:g}x real time, {steps:,} transitions (the "
              "baseline ends 16.7 s of loop time in)")
-    lags = {d: _session_lag(d, speed, steps) for d in ("paper", "persistence")}
-    print_fn(f"most behind its pace: paper {lags['paper']:.2f} s of loop time, persistence "
-             f"{lags['persistence']:.2f} s: ratio "
-             f"{lags['persistence'] / max(lags['paper'], 1e-3):.1f}")
-    return {"lag_ratio": lag_r, "stall_ratio": stall,
-            **{f"lag_{d}": v for d, v in lags.items()}}
+    lags: dict[str, list[float]] = {d: [] for d in names}
+    for _ in range(max(1, rounds - 1)):
+        for d in names:
+            lags[d].append(_session_lag(d, speed, steps))
+    lag = {d: min(v) for d, v in lags.items()}
+    print_fn(f"most behind its pace: paper {lag['paper']:.2f} s of loop time, persistence "
+             f"{lag['persistence']:.2f} s: ratio "
+             f"{lag['persistence'] / max(lag['paper'], 1e-3):.1f}")
+    return {"lag_ratio": lag_r, "session_lag_ratio":
+            lag["persistence"] / max(lag["paper"], 1e-3)}
 
 
 def bench_kill(runs: int = 10, kinds: tuple[str, ...] = ("session:1", "session:max",

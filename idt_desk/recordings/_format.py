@@ -123,10 +123,11 @@ def _json_safe(v: Any) -> Any:
 class _AppendFile:
     """An append-only file written in whole lines: rows are taken, then written on a flush.
 
-    :meth:`take` (under the writer's lock) moves what was appended into :attr:`carry` as
-    bytes; :meth:`write` hands the carry to the operating system. A write that fails (a full
-    disk) cuts the file back to where it ended before it, so the file never ends in a torn
-    line, and keeps the carry to write again: nothing taken is dropped.
+    :meth:`take` (under the writer's lock: a swap, so the loop's appends never wait long)
+    hands over what was appended; :meth:`stage` formats it into :attr:`carry`; :meth:`write`
+    hands the carry to the operating system. A write that fails (a full disk) cuts the file
+    back to where it ended before it, so the file never ends in a torn line, and keeps the
+    carry to write again: nothing taken is dropped.
     """
 
     def __init__(self, path: Path, header: bytes = b"") -> None:
@@ -141,8 +142,13 @@ class _AppendFile:
         """The file's descriptor (a heartbeat touches it)."""
         return self._fd
 
-    def take(self) -> None:
-        """Format what is pending and move it to :attr:`carry` (the caller holds the lock)."""
+    def take(self) -> list[Any]:
+        """What was appended since the last take (the caller holds the writer's lock)."""
+        taken, self._pending = self._pending, []
+        return taken
+
+    def stage(self, taken: list[Any]) -> None:
+        """Format ``taken`` onto :attr:`carry` (outside the lock; one flush at a time)."""
         raise NotImplementedError
 
     def write(self) -> None:
@@ -177,33 +183,31 @@ class _Table(_AppendFile):
 
     def __init__(self, path: Path, columns: Sequence[str]) -> None:
         self.columns = list(columns)
-        super().__init__(path, (",".join(self.columns) + "\n").encode())
         self._pending: list[np.ndarray] = []
+        super().__init__(path, (",".join(self.columns) + "\n").encode())
 
     def append(self, block: np.ndarray) -> None:
         if block.size:
             self._pending.append(np.array(block, dtype=np.float64))
 
-    def take(self) -> None:
-        if self._pending:
-            blocks, self._pending = self._pending, []
-            self.carry += _csv_lines(np.vstack(blocks))
+    def stage(self, taken: list[Any]) -> None:
+        if taken:
+            self.carry += _csv_lines(np.vstack(taken))
 
 
 class _JsonLines(_AppendFile):
     """An append-only JSON-lines file written in whole lines (events, a dialogue's turns)."""
 
     def __init__(self, path: Path) -> None:
-        super().__init__(path)
         self._pending: list[str] = []
+        super().__init__(path)
 
     def append(self, row: Mapping[str, Any]) -> None:
         self._pending.append(json_line(row))
 
-    def take(self) -> None:
-        if self._pending:
-            lines, self._pending = self._pending, []
-            self.carry += "".join(lines).encode()
+    def stage(self, taken: list[Any]) -> None:
+        if taken:
+            self.carry += "".join(taken).encode()
 
 
 def json_line(row: Mapping[str, Any]) -> str:

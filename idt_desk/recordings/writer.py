@@ -229,9 +229,10 @@ class Recorder:
         with self._write_lock:
             if self.closed:
                 return
-            with self._lock:
-                for f in self._files:
-                    f.take()
+            with self._lock:  # a swap: the loop's appends never wait for the formatting
+                taken = [f.take() for f in self._files]
+            for f, rows in zip(self._files, taken, strict=True):
+                f.stage(rows)
             for f in self._files:
                 try:
                     f.write()
@@ -254,7 +255,7 @@ class Recorder:
     def _tick(self) -> None:
         """The flusher's turn: write what is pending, or show the writer is alive."""
         with self._lock:
-            pending = any(f.carry or getattr(f, "_pending", None) for f in self._files)
+            pending = any(f.carry or f._pending for f in self._files)
         if pending:
             try:
                 self.flush()
