@@ -258,3 +258,46 @@ def test_recording_size_in_words(tmp_path):
     assert recording_size(tmp_path / "a" / "nothing") == (0, "0 bytes")
     (tmp_path / "b").write_bytes(b"")
     assert recording_size(tmp_path)[1] == "1.5 kB"
+
+
+@pytest.mark.parametrize("chunk", [64, 1000])
+def test_fields_are_checked_past_the_first_chunk(rec_dir, monkeypatch, chunk):
+    """A wrong line far into a table is named by its line, whatever the check's chunk.
+
+    64 bytes is shorter than a transitions line (a chunk then ends at the line's end).
+    """
+    monkeypatch.setattr(idt_desk.recordings._format, "_CHUNK", chunk)
+    path = rec_dir / "transitions.csv"
+    lines = _lines(path)
+    assert len(lines) * chunk > 10 * len(path.read_bytes()) / len(lines)  # many chunks
+    load_recording(rec_dir)  # the good table passes, chunk by chunk
+    k = 3210
+    lines[k] = lines[k].replace(b",", b",,", 1)
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(RecordingError,
+                       match=rf"transitions\.csv: line {k + 1}: \d+ fields, the header has"):
+        load_recording(rec_dir)
+
+
+def test_load_recording_takes_about_the_recordings_size_in_memory(rec_dir):
+    """Peak memory (numpy's and Python's, tracemalloc) under 1.5x the files' size.
+
+    Holding the file's bytes, the field check's arrays over the whole file and the parsed
+    table at once took 2.5x; the bytes are let go before the parse now (1.0x measured).
+    """
+    import tracemalloc
+
+    path = rec_dir / "transitions.csv"
+    df = pd.read_csv(path)
+    big = pd.concat([df] * 40, ignore_index=True)  # about 20 MB: fixed costs do not count
+    big["i"] = np.arange(len(big))
+    big.to_csv(path, index=False)
+    size = sum(f.stat().st_size for f in rec_dir.iterdir())
+    tracemalloc.start()
+    try:
+        rec = load_recording(rec_dir)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(rec.transitions) == len(big)
+    assert peak < 1.5 * size, f"{peak / size:.2f}x the recording's size"

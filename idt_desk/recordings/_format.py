@@ -45,7 +45,6 @@ Closing a recording writes ``complete: true`` and the row counts ``n_transitions
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
@@ -237,7 +236,8 @@ def _read_lines(path: Path, issues: list[str] | None = None) -> bytes:
     """
     raw = path.read_bytes()
     try:
-        raw.decode("utf-8")
+        if not raw.isascii():  # a table is ASCII: checked without decoding a copy
+            raw.decode("utf-8")
         bad = raw.find(b"\x00")
     except UnicodeDecodeError as exc:
         bad = exc.start
@@ -254,18 +254,15 @@ def _read_lines(path: Path, issues: list[str] | None = None) -> bytes:
 
 def _read_csv(path: Path, issues: list[str]) -> pd.DataFrame:
     raw = _read_lines(path, issues)
-    if not raw.strip():
+    if not raw or raw.isspace():
         raise RecordingError(f"{path}: empty (not even a header)")
-    # Every line holds as many fields as the header: count the commas line by line.
-    arr = np.frombuffer(raw, np.uint8)
-    commas = np.searchsorted(np.flatnonzero(arr == ord(",")), np.flatnonzero(arr == ord("\n")))
-    fields = np.diff(commas, prepend=0) + 1
-    wrong = np.flatnonzero(fields != fields[0])
-    if wrong.size:
-        raise RecordingError(f"{path}: line {wrong[0] + 1}: {fields[wrong[0]]} fields, "
-                             f"the header has {fields[0]}")
+    _check_fields(raw, path)
+    # The checked lines are parsed from the file, the bytes let go first: holding both took
+    # 2.5x the table's size. A writer may have added lines since: nrows stops at those read.
+    rows = raw.count(b"\n") - 1
+    del raw
     try:
-        df = pd.read_csv(io.BytesIO(raw))
+        df = pd.read_csv(path, nrows=rows)
     except (ValueError, pd.errors.ParserError) as exc:
         raise RecordingError(f"{path}: not a recording table: {exc}") from None
     # Line k + 2 holds row k (line 1 is the header; no blank lines passed the field count).
@@ -280,6 +277,34 @@ def _read_csv(path: Path, issues: list[str]) -> pd.DataFrame:
                     and pd.isna(pd.to_numeric(v, errors="coerce")))
         raise RecordingError(f"{path}: line {k + 2}: non-numeric cell {cell!r}")
     return df
+
+
+#: Bytes of a table checked at a time for its fields: the check's own arrays stay small
+#: (a whole file's took more memory than the table it was reading).
+_CHUNK = 1 << 20
+
+
+def _check_fields(raw: bytes, path: Path) -> None:
+    """Every line holds as many fields as the header: commas counted line by line."""
+    want = None
+    line = 1  # the file's line number of the chunk's first line
+    pos = 0
+    while pos < len(raw):
+        end = raw.rfind(b"\n", pos, pos + _CHUNK) + 1
+        if end <= pos:  # a line longer than a chunk: it ends at the next newline
+            end = raw.find(b"\n", pos) + 1 or len(raw)
+        arr = np.frombuffer(raw, np.uint8, count=end - pos, offset=pos)
+        newlines = np.flatnonzero(arr == ord("\n"))
+        fields = np.diff(np.searchsorted(np.flatnonzero(arr == ord(",")), newlines),
+                         prepend=0) + 1
+        if want is None:
+            want = int(fields[0])
+        wrong = np.flatnonzero(fields != want)
+        if wrong.size:
+            raise RecordingError(f"{path}: line {line + wrong[0]}: {fields[wrong[0]]} fields, "
+                                 f"the header has {want}")
+        line += len(newlines)
+        pos = end
 
 
 def _first_line(flags: np.ndarray) -> int | None:
