@@ -8,7 +8,8 @@ thresholds take seconds to fit, and prints the ratios: a Python loop's rate thro
 ``idt_desk.Recorder`` and its longest ``add``; a live session's largest lag behind its pace
 (real time times the speed). ``bench kill`` starts recording runs as child processes, kills
 each with SIGKILL at a random moment and counts the rows the child had accepted that are not
-on disk. ``python idt_desk/cli/bench_loop.py child KIND [SPEED] PATH`` is that child;
+on disk. ``python idt_desk/cli/bench_loop.py child KIND [SPEED] PATH`` is that child (the session
+kinds run the session ``idt-desk run --record`` runs);
 ``python idt_desk/cli/bench_loop.py loop|kill`` runs a benchmark with whichever ``idt_desk``
 is on the path (an older checkout's, for a before/after).
 """
@@ -152,34 +153,42 @@ def bench_kill(runs: int = 10, kinds: tuple[str, ...] = ("session:1", "session:m
     print_fn(f"kill benchmark: {runs} SIGKILLs per kind at random moments; lost = rows the "
              "child had accepted that are not on disk")
     print_fn(f"{'kind':>12} {'kill at (s)':>12} {'accepted':>10} {'on disk':>10} "
-             f"{'lost':>8} {'lost (wall s)':>13}")
+             f"{'lost':>8} {'lost (wall s)':>13} {'lost (loop s)':>13}")
     for kind in kinds:
         window = (1.0, 25.0) if kind == "session:1" else (0.5, 8.0)
         for _ in range(runs):
             at = rng.uniform(*window)
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / "r"
-                accepted, rate = _kill_child(kind, path, at)
+                counts, loop_rate = _kill_child(kind, path, at)
                 on_disk = len(load_recording(path).transitions) if \
                     (path / "config.json").exists() else 0
+            accepted = counts[-1][0] if counts else 0
             lost = max(0, accepted - on_disk)
+            # Wall time from the first lost row's acceptance (the first count past what is
+            # on disk) to the kill.
+            first = next((t for n, t in counts if n > on_disk), counts[-1][1] if counts else 0)
             row = {"kind": kind, "at": at, "accepted": accepted, "on_disk": on_disk,
-                   "lost": lost, "lost_s": lost / rate if rate else float("nan")}
+                   "lost": lost, "lost_s": counts[-1][1] - first if counts else 0.0,
+                   "lost_loop_s": lost / loop_rate}
             out.append(row)
             print_fn(f"{kind:>12} {at:>12.2f} {accepted:>10,} {on_disk:>10,} {lost:>8,} "
-                     f"{row['lost_s']:>13.3f}")
+                     f"{row['lost_s']:>13.3f} {row['lost_loop_s']:>13.2f}")
     for kind in kinds:
         mine = [r for r in out if r["kind"] == kind]
-        print_fn(f"{kind}: most lost {max(r['lost'] for r in mine):,} rows = "
+        print_fn(f"{kind}: most lost {max(r['lost'] for r in mine):,} rows, "
                  f"{max(r['lost_s'] for r in mine):.2f} s of the loop's wall time "
-                 f"(mean {np.mean([r['lost_s'] for r in mine]):.2f} s) in {len(mine)} kills")
+                 f"(mean {np.mean([r['lost_s'] for r in mine]):.2f} s), "
+                 f"{max(r['lost_loop_s'] for r in mine):.2f} s of loop time, "
+                 f"in {len(mine)} kills")
     return out
 
 
-def _kill_child(kind: str, path: Path, at: float) -> tuple[int, float]:
-    """Run the child, SIGKILL it ``at`` seconds after it began to record: (accepted, rate).
+def _kill_child(kind: str, path: Path, at: float) -> tuple[list[tuple[int, float]], float]:
+    """Run the child, SIGKILL it ``at`` seconds after it began to record.
 
-    The rate is the child's rows per wall second over its run (lost rows in wall time).
+    Returns the rows it had accepted by each of its seconds, [(count, seconds)], the last
+    within 5 ms of the kill, and its loop's rate (rows per second of loop time).
     """
     # By file, not module: the same script measures an older checkout (PYTHONPATH) too.
     proc = subprocess.Popen([sys.executable, __file__, "child", *kind.split(":"), str(path)],
@@ -197,12 +206,10 @@ def _kill_child(kind: str, path: Path, at: float) -> tuple[int, float]:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         reader.join(5)
-    counts = [x.split() for x in lines if x.startswith("n ")]
-    if not counts:
-        return 0, 0.0
-    first, last = counts[0], counts[-1]
-    span = float(last[2]) - float(first[2])
-    return int(last[1]), (int(last[1]) - int(first[1])) / span if span > 0 else 0.0
+    loop_rate = float(next(x for x in lines if x.startswith("recording")).split()[1])
+    counts = [(int(n), float(t)) for _, n, t in
+              (x.split() for x in lines if x.startswith("n "))]
+    return counts, loop_rate
 
 
 def _child(argv: list[str]) -> None:
@@ -213,7 +220,7 @@ def _child(argv: list[str]) -> None:
         speed = None if argv[1] == "max" else float(argv[1])
         session = Session(SessionConfig(speed=speed), record=argv[2])
         session.start()
-        print("recording", flush=True)
+        print(f"recording {session.source.rate}", flush=True)
         t0 = time.monotonic()
         while True:
             print(f"n {session.snapshot(1).n_transitions} {time.monotonic() - t0:.4f}",
@@ -224,7 +231,7 @@ def _child(argv: list[str]) -> None:
     rng = np.random.default_rng(0)
     n = 0
     with idt_desk.Recorder(argv[1], ["x", "v"], ["u"], chunk=500, **PIPE) as rec:
-        print("recording", flush=True)
+        print(f"recording {PIPE['rate']}", flush=True)
         t0 = time.monotonic()
         while True:
             rec.add(*_stream(rng, n, 500))
