@@ -153,8 +153,11 @@ def test_the_wrappers_windows_and_alarms_equal_a_sessions_on_the_same_stream(tmp
 
 @pytest.mark.parametrize("detector", ["persistence", "ewma", "mewma"])
 def test_replay_reproduces_the_calibrated_alarms(tmp_path, detector):
+    # A 200-window baseline (it ends at 11,250) leaves the perturbation at 20,000 inside 30,000
+    # transitions; the default 800 would end at 41,250.
     session = Session(SessionConfig(speed=None, detector=detector, ewma_lambda=0.1,
-                                    false_alarms="1/30min"), record=tmp_path / "live")
+                                    false_alarms="1/30min", baseline_windows=200),
+                      record=tmp_path / "live")
     session.schedule(20_000, "perturb", name="sensor_noise",
                      params={"sigma_angle": 0.05, "sigma_rate": 0.3})
     run_headless(session, steps=30_000)

@@ -240,8 +240,8 @@ def test_baseline_windows_help_states_the_semantics():
     rc, out, _ = _call(["run", "--help"])
     assert rc == 0
     text = " ".join(out.split())  # argparse wraps lines
-    assert ("baseline = the N windows that follow the calibration windows (default 200; a "
-            "dialogue's 30 turns)") in text
+    assert ("baseline = the N windows that follow the calibration windows (default 800, long "
+            "enough for the default budget; a dialogue's 30 turns)") in text
     assert "--detector {paper,persistence,cusum,ewma,mewma}" in text and "1/10episodes" in text
 
 
