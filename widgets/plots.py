@@ -83,7 +83,7 @@ def event_x(ev: dict[str, Any], turns: bool) -> float:
     """Where an event stands on the plots' x axis: its loop time, or its turn.
 
     On the turn path a command at transition i acts on turn i + 1 (an injection is the S' of
-    turn i + 1) and is drawn on that turn, as the transcript and the README number them; a
+    turn i + 1) and is drawn on that turn, as the transcript and the docs number them; a
     window's event (an alarm) stands on the turn it judged.
     """
     if not turns:

@@ -1,6 +1,6 @@
 """Symbolisation and windowing presets: the paper's configurations.
 
-See the paper's §3 and §10 and the README's section "The engine".
+See the paper's §3 and §10 and assets/docs/engine.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Continuous variables to integer symbols (paper §3, §10.2; README, "The engine").
+"""Continuous variables to integer symbols (paper §3, §10.2; assets/docs/engine.md).
 
 1. optional: circular variables wrapped to (-pi, pi];
 2. z-score each variable with statistics frozen at calibration;

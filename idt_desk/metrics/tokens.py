@@ -1,6 +1,6 @@
 """Per-turn token metrics of a dialogue: the second metric path.
 
-See the paper's §11.3 and the README's section "The per-turn metrics".
+See the paper's §11.3 and assets/docs/dialogue.md, "The per-turn metrics".
 
 A dialogue's loop is one transition per turn (paper §11.2):
 

@@ -61,7 +61,7 @@ from idt_desk.pipeline import build_monitor, judge
 
 HELP = "detect the pendulum's perturbations, with false alarms counted on unperturbed runs"
 
-#: (name, perturbation, parameters): the conditions of the README's perturbation table.
+#: (name, perturbation, parameters): the conditions of assets/docs/pendulum.md's table.
 CONDITIONS: tuple[tuple[str, str | None, dict[str, Any]], ...] = (
     ("none", None, {}),
     ("kick_once", "kick", {"period": 0.0}),

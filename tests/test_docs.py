@@ -1,0 +1,96 @@
+"""The documentation: the README is a short front door whose links land, and the pages under
+assets/docs build into a site with no broken link or anchor (MkDocs in strict mode)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+#: The README is a front door, not the manual: past this it is growing back into one.
+FRONT_DOOR_LINES = 200
+
+
+def _links(text: str) -> list[str]:
+    """The relative targets of the Markdown links and images in ``text`` (code left out)."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    return [t for t in re.findall(r"\]\(([^)\s]+)\)", text)
+            if not re.match(r"[a-z]+:", t)]
+
+
+def _anchors(page: Path) -> set[str]:
+    """The heading anchors of a page, as MkDocs (Python-Markdown's toc) makes them."""
+    anchors = set()
+    fence = False
+    for line in page.read_text().splitlines():
+        if line.startswith("```"):
+            fence = not fence
+        m = re.match(r"#{1,6} (.*)", line)
+        if m and not fence:
+            slug = re.sub(r"[^\w\s-]", "", m.group(1).replace("`", "")).strip().lower()
+            anchors.add(re.sub(r"[-\s]+", "-", slug))
+    return anchors
+
+
+def test_the_readme_is_a_front_door_with_both_commands():
+    text = README.read_text()
+    assert len(text.splitlines()) <= FRONT_DOOR_LINES
+    for marker in ("<!-- ci:launch-command -->", "<!-- ci:test-command -->"):
+        after = text.split(marker, 1)[1].lstrip()
+        assert after.startswith("```bash\npython3 -m venv .venv"), marker
+
+
+def test_every_link_in_the_readme_lands_on_a_file_and_heading():
+    links = _links(README.read_text())
+    assert len(links) >= 10
+    for link in links:
+        path, _, anchor = link.partition("#")
+        target = ROOT / path
+        assert target.is_file(), link
+        if anchor:
+            assert anchor in _anchors(target), link
+
+
+def test_the_link_checker_sees_a_broken_anchor(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("# Alarms you can trust: a `false-alarm` budget\n\n## Other\n")
+    assert _anchors(page) == {"alarms-you-can-trust-a-false-alarm-budget", "other"}
+
+
+@pytest.fixture(scope="module")
+def mkdocs():
+    """MkDocs of the test extra (the README's test command installs it)."""
+    import mkdocs  # noqa: F401  (an ImportError fails the test: nothing is skipped)
+
+    return [sys.executable, "-m", "mkdocs"]
+
+
+def test_the_site_builds_strictly(mkdocs, tmp_path):
+    proc = subprocess.run([*mkdocs, "build", "--strict", "-f", str(ROOT / "assets/mkdocs.yml"),
+                           "-d", str(tmp_path / "site")], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    pages = {p.stem for p in (ROOT / "assets/docs").glob("*.md")}
+    built = {p.parent.name for p in (tmp_path / "site").glob("*/index.html")}
+    assert pages - {"index"} <= built
+    assert (tmp_path / "site/img/screenshot.png").is_file()
+
+
+def test_a_broken_link_fails_the_strict_build(mkdocs, tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "index.md").write_text("# Home\n\n[gone](alarms.md#nowhere)\n")
+    (docs / "alarms.md").write_text("# Alarms\n")
+    (tmp_path / "mkdocs.yml").write_text(
+        (ROOT / "assets/mkdocs.yml").read_text().split("nav:")[0].replace(
+            "site_dir: ../out/site", f"site_dir: {tmp_path / 'site'}"))
+    proc = subprocess.run([*mkdocs, "build", "--strict", "-f", str(tmp_path / "mkdocs.yml")],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode != 0
+    assert "nowhere" in proc.stderr
