@@ -246,7 +246,10 @@ def test_dim_reduction_freezes_groups_at_their_running_mean(tiny_policy):
 
 def test_auto_engages_and_releases_on_a_scripted_alarm(tiny_policy, tmp_path):
     """The controller acts on the IDT alarm; here the alarm is scripted window by window."""
-    cfg = SessionConfig(speed=None, calibration_windows=2, baseline_windows=3,
+    # The paper's rule needs no fitted thresholds, so the monitor judges every window in this
+    # process, through the scripted update below (a calibrated detector's baseline window
+    # would be judged by a copy of the monitor in a child process, unscripted).
+    cfg = SessionConfig(speed=None, calibration_windows=2, baseline_windows=3, detector="paper",
                         auto={"modulation": "hold", "params": {"mode": "repeat"},
                               "persist": 2, "release": 3})
     session = Session(cfg, source=GymSource(policy=str(tiny_policy)), record=tmp_path / "r")

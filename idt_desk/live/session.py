@@ -523,7 +523,9 @@ class Session:
         window end while Auto is on (a switch acts right after the window that made it) and
         at ``limit``. 0: the limit is reached.
         """
-        self._backlog.settle(wait=self._alarms.auto is not None)  # Auto acts on every window
+        # Auto acts on every window; a loop never runs more than half the window ring ahead
+        # of the thresholds (Backlog.full).
+        self._backlog.settle(wait=self._alarms.auto is not None or self._backlog.full)
         while self._schedule and self._schedule[0][0] <= self.n_transitions:
             _, kind, args = self._schedule.pop(0)
             apply_command(self, kind, args)
