@@ -40,7 +40,7 @@ class Backlog:
         self._hold_at = 0  # the session's transition count when the backlog began
         #: Windows waiting (a loop racing ahead of the fit must not outrun the window ring:
         #: the plots would miss what it let go; see ``full``).
-        self.n_windows = 0
+        self.n_waiting = 0
 
     def __bool__(self) -> bool:
         return bool(self._items)
@@ -78,7 +78,7 @@ class Backlog:
         if not self._items:
             self._hold_at = self.session.n_transitions - n
         self._items.append(("windows", (step, offset)))
-        self.n_windows += len(step.windows["start"])
+        self.n_waiting += len(step.windows["start"])
         return True
 
     @property
@@ -90,7 +90,7 @@ class Backlog:
         before a viewer (the plots' whole history) read them, and their transitions are kept
         in memory until then.
         """
-        return self.n_windows >= self.session.config.history // 2
+        return self.n_waiting >= self.session.config.history // 2
 
     def in_order(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` now, or after the windows that wait (it changes the alarm state)."""
@@ -113,9 +113,9 @@ class Backlog:
                 return
         except Exception:
             self._items.clear()
-            self.n_windows = 0
+            self.n_waiting = 0
             raise
-        self.n_windows = 0
+        self.n_waiting = 0
         self._settling = True
         try:
             while self._items:
