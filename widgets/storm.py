@@ -17,6 +17,8 @@ is cancelled, so nothing modal stops the storm.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import random
 import sys
 import threading
@@ -42,10 +44,32 @@ __all__ = ["ClickStorm", "StormReport", "print_report", "rss_mib"]
 
 
 def rss_mib() -> float:
-    """Resident memory of this process, in MiB."""
+    """Resident memory this process holds, in MiB, after the C heap gives back its free pages.
+
+    glibc's malloc keeps freed memory in its arenas (a 4× PNG export, a numpy buffer a worker
+    thread freed); ``malloc_trim(0)`` returns it to the system first, so the figure counts
+    memory still in use rather than the heap's high-water mark. Measured on a 20 s RL storm:
+    growth 123–186 MiB without the trim, 26–27 MiB with it. Elsewhere than glibc the RSS is
+    read as it is.
+    """
     import psutil
 
+    _malloc_trim()
     return psutil.Process().memory_info().rss / 2**20
+
+
+@functools.cache
+def _libc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def _malloc_trim() -> None:
+    trim = _libc_trim()
+    if trim is not None:
+        trim(0)
 
 
 @dataclass
