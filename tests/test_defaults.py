@@ -114,7 +114,10 @@ def test_a_replay_says_what_the_recorded_session_said(tmp_path):
     from idt_desk_sources.replay import ReplaySource
 
     rec = tmp_path / "rec"
-    session = Session(SessionConfig(speed=None, baseline_windows=30), record=rec)
+    # A 10-minute budget: the warnings are the point, not the thresholds, whose fits (live,
+    # the new baseline's, the replay's) simulate null paths 20 budgets long.
+    session = Session(SessionConfig(speed=None, baseline_windows=30, false_alarms="1/10min"),
+                      record=rec)
     noise = PendulumSource.perturbation("sensor_noise").resolve({})
     session.schedule(2000, "perturb", name="sensor_noise", params=noise)
     session.schedule(3000, "perturb", name="sensor_noise", params=None)

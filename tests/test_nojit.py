@@ -23,7 +23,7 @@ NUMERICAL = ["tests/test_engine.py", "tests/test_symbolize.py"]
 def test_numerical_suite_passes_without_jit():
     env = {**os.environ, "NUMBA_DISABLE_JIT": "1"}
     r = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *NUMERICAL],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *NUMERICAL],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
     )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]

@@ -209,8 +209,10 @@ def test_bench_reports_a_speedup():
 def test_pendulum_alarms_count_detections_and_false_alarms(tmp_path):
     from idt_desk_sources.pendulum.alarms import AlarmsConfig, format_table, reproduce_alarms
 
+    # A budget of one false alarm in 10 minutes, not the default hour: the thresholds' fit
+    # simulates null paths 20 budgets long, and this test is about the counting (50 s -> 14 s).
     cfg = AlarmsConfig(seeds=2, seconds=30.0, conditions=("none", "sensor_noise"), workers=1,
-                       out=tmp_path)
+                       budget="1/10min", out=tmp_path)
     trials, summary = reproduce_alarms(cfg, progress=False)
     assert len(trials) == 4 and set(trials["condition"]) == {"none", "sensor_noise"}
     pers = summary["detectors"]["persistence"]

@@ -64,7 +64,10 @@ def test_session_windows_equal_the_offline_pipeline(tmp_path):
 
 def test_replay_reproduces_recorded_windows_exactly(tmp_path):
     rec_dir = tmp_path / "rec"
-    cfg = SessionConfig(speed=None, calibration_windows=8, baseline_windows=8)
+    # A 10-minute budget, not the default hour: the thresholds' fits (the live one, the
+    # recalibration, the replay's) simulate null paths 20 budgets long (43 s -> ~20 s).
+    cfg = SessionConfig(speed=None, calibration_windows=8, baseline_windows=8,
+                        false_alarms="1/10min")
     session = Session(cfg, record=rec_dir)
     session.schedule(2000, "perturb", name="sensor_noise", params={"sigma_angle": 0.1})
     session.schedule(3000, "reconfigure", bins=8, stride=50)
