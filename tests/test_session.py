@@ -423,3 +423,20 @@ def test_pendulum_session_default_is_the_live_preset():
     assert s.preset.name == "pendulum-live" and s.preset.window == 300
     assert s.preset.angle_mode == "wrap" and s.preset.bins == 16 and s.preset.stride == 75
     assert isinstance(s.source, PendulumSource)
+
+
+def test_progress_hears_the_end_of_a_run_over_before_its_first_look():
+    # A short run at maximum speed can end before run_headless first looks at it: the
+    # progress callback still gets the final snapshot (`idt-desk run`'s bar ended at 0 %).
+    session = Session(SessionConfig(speed=None))
+    start = session.start
+
+    def start_and_finish() -> None:
+        start()
+        session._thread.join()
+
+    session.start = start_and_finish
+    seen = []
+    snap = run_headless(session, steps=300, progress=seen.append)
+    assert snap.n_transitions == 300
+    assert seen and seen[-1].n_transitions == 300

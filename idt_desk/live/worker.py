@@ -113,15 +113,22 @@ def run_headless(
     progress: Callable[[Snapshot], None] | None = None,
     interval: float = 0.25,
 ) -> Snapshot:
-    """Run a session for ``steps`` transitions (or until the source ends), reporting progress."""
+    """Run a session for ``steps`` transitions (or until the source ends), reporting progress.
+
+    ``progress`` gets a snapshot every ``interval`` seconds and the final one: a session that
+    ends before the first interval (a short run at maximum speed) still reports its end.
+    """
     session.limit = steps
     session.start()
     try:
         while session.running:
             session.wait(interval)
-            if progress is not None:
+            if progress is not None and session.running:
                 progress(session.snapshot(limit=1))
     finally:
         session.stop()
-    return session.snapshot(limit=1)
+    snap = session.snapshot(limit=1)
+    if progress is not None:
+        progress(snap)
+    return snap
 
