@@ -321,7 +321,9 @@ def run_argv(place: Path) -> st.SearchStrategy[list[str]]:
 def test_run_never_gives_a_traceback(place):
     outcomes = []
 
-    @settings(max_examples=60, deadline=None)
+    # Derandomized: the examples are the same every run, so 'both sides explored' below is
+    # a fact about the strategy, not a draw (random draws gave 4 successes of 60 once).
+    @settings(max_examples=60, deadline=None, derandomize=True)
     @given(run_argv(place))
     def check(argv):
         rc, _, err = _call(argv)
@@ -366,7 +368,9 @@ def analyze_argv(place: Path, files: Path) -> st.SearchStrategy[list[str]]:
 def test_analyze_never_gives_a_traceback(place, files):
     outcomes = []
 
-    @settings(max_examples=40, deadline=None)
+    # Derandomized: the examples are the same every run, so 'both sides explored' below is
+    # a fact about the strategy, not a draw (random draws gave 4 successes of 60 once).
+    @settings(max_examples=40, deadline=None, derandomize=True)
     @given(analyze_argv(place, files))
     def check(argv):
         rc, _, err = _call(argv)
@@ -431,7 +435,9 @@ def gui_argv(place: Path) -> st.SearchStrategy[list[str]]:
 def test_gui_launch_never_gives_a_traceback(place, gui_calls):
     outcomes = []
 
-    @settings(max_examples=60, deadline=None)
+    # Derandomized: the examples are the same every run, so 'both sides explored' below is
+    # a fact about the strategy, not a draw (random draws gave 4 successes of 60 once).
+    @settings(max_examples=60, deadline=None, derandomize=True)
     @given(gui_argv(place))
     def check(argv):
         before = len(gui_calls)
