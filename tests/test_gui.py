@@ -885,6 +885,39 @@ def test_a_band_name_whose_line_left_the_view_is_hidden_not_cut(qtbot, window):
     assert window.plots._regions[0][0].isVisible()  # the band itself stays
 
 
+def test_a_band_name_too_long_for_either_side_is_cut_with_an_ellipsis(qtbot, window):
+    # At 1024 px a name with its parameters ran past the plot's right edge ("Sensor noise ·
+    # sigm"): now it is cut inside the plot, and whole again where there is room.
+    window.set_speed(10.0)
+    params = {"sigma_angle": 0.2, "sigma_rate": 0.5}
+    window.start_session(schedule=[(25_000, "perturb", {"name": "sensor_noise",
+                                                        "params": params})])
+    qtbot.waitUntil(lambda: bool(window.plots._regions) and window.plots._last is not None
+                    and window.plots._last[0][-1] > 30, timeout=WAIT)
+    window.stop_session()
+    whole = "Sensor noise · sigma_angle=0.2, sigma_rate=0.5"
+    label = next(c for c in window.plots._regions[0][0].lines[0].childItems()
+                 if isinstance(c, pg.InfLineLabel))
+    plots = window.plots
+    vb = plots.plots["P"].getViewBox()
+
+    def right_edge_px() -> float:
+        return label.mapRectToItem(vb, label.boundingRect()).right()
+
+    plots.plots["P"].setXRange(20, 30, padding=0)  # 5 s each side of the line: too little
+    plots._stack_labels(force=True)
+    text = _period_labels(window)[0]
+    assert text.endswith("…") and whole.startswith(text[:-1]) and len(text) < len(whole)
+    # The line moves with each frame's redraw; the cut name stays cut.
+    label.valueChanged()
+    assert _period_labels(window) == [text]
+    qtbot.wait(50)
+    assert right_edge_px() <= vb.width() + 1
+    plots.plots["P"].setXRange(24, 400, padding=0)  # room on the right: the whole name
+    plots._stack_labels(force=True)
+    assert _period_labels(window) == [whole]
+
+
 def test_the_event_log_keeps_episode_ends_out_of_the_way(qtbot):
     from idt_desk_widgets.events import EventLog
 
