@@ -815,30 +815,32 @@ class MetricPlots(pg.GraphicsLayoutWidget):
                 # Its line has scrolled out on the left: the name would be cut at the axis.
                 label.setVisible(False)
                 continue
-            # The whole name first (a narrower plot may have cut it, see below). pyqtgraph
-            # rewrites the text from ``format`` whenever the line moves (a period's region is
-            # redrawn every frame), so a cut name is a cut ``format``; the whole one is kept.
+            # The whole name's width, whatever is shown now (a narrower plot may have cut
+            # it, see below); ``pad`` is the text item's margins.
             whole = label.__dict__.setdefault("_whole_format", label.format)
             full = whole.format(value=label.line.value())
-            if label.format != whole or label.textItem.toPlainText() != full:
-                label.format = whole
-                label.setText(full)
-            w = (label.textItem.boundingRect().width() + 6) * span / width_px
+            shown = label.textItem.toPlainText()
+            fm = QFontMetricsF(label.textItem.font())
+            pad = label.textItem.boundingRect().width() - fm.horizontalAdvance(shown)
+            w = (fm.horizontalAdvance(full) + pad + 6) * span / width_px
             # A name that would run past the right edge is written to the left of its line.
             flip = t + w > xr[1] and t - w >= xr[0]
+            text, fmt = full, whole
             if t + w > xr[1] and t - w < xr[0]:
                 # Too long for either side of its line (a narrow window): cut to the wider
                 # side with an ellipsis rather than run past the plot's edge (the event log
                 # keeps the whole name; a wider window shows it again).
                 left, right = t - xr[0], xr[1] - t
                 flip = left > right
-                fm = QFontMetricsF(label.textItem.font())
-                pad = label.textItem.boundingRect().width() - fm.horizontalAdvance(full)
                 room = max(left, right) * width_px / span - 6 - pad
-                cut = fm.elidedText(full, Qt.TextElideMode.ElideRight, max(room, 0.0))
-                label.format = cut.replace("{", "{{").replace("}", "}}")
-                label.setText(cut)
+                text = fm.elidedText(full, Qt.TextElideMode.ElideRight, max(room, 0.0))
+                fmt = text.replace("{", "{{").replace("}", "}}")
                 w = max(left, right)
+            # pyqtgraph rewrites the text from ``format`` whenever the line moves (a period's
+            # region is redrawn every frame): a cut name is a cut ``format``.
+            if label.format != fmt or shown != text:
+                label.format = fmt
+                label.setText(text)
             placed.append((t - w if flip else t, t if flip else t + w, flip, label))
         ends = [-np.inf] * len(rows)
         for start, end, flip, label in sorted(placed, key=lambda x: x[0]):

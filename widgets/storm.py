@@ -54,22 +54,18 @@ def rss_mib() -> float:
     """
     import psutil
 
-    _malloc_trim()
+    if (trim := _malloc_trim()) is not None:
+        trim(0)
     return psutil.Process().memory_info().rss / 2**20
 
 
 @functools.cache
-def _libc_trim() -> Callable[[int], int] | None:
+def _malloc_trim() -> Callable[[int], int] | None:
+    """The C library's ``malloc_trim`` (glibc), or None where it has none."""
     try:
         return ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):
         return None
-
-
-def _malloc_trim() -> None:
-    trim = _libc_trim()
-    if trim is not None:
-        trim(0)
 
 
 @dataclass
