@@ -1,7 +1,8 @@
 """A click storm on the window, for every built-in source.
 
 Random actions on every enabled button, check box and combo box (the source picker
-excepted), one every 50 ms for ``STORM_SECONDS`` (20 s), a third of them on Start / Stop
+excepted), one every 50 ms for ``STORM_SECONDS`` (20 s) and at least three a second
+(longer where a loaded machine acts slower), a third of them on Start / Stop
 / Reset / Pause. A storm fails on an exception in a Qt slot or a worker thread, a session
 that ends in error, a Qt warning (also ``qt_log_level_fail``), a thread left running (the
 autouse fixture), a stopped session's source still in memory after the storm, or resident
@@ -77,11 +78,13 @@ def test_the_window_survives_a_click_storm(qtbot, tmp_path, server, source):
     seed = _seed(source)
     storm = ClickStorm(w, seed=seed, scratch=tmp_path / "scratch")
     warm = storm.warm_up()
-    rep = storm.run(STORM_SECONDS, sample_every=1.0)
+    # At least three actions a second of storm; a loaded machine takes longer to act them.
+    min_actions = int(STORM_SECONDS * 3) + 1
+    rep = storm.run(STORM_SECONDS, sample_every=1.0, min_actions=min_actions)
     where = f"{rep.summary()}; replay with IDT_STORM_SEED={seed}"
     assert not rep.errors, where + "\n" + "\n".join(rep.errors)
     # The storm did exercise the window: sessions started and stopped, controls beyond them.
-    assert rep.actions > STORM_SECONDS * 3, where  # slow actions (a 4× figure) take time
+    assert rep.actions >= min_actions, where
     assert rep.sessions_started >= 3, where
     assert len(rep.by_control) >= 8, where
     assert w.session is None or not w.session.running

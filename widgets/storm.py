@@ -291,11 +291,17 @@ class ClickStorm:
         return rss_mib()
 
     def run(self, seconds: float, sample_every: float = 1.0,
-            on_sample: Callable[[float, float], None] | None = None) -> StormReport:
+            on_sample: Callable[[float, float], None] | None = None,
+            min_actions: int = 0, max_seconds: float | None = None) -> StormReport:
         """Act every ``interval_ms`` for ``seconds``, then :meth:`settle`.
 
         Runs the window's event loop meanwhile; memory is sampled every ``sample_every`` s.
+        With ``min_actions`` the storm goes on past ``seconds`` until it has acted that
+        often, for at most ``max_seconds`` (default 4 × ``seconds``) in all: on a loaded
+        machine one Stop can wait seconds for a detector's thresholds, and a storm measured
+        in seconds alone would then exercise the window less.
         """
+        limit = 4 * seconds if max_seconds is None else max_seconds
         app = QApplication.instance()
         rep = self.report
         t0 = time.monotonic()
@@ -303,7 +309,7 @@ class ClickStorm:
         with self._no_dialogs(), self._errors():
             while True:
                 now = time.monotonic()
-                if now - t0 >= seconds:
+                if now - t0 >= seconds and (rep.actions >= min_actions or now - t0 >= limit):
                     break
                 if now >= next_act:
                     self.step()
@@ -329,6 +335,11 @@ class ClickStorm:
         w = self.window
         w.stop_session()
         app = QApplication.instance()
+        # A stopping worker may wait for its thresholds' fit first; the window stays live.
+        end = time.monotonic() + getattr(w, "STOP_TIMEOUT", 10.0)
+        while w.session is not None and w.session.running and time.monotonic() < end:
+            app.processEvents()
+            time.sleep(0.01)
         end = time.monotonic() + 0.5 + getattr(w, "COLLECT_EVERY", 0.0)
         while time.monotonic() < end:
             app.processEvents()
