@@ -103,7 +103,7 @@ def test_the_window_says_so_when_a_perturbation_goes_on_during_the_calibration(q
     texts = w.events.row_texts(row)
     assert texts[1:3] == ["perturbed baseline", "Sensor noise"]
     assert "until 61.73 s" in texts[3]
-    w.stop_session()
+    w.stop_session(wait=True)
     w.close()
 
 

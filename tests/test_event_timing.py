@@ -113,7 +113,9 @@ def test_same_windows_and_events_in_the_gui(qtbot, tmp_path, reference, speed):
     assert win.start_session(schedule=_resolved(SCRIPT))
     qtbot.waitUntil(lambda: win.session.snapshot(1).n_transitions >= STEPS + 500,
                     timeout=60_000)
-    win.stop_session()
+    win.stop_button.click()  # the window stays live while the worker finishes
+    qtbot.waitUntil(lambda: not win.session.running and win.start_button.isEnabled(),
+                    timeout=150_000)
     w, ev = _timeline(win.last_recording)
     w_ref, ev_ref = _timeline(reference)
     w = w[w["end"] <= STEPS].reset_index(drop=True)

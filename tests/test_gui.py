@@ -124,7 +124,7 @@ def test_alarm_lights_say_their_state(qtbot, window):
     assert window.alarms.idt.text() == "IDT ALARM"
     qtbot.waitUntil(lambda: "▲ high" in lights["H_f"].text(), timeout=WAIT)  # noise: H_f up
     qtbot.waitUntil(lambda: "Sensor noise" in _period_labels(window), timeout=WAIT)
-    window.stop_session()
+    window.stop_session(wait=True)
     assert "session stopped" in window.alarms.idt.text()
 
 
@@ -190,7 +190,7 @@ def test_status_bar_separates_loop_rate_compute_and_frame_rate(qtbot, window, mo
     qtbot.waitUntil(lambda: "loop 1," in window.rates.text() or "loop 9" in window.rates.text(),
                     timeout=WAIT)  # about 1,000 transitions per second at real time
     assert "compute" in window.rates.text() and "tr/s" in window.rates.text()
-    window.stop_session()
+    window.stop_session(wait=True)
     # No stale frame rate or loop rate once nothing runs.
     assert window.fps_label.text() == "GUI —" and "loop —" in window.rates.text()
     _clear_when_asked(monkeypatch)
@@ -609,7 +609,7 @@ def test_small_windows_show_every_plot_whole_and_nothing_overlaps(qtbot, window,
         assert plots.legend.columnCount == len(plots.legend.items)
     right = window.right_scroll.widget()
     assert right.height() >= right.minimumSizeHint().height()  # scrolls, never squeezed
-    window.stop_session()
+    window.stop_session(wait=True)
 
 
 def test_export_without_having_pressed_record(qtbot, window, tmp_path):
@@ -617,7 +617,7 @@ def test_export_without_having_pressed_record(qtbot, window, tmp_path):
     window.start_session(schedule=[(3000, "perturb", {"name": "sensor_noise",
                                                       "params": {"sigma_angle": 0.05}})])
     qtbot.waitUntil(lambda: window.session.snapshot(1).n_windows > 80, timeout=WAIT)
-    window.stop_session()
+    window.stop_session(wait=True)
     assert window.last_recording is None and window.export_csv_button.isEnabled()
     paths = window.export_last_recording("csv", tmp_path / "out")
     names = sorted(p.name for p in paths)
@@ -648,7 +648,7 @@ def test_a_figure_at_twice_the_resolution_with_its_title_line(qtbot, window, tmp
     window.baseline_spin.setValue(30)
     window.start_session()
     qtbot.waitUntil(lambda: window.alarms.idt.state in ("ok", "alarm"), timeout=WAIT)
-    window.stop_session()
+    window.stop_session(wait=True)
     window.refresh()
     title = window.figure_title_text()
     assert title.startswith("Double pendulum · preset pendulum-live (16 bins, W 300, stride 75)")
@@ -702,7 +702,7 @@ def test_a_slow_start_says_what_it_is_doing(qtbot, tmp_path, monkeypatch):
     assert w.start_session()
     assert seen and seen[0][0] == "loading Double pendulum…"
     assert seen[0][1] == "Loading Double pendulum…"
-    w.stop_session()
+    w.stop_session(wait=True)
     w.close()
     # Calibrating at 20 transitions per second of wall time (the RL source at 1x): how long.
     snap = SimpleNamespace(error=None, calibration=(250, 1250), state="running",
@@ -761,7 +761,7 @@ def test_plot_navigation_follows_latest_freezes_and_reads_values(qtbot, window):
     assert not plots.frozen and plots.x_range()[1] > frozen[1] + 1
     # The cursor: a dotted line on every plot and the nearest window's values in the
     # status bar, exactly as the session has them.
-    window.stop_session()
+    window.stop_session(wait=True)
     snap = window.session.snapshot(window.history)
     t = snap.windows["t"]
     j = len(t) - 10
@@ -796,7 +796,7 @@ def test_whole_history_is_the_whole_session(qtbot, window):
     plots = window.plots
     qtbot.waitUntil(lambda: window.session.snapshot(1).n_windows > window.history + 3000,
                     timeout=WAIT)
-    window.stop_session()
+    window.stop_session(wait=True)
     snap = window.session.snapshot(10**6)
     x = plots._last[0]
     assert snap.n_windows > window.history + 3000  # more than a refresh copies
@@ -822,7 +822,7 @@ def test_the_event_log_lists_centres_and_exports(qtbot, window, tmp_path, monkey
     qtbot.waitUntil(lambda: any(e["kind"] == "detected" for e in log.events), timeout=WAIT)
     window.session.note("a note")
     qtbot.waitUntil(lambda: any(e["kind"] == "note" for e in log.events), timeout=WAIT)
-    window.stop_session()
+    window.stop_session(wait=True)
     # Every event of the session, in order, with the latency on the perturbation's row.
     assert [e["kind"] for e in log.events] == [
         e["kind"] for e in window.session.events_since(0)]
@@ -872,7 +872,7 @@ def test_a_band_name_whose_line_left_the_view_is_hidden_not_cut(qtbot, window):
                                                         "params": {"sigma_angle": 0.05}})])
     qtbot.waitUntil(lambda: bool(window.plots._regions) and window.plots._last is not None
                     and window.plots._last[0][-1] > 30, timeout=WAIT)
-    window.stop_session()
+    window.stop_session(wait=True)
     label = next(c for c in window.plots._regions[0][0].lines[0].childItems()
                  if isinstance(c, pg.InfLineLabel))
     plots = window.plots
@@ -894,7 +894,7 @@ def test_a_band_name_too_long_for_either_side_is_cut_with_an_ellipsis(qtbot, win
                                                         "params": params})])
     qtbot.waitUntil(lambda: bool(window.plots._regions) and window.plots._last is not None
                     and window.plots._last[0][-1] > 30, timeout=WAIT)
-    window.stop_session()
+    window.stop_session(wait=True)
     whole = "Sensor noise · sigma_angle=0.2, sigma_rate=0.5"
     label = next(c for c in window.plots._regions[0][0].lines[0].childItems()
                  if isinstance(c, pg.InfLineLabel))

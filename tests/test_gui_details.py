@@ -27,7 +27,7 @@ def test_the_cursor_goes_when_the_pointer_leaves_and_never_into_a_figure(qtbot, 
     plots = window.plots
     qtbot.waitUntil(lambda: plots._last is not None and len(plots._last[0]) > 20,
                     timeout=WAIT)
-    window.stop_session()
+    window.stop_session(wait=True)
     plain = tmp_path / "plain.png"
     window.save_figure(plain)
     x = float(plots._last[0][len(plots._last[0]) // 2])
@@ -92,7 +92,7 @@ def test_the_latency_line_says_how_far_into_the_horizon(qtbot, window):
         (5000, "perturb", {"name": "friction", "params": {"damping": 0.0}}),
         (6500, "pause", {})])
     qtbot.waitUntil(lambda: window.session.snapshot(1).state == "paused", timeout=4 * WAIT)
-    window.stop_session()
+    window.stop_session(wait=True)
     snap = window.session.snapshot(1)
     window.alarms.update_snapshot(snap)
     n = snap.n_windows - snap.onset["first_window"]
@@ -111,7 +111,7 @@ def test_the_recording_says_how_large_it_is(qtbot, window, tmp_path):
     qtbot.waitUntil(lambda: " so far (" in window.record_label.text(), timeout=WAIT)
     text = window.record_label.text()
     assert text.startswith(f"recording into {path} — ") and text.endswith(" MB/s)")
-    window.stop_session()
+    window.stop_session(wait=True)
     total = sum(os.path.getsize(p) for p in path.iterdir() if p.is_file())
     assert recording_size(path)[0] == total > 0
     assert window.record_label.text() == f"recorded: {path} ({recording_size(path)[1]})"

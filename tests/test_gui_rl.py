@@ -317,7 +317,7 @@ def test_window_with_cheetah_source(qtbot, tmp_path):
     assert list(x[:3]) == [0, 1, 2] and np.all(np.isfinite(y))
     qtbot.waitUntil(lambda: w.view.mode in ("render", "failed"), timeout=WAIT)
     assert len(w.view.segments) == 6 or w.view.mode == "render"
-    w.stop_session()
+    w.stop_session(wait=True)
     # The agency panel reads snap.agency where the session has it.
     w.agency.update_snapshot(SimpleNamespace(agency=_agency()))
     assert w.agency.rows["effect"][3].text() == "yes, p < 0.01"

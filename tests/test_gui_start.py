@@ -74,7 +74,7 @@ def test_a_recorded_session_is_reset_without_a_question(qtbot, window, monkeypat
     window.record_button.setChecked(True)
     window.start_session()
     qtbot.waitUntil(lambda: _drawn(window) > 5, timeout=WAIT)
-    window.stop_session()
+    window.stop_session(wait=True)
     window.reset_button.click()
     assert not asked and window.session is None
 
@@ -157,7 +157,7 @@ def test_a_slow_source_loads_off_the_gui_thread_and_can_be_cancelled(qtbot, wind
     qtbot.mouseClick(window.start_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.session is not None and window.session.running,
                     timeout=WAIT)
-    window.stop_session()
+    window.stop_session(wait=True)
 
 
 def test_a_source_that_fails_to_build_says_why_in_the_banner(qtbot, window):

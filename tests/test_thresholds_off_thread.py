@@ -122,6 +122,55 @@ def test_stop_while_the_thresholds_are_fitted_keeps_every_window(tmp_path, monke
     pd.testing.assert_frame_equal(ev, ev_ref)
 
 
+def test_the_window_stays_live_while_a_stopped_session_waits_for_its_fit(
+        qtbot, tmp_path, monkeypatch, fit_in_thread):
+    """Stop in the window asks the worker to stop and returns; the worker scores its held
+    windows once the fit is in, and only then do the controls come back."""
+    pytest.importorskip("pytestqt")
+    from idt_desk_widgets.main_window import MainWindow
+
+    release = threading.Event()
+    fitting = threading.Event()
+    calibrate = monitor_module.calibrate
+
+    def slow_calibrate(*args, **kwargs):
+        fitting.set()
+        release.wait(120)
+        return calibrate(*args, **kwargs)
+
+    monkeypatch.setattr(monitor_module, "calibrate", slow_calibrate)
+    w = MainWindow(speed=None, record_dir=tmp_path)
+    qtbot.addWidget(w)
+    w.show()
+    try:
+        w.baseline_spin.setValue(30)
+        w.record_button.setChecked(True)
+        assert w.start_session()
+        qtbot.waitUntil(lambda: w.session is not None and fitting.is_set() and
+                        w.session.snapshot(1).n_transitions > BASELINE_END + 1000,
+                        timeout=60_000)
+        w.stop_button.click()  # returns while the fit is still held: it waits for nothing
+        session = w.session
+        assert session.stopping and not release.is_set()
+        qtbot.wait(300)  # the window's timer runs meanwhile
+        assert w.status.text().startswith("stopping — pendulum — ")
+        assert not any(b.isEnabled() for b in (w.start_button, w.stop_button, w.pause_button,
+                                               *w.perturb_buttons.values()))
+        assert not w.start_session()  # not while the last session is stopping
+        release.set()
+        qtbot.waitUntil(lambda: not session.running and not w.record_button.isChecked(),
+                        timeout=120_000)
+        qtbot.waitUntil(lambda: w.start_button.isEnabled(), timeout=5_000)
+        assert w.status.text().startswith("stopped — ")
+    finally:
+        release.set()
+        w.close()
+    windows, ev, _ = _timeline(w.last_recording)
+    # Every window the loop made was scored once the thresholds came, and is on record.
+    assert len(windows) == session.snapshot(1).n_windows > 30
+    assert "baseline" in set(ev["kind"])
+
+
 def test_a_failed_fit_ends_the_session_in_error_with_its_transitions(tmp_path, monkeypatch,
                                                                      fit_in_thread):
     def broken(*args, **kwargs):

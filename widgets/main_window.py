@@ -46,6 +46,7 @@ from PySide6.QtWidgets import (
 
 from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS
 from idt_desk.live.alarms import overlap_text
+from idt_desk.live.backlog import Backlog
 from idt_desk.live.plugins import SourceLoadError, discover
 from idt_desk.live.session import Session, Snapshot
 from idt_desk.live.source import Source
@@ -274,6 +275,7 @@ class MainWindow(QMainWindow):
         self._starting = False
         #: A session whose worker did not stop when the window shut down (not waited again).
         self._given_up: Session | None = None
+        self._stop_deadline = 0.0  # when a stopping worker is reported as stuck
         #: The session being built in the background (Start), polled by the load timer.
         self._builder: SessionBuilder | None = None
         self._pending_schedule: list[tuple[int, str, dict]] | None = None
@@ -373,7 +375,7 @@ class MainWindow(QMainWindow):
             row.addWidget(b)
         self.start_button.clicked.connect(lambda: self.start_session(background=True))
         self.pause_button.toggled.connect(self._pause_toggled)
-        self.stop_button.clicked.connect(self.stop_session)
+        self.stop_button.clicked.connect(lambda: self.stop_session())
         self.reset_button.clicked.connect(self.reset_session)
         lay.addLayout(row)
         form = compact_form(QFormLayout())
@@ -858,6 +860,10 @@ class MainWindow(QMainWindow):
         button) gives the build up. Start, Ctrl+Return and ``gui --start`` build so; True
         then means the build began.
         """
+        if self.session is not None and self.session.stopping:
+            self.statusBar().showMessage("the last session is still stopping: Start once it "
+                                         "has", 5000)
+            return False
         if self.session is not None and self.session.running:
             return True
         if self._starting:
@@ -1005,15 +1011,36 @@ class MainWindow(QMainWindow):
         self._update_buttons()
         return True
 
-    def stop_session(self) -> None:
-        """Stop the running session (or the loading); its plots stay for inspection."""
+    #: How long Stop waits for the worker before the window goes on without it (seconds).
+    STOP_GRACE = 0.2
+    #: After this long (seconds) a stopping worker is reported as stuck.
+    STOP_TIMEOUT = 10.0 + Backlog.FIT_WAIT
+
+    def stop_session(self, wait: bool = False) -> None:
+        """Stop the running session (or the loading); its plots stay for inspection.
+
+        A worker whose last windows wait for the detector's thresholds first waits for the
+        fit and scores them (seconds; longer on a loaded machine). The window stays live
+        meanwhile and says so; :meth:`refresh` settles the controls once the worker has
+        ended. ``wait``: block until it has (Reset, following a new run).
+        """
         if self._builder is not None:
             self.cancel_loading()
             return
-        if self.session is None:
+        s = self.session
+        if s is None:
             return
+        if s.stopping and not wait:
+            return  # asked already: refresh watches it
+        if not wait and s.running:
+            s.request_stop()
+            if not s.wait(self.STOP_GRACE):
+                self._stop_deadline = time.monotonic() + self.STOP_TIMEOUT
+                self._update_buttons()
+                self.refresh()
+                return
         try:
-            self.session.stop()
+            s.stop()
         except RuntimeError as exc:
             self.show_error(str(exc))
         self.refresh()
@@ -1067,7 +1094,7 @@ class MainWindow(QMainWindow):
                 self, s.snapshot(limit=1).n_windows, len(self.events.events),
                 recorded=s.recording_path is not None):
             return
-        self.stop_session()
+        self.stop_session(wait=True)
         self._drop_session()
         self.plots.clear_data()
         self.returns.clear_data()
@@ -1146,6 +1173,8 @@ class MainWindow(QMainWindow):
         # While a source loads, Stop cancels the loading; nothing else changes the session.
         self.stop_button.setText("Cancel" if loading else "Stop")
         running = loading or (self.session is not None and self.session.running)
+        # A stopping worker scores its last windows: nothing but waiting is left to do.
+        stopping = self.session is not None and self.session.stopping
         # A button that disables itself hands the focus on to the next one in the panel
         # (Start's and Stop's to Reset, where a Space would clear the session): Start's goes
         # to Stop, Stop's and Pause's to the plots.
@@ -1154,17 +1183,18 @@ class MainWindow(QMainWindow):
         if moving:
             self.plots.setFocus(Qt.FocusReason.OtherFocusReason)
         self.start_button.setEnabled(not running and self._source_cls is not None)
-        self.pause_button.setEnabled(running and not loading)
-        self.stop_button.setEnabled(running)
-        if moving and running:
+        self.pause_button.setEnabled(running and not loading and not stopping)
+        self.stop_button.setEnabled(running and not stopping)
+        if moving and running and not stopping:
             self.stop_button.setFocus(Qt.FocusReason.OtherFocusReason)
         self.source_combo.setEnabled(not running)
         if self.settings_form is not None:
             self.settings_form.setEnabled(not running)
         for b in (*self.perturb_buttons.values(), *self.modulate_buttons.values(),
                   self.baseline_button, self.apply_symbols_button):
-            b.setEnabled(running and not loading)
-        self.record_button.setEnabled(not loading)  # the build took the armed state
+            b.setEnabled(running and not loading and not stopping)
+        # The build took the armed state; a stopping worker closes its recording itself.
+        self.record_button.setEnabled(not loading and not stopping)
         self.auto_check.setEnabled(bool(self.modulate_buttons))
         # Without a recording, Export writes the session's own windows and events.
         can = (self.last_recording is not None or self.session is not None) and \
@@ -1332,7 +1362,7 @@ class MainWindow(QMainWindow):
                 f"a new run started: {run.name} (not followed: another source is selected)",
                 10_000)
             return False
-        self.stop_session()
+        self.stop_session(wait=True)
         self.settings_form.set_values({"path": str(run), "follow": True})
         # The note leads the new session's event log (at its first transition).
         started = self.start_session(schedule=[(0, "note", {"text": text})])
@@ -1487,7 +1517,10 @@ class MainWindow(QMainWindow):
             text = f"{snap.state} — {snap.source} — {snap.n_transitions:,} turns"
         if snap.paused_reason:
             text = f"paused by the source — {snap.source} — {snap.n_transitions:,} turns"
-        if snap.state == "running" and snap.n_transitions == 0:
+        if self.session is not None and self.session.stopping:
+            text = (f"stopping — {snap.source}: scoring the last windows once the thresholds "
+                    "are fitted (nothing is lost)")
+        elif snap.state == "running" and snap.n_transitions == 0:
             text = ("starting… (the first launch compiles the numba kernels, about 10 s; "
                     "they are cached afterwards)")
         running = snap.state in ("running", "paused") and self.session is not None \
@@ -1561,3 +1594,8 @@ class MainWindow(QMainWindow):
             self.hide_error()
         if not running:
             self._session_ended()
+        elif self.session.stopping and time.monotonic() > self._stop_deadline and \
+                self._given_up is not self.session:
+            self._given_up = self.session
+            self.show_error(f"The session's worker did not stop within "
+                            f"{self.STOP_TIMEOUT:.0f} s; it ends with the program.")

@@ -211,14 +211,28 @@ class Session:
         self._state = "running"
         self._thread.start()
 
+    def request_stop(self) -> None:
+        """Ask the worker to stop and return at once; :attr:`running` says when it has.
+
+        A worker whose windows wait for the detector's thresholds first waits for the fit
+        (seconds, longer on a loaded machine) and scores them, so that nothing is lost: a
+        window that must stay responsive asks here and watches, instead of :meth:`stop`.
+        """
+        self._stop.set()
+        self._resume.set()
+
+    @property
+    def stopping(self) -> bool:
+        """Asked to stop (:meth:`request_stop`) while the worker still runs."""
+        return self._stop.is_set() and self.running
+
     def stop(self, timeout: float = 10.0) -> None:
         """Ask the worker to stop and wait for it (flushes and closes the recording).
 
         Up to ``timeout`` seconds, and ``Backlog.FIT_WAIT`` more while windows wait for the
         detector's thresholds (fitted off the loop's thread).
         """
-        self._stop.set()
-        self._resume.set()
+        self.request_stop()
         if self._thread is not None:
             self._backlog.join(self._thread, timeout)
             if self._thread.is_alive():
