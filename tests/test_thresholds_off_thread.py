@@ -153,7 +153,7 @@ def test_the_window_stays_live_while_a_stopped_session_waits_for_its_fit(
         session = w.session
         assert session.stopping and not release.is_set()
         qtbot.wait(300)  # the window's timer runs meanwhile
-        assert w.status.text().startswith("stopping — pendulum — ")
+        assert w.status.text().startswith("stopping — pendulum: scoring the last windows")
         assert not any(b.isEnabled() for b in (w.start_button, w.stop_button, w.pause_button,
                                                *w.perturb_buttons.values()))
         assert not w.start_session()  # not while the last session is stopping

@@ -124,8 +124,7 @@ class Session:
             self.config.false_alarms = source.default_budget
         if self.config.persist is None:
             self.config.persist = 1 if self._turn_path else 5
-        #: The turn path (a dialogue): token metrics, transcript, length confound; None
-        #: on the windows path. It outlives pipeline rebuilds.
+        #: The turn path (a dialogue: token metrics, transcript, length confound), or None.
         self._turns: TurnPath | None = TurnPath(self) if self._turn_path else None
         if not self._turn_path:
             self.config.baselines = False
@@ -196,10 +195,7 @@ class Session:
         self._listeners.append(fn)
 
     def add_event_listener(self, fn: Callable[[dict[str, Any]], None]) -> None:
-        """Call ``fn(event)`` with every event as it is logged (in the loop's thread).
-
-        The event log a snapshot holds is bounded; a listener sees all of them.
-        """
+        """Call ``fn(event)`` with every event as logged (a snapshot's are bounded)."""
         self._event_listeners.append(fn)
 
     def start(self) -> None:
@@ -212,11 +208,9 @@ class Session:
         self._thread.start()
 
     def request_stop(self) -> None:
-        """Ask the worker to stop and return at once; :attr:`running` says when it has.
+        """Ask the worker to stop, and return at once (:attr:`running` says when it has).
 
-        A worker whose windows wait for the detector's thresholds first waits for the fit
-        (seconds, longer on a loaded machine) and scores them, so that nothing is lost: a
-        window that must stay responsive asks here and watches, instead of :meth:`stop`.
+        A window stays live meanwhile: the worker may first wait for the thresholds' fit.
         """
         self._stop.set()
         self._resume.set()
@@ -229,8 +223,7 @@ class Session:
     def stop(self, timeout: float = 10.0) -> None:
         """Ask the worker to stop and wait for it (flushes and closes the recording).
 
-        Up to ``timeout`` seconds, and ``Backlog.FIT_WAIT`` more while windows wait for the
-        detector's thresholds (fitted off the loop's thread).
+        Up to ``timeout`` s, and ``Backlog.FIT_WAIT`` more while windows wait for the fit.
         """
         self.request_stop()
         if self._thread is not None:
