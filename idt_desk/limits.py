@@ -17,7 +17,8 @@ import numpy as np
 from idt_desk.detection.detectors import DETECTOR_KINDS, parse_budget
 from idt_desk.metrics.presets import ANGLE_MODES, PRESETS
 
-__all__ = ["LIMITS", "PIPELINE_KEYS", "check_finite", "check_limit", "check_pipeline"]
+__all__ = ["LIMITS", "PIPELINE_KEYS", "check_finite", "check_limit", "check_pipeline", "is_int",
+           "is_number"]
 
 
 #: Allowed ranges (inclusive) of the pipeline's integer settings, wherever they come from
@@ -44,14 +45,20 @@ _PRESET_FIELDS = ("name", "description", "bins", "window", "stride", "state_grou
                   "action_groups", "angles", "angle_mode", "n_state", "n_action")
 
 
-def _is_int(v: Any) -> bool:
+def is_int(v: Any) -> bool:
+    """An integer (a NumPy one too), never a bool."""
     return isinstance(v, int | np.integer) and not isinstance(v, bool)
+
+
+def is_number(v: Any) -> bool:
+    """A finite real number (int, float or NumPy), never a bool."""
+    return isinstance(v, int | float | np.number) and not isinstance(v, bool) and \
+        math.isfinite(v)
 
 
 def _number(key: str, v: Any, lo: float, hi: float | None = None,
             lo_open: bool = False) -> None:
-    ok = isinstance(v, int | float | np.number) and not isinstance(v, bool) and \
-        math.isfinite(v) and (v > lo if lo_open else v >= lo) and (hi is None or v <= hi)
+    ok = is_number(v) and (v > lo if lo_open else v >= lo) and (hi is None or v <= hi)
     if not ok:
         rng = f"{'>' if lo_open else '>='} {lo:g}" + ("" if hi is None else f" and <= {hi:g}")
         raise ValueError(f"{key} {v!r}: must be a finite number {rng}")
@@ -65,7 +72,7 @@ def check_limit(key: str, value: Any) -> None:
     if value is None:
         return
     lo, hi = LIMITS[key]
-    whole = _is_int(value) or (isinstance(value, float) and value.is_integer())
+    whole = is_int(value) or (isinstance(value, float) and value.is_integer())
     if not whole or not lo <= value <= hi:
         raise ValueError(f"{key} {value!r}: must be an integer from {lo:,} to {hi:,}")
 
@@ -127,17 +134,17 @@ def _check_preset_spec(spec: Any) -> None:
         raise ValueError(f"preset_spec: angle_mode {spec['angle_mode']!r}: must be one of "
                          f"{', '.join(ANGLE_MODES)}")
     for key in ("n_state", "n_action"):
-        if spec.get(key) is not None and not (_is_int(spec[key]) and 0 <= spec[key] <= 10**6):
+        if spec.get(key) is not None and not (is_int(spec[key]) and 0 <= spec[key] <= 10**6):
             raise ValueError(f"preset_spec: {key} {spec[key]!r}: must be a count of variables")
     index = range(10**6)
     if not (isinstance(spec.get("angles", []), list | tuple)
-            and all(_is_int(j) and j in index for j in spec.get("angles", []))):
+            and all(is_int(j) and j in index for j in spec.get("angles", []))):
         raise ValueError("preset_spec: angles must be variable indices")
     for key in ("state_groups", "action_groups"):
         groups = spec.get(key)
         if groups is not None and not (
                 isinstance(groups, list | tuple) and len(groups) <= 10**6 and all(
-                    isinstance(g, list | tuple) and all(_is_int(j) and j in index for j in g)
+                    isinstance(g, list | tuple) and all(is_int(j) and j in index for j in g)
                     for g in groups)):
             raise ValueError(f"preset_spec: {key} must be lists of variable indices")
 

@@ -9,24 +9,19 @@ further in. A recorded pipeline is checked against the same limits as the comman
 
 from __future__ import annotations
 
-import math
 import os
 import stat
 from pathlib import Path
 from typing import Any
 
-from idt_desk.limits import check_limit, check_pipeline
+from idt_desk.limits import check_limit, check_pipeline, is_int, is_number
 from idt_desk.recordings._format import RecordingError
 
 __all__: list[str] = []
 
 
 def _int(v: Any, lo: int = 0) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= lo
-
-
-def _num(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    return is_int(v) and v >= lo
 
 
 def check_regular(path: Path) -> None:
@@ -60,7 +55,7 @@ def check_config(config: Any, where: str) -> dict[str, Any]:
         if not isinstance(config.get(key, {}), dict):
             raise bad(key, "a JSON object")
     src = config.get("source", {})
-    if src.get("rate") is not None and not (_num(src["rate"]) and src["rate"] > 0):
+    if src.get("rate") is not None and not (is_number(src["rate"]) and src["rate"] > 0):
         raise bad("source.rate", "a positive number of transitions per second")
     if src.get("episode_steps") is not None and not _int(src["episode_steps"], 1):
         raise bad("source.episode_steps", "a positive integer")
@@ -94,7 +89,7 @@ def check_event(ev: dict[str, Any], where: str) -> None:
     if "i" in ev and not _int(ev["i"]):
         raise bad("i", "a transition index (an integer >= 0)")
     for key in ("t", "wall"):
-        if ev.get(key) is not None and not _num(ev[key]):
+        if ev.get(key) is not None and not is_number(ev[key]):
             raise bad(key, "a finite number")
     for key, kind, want in (("name", str, "a name"), ("text", str, "text"),
                             ("params", dict, "a JSON object"),
@@ -113,7 +108,7 @@ def check_event(ev: dict[str, Any], where: str) -> None:
             raise RecordingError(f"{where}: n: {exc}") from None
     ranges = ev.get("value_ranges")
     if ranges is not None and not (isinstance(ranges, dict) and all(
-            isinstance(r, list) and len(r) == 2 and all(_num(x) for x in r) and r[0] <= r[1]
+            isinstance(r, list) and len(r) == 2 and all(is_number(x) for x in r) and r[0] <= r[1]
             for r in ranges.values())):
         raise bad("value_ranges", "variable names with [low, high] ranges")
 
