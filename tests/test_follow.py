@@ -198,7 +198,7 @@ def test_the_window_follows_a_growing_recording(qtbot, tmp_path):
         # It shows windows while the writer is still writing ...
         qtbot.waitUntil(lambda: w.session.snapshot(1).n_windows > 20, timeout=30_000)
         assert proc.poll() is None
-        qtbot.waitUntil(lambda: f"following {src} (the writer: writing)" in w.status.text(),
+        qtbot.waitUntil(lambda: f"following {src.name} (the writer: writing)" in w.status.text(),
                         timeout=5_000)
         qtbot.waitUntil(lambda: w.plots.curves["P"].getData()[0] is not None and
                         len(w.plots.curves["P"].getData()[0]) > 20, timeout=30_000)

@@ -10,7 +10,7 @@ pytest.importorskip("pytestqt")
 from idt_desk_widgets.main_window import MainWindow
 from PySide6.QtCore import QEvent
 from PySide6.QtGui import QImage
-from PySide6.QtWidgets import QApplication, QFileDialog
+from PySide6.QtWidgets import QApplication, QFileDialog, QLabel
 
 WAIT = 30_000
 
@@ -69,7 +69,7 @@ def test_a_dialogue_speaks_of_turns(qtbot, tmp_path):
     assert w.speed_combo.currentText() == "1 turn/s" and "10 turns/s" in items
     assert "max" in items and not any("real time" in t for t in items)
     assert w.speeds["10 turns/s"] == 10.0 and w.speeds["max"] is None
-    labels = [lab.text() for lab in w.modulate_box.findChildren(type(w.status))]
+    labels = [lab.text() for lab in w.modulate_box.findChildren(QLabel)]
     assert "Engage after (turns)" in labels and "Release after quiet (turns)" in labels
     editor = w.perturb_forms["contradiction"].editors["variant"]
     assert w.perturb_forms["contradiction"].layout().labelForField(editor).text() == \
@@ -79,7 +79,7 @@ def test_a_dialogue_speaks_of_turns(qtbot, tmp_path):
     w._select_source("pendulum", {})
     assert w.speed_combo.currentText() == "1× (real time)"
     assert "Engage after" not in " ".join(
-        lab.text() for lab in w.modulate_box.findChildren(type(w.status)))
+        lab.text() for lab in w.modulate_box.findChildren(QLabel))
     w._select_source("replay", {})
     assert w.budget_edit.placeholderText() == "the recording's"
 
@@ -139,3 +139,19 @@ def test_a_small_window_gets_short_legend_words_and_axis_labels(qtbot, window):
     assert legend() == ["baseline mean", "alarm band", "alarmed window", "perturbation",
                         "modulation", "impulse (kick)"]
     assert axis("reward") == "reward / step" and axis("dH") == "ΔH (bits)"
+
+
+def test_a_long_status_line_is_cut_with_an_ellipsis_and_never_widens_the_window(qtbot):
+    w = MainWindow(speed=None)
+    qtbot.addWidget(w)
+    w.resize(1024, 700)
+    w.show()
+    qtbot.waitExposed(w)
+    before = w.minimumSizeHint().width()
+    whole = "stopped — following " + "a-very-long-run-name-" * 20 + " — 411,725 transitions"
+    w.status.setText(whole)
+    assert w.minimumSizeHint().width() == before
+    assert w.status.text() == whole  # what the window says, whole: for tests and copies
+    assert w.status.toolTip() == whole  # cut on screen: the whole text on hover
+    w.status.setText("idle")
+    assert w.status.toolTip() == ""

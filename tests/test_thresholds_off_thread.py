@@ -52,10 +52,15 @@ def fit_in_thread(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
+def reference_path(tmp_path_factory):
     path = tmp_path_factory.mktemp("ref") / "ref"
     run_headless(_session(path), steps=STEPS)
-    return _timeline(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(reference_path):
+    return _timeline(reference_path)
 
 
 
@@ -149,14 +154,17 @@ def test_the_window_stays_live_while_a_stopped_session_waits_for_its_fit(
         qtbot.waitUntil(lambda: w.session is not None and fitting.is_set() and
                         w.session.snapshot(1).n_transitions > BASELINE_END + 1000,
                         timeout=60_000)
+        w.STOP_TIMEOUT = 2.0  # a worker stuck longer than this is reported
         w.stop_button.click()  # returns while the fit is still held: it waits for nothing
         session = w.session
         assert session.stopping and not release.is_set()
         qtbot.wait(300)  # the window's timer runs meanwhile
+        assert w.banner.isHidden()
         assert w.status.text().startswith("stopping — pendulum: scoring the last windows")
         assert not any(b.isEnabled() for b in (w.start_button, w.stop_button, w.pause_button,
                                                *w.perturb_buttons.values()))
         assert not w.start_session()  # not while the last session is stopping
+        qtbot.waitUntil(lambda: "did not stop within 2 s" in w.banner.text(), timeout=10_000)
         release.set()
         qtbot.waitUntil(lambda: not session.running and not w.record_button.isChecked(),
                         timeout=120_000)
@@ -169,6 +177,40 @@ def test_the_window_stays_live_while_a_stopped_session_waits_for_its_fit(
     # Every window the loop made was scored once the thresholds came, and is on record.
     assert len(windows) == session.snapshot(1).n_windows > 30
     assert "baseline" in set(ev["kind"])
+
+
+def test_a_replay_at_its_end_waits_for_its_fit_with_the_controls_off(
+        qtbot, monkeypatch, reference_path, fit_in_thread):
+    """A replay's end is not a Stop: nothing to report as stuck, and nothing to press."""
+    pytest.importorskip("pytestqt")
+    from idt_desk_widgets.main_window import MainWindow
+
+    release = threading.Event()
+    calibrate = monitor_module.calibrate
+
+    def slow_calibrate(*args, **kwargs):
+        release.wait(120)
+        return calibrate(*args, **kwargs)
+
+    monkeypatch.setattr(monitor_module, "calibrate", slow_calibrate)
+    w = MainWindow(source="replay", settings={"path": str(reference_path)}, speed=None)
+    qtbot.addWidget(w)
+    w.show()
+    w.STOP_TIMEOUT = 0.5
+    try:
+        assert w.start_session()
+        qtbot.waitUntil(lambda: w.session is not None and w.session.stopping, timeout=60_000)
+        qtbot.waitUntil(lambda: w.status.text().startswith("stopping — replay"),
+                        timeout=5_000)
+        qtbot.wait(1000)  # past STOP_TIMEOUT: still no report, as the window asked nothing
+        assert w.banner.isHidden()
+        assert not any(b.isEnabled() for b in (w.start_button, w.stop_button, w.pause_button))
+        release.set()
+        qtbot.waitUntil(lambda: w.start_button.isEnabled(), timeout=120_000)
+        assert w.status.text().startswith("stopped — ") and w.banner.isHidden()
+    finally:
+        release.set()
+        w.close()
 
 
 def test_a_failed_fit_ends_the_session_in_error_with_its_transitions(tmp_path, monkeypatch,

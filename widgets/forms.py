@@ -6,7 +6,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, QSize, Qt
+from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
     QApplication,
@@ -14,6 +15,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
+    QLabel,
     QLineEdit,
     QScrollArea,
     QSpinBox,
@@ -22,7 +24,7 @@ from PySide6.QtWidgets import (
 
 from idt_desk.live.source import Param
 
-__all__ = ["ParamForm", "WheelGuard", "compact_combo", "compact_form"]
+__all__ = ["ElidedLabel", "ParamForm", "WheelGuard", "compact_combo", "compact_form"]
 
 
 class WheelGuard(QObject):
@@ -88,6 +90,43 @@ def compact_form(layout: QFormLayout) -> QFormLayout:
     layout.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
     layout.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
     return layout
+
+
+class ElidedLabel(QLabel):
+    """A one-line label that ends its text with "…" where its width is too short for it.
+
+    ``text()`` stays the whole text, and the tooltip shows it while it is cut; the label asks
+    for no width of its own (a status line must not widen the window, nor be clipped mid-word).
+    """
+
+    def minimumSizeHint(self) -> QSize:
+        """No width of its own: the layout gives it what is left."""
+        return QSize(0, super().minimumSizeHint().height())
+
+    def setText(self, text: str) -> None:
+        """Show ``text`` (cut to the width when too long)."""
+        super().setText(text)
+        self._tip()
+
+    def resizeEvent(self, event: Any) -> None:
+        """Cut anew for the new width."""
+        super().resizeEvent(event)
+        self._tip()
+
+    def _shown(self) -> str:
+        return self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight,
+                                             self.contentsRect().width())
+
+    def _tip(self) -> None:
+        tip = self.text() if self._shown() != self.text() else ""
+        if self.toolTip() != tip:
+            self.setToolTip(tip)
+
+    def paintEvent(self, event: Any) -> None:
+        """Draw the text cut to the width."""
+        QPainter(self).drawText(self.contentsRect(),
+                                int(self.alignment() | Qt.AlignmentFlag.AlignVCenter),
+                                self._shown())
 
 
 def compact_combo(combo: QComboBox, chars: int = 12) -> QComboBox:

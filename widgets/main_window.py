@@ -18,7 +18,13 @@ from typing import Any
 from idt_desk_widgets.agency import AgencyPanel
 from idt_desk_widgets.alarms import AlarmPanel
 from idt_desk_widgets.events import EventLog
-from idt_desk_widgets.forms import ParamForm, WheelGuard, compact_combo, compact_form
+from idt_desk_widgets.forms import (
+    ElidedLabel,
+    ParamForm,
+    WheelGuard,
+    compact_combo,
+    compact_form,
+)
 from idt_desk_widgets.keys import install_shortcuts, may_discard
 from idt_desk_widgets.loading import SessionBuilder, build_session
 from idt_desk_widgets.plots import MetricPlots, PlotNavigator, ReturnPlot
@@ -242,7 +248,7 @@ class MainWindow(QMainWindow):
         split.setStretchFactor(1, 1)
         split.setSizes([380, 720, 320])
         self.setCentralWidget(split)
-        self.status = QLabel("idle — choose a source and press Start", self)
+        self.status = ElidedLabel("idle — choose a source and press Start", self)
         # A normal widget: a temporary message ("exported ...") shows in its place briefly.
         self.statusBar().addWidget(self.status, 1)
         self.rates = QLabel("", self)
@@ -275,7 +281,9 @@ class MainWindow(QMainWindow):
         self._starting = False
         #: A session whose worker did not stop when the window shut down (not waited again).
         self._given_up: Session | None = None
-        self._stop_deadline = 0.0  # when a stopping worker is reported as stuck
+        #: When a worker this window asked to stop is reported as stuck (None: not asked).
+        self._stop_deadline: float | None = None
+        self._stopping_seen = False  # the controls were last set for a stopping worker
         #: The session being built in the background (Start), polled by the load timer.
         self._builder: SessionBuilder | None = None
         self._pending_schedule: list[tuple[int, str, dict]] | None = None
@@ -1049,6 +1057,7 @@ class MainWindow(QMainWindow):
     def _session_ended(self) -> None:
         """The worker is gone (stopped, finished or failed): settle the controls."""
         self.timer.stop()
+        self._stop_deadline, self._stopping_seen = None, False
         self.fps = 0.0  # no frame rate to report: never a stale one
         self.fps_label.setText("GUI —")
         if self.session is not None and not self.session.snapshot(limit=1).n_windows:
@@ -1510,7 +1519,8 @@ class MainWindow(QMainWindow):
         text = (f"{snap.state} — {snap.source} at {speed} — t = {snap.sim_time:.2f} s — "
                 f"{snap.n_transitions:,} transitions, {snap.n_windows:,} windows")
         if snap.info.get("following"):  # a recording another program writes
-            text = (f"{snap.state} — following {snap.info['following']} (the writer: "
+            run = Path(snap.info["following"]).name  # its path is in the Recording field
+            text = (f"{snap.state} — following {run} (the writer: "
                     f"{snap.info.get('writer', '?')}) — t = {snap.sim_time:.2f} s — "
                     f"{snap.n_transitions:,} transitions, {snap.n_windows:,} windows")
         if snap.tokenizer is not None:  # one transition per turn
@@ -1594,7 +1604,11 @@ class MainWindow(QMainWindow):
             self.hide_error()
         if not running:
             self._session_ended()
-        elif self.session.stopping and time.monotonic() > self._stop_deadline and \
+            return
+        if self.session.stopping != self._stopping_seen:  # asked, or at a replay's end
+            self._stopping_seen = self.session.stopping
+            self._update_buttons()
+        if self._stop_deadline is not None and time.monotonic() > self._stop_deadline and \
                 self._given_up is not self.session:
             self._given_up = self.session
             self.show_error(f"The session's worker did not stop within "

@@ -217,8 +217,8 @@ class Session:
 
     @property
     def stopping(self) -> bool:
-        """Asked to stop (:meth:`request_stop`) while the worker still runs."""
-        return self._stop.is_set() and self.running
+        """The loop is over (asked to stop, or at a replay's end) but the worker still runs."""
+        return self.running and (self._stop.is_set() or self._state in ("stopped", "error"))
 
     def stop(self, timeout: float = 10.0) -> None:
         """Ask the worker to stop and wait for it (flushes and closes the recording).
