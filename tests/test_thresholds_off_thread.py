@@ -5,6 +5,7 @@ waited."""
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -51,6 +52,22 @@ def fit_in_thread(monkeypatch):
     monkeypatch.setattr(_offload.Offloaded, "_in_child", no_child)
 
 
+@pytest.fixture
+def held_fit(monkeypatch, fit_in_thread):
+    """The thresholds' fit waits for ``release`` (``fitting`` is set once it has begun)."""
+    held = SimpleNamespace(release=threading.Event(), fitting=threading.Event())
+    calibrate = monitor_module.calibrate
+
+    def slow_calibrate(*args, **kwargs):
+        held.fitting.set()
+        held.release.wait(120)
+        return calibrate(*args, **kwargs)
+
+    monkeypatch.setattr(monitor_module, "calibrate", slow_calibrate)
+    yield held
+    held.release.set()
+
+
 @pytest.fixture(scope="module")
 def reference_path(tmp_path_factory):
     path = tmp_path_factory.mktemp("ref") / "ref"
@@ -66,19 +83,10 @@ def reference(reference_path):
 
 
 @pytest.mark.parametrize("speed", [None, 10.0])
-def test_the_loop_records_on_while_the_thresholds_are_fitted(tmp_path, monkeypatch,
-                                                           reference, speed, fit_in_thread):
+def test_the_loop_records_on_while_the_thresholds_are_fitted(tmp_path, reference, speed,
+                                                           held_fit):
     """The fit is held until the loop has gone on far past the baseline: it never waits."""
-    release = threading.Event()
-    fitting = threading.Event()
-    calibrate = monitor_module.calibrate
-
-    def slow_calibrate(*args, **kwargs):
-        fitting.set()
-        release.wait(120)
-        return calibrate(*args, **kwargs)
-
-    monkeypatch.setattr(monitor_module, "calibrate", slow_calibrate)
+    release, fitting = held_fit.release, held_fit.fitting
     path = tmp_path / "rec"
     session = _session(path, speed)
     session.limit = STEPS
@@ -104,16 +112,9 @@ def test_the_loop_records_on_while_the_thresholds_are_fitted(tmp_path, monkeypat
     assert {"baseline", "alarm_on", "detected"} <= set(ev["kind"])
 
 
-def test_stop_while_the_thresholds_are_fitted_keeps_every_window(tmp_path, monkeypatch,
-                                                                  reference, fit_in_thread):
-    release = threading.Event()
-    calibrate = monitor_module.calibrate
-
-    def slow_calibrate(*args, **kwargs):
-        release.wait(120)
-        return calibrate(*args, **kwargs)
-
-    monkeypatch.setattr(monitor_module, "calibrate", slow_calibrate)
+def test_stop_while_the_thresholds_are_fitted_keeps_every_window(tmp_path, reference,
+                                                                  held_fit):
+    release = held_fit.release
     path = tmp_path / "rec"
     session = _session(path)
     session.limit = STEPS
@@ -128,22 +129,13 @@ def test_stop_while_the_thresholds_are_fitted_keeps_every_window(tmp_path, monke
 
 
 def test_the_window_stays_live_while_a_stopped_session_waits_for_its_fit(
-        qtbot, tmp_path, monkeypatch, fit_in_thread):
+        qtbot, tmp_path, held_fit):
     """Stop in the window asks the worker to stop and returns; the worker scores its held
     windows once the fit is in, and only then do the controls come back."""
     pytest.importorskip("pytestqt")
     from idt_desk_widgets.main_window import MainWindow
 
-    release = threading.Event()
-    fitting = threading.Event()
-    calibrate = monitor_module.calibrate
-
-    def slow_calibrate(*args, **kwargs):
-        fitting.set()
-        release.wait(120)
-        return calibrate(*args, **kwargs)
-
-    monkeypatch.setattr(monitor_module, "calibrate", slow_calibrate)
+    release, fitting = held_fit.release, held_fit.fitting
     w = MainWindow(speed=None, record_dir=tmp_path)
     qtbot.addWidget(w)
     w.show()
@@ -180,19 +172,12 @@ def test_the_window_stays_live_while_a_stopped_session_waits_for_its_fit(
 
 
 def test_a_replay_at_its_end_waits_for_its_fit_with_the_controls_off(
-        qtbot, monkeypatch, reference_path, fit_in_thread):
+        qtbot, reference_path, held_fit):
     """A replay's end is not a Stop: nothing to report as stuck, and nothing to press."""
     pytest.importorskip("pytestqt")
     from idt_desk_widgets.main_window import MainWindow
 
-    release = threading.Event()
-    calibrate = monitor_module.calibrate
-
-    def slow_calibrate(*args, **kwargs):
-        release.wait(120)
-        return calibrate(*args, **kwargs)
-
-    monkeypatch.setattr(monitor_module, "calibrate", slow_calibrate)
+    release = held_fit.release
     w = MainWindow(source="replay", settings={"path": str(reference_path)}, speed=None)
     qtbot.addWidget(w)
     w.show()
