@@ -150,3 +150,45 @@ def test_sbx_tqc_exports_an_identical_sb3_contrib_tqc_that_the_source_acts_with(
     gen = [np.random.default_rng(0)] * len(obs)
     np.testing.assert_allclose(frozen.act_many(obs, gen, deterministic=True), a_torch,
                                atol=1e-6)
+
+
+def test_normalize_checkpoints_and_ships_the_vecnormalize_statistics(tmp_path):
+    sbx = pytest.importorskip("sbx")
+    import pickle
+
+    from idt_desk_sources.gym._policy import FrozenPolicy, find_vecnormalize
+
+    def load(path):
+        with open(path, "rb") as f:
+            return pickle.load(f)
+
+    ckpt, out = tmp_path / "ckpt", tmp_path / "policies"
+    train("sac", 6, 300, out, checkpoint_dir=ckpt, checkpoint_minutes=60.0, eval_episodes=1,
+          trainer="sbx", train_freq=4, normalize=True)
+    assert json.loads((ckpt / "state.json").read_text())["normalize"] is True
+    first = load(ckpt / "vecnormalize.pkl")
+    # Resumed the other way round, the run refuses rather than losing its statistics.
+    with pytest.raises(ValueError, match="with --normalize"):
+        train("sac", 6, 400, out, checkpoint_dir=ckpt, resume=True, eval_episodes=1,
+              trainer="sbx", train_freq=4)
+    path = train("sac", 6, 500, out, checkpoint_dir=ckpt, resume=True, eval_episodes=1,
+                 trainer="sbx", train_freq=4, normalize=True)
+    stats = load(ckpt / "vecnormalize.pkl")
+    # The statistics carried over the resume and went on counting: 200 more observations.
+    assert stats.obs_rms.count == pytest.approx(first.obs_rms.count + 200, abs=2)
+    assert stats.norm_obs and stats.norm_reward and stats.clip_obs == 10.0
+    card = json.loads(path.with_suffix(".json").read_text())
+    assert "VecNormalize" in card["hyperparameters"]
+    shipped = find_vecnormalize(path)
+    assert shipped == path.with_name(f"{path.stem}_vecnormalize.pkl")
+    # The frozen source normalises as the trained model saw its observations.
+    trained = sbx.SAC.load(ckpt / "model.zip")
+    obs = np.random.default_rng(0).normal(size=(32, 17)) * 3.0
+    a_jax, _ = trained.predict(stats.normalize_obs(obs).astype(np.float32), deterministic=True)
+    frozen = FrozenPolicy(path, (17,), -np.ones(6), np.ones(6))
+    assert frozen.vecnormalize == str(shipped)
+    np.testing.assert_allclose(frozen.act_many(obs, [np.random.default_rng(0)] * 32, True),
+                               a_jax, atol=1e-5)
+    # Without the statistics the same zip acts differently: they matter.
+    raw, _ = trained.predict(obs.astype(np.float32), deterministic=True)
+    assert np.abs(raw - a_jax).max() > 1e-3

@@ -20,6 +20,12 @@ gradient steps in one compiled call; the update-to-data ratio stays 1). The ship
 ordinary Stable-Baselines3 SAC or sb3-contrib TQC zip all the same: the trained actor, critics,
 target critics and entropy coefficient are copied into a model of the same architecture
 (:func:`export_sbx`), and the card's returns are measured on that exported file.
+
+``--normalize`` trains as the paper authors' released policies were trained: behind
+Stable-Baselines3's ``VecNormalize`` (running mean and variance of the observations, and of
+the discounted return for the rewards; its defaults). The statistics are checkpointed with
+the model and ship beside the zip as ``NAME_vecnormalize.pkl``, which the frozen source
+applies (:func:`idt_desk_sources.gym._policy.find_vecnormalize`).
 """
 
 from __future__ import annotations
@@ -127,6 +133,16 @@ def export_sbx(model: Any, env: Any) -> Any:
         out.log_ent_coef.fill_(log_ent)
     out.num_timesteps = int(model.num_timesteps)
     return out
+
+
+class _Normalized:
+    """``predict`` of ``model`` on observations normalised by VecNormalize ``stats``."""
+
+    def __init__(self, model: Any, stats: Any) -> None:
+        self.model, self.stats = model, stats
+
+    def predict(self, obs: Any, deterministic: bool = False) -> tuple[Any, Any]:
+        return self.model.predict(self.stats.normalize_obs(obs), deterministic=deterministic)
 
 
 def rollouts(model: Any, env_id: str, episodes: int, seed: int, deterministic: bool
@@ -246,7 +262,8 @@ class _Checkpoints:
 
     def __init__(self, folder: Path, every: float, total: int, wall_before: float,
                  every_steps: int = 25_000, env_id: str | None = None,
-                 history: list[dict[str, Any]] | None = None) -> None:
+                 history: list[dict[str, Any]] | None = None, normalize: bool = False
+                 ) -> None:
         from stable_baselines3.common.callbacks import BaseCallback
         from tqdm import tqdm
 
@@ -279,12 +296,13 @@ class _Checkpoints:
         self.bar: Any = None
         self.env_id = env_id
         self.history = list(history or [])
+        self.normalize = normalize
 
     def wall(self) -> float:
         return self.wall_before + time.monotonic() - self.t0
 
     def save(self, model: Any, final: bool = False) -> None:
-        """Write model, replay buffer and state; each file replaced atomically.
+        """Write model, replay buffer, VecNormalize statistics and state; each atomically.
 
         The episode for ``history`` is played at most once per ``every_steps`` steps (a
         checkpoint every few minutes adds none in between) and at the ``final`` save.
@@ -297,14 +315,21 @@ class _Checkpoints:
             tmp = self.folder / "replay.tmp.pkl"
             model.save_replay_buffer(tmp)
             os.replace(tmp, self.folder / "replay.pkl")
+        stats = model.get_vec_normalize_env()
+        if stats is not None:
+            tmp = self.folder / "vecnormalize.tmp.pkl"
+            stats.save(tmp)
+            os.replace(tmp, self.folder / "vecnormalize.pkl")
         steps = int(model.num_timesteps)
         last = self.history[-1]["steps"] if self.history else -self.every_steps
         if self.env_id is not None and steps != last and (steps - last >= self.every_steps
                                                           or final):
-            r, flipped = rollouts(model, self.env_id, 1, seed=steps, deterministic=True)
+            actor = model if stats is None else _Normalized(model, stats)
+            r, flipped = rollouts(actor, self.env_id, 1, seed=steps, deterministic=True)
             self.history.append({"steps": steps, "return_deterministic": round(r[0], 1),
                                  "upside_down_share": round(flipped, 4)})
-        state = {"steps": steps, "wall_seconds": self.wall(), "history": self.history}
+        state = {"steps": steps, "wall_seconds": self.wall(), "history": self.history,
+                 "normalize": self.normalize}
         (self.folder / "state.json.tmp").write_text(json.dumps(state))
         os.replace(self.folder / "state.json.tmp", self.folder / "state.json")
         self.last = time.monotonic()
@@ -326,6 +351,7 @@ def train(
     trainer: str = "sb3",
     train_freq: int = 1,
     checkpoint_steps: int = 25_000,
+    normalize: bool = False,
 ) -> Path:
     """Train (or resume) one policy and write its zip and model card into ``out``."""
     import gymnasium as gym
@@ -355,11 +381,19 @@ def train(
     name = policy_name(env_id, algo, seed)
     ckpt = checkpoint_dir or Path("out") / "train" / name
     state_file = ckpt / "state.json"
-    env = gym.make(env_id)
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    env: Any = gym.make(env_id)
     wall_before = 0.0
     history: list[dict[str, Any]] = []
     if resume and state_file.exists():
         state = json.loads(state_file.read_text())
+        if bool(state.get("normalize", False)) != normalize:
+            raise ValueError(f"{ckpt} was trained {'with' if not normalize else 'without'} "
+                             "--normalize: resume it the same way")
+        if normalize:
+            env = VecNormalize.load(str(ckpt / "vecnormalize.pkl"),
+                                    DummyVecEnv([lambda: gym.make(env_id)]))
         model = cls.load(ckpt / "model.zip", env=env, device="cpu")
         if (ckpt / "replay.pkl").exists():
             model.load_replay_buffer(ckpt / "replay.pkl")
@@ -371,9 +405,12 @@ def train(
             raise FileExistsError(f"{ckpt} holds a checkpoint: pass --resume, or remove it")
         extra = ({"train_freq": train_freq, "gradient_steps": train_freq}
                  if train_freq != 1 else {})
+        if normalize:  # SB3's defaults, as the authors' released statistics files show
+            env = VecNormalize(DummyVecEnv([lambda: gym.make(env_id)]), norm_obs=True,
+                               norm_reward=True)
         model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **extra)
     saver = _Checkpoints(ckpt, checkpoint_minutes * 60.0, steps, wall_before, checkpoint_steps,
-                         env_id=env_id, history=history)
+                         env_id=env_id, history=history, normalize=normalize)
     remaining = steps - model.num_timesteps
     if remaining > 0:
         model.learn(total_timesteps=remaining, callback=saver.callback,
@@ -384,12 +421,19 @@ def train(
     path = out / f"{name}.zip"
     trained_steps = int(model.num_timesteps)
     freq = getattr(getattr(model, "train_freq", None), "frequency", 1)
+    stats = model.get_vec_normalize_env()
     if trainer == "sbx":
         model = export_sbx(model, env)
     model.save(path)
     hyper = "sb3-contrib defaults" if algo == "tqc" else "stable-baselines3 defaults"
     if freq != 1:
         hyper += f", train_freq={freq} and gradient_steps={freq}"
+    actor = model
+    if stats is not None:
+        stats.training = False
+        stats.save(path.with_name(f"{name}_vecnormalize.pkl"))
+        hyper += ", VecNormalize (observations and rewards, its defaults)"
+        actor = _Normalized(model, stats)
     card: dict[str, Any] = {
         "name": name, "env_id": env_id, "algorithm": ALGOS[algo], "seed": seed,
         "steps": trained_steps, "hyperparameters": hyper,
@@ -399,7 +443,7 @@ def train(
         "wall_seconds": round(wall, 1), "torch_threads": threads,
         "versions": _versions(trainer), "command": command,
     }
-    card.update(card_returns(model, env_id, eval_episodes, seed))
+    card.update(card_returns(actor, env_id, eval_episodes, seed))
     (out / f"{name}.json").write_text(json.dumps(card, indent=2) + "\n")
     env.close()
     return path
@@ -428,6 +472,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="environment steps between updates, as many gradient steps each "
                         "(default 1, SB3's)")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint")
+    p.add_argument("--normalize", action="store_true",
+                   help="train behind VecNormalize (observations and rewards), as the paper "
+                        "authors' released policies; its statistics ship beside the zip")
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.set_defaults(func=run)
@@ -461,7 +508,7 @@ def run(args: argparse.Namespace) -> int:
         path = train(args.algo, args.seed, args.steps, args.out, args.env_id,
                      args.checkpoint_dir, args.checkpoint_minutes, args.resume,
                      args.eval_episodes, args.threads, command, args.trainer, args.train_freq,
-                     args.checkpoint_steps)
+                     args.checkpoint_steps, args.normalize)
     except (FileExistsError, ValueError, ImportError) as exc:
         raise InputError(str(exc)) from None
     card = json.loads(path.with_suffix(".json").read_text())
