@@ -323,10 +323,12 @@ def test_the_default_policy_is_the_best_upright_one_by_deterministic_return(tmp_
                                                                               monkeypatch):
     import idt_desk_sources.gym._source as source_module
 
-    def card(name, det, upside=None, stochastic=0.0):
+    def card(name, det, upside=None, stochastic=0.0, stable=None):
         c = {"return_deterministic": {"mean": det}, "return_stochastic": {"mean": stochastic}}
         if upside is not None:
             c["upside_down_share"] = upside
+        if stable is not None:
+            c["closed_loop"] = {"stable_share": stable}
         (tmp_path / f"{name}.json").write_text(json.dumps(c))
         (tmp_path / f"{name}.zip").write_bytes(b"")
 
@@ -337,6 +339,12 @@ def test_the_default_policy_is_the_best_upright_one_by_deterministic_return(tmp_
     # Upright first, then the best deterministic return (not the stochastic one).
     assert source_module.default_policy("HalfCheetah-v5").name == "halfcheetah-v5-sac-seed1.zip"
     assert source_module.default_policy("HalfCheetah-v4").name == "halfcheetah-v5-sac-seed1.zip"
+    # A stable closed loop comes before a better chaotic one; on its back, it still does not.
+    card("halfcheetah-v5-sac-seed2", 5_500.0, upside=0.0, stable=0.8)
+    card("halfcheetah-v5-sac-seed1", 5_900.0, upside=0.0, stable=0.1)
+    card("halfcheetah-v5-ppo-seed1", 9_900.0, upside=0.5, stable=1.0)
+    assert source_module.default_policy("HalfCheetah-v5").name == "halfcheetah-v5-sac-seed2.zip"
+    (tmp_path / "halfcheetah-v5-ppo-seed1.json").unlink()
     for p in tmp_path.glob("halfcheetah-v5-sac-*"):
         p.unlink()
     # Only upside-down agents left: the best of them rather than none.
@@ -356,6 +364,8 @@ def test_card_measures_a_policy_again_and_keeps_its_card(tiny_policy, tmp_path):
     new = json.loads(zip_path.with_suffix(".json").read_text())
     assert new["note"] == "kept" and new["steps"] == card["steps"]
     assert 0.0 <= new["upside_down_share"] <= 1.0
+    loop = new["closed_loop"]
+    assert len(loop["log10_distance"]) == 1 and loop["stable_share"] in (0.0, 1.0)
     assert new["return_deterministic"]["episodes"] == 1 and "cv" in new["return_stochastic"]
     assert new["evaluated_by"].startswith("idt-desk train --card")
     assert main(["train", "--card", str(tmp_path / "missing.zip")]) == 2

@@ -192,3 +192,21 @@ def test_normalize_checkpoints_and_ships_the_vecnormalize_statistics(tmp_path):
     # Without the statistics the same zip acts differently: they matter.
     raw, _ = trained.predict(obs.astype(np.float32), deterministic=True)
     assert np.abs(raw - a_jax).max() > 1e-3
+
+
+def test_the_nudge_probe_tells_a_settled_loop_from_a_chaotic_one():
+    from idt_desk_sources.gym.train import NUDGE, NUDGE_SMALL, nudge_growth
+
+    class Still:  # zero torques: the body comes to rest and a push dies away
+        def predict(self, obs, deterministic=False):
+            return np.zeros(6, np.float32), None
+
+    class Jumpy:  # torques that flip with the 4th decimal of the state: any push is amplified
+        def predict(self, obs, deterministic=False):
+            return np.sign(np.sin(1e4 * np.asarray(obs[:6]))).astype(np.float32), None
+
+    still = nudge_growth(Still(), "HalfCheetah-v5", 2, seed=0)
+    jumpy = nudge_growth(Jumpy(), "HalfCheetah-v5", 2, seed=0)
+    assert len(still) == len(jumpy) == 2
+    assert max(still) < np.log10(NUDGE)  # smaller than the push itself
+    assert min(jumpy) > np.log10(NUDGE_SMALL)

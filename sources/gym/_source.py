@@ -94,27 +94,31 @@ def default_policy(env_id: str) -> Path:
 
     A policy whose card says it spends 1 % of its steps or more upside down
     (``upside_down_share``, see ``idt-desk train --card``) is passed over while another
-    qualifies: its gait is a local optimum, not the agent the paper's results are about. A
-    HalfCheetah-v5 policy also serves HalfCheetah-v4 (the same 17 observations and 6
-    torques).
+    qualifies: its gait is a local optimum, not the agent the paper's results are about.
+    Among the upright ones, a policy whose closed loop is stable (its card's ``closed_loop``:
+    a tiny push stays small in at least half the episodes) comes before a chaotic one: on a
+    chaotic loop a small perturbation adds nothing the loop's own divergence does not already
+    make, so the IDT has nothing to show. A HalfCheetah-v5 policy also serves HalfCheetah-v4
+    (the same 17 observations and 6 torques).
     """
     stems = [env_id.lower()]
     if stems[0].startswith("halfcheetah"):
         stems.append("halfcheetah-v5")
     for stem in stems:
-        ranked: list[tuple[bool, float, str, Path]] = []
+        ranked: list[tuple[bool, bool, float, str, Path]] = []
         for card in sorted(POLICY_DIR.glob(f"{stem}-*.json")):
             zip_path = card.with_suffix(".zip")
             try:
                 c = json.loads(card.read_text())
                 score = float(c["return_deterministic"]["mean"])
                 upright = float(c.get("upside_down_share", 0.0)) < UPSIDE_DOWN_LIMIT
+                stable = float((c.get("closed_loop") or {}).get("stable_share", 0.0)) >= 0.5
             except (OSError, ValueError, KeyError, TypeError):
                 continue
             if zip_path.exists():
-                ranked.append((upright, score, zip_path.name, zip_path))
+                ranked.append((upright, stable, score, zip_path.name, zip_path))
         if ranked:
-            return max(ranked)[3]
+            return max(ranked)[-1]
     raise PolicyError(f"no shipped policy for {env_id} in {POLICY_DIR}: set 'policy' to an SB3 "
                       "zip (train one with `idt-desk train`)")
 
@@ -271,7 +275,8 @@ class GymSource(Source):
             c = json.loads(self.policy.path.with_suffix(".json").read_text())
             det = c.get("return_deterministic") or {}
             card = {"return_deterministic": det.get("mean"), "return_cv": det.get("cv"),
-                    "upside_down_share": c.get("upside_down_share"), "steps": c.get("steps")}
+                    "upside_down_share": c.get("upside_down_share"), "steps": c.get("steps"),
+                    "closed_loop_stable_share": (c.get("closed_loop") or {}).get("stable_share")}
         except (OSError, ValueError, AttributeError):
             pass
         return {"algorithm": self.policy.algorithm, "policy": str(self.policy.path),

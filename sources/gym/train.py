@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["ALGOS", "HELP", "TRAINERS", "add_arguments", "card_returns", "evaluate",
-           "export_sbx", "policy_name", "recard", "rollouts", "train"]
+           "export_sbx", "nudge_growth", "policy_name", "recard", "rollouts", "train"]
 
 #: ``idt-desk train``'s one-line help.
 HELP = "train a Stable-Baselines3 policy to ship (checkpoints, --resume)"
@@ -180,6 +180,53 @@ def rollouts(model: Any, env_id: str, episodes: int, seed: int, deterministic: b
     return returns, (flipped / steps if pitch and steps else float("nan"))
 
 
+#: The closed-loop probe: a nudge of this size to every joint velocity...
+NUDGE = 1e-6
+#: ...after this many steps of an episode, measured this many steps later...
+NUDGE_AFTER, NUDGE_HORIZON = 200, 500
+#: ...has stayed small if the two copies' states are still within this distance.
+NUDGE_SMALL = 1e-3
+
+
+def nudge_growth(model: Any, env_id: str, episodes: int, seed: int) -> list[float]:
+    """How a deterministic closed loop answers a tiny push, one figure per episode.
+
+    Two copies of an episode (seeds ``seed``, +1, ...) run the deterministic policy; after
+    ``NUDGE_AFTER`` steps one copy's joint velocities are each pushed by ``NUDGE``. The figure
+    is log10 of the distance between the two copies' states (positions but the free forward
+    one, and velocities) ``NUDGE_HORIZON`` steps later. A gait that settles on a stable cycle
+    keeps the push at its own size (about -5.5: the push, or a shift along the cycle); a
+    chaotic loop amplifies it to the size of the motion itself (0 and above) within about a
+    hundred steps. That is what a 1 % noise perturbation does to the loop too: on a chaotic
+    one it adds nothing the loop's own divergence does not already make, so the IDT cannot
+    tell it apart from the unperturbed runs. Empty for an env that is not MuJoCo.
+    """
+    import gymnasium as gym
+    import numpy as np
+
+    out = []
+    for k in range(episodes):
+        envs = [gym.make(env_id) for _ in range(2)]
+        try:
+            u = [e.unwrapped for e in envs]
+            if not hasattr(u[0], "set_state"):
+                return []
+            obs = [e.reset(seed=seed + k)[0] for e in envs]
+            for t in range(NUDGE_AFTER + NUDGE_HORIZON):
+                if t == NUDGE_AFTER:
+                    u[1].set_state(u[1].data.qpos.copy(), u[1].data.qvel.copy() + NUDGE)
+                    obs[1] = u[1]._get_obs()
+                for i in range(2):
+                    action, _ = model.predict(obs[i], deterministic=True)
+                    obs[i] = envs[i].step(action)[0]
+            state = [np.concatenate([x.data.qpos[1:], x.data.qvel]) for x in u]
+            out.append(float(np.log10(max(np.linalg.norm(state[0] - state[1]), 1e-300))))
+        finally:
+            for e in envs:
+                e.close()
+    return out
+
+
 def evaluate(model: Any, env_id: str, episodes: int, seed: int, deterministic: bool
              ) -> list[float]:
     """Undiscounted return of ``episodes`` episodes of ``model`` (seeds ``seed``, +1, ...)."""
@@ -190,7 +237,9 @@ def card_returns(model: Any, env_id: str, episodes: int, seed: int) -> dict[str,
     """A model card's evaluation of ``model``.
 
     Return mean, std and CV over ``episodes`` stochastic and as many deterministic episodes,
-    and the share of deterministic steps spent upside down (see :func:`rollouts`).
+    the share of deterministic steps spent upside down (see :func:`rollouts`), and
+    ``closed_loop``: :func:`nudge_growth` over ``episodes`` episodes, with the share of them
+    in which the push stayed below ``NUDGE_SMALL`` (``stable_share``).
     """
     import numpy as np
 
@@ -203,6 +252,12 @@ def card_returns(model: Any, env_id: str, episodes: int, seed: int) -> dict[str,
                                    "episodes": len(r)}
         if det:
             card["upside_down_share"] = flipped
+    growth = nudge_growth(model, env_id, episodes, seed=20_000 + seed)
+    if growth:
+        card["closed_loop"] = {
+            "nudge": NUDGE, "after_steps": NUDGE_AFTER, "horizon_steps": NUDGE_HORIZON,
+            "log10_distance": [round(g, 2) for g in growth],
+            "stable_share": float(np.mean([g < np.log10(NUDGE_SMALL) for g in growth]))}
     return card
 
 
@@ -326,8 +381,10 @@ class _Checkpoints:
                                                           or final):
             actor = model if stats is None else _Normalized(model, stats)
             r, flipped = rollouts(actor, self.env_id, 1, seed=steps, deterministic=True)
+            growth = nudge_growth(actor, self.env_id, 1, seed=steps)
             self.history.append({"steps": steps, "return_deterministic": round(r[0], 1),
-                                 "upside_down_share": round(flipped, 4)})
+                                 "upside_down_share": round(flipped, 4),
+                                 "nudge_log10": round(growth[0], 2) if growth else None})
         state = {"steps": steps, "wall_seconds": self.wall(), "history": self.history,
                  "normalize": self.normalize}
         (self.folder / "state.json.tmp").write_text(json.dumps(state))
@@ -492,9 +549,14 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"--card {args.card}: no such policy zip")
         card = recard(args.card, args.eval_episodes, env_id=args.env_id)
         d = card["return_deterministic"]
+        loop = card.get("closed_loop")
+        settled = ("" if loop is None else
+                   f"; a {loop['nudge']:g} push stays small in {loop['stable_share']:.0%} of "
+                   f"episodes (log10 distance {min(loop['log10_distance']):+.1f} to "
+                   f"{max(loop['log10_distance']):+.1f} after {loop['horizon_steps']} steps)")
         print(f"{args.card.with_suffix('.json')}: deterministic return {d['mean']:.1f} "
               f"± {d['std']:.1f} (CV {d['cv']:.4f}), upside down "
-              f"{card['upside_down_share']:.1%} of steps")
+              f"{card['upside_down_share']:.1%} of steps{settled}")
         return 0
     if args.algo is None or args.steps is None:
         raise InputError("give --algo and --steps to train (or --card ZIP to measure one)")
