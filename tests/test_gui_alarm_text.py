@@ -23,3 +23,24 @@ def test_a_perturbation_name_is_shown_as_text_not_html(qtbot, tmp_path):
     panel.update_snapshot(snap)
     text = panel.latency.text()
     assert "&lt;b&gt;wind&lt;/b&gt;&lt;img src=x&gt;" in text and "<b>wind" not in text
+
+
+def test_the_verdict_says_stopping_until_the_last_windows_are_scored(qtbot, tmp_path):
+    """A stopped loop whose worker still scores its last windows is not "stopped" yet."""
+    import dataclasses
+
+    from idt_desk_widgets.alarms import AlarmPanel
+
+    x = np.cumsum(np.random.default_rng(1).normal(size=(801, 1)), axis=0)
+    with idt_desk.Recorder(tmp_path / "r", ["x"], window=20, stride=5, calibration_windows=2,
+                           baseline_windows=5, detector="paper") as rec:
+        rec.add(x[:-1], None, x[1:])
+        rec.flush()
+        snap = dataclasses.replace(rec.snapshot(), state="stopped")
+    panel = AlarmPanel()
+    qtbot.addWidget(panel)
+    panel.update_snapshot(snap, stopping=True)
+    assert "stopping: scoring the last windows" in panel.idt.text()
+    assert "session stopped" not in panel.idt.text()
+    panel.update_snapshot(snap)
+    assert "session stopped" in panel.idt.text() and "stopping" not in panel.idt.text()

@@ -221,8 +221,13 @@ class AlarmPanel(QGroupBox):
             state, f"{rich}<br><span style='font-size:10px'>{word}</span>",
             f"{plain}: {_WORDS[state]} — {why}")
 
-    def update_snapshot(self, snap: Snapshot) -> None:
-        """Refresh from a session snapshot."""
+    def update_snapshot(self, snap: Snapshot, stopping: bool = False) -> None:
+        """Refresh from a session snapshot.
+
+        ``stopping``: the loop is over but its worker still scores the last windows (it may
+        wait for the thresholds' fit), so the verdict can still change: said so, rather than
+        "session stopped".
+        """
         w = snap.windows
         b = snap.baseline
         ready = b is not None
@@ -253,7 +258,9 @@ class AlarmPanel(QGroupBox):
             else:
                 self._set_light(key, "ok", f"{detector}: no alarm")
         note = ""
-        if snap.state in ("stopped", "error"):
+        if stopping:
+            note = "stopping: scoring the last windows"
+        elif snap.state in ("stopped", "error"):
             note = "session stopped"
         elif snap.out_of_range_warning and ready:
             # Never let an edge-bin artefact pass for a change of coupling.

@@ -1567,7 +1567,7 @@ class MainWindow(QMainWindow):
                 self.show_error(f"Note: {overlap_text(self.events.names.get(name, name), ev)}. "
                                 "Perturb once the baseline is set, or press Calibrate "
                                 "baseline now once the perturbation is over.")
-        self.alarms.update_snapshot(snap)
+        self.alarms.update_snapshot(snap, stopping=self.session.stopping)
         self.agency.update_snapshot(snap)
         if not self.returns.isHidden():
             self.returns.update_info(snap.info)
