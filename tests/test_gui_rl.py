@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -376,3 +378,39 @@ def test_the_agency_panel_never_says_passive_for_an_agent_or_contradicts_its_num
     assert rows["effect"] == ("4.0e-04 bits", "> 0 (no test)")
     assert rows["choice"] == ("-0.003 bits", "not distinguishable")
     assert rows["asymmetry"] == ("4.289 bits", "> 0 (no test)")
+
+
+def test_the_policy_setting_lists_the_shipped_agents_and_marks_those_upside_down(
+        qtbot, tmp_path):
+    from idt_desk_sources.gym._source import POLICY_DIR, default_policy
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QComboBox
+
+    w = MainWindow(source="gym", speed=None, record_dir=tmp_path)
+    qtbot.addWidget(w)
+    box = w.settings_form.editors["policy"]
+    assert isinstance(box, QComboBox) and box.isEditable()
+    labels = [box.itemText(i) for i in range(box.count())]
+    values = [box.itemData(i) for i in range(box.count())]
+    # The empty setting first, named as what it resolves to; then every shipped zip, ranked.
+    shipped = sorted(str(p) for p in POLICY_DIR.glob("*.zip"))
+    assert values[0] == "" and sorted(values[1:]) == shipped
+    assert values[1] == str(default_policy("HalfCheetah-v5"))
+    assert w.settings_form.values()["policy"] == ""
+    for label, value in zip(labels[1:], values[1:], strict=True):
+        card = json.loads(Path(value).with_suffix(".json").read_text())
+        assert f"{card['return_deterministic']['mean']:,.0f}" in label
+        assert ("upside down" in label) == (card["upside_down_share"] >= 0.01)
+        assert card["algorithm"] in label
+    tip = box.itemData(1, Qt.ItemDataRole.ToolTipRole)
+    assert "closed loop" in tip and "CV" in tip
+    # Picking a line gives its zip; any other text is taken as typed.
+    box.setCurrentIndex(2)
+    assert w.settings_form.values()["policy"] == values[2]
+    box.setEditText("/somewhere/else/policy.zip")
+    assert w.settings_form.values()["policy"] == "/somewhere/else/policy.zip"
+    # After Start the form shows what the source resolved: a shipped zip by its label.
+    w.settings_form.set_values({"policy": values[1]})
+    assert box.currentText() == labels[1] and w.settings_form.values()["policy"] == values[1]
+    w.settings_form.set_values({"policy": "mine.zip"})
+    assert box.currentText() == "mine.zip"

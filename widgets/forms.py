@@ -137,6 +137,30 @@ def compact_combo(combo: QComboBox, chars: int = 12) -> QComboBox:
     return combo
 
 
+def _show_suggested(combo: QComboBox, value: str) -> None:
+    """Show ``value`` in an editable list: its suggestion's label, or the text itself."""
+    i = combo.findData(value)
+    if i >= 0:
+        combo.setCurrentIndex(i)
+    else:
+        combo.setEditText(value)
+
+
+def _suggestion_chosen(combo: QComboBox, i: int, tip: str) -> None:
+    edit = combo.lineEdit()
+    if edit is not None:
+        edit.setCursorPosition(0)
+    item = combo.itemData(i, Qt.ItemDataRole.ToolTipRole) if i >= 0 else None
+    combo.setToolTip(f"{item}\n\n{tip}" if item and tip else (item or tip))
+
+
+def _suggested_value(combo: QComboBox) -> str:
+    """The value an editable list holds: a suggestion's value for its label, else the text."""
+    text = combo.currentText()
+    i = combo.findText(text)
+    return str(combo.itemData(i)) if i >= 0 and combo.itemData(i) is not None else text
+
+
 def _editor(p: Param, parent: QWidget) -> QWidget:
     tip = " ".join(x for x in (p.help, f"[{p.unit}]" if p.unit else "") if x)
     if p.kind is bool:
@@ -146,6 +170,21 @@ def _editor(p: Param, parent: QWidget) -> QWidget:
         w = compact_combo(QComboBox(parent))
         w.addItems(list(p.choices))
         w.setCurrentText(str(p.default))
+    elif p.suggestions:  # an editable list: each line its label, any other text allowed
+        w = compact_combo(QComboBox(parent))
+        w.setEditable(True)
+        w.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+        for i, s in enumerate(p.suggestions):
+            w.addItem(s.label, s.value)
+            w.setItemData(i, s.tip or s.value, Qt.ItemDataRole.ToolTipRole)
+        # The list opens as wide as its longest label, whatever the narrow box's width.
+        view = w.view()
+        view.setMinimumWidth(view.sizeHintForColumn(0) + 2 * view.frameWidth() + 24)
+        view.setTextElideMode(Qt.TextElideMode.ElideNone)
+        # A chosen line reads from its start (the algorithm and seed), its card as the tip.
+        w.currentIndexChanged.connect(lambda i, box=w, base=tip: _suggestion_chosen(box, i, base))
+        _show_suggested(w, str(p.default))
+        _suggestion_chosen(w, w.currentIndex(), tip)
     elif p.kind is int:
         w = QSpinBox(parent)
         w.setRange(int(p.minimum if p.minimum is not None else -(2**31) + 1),
@@ -164,7 +203,7 @@ def _editor(p: Param, parent: QWidget) -> QWidget:
     else:
         w = QLineEdit(str(p.default), parent)
     w.setObjectName(f"param_{p.name}")
-    if tip:
+    if tip and not p.suggestions:  # a list of suggestions sets its own
         w.setToolTip(tip)
     return w
 
@@ -191,7 +230,7 @@ class ParamForm(QWidget):
             if isinstance(ed, QCheckBox):
                 v: Any = ed.isChecked()
             elif isinstance(ed, QComboBox):
-                v = ed.currentText()
+                v = _suggested_value(ed) if ed.isEditable() else ed.currentText()
             elif isinstance(ed, QSpinBox | QDoubleSpinBox):
                 v = ed.value()
             else:
@@ -205,6 +244,8 @@ class ParamForm(QWidget):
             ed = self.editors.get(name)
             if isinstance(ed, QCheckBox):
                 ed.setChecked(bool(v))
+            elif isinstance(ed, QComboBox) and ed.isEditable():
+                _show_suggested(ed, str(v))
             elif isinstance(ed, QComboBox):
                 ed.setCurrentText(str(v))
             elif isinstance(ed, QSpinBox):

@@ -46,8 +46,22 @@ __all__ = [
     "Source",
     "SourceCheckError",
     "SourcePaused",
+    "Suggestion",
     "check_source",
 ]
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """A value a text :class:`Param` offers in a list, with how to show it.
+
+    ``label`` is the list's one line (the value itself need not be readable: a path, say);
+    ``tip`` says more. Any other text stays allowed.
+    """
+
+    value: str
+    label: str
+    tip: str = ""
 
 
 @dataclass(frozen=True)
@@ -56,7 +70,9 @@ class Param:
 
     The type is the default's type (bool, int, float or str). Numbers may have a range;
     strings may have choices, or a ``pattern`` (a regular expression the whole string must
-    match; ``pattern_hint`` says what is expected, e.g. "http://HOST[:PORT]").
+    match; ``pattern_hint`` says what is expected, e.g. "http://HOST[:PORT]"), or
+    ``suggestions``: values offered in a list without restricting the text (the GUI shows an
+    editable list).
     """
 
     name: str
@@ -69,6 +85,7 @@ class Param:
     help: str = ""
     pattern: str = ""
     pattern_hint: str = ""
+    suggestions: tuple[Suggestion, ...] = ()
 
     @property
     def kind(self) -> type:

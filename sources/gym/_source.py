@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +37,12 @@ from idt_desk.live.source import (
     Param,
     Perturbation,
     Source,
+    Suggestion,
 )
 from idt_desk.metrics.presets import PRESETS
 
 __all__ = ["ACTIONS", "HALFCHEETAH_ACTIONS", "HALFCHEETAH_OBS", "GymSource", "default_policy",
-           "step_together"]
+           "shipped_policies", "step_together"]
 
 #: HalfCheetah's 17 observations: qpos without rootx, then qvel.
 HALFCHEETAH_OBS = (
@@ -89,6 +91,28 @@ def _route_mujoco_warnings() -> None:
 UPSIDE_DOWN_LIMIT = 0.01
 
 
+def _ranked(stem: str) -> list[tuple[tuple[bool, bool, float, str], Path, dict[str, Any]]]:
+    """The shipped policies named ``stem-*`` (all: ``""``) with a readable card, best first.
+
+    Upright before upside down, then a settled closed loop before a chaotic one, then the
+    deterministic return (see :func:`default_policy`).
+    """
+    ranked = []
+    for card in sorted(POLICY_DIR.glob(f"{stem}-*.json" if stem else "*.json")):
+        zip_path = card.with_suffix(".zip")
+        try:
+            c = json.loads(card.read_text())
+            score = float(c["return_deterministic"]["mean"])
+            upright = float(c.get("upside_down_share", 0.0)) < UPSIDE_DOWN_LIMIT
+            stable = float((c.get("closed_loop") or {}).get("stable_share", 0.0)) >= 0.5
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if zip_path.exists():
+            ranked.append(((upright, stable, score, zip_path.name), zip_path, c))
+    ranked.sort(key=lambda r: r[0], reverse=True)
+    return ranked
+
+
 def default_policy(env_id: str) -> Path:
     """The shipped policy for ``env_id`` whose model card reports the best deterministic return.
 
@@ -105,22 +129,47 @@ def default_policy(env_id: str) -> Path:
     if stems[0].startswith("halfcheetah"):
         stems.append("halfcheetah-v5")
     for stem in stems:
-        ranked: list[tuple[bool, bool, float, str, Path]] = []
-        for card in sorted(POLICY_DIR.glob(f"{stem}-*.json")):
-            zip_path = card.with_suffix(".zip")
-            try:
-                c = json.loads(card.read_text())
-                score = float(c["return_deterministic"]["mean"])
-                upright = float(c.get("upside_down_share", 0.0)) < UPSIDE_DOWN_LIMIT
-                stable = float((c.get("closed_loop") or {}).get("stable_share", 0.0)) >= 0.5
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-            if zip_path.exists():
-                ranked.append((upright, stable, score, zip_path.name, zip_path))
+        ranked = _ranked(stem)
         if ranked:
-            return max(ranked)[-1]
+            return ranked[0][1]
     raise PolicyError(f"no shipped policy for {env_id} in {POLICY_DIR}: set 'policy' to an SB3 "
                       "zip (train one with `idt-desk train`)")
+
+
+def shipped_policies() -> tuple[Suggestion, ...]:
+    """The shipped policies as the ``policy`` setting offers them, in the order they rank.
+
+    Each is its zip's path with a one-line summary of its model card: algorithm, seed,
+    deterministic return, and what sets it apart (upside down, a settled closed loop). The
+    first entry is the empty setting: the best of them for the env.
+    """
+    out = []
+    for key, path, c in _ranked(""):
+        upright, stable, score, _ = key
+        name = path.stem
+        algo, seed = str(c.get("algorithm", "?")), c.get("seed", "?")
+        marks = []
+        if not upright:
+            share = float(c["upside_down_share"])
+            marks.append(f"upside down {share:.1%}" if share < 0.1 else
+                         f"upside down {share:.0%}")
+        if stable:
+            marks.append("settled loop")
+        label = " · ".join([f"{algo} seed {seed}", f"return {score:,.0f}", *marks])
+        det = c["return_deterministic"]
+        loop = c.get("closed_loop") or {}
+        tip = (f"{name} ({c.get('env_id', '?')}): {algo}, {int(c.get('steps', 0)):,} steps; "
+               f"deterministic return {score:,.0f} (CV {float(det.get('cv', math.nan)):.3f}); "
+               f"upside down {float(c.get('upside_down_share', math.nan)):.1%} of steps")
+        if loop:
+            tip += (f"; a {loop.get('nudge', 1e-6):g} push stayed small in "
+                    f"{float(loop.get('stable_share', 0.0)):.0%} of episodes "
+                    f"({'settled' if stable else 'chaotic'} closed loop)")
+        out.append(Suggestion(str(path), label, tip))
+    best = f" ({out[0].label.split(' · ')[0]})" if out else ""
+    return (Suggestion("", f"default: the best shipped{best}",
+                       "the best-ranked shipped policy for the environment: upright first, "
+                       "then a settled closed loop, then the deterministic return"), *out)
 
 
 def _noise(name: str, percent: float, what: str, target: str, label: str) -> Perturbation:
@@ -170,8 +219,10 @@ class GymSource(Source):
     settings = (
         Param("env_id", "HalfCheetah-v5", "Environment",
               help="a Gymnasium id (HalfCheetah-v5, HalfCheetah-v4, ...)"),
-        Param("policy", "", "Policy zip",
-              help="an SB3 zip (any algorithm); empty: the shipped policy for the env"),
+        Param("policy", "", "Policy",
+              help="an SB3 zip (any algorithm), or one of the shipped policies listed; "
+                   "empty: the best shipped policy for the env",
+              suggestions=shipped_policies()),
         Param("deterministic", True, "Deterministic",
               help="act with the policy's mean, as the authors' released evaluation does "
                    "(model.predict(..., deterministic=True)); off: sample from the policy's "
