@@ -468,6 +468,12 @@ def test_gui_and_run_share_one_validation_path(gui_calls, items, speed):
 def test_sources_lists_every_source():
     rc, out, err = _call(["sources"])
     assert rc == 0 and "pendulum:" in out and "replay:" in out and err == ""
+    # The RL source's policy setting lists the shipped zips, each with its card's summary.
+    from idt_desk_sources.gym._source import POLICY_DIR
+
+    for zip_path in POLICY_DIR.glob("*.zip"):
+        line = next(x for x in out.splitlines() if x.strip().startswith(str(zip_path)))
+        assert "return" in line and "seed" in line
 
 
 # --- Ctrl-C and SIGTERM close the recording ------------------------------------------------

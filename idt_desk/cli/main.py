@@ -196,6 +196,9 @@ def _run_sources(args: argparse.Namespace) -> int:
         print(f"{name}: {cls.label} — {cls.description}")
         for prm in cls.settings:
             print(f"    --set {prm.name}={prm.default!r}  {prm.label} {prm.unit}".rstrip())
+            for sug in prm.suggestions:
+                if sug.value:  # the default is the line above
+                    print(f"        {sug.value}  ({sug.label})")
         for pert in cls.perturbations:
             ps = ", ".join(f"{q.name}={q.default!r}" for q in pert.params)
             print(f"    perturbation {pert.name} ({pert.target}): {ps}")
