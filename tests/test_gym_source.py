@@ -344,6 +344,10 @@ def test_the_default_policy_is_the_best_upright_one_by_deterministic_return(tmp_
     card("halfcheetah-v5-sac-seed1", 5_900.0, upside=0.0, stable=0.1)
     card("halfcheetah-v5-ppo-seed1", 9_900.0, upside=0.5, stable=1.0)
     assert source_module.default_policy("HalfCheetah-v5").name == "halfcheetah-v5-sac-seed2.zip"
+    # An agent that barely moves is settled too: under half the best return, it is not first.
+    card("halfcheetah-v5-sac-seed3", 2_900.0, upside=0.0, stable=1.0)
+    card("halfcheetah-v5-sac-seed2", 2_900.0, upside=0.0, stable=0.8)
+    assert source_module.default_policy("HalfCheetah-v5").name == "halfcheetah-v5-sac-seed1.zip"
     (tmp_path / "halfcheetah-v5-ppo-seed1.json").unlink()
     for p in tmp_path.glob("halfcheetah-v5-sac-*"):
         p.unlink()

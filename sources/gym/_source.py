@@ -91,13 +91,20 @@ def _route_mujoco_warnings() -> None:
 UPSIDE_DOWN_LIMIT = 0.01
 
 
+#: A settled closed loop puts a policy first only if its return is at least this share of the
+#: best upright policy's.
+SETTLED_MIN_SHARE = 0.5
+
+
 def _ranked(stem: str) -> list[tuple[tuple[bool, bool, float, str], Path, dict[str, Any]]]:
     """The shipped policies named ``stem-*`` (all: ``""``) with a readable card, best first.
 
     Upright before upside down, then a settled closed loop before a chaotic one, then the
-    deterministic return (see :func:`default_policy`).
+    deterministic return (see :func:`default_policy`). A settled loop counts only for a
+    policy whose return is at least ``SETTLED_MIN_SHARE`` of the best upright one's: an
+    agent that barely moves is settled too, and it is not one to show.
     """
-    ranked = []
+    found = []
     for card in sorted(POLICY_DIR.glob(f"{stem}-*.json" if stem else "*.json")):
         zip_path = card.with_suffix(".zip")
         try:
@@ -108,7 +115,10 @@ def _ranked(stem: str) -> list[tuple[tuple[bool, bool, float, str], Path, dict[s
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if zip_path.exists():
-            ranked.append(((upright, stable, score, zip_path.name), zip_path, c))
+            found.append((upright, stable, score, zip_path, c))
+    best = max((score for upright, _, score, _, _ in found if upright), default=math.inf)
+    ranked = [((upright, stable and score >= SETTLED_MIN_SHARE * best, score, path.name), path, c)
+              for upright, stable, score, path, c in found]
     ranked.sort(key=lambda r: r[0], reverse=True)
     return ranked
 
@@ -120,7 +130,8 @@ def default_policy(env_id: str) -> Path:
     (``upside_down_share``, see ``idt-desk train --card``) is passed over while another
     qualifies: its gait is a local optimum, not the agent the paper's results are about.
     Among the upright ones, a policy whose closed loop is stable (its card's ``closed_loop``:
-    a tiny push stays small in at least half the episodes) comes before a chaotic one: on a
+    a tiny push stays small in at least half the episodes) and whose return is at least half
+    the best one's comes before a chaotic one: on a
     chaotic loop a small perturbation adds nothing the loop's own divergence does not already
     make, so the IDT has nothing to show. A HalfCheetah-v5 policy also serves HalfCheetah-v4
     (the same 17 observations and 6 torques).
@@ -145,7 +156,8 @@ def shipped_policies() -> tuple[Suggestion, ...]:
     """
     out = []
     for key, path, c in _ranked(""):
-        upright, stable, score, _ = key
+        upright, _, score, _ = key
+        stable = float((c.get("closed_loop") or {}).get("stable_share", 0.0)) >= 0.5
         name = path.stem
         algo, seed = str(c.get("algorithm", "?")), c.get("seed", "?")
         marks = []

@@ -537,6 +537,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run)
 
 
+def _summary(card: dict[str, Any]) -> str:
+    """A model card's evaluation in one line: return, CV, upside down, the closed loop."""
+    d = card["return_deterministic"]
+    loop = card.get("closed_loop")
+    settled = ("" if loop is None else
+               f"; a {loop['nudge']:g} push stays small in {loop['stable_share']:.0%} of "
+               f"episodes (log10 distance {min(loop['log10_distance']):+.1f} to "
+               f"{max(loop['log10_distance']):+.1f} after {loop['horizon_steps']} steps)")
+    return (f"deterministic return {d['mean']:.1f} ± {d['std']:.1f} (CV {d['cv']:.4f}), "
+            f"upside down {card['upside_down_share']:.1%} of steps{settled}")
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry of ``idt-desk train``."""
     from idt_desk.cli.validate import check_int, check_out_dir
@@ -548,15 +560,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.card.is_file():
             raise InputError(f"--card {args.card}: no such policy zip")
         card = recard(args.card, args.eval_episodes, env_id=args.env_id)
-        d = card["return_deterministic"]
-        loop = card.get("closed_loop")
-        settled = ("" if loop is None else
-                   f"; a {loop['nudge']:g} push stays small in {loop['stable_share']:.0%} of "
-                   f"episodes (log10 distance {min(loop['log10_distance']):+.1f} to "
-                   f"{max(loop['log10_distance']):+.1f} after {loop['horizon_steps']} steps)")
-        print(f"{args.card.with_suffix('.json')}: deterministic return {d['mean']:.1f} "
-              f"± {d['std']:.1f} (CV {d['cv']:.4f}), upside down "
-              f"{card['upside_down_share']:.1%} of steps{settled}")
+        print(f"{args.card.with_suffix('.json')}: {_summary(card)}")
         return 0
     if args.algo is None or args.steps is None:
         raise InputError("give --algo and --steps to train (or --card ZIP to measure one)")
@@ -575,6 +579,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(str(exc)) from None
     card = json.loads(path.with_suffix(".json").read_text())
     r = card["return_stochastic"]
-    print(f"wrote {path} ({card['steps']:,} steps, {card['wall_seconds']:.0f} s): return "
-          f"{r['mean']:.1f} ± {r['std']:.1f} over {r['episodes']} stochastic episodes")
+    print(f"wrote {path} ({card['steps']:,} steps, {card['wall_seconds']:.0f} s): stochastic "
+          f"return {r['mean']:.1f} ± {r['std']:.1f} over {r['episodes']} episodes; "
+          f"{_summary(card)}")
     return 0
