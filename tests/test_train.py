@@ -164,7 +164,7 @@ def test_normalize_checkpoints_and_ships_the_vecnormalize_statistics(tmp_path):
 
     ckpt, out = tmp_path / "ckpt", tmp_path / "policies"
     train("sac", 6, 300, out, checkpoint_dir=ckpt, checkpoint_minutes=60.0, eval_episodes=1,
-          trainer="sbx", train_freq=4, normalize=True)
+          trainer="sbx", train_freq=4, normalize=True, learning_starts=250)
     assert json.loads((ckpt / "state.json").read_text())["normalize"] is True
     first = load(ckpt / "vecnormalize.pkl")
     # Resumed the other way round, the run refuses rather than losing its statistics.
@@ -179,6 +179,11 @@ def test_normalize_checkpoints_and_ships_the_vecnormalize_statistics(tmp_path):
     assert stats.norm_obs and stats.norm_reward and stats.clip_obs == 10.0
     card = json.loads(path.with_suffix(".json").read_text())
     assert "VecNormalize" in card["hyperparameters"]
+    # The authors' 10,000 random steps before the first update, as a setting kept over resume.
+    assert "learning_starts=250" in card["hyperparameters"]
+    assert sbx.SAC.load(ckpt / "model.zip").learning_starts == 250
+    with pytest.raises(ValueError, match="PPO has none"):
+        train("ppo", 0, 100, out, checkpoint_dir=tmp_path / "p", learning_starts=10)
     shipped = find_vecnormalize(path)
     assert shipped == path.with_name(f"{path.stem}_vecnormalize.pkl")
     # The frozen source normalises as the trained model saw its observations.

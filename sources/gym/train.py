@@ -409,6 +409,7 @@ def train(
     train_freq: int = 1,
     checkpoint_steps: int = 25_000,
     normalize: bool = False,
+    learning_starts: int | None = None,
 ) -> Path:
     """Train (or resume) one policy and write its zip and model card into ``out``."""
     import gymnasium as gym
@@ -460,8 +461,12 @@ def train(
     else:
         if state_file.exists():
             raise FileExistsError(f"{ckpt} holds a checkpoint: pass --resume, or remove it")
-        extra = ({"train_freq": train_freq, "gradient_steps": train_freq}
-                 if train_freq != 1 else {})
+        extra: dict[str, Any] = ({"train_freq": train_freq, "gradient_steps": train_freq}
+                                 if train_freq != 1 else {})
+        if learning_starts is not None:
+            if algo == "ppo":
+                raise ValueError("--learning-starts is for SAC and TQC (PPO has none)")
+            extra["learning_starts"] = learning_starts
         if normalize:  # SB3's defaults, as the authors' released statistics files show
             env = VecNormalize(DummyVecEnv([lambda: gym.make(env_id)]), norm_obs=True,
                                norm_reward=True)
@@ -478,6 +483,7 @@ def train(
     path = out / f"{name}.zip"
     trained_steps = int(model.num_timesteps)
     freq = getattr(getattr(model, "train_freq", None), "frequency", 1)
+    starts = getattr(model, "learning_starts", None)
     stats = model.get_vec_normalize_env()
     if trainer == "sbx":
         model = export_sbx(model, env)
@@ -485,6 +491,8 @@ def train(
     hyper = "sb3-contrib defaults" if algo == "tqc" else "stable-baselines3 defaults"
     if freq != 1:
         hyper += f", train_freq={freq} and gradient_steps={freq}"
+    if starts is not None and starts != 100 and algo != "ppo":  # SB3's and SBX's default
+        hyper += f", learning_starts={starts}"
     actor = model
     if stats is not None:
         stats.training = False
@@ -528,6 +536,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-freq", type=int, default=1,
                    help="environment steps between updates, as many gradient steps each "
                         "(default 1, SB3's)")
+    p.add_argument("--learning-starts", type=int,
+                   help="SAC/TQC: random-action steps before the first update (default: the "
+                        "library's, 100; the paper authors' SAC used 10,000)")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint")
     p.add_argument("--normalize", action="store_true",
                    help="train behind VecNormalize (observations and rewards), as the paper "
@@ -569,12 +580,14 @@ def run(args: argparse.Namespace) -> int:
     check_int("--threads", args.threads, 1, 256)
     check_int("--checkpoint-steps", args.checkpoint_steps, 1)
     check_int("--train-freq", args.train_freq, 1, 10_000)
+    if args.learning_starts is not None:
+        check_int("--learning-starts", args.learning_starts, 0)
     check_out_dir(args.out, "--out")
     try:
         path = train(args.algo, args.seed, args.steps, args.out, args.env_id,
                      args.checkpoint_dir, args.checkpoint_minutes, args.resume,
                      args.eval_episodes, args.threads, command, args.trainer, args.train_freq,
-                     args.checkpoint_steps, args.normalize)
+                     args.checkpoint_steps, args.normalize, args.learning_starts)
     except (FileExistsError, ValueError, ImportError) as exc:
         raise InputError(str(exc)) from None
     card = json.loads(path.with_suffix(".json").read_text())
