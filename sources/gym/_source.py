@@ -96,6 +96,14 @@ UPSIDE_DOWN_LIMIT = 0.01
 SETTLED_MIN_SHARE = 0.5
 
 
+def _settled(card: dict[str, Any]) -> bool:
+    """Whether a model card says its closed loop is settled.
+
+    A tiny push stays small (see ``idt-desk train --card``) in at least half its episodes.
+    """
+    return float((card.get("closed_loop") or {}).get("stable_share", 0.0)) >= 0.5
+
+
 def _ranked(stem: str) -> list[tuple[tuple[bool, bool, float, str], Path, dict[str, Any]]]:
     """The shipped policies named ``stem-*`` (all: ``""``) with a readable card, best first.
 
@@ -111,7 +119,7 @@ def _ranked(stem: str) -> list[tuple[tuple[bool, bool, float, str], Path, dict[s
             c = json.loads(card.read_text())
             score = float(c["return_deterministic"]["mean"])
             upright = float(c.get("upside_down_share", 0.0)) < UPSIDE_DOWN_LIMIT
-            stable = float((c.get("closed_loop") or {}).get("stable_share", 0.0)) >= 0.5
+            stable = _settled(c)
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if zip_path.exists():
@@ -131,10 +139,10 @@ def default_policy(env_id: str) -> Path:
     qualifies: its gait is a local optimum, not the agent the paper's results are about.
     Among the upright ones, a policy whose closed loop is stable (its card's ``closed_loop``:
     a tiny push stays small in at least half the episodes) and whose return is at least half
-    the best one's comes before a chaotic one: on a
-    chaotic loop a small perturbation adds nothing the loop's own divergence does not already
-    make, so the IDT has nothing to show. A HalfCheetah-v5 policy also serves HalfCheetah-v4
-    (the same 17 observations and 6 torques).
+    the best one's comes before a chaotic one: on a chaotic loop a small perturbation adds
+    nothing the loop's own divergence does not already make, so the IDT has nothing to show.
+    A HalfCheetah-v5 policy also serves HalfCheetah-v4 (the same 17 observations and 6
+    torques).
     """
     stems = [env_id.lower()]
     if stems[0].startswith("halfcheetah"):
@@ -157,7 +165,7 @@ def shipped_policies() -> tuple[Suggestion, ...]:
     out = []
     for key, path, c in _ranked(""):
         upright, _, score, _ = key
-        stable = float((c.get("closed_loop") or {}).get("stable_share", 0.0)) >= 0.5
+        stable = _settled(c)
         name = path.stem
         algo, seed = str(c.get("algorithm", "?")), c.get("seed", "?")
         marks = []
