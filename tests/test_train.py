@@ -182,6 +182,9 @@ def test_normalize_checkpoints_and_ships_the_vecnormalize_statistics(tmp_path):
     # The authors' 10,000 random steps before the first update, as a setting kept over resume.
     assert "learning_starts=250" in card["hyperparameters"]
     assert sbx.SAC.load(ckpt / "model.zip").learning_starts == 250
+    with pytest.raises(ValueError, match="a resumed run keeps it"):
+        train("sac", 6, 600, out, checkpoint_dir=ckpt, resume=True, eval_episodes=1,
+              trainer="sbx", train_freq=4, normalize=True, learning_starts=10_000)
     with pytest.raises(ValueError, match="PPO has none"):
         train("ppo", 0, 100, out, checkpoint_dir=tmp_path / "p", learning_starts=10)
     shipped = find_vecnormalize(path)

@@ -453,6 +453,10 @@ def train(
             env = VecNormalize.load(str(ckpt / "vecnormalize.pkl"),
                                     DummyVecEnv([lambda: gym.make(env_id)]))
         model = cls.load(ckpt / "model.zip", env=env, device="cpu")
+        if learning_starts is not None and learning_starts != getattr(
+                model, "learning_starts", None):
+            raise ValueError(f"{ckpt} was started with learning_starts="
+                             f"{getattr(model, 'learning_starts', None)}: a resumed run keeps it")
         if (ckpt / "replay.pkl").exists():
             model.load_replay_buffer(ckpt / "replay.pkl")
         wall_before = float(state["wall_seconds"])
