@@ -218,3 +218,53 @@ def test_the_nudge_probe_tells_a_settled_loop_from_a_chaotic_one():
     assert len(still) == len(jumpy) == 2
     assert max(still) < np.log10(NUDGE)  # smaller than the push itself
     assert min(jumpy) > np.log10(NUDGE_SMALL)
+
+
+def test_a_checkpoint_pickled_under_another_jax_resumes_with_its_weights(tmp_path, capsys):
+    """SB3 reads an item it cannot unpickle as a fresh one and only warns: here a name that
+    this JAX lacks (as jax 0.11's ``jax._src.api.Inline`` under 0.10) sits inside the pickled
+    policy, and the resumed model must act as the trained one, not from random weights."""
+    sbx = pytest.importorskip("sbx")
+    import sys
+    import types
+
+    import stable_baselines3 as sb3
+
+    ckpt, out = tmp_path / "ckpt", tmp_path / "policies"
+    train("sac", 7, 300, out, checkpoint_dir=ckpt, checkpoint_minutes=60.0, eval_episodes=1,
+          trainer="sbx", train_freq=4, learning_starts=100)
+    trained = sbx.SAC.load(ckpt / "model.zip")
+    obs = np.random.default_rng(0).normal(size=(32, 17)).astype(np.float32)
+    expected, _ = trained.predict(obs, deterministic=True)
+    # Write the checkpoint again with an object of a class that the module it names lacks
+    # when the checkpoint is read.
+    ghost_mod = types.ModuleType("idt_ghost_jax")
+    ghost_mod.__file__ = "idt_ghost_jax.py"  # importable, so pickled by reference
+
+    class Inline:
+        pass
+
+    Inline.__module__, Inline.__qualname__ = "idt_ghost_jax", "Inline"
+    ghost_mod.Inline = Inline
+    sys.modules["idt_ghost_jax"] = ghost_mod
+    try:
+        trained.policy.ghost = Inline()
+        trained.save(ckpt / "model.zip")
+        del ghost_mod.Inline
+        with pytest.warns(UserWarning, match="Could not deserialize object policy"):
+            fresh = sbx.SAC.load(ckpt / "model.zip")
+        lost, _ = fresh.predict(obs, deterministic=True)
+        assert np.abs(lost - expected).max() > 1e-2  # SB3 alone: the weights are gone
+        path = train("sac", 7, 300, out, checkpoint_dir=ckpt, resume=True, eval_episodes=1,
+                     trainer="sbx", train_freq=4)
+        assert "idt_ghost_jax.Inline" in capsys.readouterr().err
+        shipped = sb3.SAC.load(path, device="cpu")
+        np.testing.assert_allclose(shipped.predict(obs, deterministic=True)[0], expected,
+                                   atol=1e-5)
+        # Training goes on from there: the optimiser's state came along, its step count too.
+        from idt_desk_sources.gym.train import load_checkpoint
+
+        model = load_checkpoint(sbx.SAC, ckpt / "model.zip", None)
+        assert int(model.policy.actor_state.step) == int(trained.policy.actor_state.step) > 0
+    finally:
+        del sys.modules["idt_ghost_jax"]

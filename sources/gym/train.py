@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["ALGOS", "HELP", "TRAINERS", "add_arguments", "card_returns", "evaluate",
-           "export_sbx", "nudge_growth", "policy_name", "recard", "rollouts", "train"]
+           "export_sbx", "load_checkpoint", "nudge_growth", "policy_name", "recard", "rollouts",
+           "train"]
 
 #: ``idt-desk train``'s one-line help.
 HELP = "train a Stable-Baselines3 policy to ship (checkpoints, --resume)"
@@ -133,6 +134,111 @@ def export_sbx(model: Any, env: Any) -> Any:
         out.log_ent_coef.fill_(log_ent)
     out.num_timesteps = int(model.num_timesteps)
     return out
+
+
+#: Model items that hold an SBX model's networks and their optimiser states.
+_SBX_STATE_ITEMS = ("policy", "actor", "qf", "ent_coef_state")
+
+
+class _StandIn:
+    """What a name that this JAX no longer has unpickles as (it is never called)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _StandIn:
+        return _StandIn()
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+
+def _unpickle_with_stand_ins(blob: bytes) -> tuple[Any, list[str]]:
+    """Unpickle ``blob``, each global this environment lacks read as :class:`_StandIn`."""
+    import io
+    import pickle
+
+    missing: list[str] = []
+
+    class _Unpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            try:
+                return super().find_class(module, name)
+            except (AttributeError, ImportError):
+                missing.append(f"{module}.{name}")
+                return _StandIn
+
+    return _Unpickler(io.BytesIO(blob)).load(), missing
+
+
+def load_checkpoint(cls: Any, path: Path, env: Any) -> Any:
+    """Load a checkpoint's model; an SBX model pickled under another JAX keeps its weights.
+
+    Stable-Baselines3 replaces an item of a saved model that it cannot unpickle with a fresh
+    one and only warns. An SBX model pickles its policy whole, jitted functions included, so
+    a checkpoint written by another JAX release (a GPU machine's, say) can fail on a name
+    inside JAX that has nothing to do with the weights (jax 0.11's ``jax._src.api.Inline``
+    under jax 0.10): resumed as loaded, training would go on from random weights. Here the
+    failed items are unpickled again with stand-ins for the missing names, and every train
+    state's parameters, target parameters, optimiser state and step count are copied into
+    the freshly built model (the optimiser state only where it holds arrays; the tree
+    structures must match). A failed item that holds none of these is refused.
+    """
+    import base64
+    import re
+    import warnings
+    import zipfile
+
+    import jax
+    import numpy as np
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = cls.load(path, env=env, device="cpu")
+    failed = sorted({m.group(1) for w in caught
+                     if (m := re.search(r"Could not deserialize object (\w+)", str(w.message)))})
+    for w in caught:  # the rest is not ours to swallow
+        if "Could not deserialize object" not in str(w.message):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if not failed:
+        return model
+    if not set(failed) <= set(_SBX_STATE_ITEMS) or not hasattr(model.policy, "actor_state"):
+        raise ValueError(f"{path}: could not read {', '.join(failed)} (saved by other library "
+                         "versions?): resuming would lose them")
+    data = json.loads(zipfile.ZipFile(path).read("data"))
+
+    def arrays(tree: Any) -> Any:
+        return jax.tree_util.tree_map(lambda x: jax.numpy.asarray(np.asarray(x)), tree)
+
+    names: set[str] = set()
+    copied: list[str] = []
+    for item in failed:
+        old, missing = _unpickle_with_stand_ins(base64.b64decode(data[item][":serialized:"]))
+        names.update(missing)
+        holders = ([(model, "ent_coef_state", old)] if item == "ent_coef_state" else
+                   [(model.policy, k, v) for k, v in vars(old).items()
+                    if k.endswith("_state") and item == "policy"])
+        for owner, name, state in holders:
+            new = getattr(owner, name)
+            fields = {f: getattr(state, f) for f in ("params", "target_params")
+                      if hasattr(new, f)}
+            for f, value in fields.items():
+                if (jax.tree_util.tree_structure(value)
+                        != jax.tree_util.tree_structure(getattr(new, f))):
+                    raise ValueError(f"{path}: {name}.{f} does not match this model's networks")
+                fields[f] = arrays(value)
+            try:
+                fields["opt_state"] = arrays(state.opt_state)
+                fields["step"] = state.step
+            except (TypeError, ValueError):  # a stand-in inside: the optimiser starts afresh
+                pass
+            setattr(owner, name, new.replace(**fields))
+            copied.append(name)
+    if hasattr(model, "actor") and hasattr(model.policy, "actor"):
+        model.actor = model.policy.actor
+    print(f"{path}: pickled by another JAX (this one lacks {', '.join(sorted(names))}); "
+          f"carried over by their parameters: {', '.join(copied)}", file=sys.stderr)
+    return model
 
 
 class _Normalized:
@@ -452,7 +558,7 @@ def train(
         if normalize:
             env = VecNormalize.load(str(ckpt / "vecnormalize.pkl"),
                                     DummyVecEnv([lambda: gym.make(env_id)]))
-        model = cls.load(ckpt / "model.zip", env=env, device="cpu")
+        model = load_checkpoint(cls, ckpt / "model.zip", env)
         if learning_starts is not None and learning_starts != getattr(
                 model, "learning_starts", None):
             raise ValueError(f"{ckpt} was started with learning_starts="
