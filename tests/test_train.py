@@ -268,3 +268,30 @@ def test_a_checkpoint_pickled_under_another_jax_resumes_with_its_weights(tmp_pat
         assert int(model.policy.actor_state.step) == int(trained.policy.actor_state.step) > 0
     finally:
         del sys.modules["idt_ghost_jax"]
+
+
+def test_envs_stepped_together_keep_one_update_per_transition_and_their_count(tmp_path):
+    sbx = pytest.importorskip("sbx")
+
+    ckpt, out = tmp_path / "ckpt", tmp_path / "policies"
+    train("sac", 8, 400, out, checkpoint_dir=ckpt, checkpoint_minutes=60.0, eval_episodes=1,
+          trainer="sbx", train_freq=2, normalize=True, learning_starts=100, n_envs=3)
+    state = json.loads((ckpt / "state.json").read_text())
+    assert state["n_envs"] == 3 and state["steps"] >= 400
+    model = sbx.SAC.load(ckpt / "model.zip")
+    # Two steps of three envs, then six gradient steps: one update per transition.
+    assert model.n_envs == 3 and model.train_freq.frequency == 2 and model.gradient_steps == 6
+    assert model._n_updates == pytest.approx(model.num_timesteps - 100, abs=6)
+    with pytest.raises(ValueError, match="keeps the count"):
+        train("sac", 8, 600, out, checkpoint_dir=ckpt, resume=True, eval_episodes=1,
+              trainer="sbx", normalize=True, n_envs=1)
+    # Resumed without saying, it takes the checkpoint's count and its replay buffer.
+    path = train("sac", 8, 600, out, checkpoint_dir=ckpt, resume=True, eval_episodes=1,
+                 trainer="sbx", normalize=True)
+    card = json.loads(path.with_suffix(".json").read_text())
+    assert card["n_envs"] == 3 and card["steps"] >= 600
+    assert "3 envs stepped together, train_freq=2 and gradient_steps=6" in card["hyperparameters"]
+    resumed = sbx.SAC.load(ckpt / "model.zip")
+    resumed.load_replay_buffer(ckpt / "replay.pkl")
+    assert resumed.replay_buffer.n_envs == 3 and resumed.replay_buffer.size() * 3 >= 600
+    assert math.isfinite(card["return_deterministic"]["mean"])

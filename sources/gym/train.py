@@ -26,6 +26,11 @@ Stable-Baselines3's ``VecNormalize`` (running mean and variance of the observati
 the discounted return for the rewards; its defaults). The statistics are checkpointed with
 the model and ship beside the zip as ``NAME_vecnormalize.pkl``, which the frozen source
 applies (:func:`idt_desk_sources.gym._policy.find_vecnormalize`).
+
+``--envs N`` steps N environments together, with ``train_freq`` x N gradient steps after each
+``train_freq`` steps (one update per transition still), for a machine with more cores or an
+accelerator; a resume keeps the count. A checkpoint pickled by SBX under another JAX release
+is resumed with its weights (:func:`load_checkpoint`).
 """
 
 from __future__ import annotations
@@ -423,8 +428,8 @@ class _Checkpoints:
 
     def __init__(self, folder: Path, every: float, total: int, wall_before: float,
                  every_steps: int = 25_000, env_id: str | None = None,
-                 history: list[dict[str, Any]] | None = None, normalize: bool = False
-                 ) -> None:
+                 history: list[dict[str, Any]] | None = None, normalize: bool = False,
+                 n_envs: int = 1) -> None:
         from stable_baselines3.common.callbacks import BaseCallback
         from tqdm import tqdm
 
@@ -458,6 +463,7 @@ class _Checkpoints:
         self.env_id = env_id
         self.history = list(history or [])
         self.normalize = normalize
+        self.n_envs = n_envs
 
     def wall(self) -> float:
         return self.wall_before + time.monotonic() - self.t0
@@ -492,7 +498,7 @@ class _Checkpoints:
                                  "upside_down_share": round(flipped, 4),
                                  "nudge_log10": round(growth[0], 2) if growth else None})
         state = {"steps": steps, "wall_seconds": self.wall(), "history": self.history,
-                 "normalize": self.normalize}
+                 "normalize": self.normalize, "n_envs": self.n_envs}
         (self.folder / "state.json.tmp").write_text(json.dumps(state))
         os.replace(self.folder / "state.json.tmp", self.folder / "state.json")
         self.last = time.monotonic()
@@ -516,8 +522,14 @@ def train(
     checkpoint_steps: int = 25_000,
     normalize: bool = False,
     learning_starts: int | None = None,
+    n_envs: int | None = None,
 ) -> Path:
-    """Train (or resume) one policy and write its zip and model card into ``out``."""
+    """Train (or resume) one policy and write its zip and model card into ``out``.
+
+    ``n_envs`` environments are stepped together (one batched action each step; SAC and TQC
+    then make ``train_freq`` x ``n_envs`` gradient steps, so the update-to-data ratio stays
+    1). None: 1 for a new run, the checkpoint's for a resumed one, which keeps its count.
+    """
     import gymnasium as gym
     import torch
     from idt_desk_sources.gym._source import _route_mujoco_warnings
@@ -547,16 +559,29 @@ def train(
     state_file = ckpt / "state.json"
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-    env: Any = gym.make(env_id)
+    if n_envs is not None and n_envs < 1:
+        raise ValueError(f"n_envs {n_envs}: at least 1")
     wall_before = 0.0
     history: list[dict[str, Any]] = []
-    if resume and state_file.exists():
-        state = json.loads(state_file.read_text())
+    resuming = resume and state_file.exists()
+    state = json.loads(state_file.read_text()) if resuming else {}
+    if resuming and n_envs is not None and n_envs != int(state.get("n_envs", 1)):
+        raise ValueError(f"{ckpt} was trained with {int(state.get('n_envs', 1))} env(s) "
+                         "stepped together: a resumed run keeps the count (its replay buffer "
+                         "is laid out for it)")
+    n_envs = int(state.get("n_envs", 1)) if resuming else (n_envs or 1)
+    env: Any = gym.make(env_id)
+    if n_envs > 1:
+        from stable_baselines3.common.env_util import make_vec_env
+
+        env = make_vec_env(env_id, n_envs=n_envs, seed=seed, vec_env_cls=DummyVecEnv)
+    if resuming:
         if bool(state.get("normalize", False)) != normalize:
             raise ValueError(f"{ckpt} was trained {'with' if not normalize else 'without'} "
                              "--normalize: resume it the same way")
         if normalize:
             env = VecNormalize.load(str(ckpt / "vecnormalize.pkl"),
+                                    env if n_envs > 1 else
                                     DummyVecEnv([lambda: gym.make(env_id)]))
         model = load_checkpoint(cls, ckpt / "model.zip", env)
         if learning_starts is not None and learning_starts != getattr(
@@ -571,18 +596,19 @@ def train(
     else:
         if state_file.exists():
             raise FileExistsError(f"{ckpt} holds a checkpoint: pass --resume, or remove it")
-        extra: dict[str, Any] = ({"train_freq": train_freq, "gradient_steps": train_freq}
-                                 if train_freq != 1 else {})
+        extra: dict[str, Any] = {}
+        if (train_freq != 1 or n_envs != 1) and algo != "ppo":
+            extra = {"train_freq": train_freq, "gradient_steps": train_freq * n_envs}
         if learning_starts is not None:
             if algo == "ppo":
                 raise ValueError("--learning-starts is for SAC and TQC (PPO has none)")
             extra["learning_starts"] = learning_starts
         if normalize:  # SB3's defaults, as the authors' released statistics files show
-            env = VecNormalize(DummyVecEnv([lambda: gym.make(env_id)]), norm_obs=True,
-                               norm_reward=True)
+            env = VecNormalize(env if n_envs > 1 else DummyVecEnv([lambda: gym.make(env_id)]),
+                               norm_obs=True, norm_reward=True)
         model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **extra)
     saver = _Checkpoints(ckpt, checkpoint_minutes * 60.0, steps, wall_before, checkpoint_steps,
-                         env_id=env_id, history=history, normalize=normalize)
+                         env_id=env_id, history=history, normalize=normalize, n_envs=n_envs)
     remaining = steps - model.num_timesteps
     if remaining > 0:
         model.learn(total_timesteps=remaining, callback=saver.callback,
@@ -593,14 +619,17 @@ def train(
     path = out / f"{name}.zip"
     trained_steps = int(model.num_timesteps)
     freq = getattr(getattr(model, "train_freq", None), "frequency", 1)
+    gradient_steps = getattr(model, "gradient_steps", freq)
     starts = getattr(model, "learning_starts", None)
     stats = model.get_vec_normalize_env()
     if trainer == "sbx":
         model = export_sbx(model, env)
     model.save(path)
     hyper = "sb3-contrib defaults" if algo == "tqc" else "stable-baselines3 defaults"
-    if freq != 1:
-        hyper += f", train_freq={freq} and gradient_steps={freq}"
+    if n_envs > 1:
+        hyper += f", {n_envs} envs stepped together"
+    if (freq != 1 or n_envs > 1) and algo != "ppo":
+        hyper += f", train_freq={freq} and gradient_steps={gradient_steps}"
     if starts is not None and starts != 100 and algo != "ppo":  # SB3's and SBX's default
         hyper += f", learning_starts={starts}"
     actor = model
@@ -615,7 +644,7 @@ def train(
         "policy": "MlpPolicy",
         "trainer": ("SBX (JAX), exported to a Stable-Baselines3-family zip" if trainer == "sbx"
                     else "Stable-Baselines3"),
-        "wall_seconds": round(wall, 1), "torch_threads": threads,
+        "wall_seconds": round(wall, 1), "torch_threads": threads, "n_envs": n_envs,
         "versions": _versions(trainer), "command": command,
     }
     card.update(card_returns(actor, env_id, eval_episodes, seed))
@@ -653,6 +682,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--normalize", action="store_true",
                    help="train behind VecNormalize (observations and rewards), as the paper "
                         "authors' released policies; its statistics ship beside the zip")
+    p.add_argument("--envs", type=int, metavar="N",
+                   help="step N environments together (batched actions; SAC/TQC make N "
+                        "gradient steps per step, so updates per transition stay 1). Default "
+                        "1, or the checkpoint's count on --resume")
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     p.set_defaults(func=run)
@@ -692,12 +725,14 @@ def run(args: argparse.Namespace) -> int:
     check_int("--train-freq", args.train_freq, 1, 10_000)
     if args.learning_starts is not None:
         check_int("--learning-starts", args.learning_starts, 0)
+    if args.envs is not None:
+        check_int("--envs", args.envs, 1, 256)
     check_out_dir(args.out, "--out")
     try:
         path = train(args.algo, args.seed, args.steps, args.out, args.env_id,
                      args.checkpoint_dir, args.checkpoint_minutes, args.resume,
                      args.eval_episodes, args.threads, command, args.trainer, args.train_freq,
-                     args.checkpoint_steps, args.normalize, args.learning_starts)
+                     args.checkpoint_steps, args.normalize, args.learning_starts, args.envs)
     except (FileExistsError, ValueError, ImportError) as exc:
         raise InputError(str(exc)) from None
     card = json.loads(path.with_suffix(".json").read_text())
