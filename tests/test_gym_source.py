@@ -15,7 +15,8 @@ pytest.importorskip("mujoco")
 from idt_desk_sources.gym import GymSource
 from idt_desk_sources.gym._policy import PolicyError, algorithm_of
 from idt_desk_sources.gym._source import _CHEETAH_GROUPS, POLICY_DIR
-from idt_desk_sources.gym.train import evaluate, train
+from idt_desk_sources.gym.cards import evaluate
+from idt_desk_sources.gym.train import train
 
 from idt_desk.live.session import Session, SessionConfig, run_headless
 from idt_desk.live.source import check_source

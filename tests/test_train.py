@@ -37,7 +37,7 @@ def test_train_writes_policy_and_card_and_resumes(tmp_path):
 
 def test_upside_down_share_reads_the_torso_pitch(monkeypatch):
     import gymnasium as gym
-    from idt_desk_sources.gym.train import rollouts
+    from idt_desk_sources.gym.cards import rollouts
 
     class Still:
         def predict(self, obs, deterministic=False):
@@ -203,7 +203,7 @@ def test_normalize_checkpoints_and_ships_the_vecnormalize_statistics(tmp_path):
 
 
 def test_the_nudge_probe_tells_a_settled_loop_from_a_chaotic_one():
-    from idt_desk_sources.gym.train import NUDGE, NUDGE_SMALL, nudge_growth
+    from idt_desk_sources.gym.cards import NUDGE, NUDGE_SMALL, nudge_growth
 
     class Still:  # zero torques: the body comes to rest and a push dies away
         def predict(self, obs, deterministic=False):
@@ -262,7 +262,7 @@ def test_a_checkpoint_pickled_under_another_jax_resumes_with_its_weights(tmp_pat
         np.testing.assert_allclose(shipped.predict(obs, deterministic=True)[0], expected,
                                    atol=1e-5)
         # Training goes on from there: the optimiser's state came along, its step count too.
-        from idt_desk_sources.gym.train import load_checkpoint
+        from idt_desk_sources.gym.jax_models import load_checkpoint
 
         model = load_checkpoint(sbx.SAC, ckpt / "model.zip", None)
         assert int(model.policy.actor_state.step) == int(trained.policy.actor_state.step) > 0
