@@ -295,3 +295,45 @@ def test_envs_stepped_together_keep_one_update_per_transition_and_their_count(tm
     resumed.load_replay_buffer(ckpt / "replay.pkl")
     assert resumed.replay_buffer.n_envs == 3 and resumed.replay_buffer.size() * 3 >= 600
     assert math.isfinite(card["return_deterministic"]["mean"])
+
+
+def test_progress_says_where_each_run_stands_from_its_checkpoint(tmp_path):
+    import os
+
+    from idt_desk_sources.gym.train import progress
+
+    from .cli_call import call
+
+    def run(name, state, age):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "state.json").write_text(json.dumps(state))
+        t = 1_000_000.0 - age
+        os.utime(folder / "state.json", (t, t))
+
+    run("sac-seed1", {"steps": 1_250_000, "wall_seconds": 3 * 3600 + 7 * 60, "normalize": True,
+                      "history": [
+                          {"steps": 1_200_000, "return_deterministic": 12_100.0,
+                           "upside_down_share": 0.0, "nudge_log10": -5.4},
+                          {"steps": 1_225_000, "return_deterministic": 12_480.5,
+                           "upside_down_share": 0.0, "nudge_log10": 1.2},
+                          {"steps": 1_250_000, "return_deterministic": 12_300.0,
+                           "upside_down_share": 0.02, "nudge_log10": 0.4}]}, age=180)
+    run("tqc-seed0", {"steps": 25_000, "wall_seconds": 600, "n_envs": 4, "history": []},
+        age=2 * 3600)
+    run("broken", {"steps": "many"}, age=0)
+    lines = progress(tmp_path, now=1_000_000.0)
+    assert lines[0].startswith("broken: unreadable state.json")
+    assert lines[1] == (
+        "sac-seed1: 1,250,000 steps in 3 h 07 min (VecNormalize); last checkpoint 3 min ago; "
+        "episode at 1,250,000: 12,300 (2% upside down, push log10 +0.4: chaotic); best 12,480 "
+        "at 1,225,000; settled at 1 of 3 checkpoints")
+    assert lines[2] == "tqc-seed0: 25,000 steps in 10 min (4 envs); last checkpoint 2 h 00 min ago"
+    # The command: one folder's runs, an empty folder said so, a missing one refused.
+    rc, out, _ = call(["train", "--progress", str(tmp_path)])
+    assert rc == 0 and out.count("\n") == 3 and "settled at 1 of 3" in out
+    (tmp_path / "empty").mkdir()
+    rc, out, _ = call(["train", "--progress", str(tmp_path / "empty")])
+    assert rc == 0 and "no training run in" in out
+    rc, _, err = call(["train", "--progress", str(tmp_path / "nope")])
+    assert rc == 2 and "no such folder" in err

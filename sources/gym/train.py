@@ -44,10 +44,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from idt_desk_sources.gym.cards import NormalizedActor, card_returns, nudge_growth, recard, rollouts
+from idt_desk_sources.gym.cards import (
+    NUDGE_SMALL,
+    NormalizedActor,
+    card_returns,
+    nudge_growth,
+    recard,
+    rollouts,
+)
 from idt_desk_sources.gym.jax_models import export_sbx, load_checkpoint
 
-__all__ = ["ALGOS", "HELP", "TRAINERS", "add_arguments", "policy_name", "train"]
+__all__ = ["ALGOS", "HELP", "TRAINERS", "add_arguments", "policy_name", "progress", "train"]
 
 #: ``idt-desk train``'s one-line help.
 HELP = "train a Stable-Baselines3 policy to ship (checkpoints, --resume)"
@@ -314,11 +321,68 @@ def train(
     return path
 
 
+def _duration(seconds: float) -> str:
+    minutes = round(seconds / 60.0)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+
+
+def progress(folder: Path, now: float | None = None) -> list[str]:
+    """Where each training run under ``folder`` stands, one line a run, from its checkpoint.
+
+    A run is a sub-folder (or ``folder`` itself) holding ``state.json``: its steps and
+    training time, how it trains, how long ago its last checkpoint was written (a run still
+    going writes one every few minutes), its learning curve's last and best deterministic
+    episodes, and at how many checkpoints its closed loop was settled (the push stayed below
+    the card's threshold; see :func:`idt_desk_sources.gym.cards.nudge_growth`).
+    """
+    import math
+
+    now = time.time() if now is None else now
+    runs = sorted(p.parent for p in [folder / "state.json", *folder.glob("*/state.json")]
+                  if p.is_file())
+    lines = []
+    for run in runs:
+        try:
+            state = json.loads((run / "state.json").read_text())
+            steps, wall = int(state["steps"]), float(state["wall_seconds"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            lines.append(f"{run.name}: unreadable state.json ({exc})")
+            continue
+        how = ", ".join(x for x in ("VecNormalize" if state.get("normalize") else "",
+                                    f"{int(state.get('n_envs', 1))} envs"
+                                    if int(state.get("n_envs", 1)) > 1 else "") if x)
+        age = now - (run / "state.json").stat().st_mtime
+        line = (f"{run.name}: {steps:,} steps in {_duration(wall)}"
+                f"{f' ({how})' if how else ''}; last checkpoint {_duration(age)} ago")
+        history = [h for h in state.get("history", []) if isinstance(h, dict)
+                   and isinstance(h.get("return_deterministic"), int | float)]
+        if history:
+            last = history[-1]
+            best = max(history, key=lambda h: h["return_deterministic"])
+            push = last.get("nudge_log10")
+            loop = ("" if push is None else
+                    f", push log10 {push:+.1f}: "
+                    f"{'settled' if push < math.log10(NUDGE_SMALL) else 'chaotic'}")
+            upside = last.get("upside_down_share")
+            gait = "" if upside is None else f"{upside:.0%} upside down"
+            settled = [h for h in history if h.get("nudge_log10") is not None
+                       and h["nudge_log10"] < math.log10(NUDGE_SMALL)]
+            probed = [h for h in history if h.get("nudge_log10") is not None]
+            line += (f"; episode at {last['steps']:,}: {last['return_deterministic']:,.0f}"
+                     f" ({gait}{loop}); best {best['return_deterministic']:,.0f} at "
+                     f"{best['steps']:,}; settled at {len(settled)} of {len(probed)} checkpoints")
+        lines.append(line)
+    return lines
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``train`` subcommand's options."""
     p.add_argument("--card", type=Path, metavar="ZIP",
                    help="train nothing: measure this policy zip again and rewrite its model "
                         "card's returns, CV and upside-down share (--eval-episodes each way)")
+    p.add_argument("--progress", type=Path, nargs="?", const=Path("out/train"), metavar="DIR",
+                   help="train nothing: where each run under DIR (default out/train) stands, "
+                        "from its checkpoint: steps, time, last and best episodes, the loop")
     p.add_argument("--algo", choices=sorted(ALGOS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--steps", type=int, help="environment steps in all")
@@ -376,6 +440,12 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"--card {args.card}: no such policy zip")
         card = recard(args.card, args.eval_episodes, env_id=args.env_id)
         print(f"{args.card.with_suffix('.json')}: {_summary(card)}")
+        return 0
+    if args.progress is not None:
+        if not args.progress.is_dir():
+            raise InputError(f"--progress {args.progress}: no such folder")
+        lines = progress(args.progress)
+        print("\n".join(lines) if lines else f"no training run in {args.progress}")
         return 0
     if args.algo is None or args.steps is None:
         raise InputError("give --algo and --steps to train (or --card ZIP to measure one)")
