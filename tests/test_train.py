@@ -337,3 +337,23 @@ def test_progress_says_where_each_run_stands_from_its_checkpoint(tmp_path):
     assert rc == 0 and "no training run in" in out
     rc, _, err = call(["train", "--progress", str(tmp_path / "nope")])
     assert rc == 2 and "no such folder" in err
+
+
+def test_a_run_is_measured_as_it_stands_without_touching_its_checkpoint(tmp_path):
+    pytest.importorskip("sbx")
+    import hashlib
+
+    ckpt = tmp_path / "ckpt"
+    train("sac", 9, 300, tmp_path / "first", checkpoint_dir=ckpt, checkpoint_minutes=60.0,
+          eval_episodes=1, trainer="sbx", train_freq=4, normalize=True, learning_starts=100)
+
+    def digest():
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in ckpt.iterdir()}
+
+    before = digest()
+    path = train("sac", 9, 1, tmp_path / "snapshot", checkpoint_dir=ckpt, resume=True,
+                 eval_episodes=1, trainer="sbx", normalize=True)
+    assert digest() == before  # the run goes on from exactly where it was
+    card = json.loads(path.with_suffix(".json").read_text())
+    assert path.parent == tmp_path / "snapshot" and card["steps"] == 300
+    assert path.with_name(f"{path.stem}_vecnormalize.pkl").exists()
