@@ -172,9 +172,11 @@ def load_checkpoint(cls: Any, path: Path, env: Any) -> Any:
                         != jax.tree_util.tree_structure(getattr(new, f))):
                     raise ValueError(f"{path}: {name}.{f} does not match this model's networks")
                 fields[f] = arrays(value)
-            try:
-                fields["opt_state"] = arrays(state.opt_state)
-                fields["step"] = state.step
+            try:  # the optimiser's moments too, where they are arrays in the same layout
+                opt_state = arrays(state.opt_state)
+                if (jax.tree_util.tree_structure(opt_state)
+                        == jax.tree_util.tree_structure(new.opt_state)):
+                    fields["opt_state"], fields["step"] = opt_state, state.step
             except (TypeError, ValueError):  # a stand-in inside: the optimiser starts afresh
                 pass
             setattr(owner, name, new.replace(**fields))
