@@ -78,13 +78,15 @@ def test_sbx_trains_resumes_and_exports_an_identical_sb3_sac(tmp_path):
           checkpoint_minutes=60.0, eval_episodes=1, trainer="sbx", train_freq=4)
     first = json.loads((ckpt / "state.json").read_text())
     assert first["steps"] == 400 and [h["steps"] for h in first["history"]] == [200, 400]
+    assert first["target_steps"] == 400  # what --progress counts the time to go against
     path = train("sac", 5, 600, out, checkpoint_dir=ckpt, resume=True, eval_episodes=1,
                  trainer="sbx", train_freq=4)
     card = json.loads(path.with_suffix(".json").read_text())
     assert card["steps"] == 600 and card["algorithm"] == "SAC"
     # The learning curve: one deterministic episode a checkpoint, kept over the resume.
-    history = json.loads((ckpt / "state.json").read_text())["history"]
-    assert [h["steps"] for h in history] == [200, 400, 600]
+    resumed = json.loads((ckpt / "state.json").read_text())
+    history = resumed["history"]
+    assert [h["steps"] for h in history] == [200, 400, 600] and resumed["target_steps"] == 600
     assert all(0.0 <= h["upside_down_share"] <= 1.0 and math.isfinite(h["return_deterministic"])
                for h in history)
     assert card["trainer"].startswith("SBX") and "train_freq=4" in card["hyperparameters"]
@@ -312,6 +314,7 @@ def test_progress_says_where_each_run_stands_from_its_checkpoint(tmp_path):
         os.utime(folder / "state.json", (t, t))
 
     run("sac-seed1", {"steps": 1_250_000, "wall_seconds": 3 * 3600 + 7 * 60, "normalize": True,
+                      "target_steps": 2_000_000,
                       "history": [
                           {"steps": 1_200_000, "return_deterministic": 12_100.0,
                            "upside_down_share": 0.0, "nudge_log10": -5.4},
@@ -325,10 +328,12 @@ def test_progress_says_where_each_run_stands_from_its_checkpoint(tmp_path):
     lines = progress(tmp_path, now=1_000_000.0)
     assert lines[0].startswith("broken: unreadable state.json")
     assert lines[1] == (
-        "sac-seed1: 1,250,000 steps in 3 h 07 min (VecNormalize); last checkpoint 3 min ago; "
-        "episode at 1,250,000: 12,300 (2% upside down, push log10 +0.4: chaotic); best 12,480 "
-        "at 1,225,000; settled at 1 of 3 checkpoints")
-    assert lines[2] == "tqc-seed0: 25,000 steps in 10 min (4 envs); last checkpoint 2 h 00 min ago"
+        "sac-seed1 (VecNormalize): 1,250,000 of 2,000,000 steps in 3 h 07 min, about 1 h 52 min "
+        "to go at its pace so far; last checkpoint 3 min ago; episode at 1,250,000: 12,300 (2% "
+        "upside down, push log10 +0.4: chaotic); best 12,480 at 1,225,000; settled at 1 of 3 "
+        "checkpoints")
+    # A checkpoint from before the target was recorded: no "of", no time to go.
+    assert lines[2] == "tqc-seed0 (4 envs): 25,000 steps in 10 min; last checkpoint 2 h 00 min ago"
     # The command: one folder's runs, an empty folder said so, a missing one refused.
     rc, out, _ = call(["train", "--progress", str(tmp_path)])
     assert rc == 0 and out.count("\n") == 3 and "settled at 1 of 3" in out

@@ -132,6 +132,7 @@ class _Checkpoints:
         self.history = list(history or [])
         self.normalize = normalize
         self.n_envs = n_envs
+        self.total = total
 
     def wall(self) -> float:
         return self.wall_before + time.monotonic() - self.t0
@@ -166,7 +167,7 @@ class _Checkpoints:
                                  "upside_down_share": round(flipped, 4),
                                  "nudge_log10": round(growth[0], 2) if growth else None})
         state = {"steps": steps, "wall_seconds": self.wall(), "history": self.history,
-                 "normalize": self.normalize, "n_envs": self.n_envs}
+                 "normalize": self.normalize, "n_envs": self.n_envs, "target_steps": self.total}
         (self.folder / "state.json.tmp").write_text(json.dumps(state))
         os.replace(self.folder / "state.json.tmp", self.folder / "state.json")
         self.last = time.monotonic()
@@ -329,11 +330,12 @@ def _duration(seconds: float) -> str:
 def progress(folder: Path, now: float | None = None) -> list[str]:
     """Where each training run under ``folder`` stands, one line a run, from its checkpoint.
 
-    A run is a sub-folder (or ``folder`` itself) holding ``state.json``: its steps and
-    training time, how it trains, how long ago its last checkpoint was written (a run still
-    going writes one every few minutes), its learning curve's last and best deterministic
-    episodes, and at how many checkpoints its closed loop was settled (the push stayed below
-    the card's threshold; see :func:`idt_desk_sources.gym.cards.nudge_growth`).
+    A run is a sub-folder (or ``folder`` itself) holding ``state.json``: how it trains, its
+    steps (of the ``--steps`` it was started or last resumed with, and the time that leaves at
+    its average pace so far) and training time, how long ago its last checkpoint was written
+    (a run still going writes one every few minutes), its learning curve's last and best
+    deterministic episodes, and at how many checkpoints its closed loop was settled (the push
+    stayed below the card's threshold; see :func:`idt_desk_sources.gym.cards.nudge_growth`).
     """
     import math
 
@@ -352,8 +354,12 @@ def progress(folder: Path, now: float | None = None) -> list[str]:
                                     f"{int(state.get('n_envs', 1))} envs"
                                     if int(state.get("n_envs", 1)) > 1 else "") if x)
         age = now - (run / "state.json").stat().st_mtime
-        line = (f"{run.name}: {steps:,} steps in {_duration(wall)}"
-                f"{f' ({how})' if how else ''}; last checkpoint {_duration(age)} ago")
+        target, of, left = state.get("target_steps"), "", ""
+        if isinstance(target, int) and target > steps > 0 and wall > 0:
+            of = f" of {target:,}"
+            left = f", about {_duration((target - steps) * wall / steps)} to go at its pace so far"
+        line = (f"{run.name}{f' ({how})' if how else ''}: {steps:,}{of} steps in "
+                f"{_duration(wall)}{left}; last checkpoint {_duration(age)} ago")
         history = [h for h in state.get("history", []) if isinstance(h, dict)
                    and isinstance(h.get("return_deterministic"), int | float)]
         if history:
