@@ -7,11 +7,12 @@ measures one again (:func:`recard`); the gym source ranks the shipped policies b
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 __all__ = ["NUDGE", "NUDGE_SMALL", "NormalizedActor", "card_returns", "evaluate",
-           "nudge_growth", "recard", "rollouts"]
+           "nudge_growth", "recard", "rollouts", "settled"]
 
 
 class NormalizedActor:
@@ -66,6 +67,11 @@ NUDGE = 1e-6
 NUDGE_AFTER, NUDGE_HORIZON = 200, 500
 #: ...has stayed small if the two copies' states are still within this distance.
 NUDGE_SMALL = 1e-3
+
+
+def settled(log10_distance: float) -> bool:
+    """Whether a push grown to this distance (log10, :func:`nudge_growth`) stayed small."""
+    return log10_distance < math.log10(NUDGE_SMALL)
 
 
 def nudge_growth(model: Any, env_id: str, episodes: int, seed: int) -> list[float]:
@@ -137,7 +143,7 @@ def card_returns(model: Any, env_id: str, episodes: int, seed: int) -> dict[str,
         card["closed_loop"] = {
             "nudge": NUDGE, "after_steps": NUDGE_AFTER, "horizon_steps": NUDGE_HORIZON,
             "log10_distance": [round(g, 2) for g in growth],
-            "stable_share": float(np.mean([g < np.log10(NUDGE_SMALL) for g in growth]))}
+            "stable_share": float(np.mean([settled(g) for g in growth]))}
     return card
 
 

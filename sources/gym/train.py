@@ -45,12 +45,12 @@ from pathlib import Path
 from typing import Any
 
 from idt_desk_sources.gym.cards import (
-    NUDGE_SMALL,
     NormalizedActor,
     card_returns,
     nudge_growth,
     recard,
     rollouts,
+    settled,
 )
 from idt_desk_sources.gym.jax_models import export_sbx, load_checkpoint
 
@@ -239,19 +239,19 @@ def train(
                          "stepped together: a resumed run keeps the count (its replay buffer "
                          "is laid out for it)")
     n_envs = int(state.get("n_envs", 1)) if resuming else (n_envs or 1)
+    # One env as SB3 wraps it itself, or the vectorised envs VecNormalize and N envs need.
     env: Any = gym.make(env_id)
-    if n_envs > 1:
+    if n_envs > 1 or normalize:
         from stable_baselines3.common.env_util import make_vec_env
 
+        env.close()
         env = make_vec_env(env_id, n_envs=n_envs, seed=seed, vec_env_cls=DummyVecEnv)
     if resuming:
         if bool(state.get("normalize", False)) != normalize:
             raise ValueError(f"{ckpt} was trained {'with' if not normalize else 'without'} "
                              "--normalize: resume it the same way")
         if normalize:
-            env = VecNormalize.load(str(ckpt / "vecnormalize.pkl"),
-                                    env if n_envs > 1 else
-                                    DummyVecEnv([lambda: gym.make(env_id)]))
+            env = VecNormalize.load(str(ckpt / "vecnormalize.pkl"), env)
         model = load_checkpoint(cls, ckpt / "model.zip", env)
         if learning_starts is not None and learning_starts != getattr(
                 model, "learning_starts", None):
@@ -273,8 +273,7 @@ def train(
                 raise ValueError("--learning-starts is for SAC and TQC (PPO has none)")
             extra["learning_starts"] = learning_starts
         if normalize:  # SB3's defaults, as the authors' released statistics files show
-            env = VecNormalize(env if n_envs > 1 else DummyVecEnv([lambda: gym.make(env_id)]),
-                               norm_obs=True, norm_reward=True)
+            env = VecNormalize(env, norm_obs=True, norm_reward=True)
         model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **extra)
     saver = _Checkpoints(ckpt, checkpoint_minutes * 60.0, steps, wall_before, checkpoint_steps,
                          env_id=env_id, history=history, normalize=normalize, n_envs=n_envs)
@@ -337,8 +336,6 @@ def progress(folder: Path, now: float | None = None) -> list[str]:
     deterministic episodes, and at how many checkpoints its closed loop was settled (the push
     stayed below the card's threshold; see :func:`idt_desk_sources.gym.cards.nudge_growth`).
     """
-    import math
-
     now = time.time() if now is None else now
     runs = sorted(p.parent for p in [folder / "state.json", *folder.glob("*/state.json")]
                   if p.is_file())
@@ -367,16 +364,14 @@ def progress(folder: Path, now: float | None = None) -> list[str]:
             best = max(history, key=lambda h: h["return_deterministic"])
             push = last.get("nudge_log10")
             loop = ("" if push is None else
-                    f", push log10 {push:+.1f}: "
-                    f"{'settled' if push < math.log10(NUDGE_SMALL) else 'chaotic'}")
+                    f", push log10 {push:+.1f}: {'settled' if settled(push) else 'chaotic'}")
             upside = last.get("upside_down_share")
             gait = "" if upside is None else f"{upside:.0%} upside down"
-            settled = [h for h in history if h.get("nudge_log10") is not None
-                       and h["nudge_log10"] < math.log10(NUDGE_SMALL)]
-            probed = [h for h in history if h.get("nudge_log10") is not None]
+            probed = [h["nudge_log10"] for h in history if h.get("nudge_log10") is not None]
             line += (f"; episode at {last['steps']:,}: {last['return_deterministic']:,.0f}"
                      f" ({gait}{loop}); best {best['return_deterministic']:,.0f} at "
-                     f"{best['steps']:,}; settled at {len(settled)} of {len(probed)} checkpoints")
+                     f"{best['steps']:,}; settled at {sum(map(settled, probed))} of {len(probed)} "
+                     "checkpoints")
         lines.append(line)
     return lines
 
