@@ -548,6 +548,10 @@ def test_progress_line_shows_the_out_of_range_warning():
     )
     text = _progress_text(snap)
     assert "P=0.4100 ok" in text and "symbols out of range (25%" in text
+    assert text.endswith("edge bins)")  # not re-checked (yet): no verdict
+    snap.out_of_range_warning["recheck"] = {"verdict": "artefact"}
+    assert _progress_text(snap).endswith("edge bins; no shift with wider bins: an edge-bin "
+                                         "artefact)")
     snap.out_of_range_warning = None
     assert _progress_text(snap).endswith("P=0.4100 ok")
 

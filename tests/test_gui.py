@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QApplication, QCheckBox, QLabel, QPushButton, QWidget
 
 from idt_desk.live.plugins import discover, register
+from idt_desk.live.ranges import recheck_text
 from idt_desk.live.session import Session, SessionConfig, run_headless
 from idt_desk.recordings import load_recording
 
@@ -272,6 +274,10 @@ def test_out_of_range_symbols_show_a_notice_that_recalibrates(qtbot, window):
     assert snap.out_of_range_warning["fraction"] > 0.05
     assert bar.value() == round(1000 * frac) and f"{100 * frac:.0f} %" in bar.format()
     assert f"{snap.out_of_range_warning['fraction']:.0%} of the" in window.alarms.notice_text.text()
+    # Re-checked against the baseline with bins that cover the data: the notice says what.
+    check = snap.out_of_range_warning["recheck"]
+    assert html.escape(recheck_text(check)) in window.alarms.notice_text.text()
+    assert "Re-checked with bins widened" in window.alarms.notice_text.text()
     qtbot.mouseClick(window.alarms.recalibrate_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: any(e["kind"] == "reconfigure"
                                 for e in window.session.snapshot(1).events), timeout=WAIT)

@@ -44,3 +44,20 @@ def test_the_verdict_says_stopping_until_the_last_windows_are_scored(qtbot, tmp_
     assert "session stopped" not in panel.idt.text()
     panel.update_snapshot(snap)
     assert "session stopped" in panel.idt.text() and "stopping" not in panel.idt.text()
+
+
+def test_the_event_log_says_what_a_range_recheck_found():
+    from idt_desk_widgets.events import describe_event
+
+    shift = {m: {"calibrated": 0.1, "widened": 0.1} for m in ("P", "H_f", "H_b", "dH")}
+    shift["P"] = {"calibrated": -3.6, "widened": -3.8}
+    ev = {"kind": "symbols_recheck", "recheck": {"verdict": "shift", "shifted": ["P"],
+                                                 "shift": shift, "k": 3.0}}
+    assert describe_event(ev) == ("range re-checked",
+                                  "the shift holds with wider bins: P -3.8 sd")
+    ev = {"kind": "symbols_out_of_range", "fraction": 0.2,
+          "recheck": {"verdict": "artefact", "shifted": [], "shift": shift, "k": 3.0}}
+    assert describe_event(ev)[1] == ("20 % of values clamped; no shift with wider bins: an "
+                                     "edge-bin artefact")
+    ev.pop("recheck")  # raised before there was a baseline: nothing re-checked
+    assert describe_event(ev)[1] == "20 % of values clamped"

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from idt_desk.live.ranges import recheck_text
 from idt_desk.live.session import Session, Snapshot, undefined_reason
 
 __all__ = ["AlarmPanel"]
@@ -365,10 +366,14 @@ class AlarmPanel(QGroupBox):
                 "<b>The symbols' calibrated range no longer covers the data.</b> "
                 f"Over the latest {Session.OUT_OF_RANGE_PERSIST} windows, {mean:.0%} of the "
                 "transitions had a value outside the range the bins were calibrated on, "
-                f"clamped into an edge bin{latest}. Changes of P, H<sub>f</sub> and "
-                "H<sub>b</sub> now may be that artefact, <i>not</i> a change of coupling. "
-                "Re-calibrate to re-symbolise from the data that follows."
+                f"clamped into an edge bin{latest}. "
             )
+            if warning.get("recheck"):  # the change seen with bins that cover the data
+                text += html.escape(recheck_text(warning["recheck"]))
+            else:
+                text += ("Changes of P, H<sub>f</sub> and H<sub>b</sub> now may be that "
+                         "artefact, <i>not</i> a change of coupling. Re-calibrate to "
+                         "re-symbolise from the data that follows.")
             if text != self.notice_text.text():
                 self.notice_text.setText(text)
             self.notice.show()

@@ -30,6 +30,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from idt_desk.live.ranges import VERDICTS
+
 __all__ = ["COLUMNS", "FILTERS", "EventLog", "describe_event"]
 
 #: The table's columns.
@@ -45,7 +47,8 @@ FILTERS: dict[str, frozenset[str] | None] = {
     "notes and calibration": frozenset({
         "note", "session_start", "session_end", "calibrated", "baseline", "baseline_overlap",
         "calibrate_baseline",
-        "reconfigure", "symbols_out_of_range", "symbols_in_range", "recording_start",
+        "reconfigure", "symbols_out_of_range", "symbols_in_range", "symbols_recheck",
+        "recording_start",
         "recording_stop", "error", "source_paused", "source_done"}),
 }
 #: Kinds the default filter leaves out: an episode's end comes every few seconds of an RL
@@ -66,7 +69,8 @@ _WORDS = {
     "episode_end": "episode end",
     "resume": "resumed", "speed": "speed", "calibrate_baseline": "baseline asked for",
     "reconfigure": "re-symbolised", "symbols_out_of_range": "symbols out of range",
-    "symbols_in_range": "symbols in range", "recording_start": "recording started",
+    "symbols_in_range": "symbols in range", "symbols_recheck": "range re-checked",
+    "recording_start": "recording started",
     "recording_stop": "recording stopped", "error": "error", "source_paused":
     "source paused", "source_done": "source done",
     "baseline_overlap": "perturbed baseline",
@@ -106,6 +110,14 @@ def describe_event(ev: dict[str, Any], turns: bool = False) -> tuple[str, str]:
     elif kind in ("symbols_out_of_range", "symbols_in_range"):
         f = ev.get("fraction")
         details = f"{100 * f:.0f} % of values clamped" if isinstance(f, float) else ""
+        verdict = VERDICTS.get((ev.get("recheck") or {}).get("verdict"))
+        details += f"; {verdict}" if verdict else ""
+    elif kind == "symbols_recheck":
+        check = ev.get("recheck") or {}
+        details = VERDICTS.get(check.get("verdict"), "")
+        if check.get("shifted"):
+            details += ": " + ", ".join(f"{m} {check['shift'][m]['widened']:+.1f} sd"
+                                        for m in check["shifted"])
     elif kind in ("error", "source_paused"):
         details = str(ev.get("message", ""))
     elif kind == "recording_start":

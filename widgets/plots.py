@@ -84,7 +84,7 @@ MIN_SPAN = 1e-3
 #: Events the pipeline logs at the end of a window: their ``i`` is the window's end, which on
 #: the turn path is the turn itself.
 WINDOW_EVENTS = frozenset({"baseline", "alarm_on", "alarm_off", "detected", "not_detected",
-                           "symbols_out_of_range", "symbols_in_range"})
+                           "symbols_out_of_range", "symbols_in_range", "symbols_recheck"})
 
 
 def event_x(ev: dict[str, Any], turns: bool) -> float:

@@ -237,7 +237,11 @@ def _progress_text(snap) -> str:
     warning = getattr(snap, "out_of_range_warning", None)
     if warning:
         status += (f"; symbols out of range ({float(warning.get('fraction', math.nan)):.0%} of "
-                   "the window clamped to edge bins)")
+                   "the window clamped to edge bins")
+        from idt_desk.live.ranges import VERDICTS
+
+        verdict = VERDICTS.get((warning.get("recheck") or {}).get("verdict"))
+        status += f"; {verdict})" if verdict else ")"
     p_text = f"{p:.4f}" if p == p else "—"
     rec = getattr(snap, "recording", None)
     from idt_desk.recordings import recording_size

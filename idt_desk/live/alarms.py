@@ -10,7 +10,6 @@ gives it, so events land in transition order however the loop was chunked.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,7 +18,7 @@ import numpy as np
 from idt_desk.detection.auto import AutoController
 from idt_desk.detection.monitor import IDT_METRICS
 
-__all__ = ["HORIZON_TURNS", "HORIZON_WINDOWS", "Alarms", "RangeWatch", "auto_controller",
+__all__ = ["HORIZON_TURNS", "HORIZON_WINDOWS", "Alarms", "auto_controller",
            "baseline_overlap", "baseline_span", "overlap_text"]
 
 #: Windows after an onset's first window within which an alarm counts as its detection
@@ -174,40 +173,6 @@ class Alarms:
         return None if a is None else {"modulation": a.modulation, "params": a.params,
                                        "persist": a.persist, "release": a.release,
                                        "engaged": a.engaged}
-
-
-class RangeWatch:
-    """Warn once the symbols' calibrated range has stopped covering the data.
-
-    Clamping comes in bursts (a pendulum whose energy grew passes its old extremes a few
-    times a swing), so the rule looks at the mean out-of-range fraction of the latest
-    ``persist`` windows: above ``warn`` raises the warning, below a fifth of it clears it.
-    """
-
-    def __init__(self, warn: float, persist: int, later: Later) -> None:
-        self.warn = warn
-        self.recent: deque[float] = deque(maxlen=persist)
-        self.later = later
-        #: The warning in force ({"fraction", "since_i"}), or None.
-        self.warning: dict[str, Any] | None = None
-
-    def update(self, table: Mapping[str, np.ndarray]) -> None:
-        """Take in new windows' out-of-range fractions."""
-        recent = self.recent
-        for j, frac in enumerate(table["out_of_range"]):
-            recent.append(float(frac))
-            if len(recent) < recent.maxlen:
-                continue
-            mean = sum(recent) / len(recent)
-            at = int(table["end"][j])
-            if self.warning is None and mean > self.warn:
-                self.warning = {"fraction": mean, "since_i": at}
-                self.later("symbols_out_of_range", at=at, fraction=mean, windows=len(recent))
-            elif self.warning is not None:
-                self.warning["fraction"] = mean
-                if mean < self.warn / 5:
-                    self.warning = None
-                    self.later("symbols_in_range", at=at, fraction=mean)
 
 
 def baseline_span(session: Any) -> tuple[int, int] | None:

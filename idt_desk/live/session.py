@@ -43,7 +43,7 @@ import numpy as np
 
 from idt_desk.detection.agency import agency_conditions
 from idt_desk.limits import PIPELINE_KEYS, check_finite, check_limit, check_pipeline
-from idt_desk.live.alarms import HORIZON_TURNS, HORIZON_WINDOWS, Alarms, RangeWatch, auto_controller
+from idt_desk.live.alarms import HORIZON_TURNS, HORIZON_WINDOWS, Alarms, auto_controller
 from idt_desk.live.backlog import Backlog
 from idt_desk.live.commands import apply_command, source_events
 from idt_desk.live.config import (
@@ -54,6 +54,7 @@ from idt_desk.live.config import (
     WindowRing,
     undefined_reason,
 )
+from idt_desk.live.ranges import RangeWatch
 from idt_desk.live.sink import export_session, open_recording
 from idt_desk.live.snapshot import take_snapshot
 from idt_desk.live.source import Batch, Source
@@ -68,10 +69,8 @@ __all__ = ["MAX_SPEED_CHUNKS", "WINDOW_COLUMNS", "Session", "SessionConfig", "Sn
 class Session:
     """Run one source through the IDT pipeline in a worker thread.
 
-    When the ``out_of_range`` fraction (transitions with a value clamped into an edge bin)
-    averages above ``OUT_OF_RANGE_WARN`` over the latest ``OUT_OF_RANGE_PERSIST`` windows, a
-    ``symbols_out_of_range`` event is raised: the frozen symbols no longer cover the data,
-    and :meth:`reconfigure` (no arguments) re-calibrates them.
+    Symbols that stop covering the data raise ``symbols_out_of_range``, re-checked with
+    wider bins (``idt_desk.live.ranges``); :meth:`reconfigure` () re-calibrates them.
 
     Parameters
     ----------
@@ -333,7 +332,8 @@ class Session:
         self.monitor = source_monitor(self.source, self._pipeline_dict(), self.preset)
         self._offset = self.n_transitions  # transition index of the engine's sample 0
         self._tail = np.empty((0, 1))
-        self._range = RangeWatch(self.OUT_OF_RANGE_WARN, self.OUT_OF_RANGE_PERSIST, self._later)
+        self._range = RangeWatch(self.OUT_OF_RANGE_WARN, self.OUT_OF_RANGE_PERSIST,
+                                 self._later, self)
         self._alarms.auto = auto_controller(c.auto)
         if self._turn_path:
             # Token counts need no symbols: nothing to calibrate, one row per turn.
@@ -390,7 +390,9 @@ class Session:
             self._turns.feed(b, i0, t)
             return
         r = b.reward if b.reward is not None else np.full(n, np.nan)
-        step = self._pipe.push(b.s, None if self._pipe.sym_a is None else b.a, b.s_next,
+        a = None if self._pipe.sym_a is None else b.a
+        self._range.add_rows(b.s, a, b.s_next, self._pipe.n_buffered + self._backlog.span)
+        step = self._pipe.push(b.s, a, b.s_next,
                                {"reward": r, "t": np.asarray(t, dtype=np.float64)},
                                ranges=self._value_ranges)
         if step.calibrated is not None:
@@ -429,8 +431,8 @@ class Session:
         judged here.
         """
         self._n_undefined += int(np.isnan(table["P"]).sum())
-        self._judged(table, step if step is not None else self._pipe.judge(table))
-        self._range.update(table)
+        self._judged(table, step := step or self._pipe.judge(table))
+        self._range.update(table, step.baseline_row)
         # Events of these windows in transition order, however the loop was chunked.
         for at, kind, fields in sorted(self._window_events, key=lambda e: e[0]):
             self._event(kind, at=at, **fields)

@@ -182,6 +182,27 @@ class Symbolizer:
         self._cal = _Calibration(mean, std, z_lo, z_hi)
         return self
 
+    def widened(self, *xs: np.ndarray) -> Symbolizer:
+        """A copy whose bins also cover every value of ``xs`` (each (n, d)).
+
+        Mean and standard deviation stay frozen; each variable's z-range grows to include the
+        new values, and its equal-width bins are re-cut over the wider range. Nothing of
+        ``xs`` is then out of range. (Used to re-check a change seen while values were being
+        clamped into edge bins: is it still there when the bins cover the data?)
+        """
+        if self._cal is None:
+            raise SymbolizationError("the symboliser is not calibrated: call fit() first")
+        cal = self._cal
+        z_lo, z_hi = cal.z_lo.copy(), cal.z_hi.copy()
+        for x in xs:
+            x = self._prepare(x)
+            if len(x):
+                z = (x - cal.mean) / cal.std
+                z_lo, z_hi = np.minimum(z_lo, z.min(axis=0)), np.maximum(z_hi, z.max(axis=0))
+        out = Symbolizer.from_dict({**self.to_dict(), "calibration": None})
+        out._cal = _Calibration(cal.mean, cal.std, z_lo, z_hi)
+        return out
+
     def fit_transform(self, x: np.ndarray) -> np.ndarray:
         """Calibrate on ``x`` and symbolise it."""
         return self.fit(x).transform(x)

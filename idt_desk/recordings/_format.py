@@ -69,7 +69,7 @@ _CLOSING_EVENTS = ("session_end", "recording_stop")
 
 #: Events a window's verdict makes, stamped at that window's end (Auto's switches too).
 _WINDOW_EVENTS = ("baseline", "alarm_on", "alarm_off", "detected", "not_detected",
-                  "symbols_out_of_range", "symbols_in_range")
+                  "symbols_out_of_range", "symbols_in_range", "symbols_recheck")
 
 
 def _in_transition_order(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
