@@ -362,3 +362,55 @@ def test_a_run_is_measured_as_it_stands_without_touching_its_checkpoint(tmp_path
     card = json.loads(path.with_suffix(".json").read_text())
     assert path.parent == tmp_path / "snapshot" and card["steps"] == 300
     assert path.with_name(f"{path.stem}_vecnormalize.pkl").exists()
+
+
+def test_a_new_phase_continues_from_a_checkpoint_with_an_empty_replay_buffer(tmp_path):
+    """--continue-from: the paper authors' continue_training_sac (SB3 load + learn): weights,
+    optimiser and VecNormalize statistics carry over; the buffer and the step count restart."""
+    sbx = pytest.importorskip("sbx")
+    import pickle
+
+    from idt_desk_sources.gym._policy import FrozenPolicy
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    out1, out2 = tmp_path / "p1", tmp_path / "p2"
+    kw = {"checkpoint_minutes": 60.0, "eval_episodes": 1, "trainer": "sbx", "train_freq": 4,
+          "normalize": True}
+    p1 = train("sac", 6, 300, out1, checkpoint_dir=first, learning_starts=50, **kw)
+    # Within its random steps the new phase makes no update: it acts exactly as the source.
+    p2 = train("sac", 6, 100, out2, checkpoint_dir=second, continue_from=first,
+               learning_starts=100, **kw)
+    model = sbx.SAC.load(second / "model.zip")
+    assert model.num_timesteps == 100 and model.learning_starts == 100
+    with open(second / "replay.pkl", "rb") as f:
+        buffer = pickle.load(f)
+    assert buffer.pos == 100 and not buffer.full  # only this phase's transitions
+    with open(first / "vecnormalize.pkl", "rb") as f:
+        before = pickle.load(f)
+    with open(second / "vecnormalize.pkl", "rb") as f:
+        after = pickle.load(f)
+    assert after.obs_rms.count == pytest.approx(before.obs_rms.count + 100, abs=2)
+    obs = np.random.default_rng(0).normal(size=(16, 17))
+    acts = [FrozenPolicy(p, (17,), -np.ones(6), np.ones(6)) for p in (p1, p2)]
+    rngs = [np.random.default_rng(0)] * 16
+    # Same weights; the statistics moved a little (100 more observations).
+    np.testing.assert_allclose(acts[0].policy.actor.mu.weight.detach().numpy(),
+                               acts[1].policy.actor.mu.weight.detach().numpy())
+    gap = acts[0].act_many(obs, rngs, True) - acts[1].act_many(obs, rngs, True)
+    assert np.abs(gap).max() < 0.5
+    state = json.loads((second / "state.json").read_text())
+    assert state["continued_from"] == {"checkpoint": str(first), "steps": 300}
+    # Resumed, the phase keeps its origin; the card counts both phases' steps.
+    p3 = train("sac", 6, 200, out2, checkpoint_dir=second, resume=True, **kw)
+    card = json.loads(p3.with_suffix(".json").read_text())
+    assert card["steps"] == 500 and card["continued_from"]["steps"] == 300
+    assert "continued from a checkpoint at 300 steps with an empty replay buffer" in \
+        card["hyperparameters"]
+    assert sbx.SAC.load(second / "model.zip").num_timesteps == 200
+    with pytest.raises(ValueError, match="its own --checkpoint-dir"):
+        train("sac", 6, 100, out2, checkpoint_dir=first, continue_from=first, **kw)
+    with pytest.raises(ValueError, match="no checkpoint there"):
+        train("sac", 6, 100, out2, checkpoint_dir=tmp_path / "x", continue_from=tmp_path, **kw)
+    with pytest.raises(ValueError, match="continue it the same way"):
+        train("sac", 6, 100, out2, checkpoint_dir=tmp_path / "y", continue_from=first,
+              **{**kw, "normalize": False})

@@ -97,7 +97,7 @@ class _Checkpoints:
     def __init__(self, folder: Path, every: float, total: int, wall_before: float,
                  every_steps: int = 25_000, env_id: str | None = None,
                  history: list[dict[str, Any]] | None = None, normalize: bool = False,
-                 n_envs: int = 1) -> None:
+                 n_envs: int = 1, continued: dict[str, Any] | None = None) -> None:
         from stable_baselines3.common.callbacks import BaseCallback
         from tqdm import tqdm
 
@@ -133,6 +133,7 @@ class _Checkpoints:
         self.normalize = normalize
         self.n_envs = n_envs
         self.total = total
+        self.continued = continued
 
     def wall(self) -> float:
         return self.wall_before + time.monotonic() - self.t0
@@ -167,7 +168,8 @@ class _Checkpoints:
                                  "upside_down_share": round(flipped, 4),
                                  "nudge_log10": round(growth[0], 2) if growth else None})
         state = {"steps": steps, "wall_seconds": self.wall(), "history": self.history,
-                 "normalize": self.normalize, "n_envs": self.n_envs, "target_steps": self.total}
+                 "normalize": self.normalize, "n_envs": self.n_envs, "target_steps": self.total,
+                 **({"continued_from": self.continued} if self.continued else {})}
         (self.folder / "state.json.tmp").write_text(json.dumps(state))
         os.replace(self.folder / "state.json.tmp", self.folder / "state.json")
         self.last = time.monotonic()
@@ -192,12 +194,20 @@ def train(
     normalize: bool = False,
     learning_starts: int | None = None,
     n_envs: int | None = None,
+    continue_from: Path | None = None,
 ) -> Path:
     """Train (or resume) one policy and write its zip and model card into ``out``.
 
     ``n_envs`` environments are stepped together (one batched action each step; SAC and TQC
     then make ``train_freq`` x ``n_envs`` gradient steps, so the update-to-data ratio stays
     1). None: 1 for a new run, the checkpoint's for a resumed one, which keeps its count.
+
+    ``continue_from``: start a new phase from another run's checkpoint folder, as SB3's
+    ``learn()`` on a loaded model does (and as the paper authors continued their SAC agents:
+    their released zips count the steps of the last phase only). The weights, optimiser
+    state, entropy coefficient and VecNormalize statistics carry over; the replay buffer
+    starts empty and the step count at 0, so the first ``learning_starts`` steps act at
+    random again. ``steps`` counts this phase; the card says where it started.
     """
     import gymnasium as gym
     import torch
@@ -232,6 +242,7 @@ def train(
         raise ValueError(f"n_envs {n_envs}: at least 1")
     wall_before = 0.0
     history: list[dict[str, Any]] = []
+    continued: dict[str, Any] | None = None
     resuming = resume and state_file.exists()
     state = json.loads(state_file.read_text()) if resuming else {}
     if resuming and n_envs is not None and n_envs != int(state.get("n_envs", 1)):
@@ -239,6 +250,8 @@ def train(
                          "stepped together: a resumed run keeps the count (its replay buffer "
                          "is laid out for it)")
     n_envs = int(state.get("n_envs", 1)) if resuming else (n_envs or 1)
+    source = _continuation(continue_from, ckpt, normalize, n_envs) if (
+        continue_from is not None and not resuming) else None
     # One env as SB3 wraps it itself, or the vectorised envs VecNormalize and N envs need.
     env: Any = gym.make(env_id)
     if n_envs > 1 or normalize:
@@ -261,10 +274,22 @@ def train(
             model.load_replay_buffer(ckpt / "replay.pkl")
         wall_before = float(state["wall_seconds"])
         history = list(state.get("history", []))
+        continued = state.get("continued_from")
         print(f"resuming {name} from {model.num_timesteps:,} steps ({ckpt})", file=sys.stderr)
+    elif state_file.exists():
+        raise FileExistsError(f"{ckpt} holds a checkpoint: pass --resume, or remove it")
+    elif source is not None:
+        if normalize:
+            env = VecNormalize.load(str(source / "vecnormalize.pkl"), env)
+        model = load_checkpoint(cls, source / "model.zip", env)
+        continued = {"checkpoint": str(source), "steps": int(model.num_timesteps)}
+        model.num_timesteps = 0  # a new phase; the buffer load_checkpoint made is empty
+        if learning_starts is not None:
+            model.learning_starts = learning_starts
+        print(f"continuing {name} from {source} at {continued['steps']:,} steps, with an "
+              f"empty replay buffer and {getattr(model, 'learning_starts', 0):,} random steps "
+              "first", file=sys.stderr)
     else:
-        if state_file.exists():
-            raise FileExistsError(f"{ckpt} holds a checkpoint: pass --resume, or remove it")
         extra: dict[str, Any] = {}
         if (train_freq != 1 or n_envs != 1) and algo != "ppo":
             extra = {"train_freq": train_freq, "gradient_steps": train_freq * n_envs}
@@ -276,7 +301,8 @@ def train(
             env = VecNormalize(env, norm_obs=True, norm_reward=True)
         model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **extra)
     saver = _Checkpoints(ckpt, checkpoint_minutes * 60.0, steps, wall_before, checkpoint_steps,
-                         env_id=env_id, history=history, normalize=normalize, n_envs=n_envs)
+                         env_id=env_id, history=history, normalize=normalize, n_envs=n_envs,
+                         continued=continued)
     remaining = steps - model.num_timesteps
     if remaining > 0:
         model.learn(total_timesteps=remaining, callback=saver.callback,
@@ -300,6 +326,9 @@ def train(
         hyper += f", train_freq={freq} and gradient_steps={gradient_steps}"
     if starts is not None and starts != 100 and algo != "ppo":  # SB3's and SBX's default
         hyper += f", learning_starts={starts}"
+    if continued:
+        hyper += (f"; continued from a checkpoint at {continued['steps']:,} steps with an "
+                  "empty replay buffer")
     actor = model
     if stats is not None:
         stats.training = False
@@ -308,7 +337,8 @@ def train(
         actor = NormalizedActor(model, stats)
     card: dict[str, Any] = {
         "name": name, "env_id": env_id, "algorithm": ALGOS[algo], "seed": seed,
-        "steps": trained_steps, "hyperparameters": hyper,
+        "steps": trained_steps + (continued["steps"] if continued else 0),
+        **({"continued_from": continued} if continued else {}), "hyperparameters": hyper,
         "policy": "MlpPolicy",
         "trainer": ("SBX (JAX), exported to a Stable-Baselines3-family zip" if trainer == "sbx"
                     else "Stable-Baselines3"),
@@ -319,6 +349,24 @@ def train(
     (out / f"{name}.json").write_text(json.dumps(card, indent=2) + "\n")
     env.close()
     return path
+
+
+def _continuation(source: Path, ckpt: Path, normalize: bool, n_envs: int) -> Path:
+    """The checkpoint folder a new phase starts from (``train``'s ``continue_from``), checked."""
+    state_file = source / "state.json"
+    if not state_file.exists():
+        raise ValueError(f"--continue-from {source}: no checkpoint there (no state.json)")
+    if ckpt.resolve() == source.resolve():
+        raise ValueError(f"--continue-from {source}: give the new phase its own "
+                         "--checkpoint-dir (the source checkpoint stays as it is)")
+    state = json.loads(state_file.read_text())
+    if bool(state.get("normalize", False)) != normalize:
+        raise ValueError(f"{source} was trained {'with' if not normalize else 'without'} "
+                         "--normalize: continue it the same way")
+    if int(state.get("n_envs", 1)) != n_envs:
+        raise ValueError(f"{source} was trained with {int(state.get('n_envs', 1))} env(s) "
+                         f"stepped together; continue it with --envs {state.get('n_envs', 1)}")
+    return source
 
 
 def _duration(seconds: float) -> str:
@@ -405,6 +453,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="SAC/TQC: random-action steps before the first update (default: the "
                         "library's, 100; the paper authors' SAC used 10,000)")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint")
+    p.add_argument("--continue-from", type=Path, metavar="DIR",
+                   help="start a new phase from another run's checkpoint folder: its weights, "
+                        "optimiser state and VecNormalize statistics, an empty replay buffer "
+                        "and --learning-starts random steps first (SB3's learn() on a loaded "
+                        "model, as the paper authors continued their SAC agents); needs its "
+                        "own --checkpoint-dir, and --resume resumes the phase")
     p.add_argument("--normalize", action="store_true",
                    help="train behind VecNormalize (observations and rewards), as the paper "
                         "authors' released policies; its statistics ship beside the zip")
@@ -464,7 +518,8 @@ def run(args: argparse.Namespace) -> int:
         path = train(args.algo, args.seed, args.steps, args.out, args.env_id,
                      args.checkpoint_dir, args.checkpoint_minutes, args.resume,
                      args.eval_episodes, args.threads, command, args.trainer, args.train_freq,
-                     args.checkpoint_steps, args.normalize, args.learning_starts, args.envs)
+                     args.checkpoint_steps, args.normalize, args.learning_starts, args.envs,
+                     args.continue_from)
     except (FileExistsError, ValueError, ImportError) as exc:
         raise InputError(str(exc)) from None
     card = json.loads(path.with_suffix(".json").read_text())
