@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("stable_baselines3")
 
-from idt_desk_sources.gym.train import policy_name, train
+from idt_desk_sources.gym.train import policy_name, progress, train
 
 
 def test_train_writes_policy_and_card_and_resumes(tmp_path):
@@ -302,8 +302,6 @@ def test_envs_stepped_together_keep_one_update_per_transition_and_their_count(tm
 def test_progress_says_where_each_run_stands_from_its_checkpoint(tmp_path):
     import os
 
-    from idt_desk_sources.gym.train import progress
-
     from .cli_call import call
 
     def run(name, state, age):
@@ -400,6 +398,8 @@ def test_a_new_phase_continues_from_a_checkpoint_with_an_empty_replay_buffer(tmp
     assert np.abs(gap).max() < 0.5
     state = json.loads((second / "state.json").read_text())
     assert state["continued_from"] == {"checkpoint": str(first), "steps": 300}
+    (line,) = progress(second)
+    assert line.startswith("second (VecNormalize, continued from first at 300 steps): 100 ")
     # Resumed, the phase keeps its origin; the card counts both phases' steps.
     p3 = train("sac", 6, 200, out2, checkpoint_dir=second, resume=True, **kw)
     card = json.loads(p3.with_suffix(".json").read_text())

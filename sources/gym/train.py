@@ -395,9 +395,13 @@ def progress(folder: Path, now: float | None = None) -> list[str]:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             lines.append(f"{run.name}: unreadable state.json ({exc})")
             continue
+        cont = state.get("continued_from")
         how = ", ".join(x for x in ("VecNormalize" if state.get("normalize") else "",
                                     f"{int(state.get('n_envs', 1))} envs"
-                                    if int(state.get("n_envs", 1)) > 1 else "") if x)
+                                    if int(state.get("n_envs", 1)) > 1 else "",
+                                    f"continued from {Path(cont['checkpoint']).name} at "
+                                    f"{int(cont['steps']):,} steps"
+                                    if isinstance(cont, dict) else "") if x)
         age = now - (run / "state.json").stat().st_mtime
         target, of, left = state.get("target_steps"), "", ""
         if isinstance(target, int) and target > steps > 0 and wall > 0:
