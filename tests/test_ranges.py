@@ -129,29 +129,43 @@ def test_the_same_loop_again_has_nothing_to_recheck():
                for b in ("calibrated", "widened"))
 
 
-def test_a_session_rechecks_its_out_of_range_warning_against_its_baseline(tmp_path):
-    """A kick takes the pendulum's rates out of range: the warning's event carries a re-check
-    whose calibrated-bin shifts are exactly what the recorded windows and baseline say."""
+def _kicked(tmp_path, at: int, steps: int):
+    """A recorded pendulum session (baseline 30 windows) kicked out of range at ``at``."""
     from idt_desk_sources.pendulum import PendulumSource
 
     from idt_desk.live.session import Session, SessionConfig, run_headless
     from idt_desk.recordings import load_recording
 
     session = Session(SessionConfig(speed=None, baseline_windows=30), record=tmp_path / "r")
-    session.schedule(6000, "perturb", name="kick",
+    session.schedule(at, "perturb", name="kick",
                      params=PendulumSource.perturbation("kick").resolve({"d_omega1": 12.0}))
-    run_headless(session, steps=14000)
+    run_headless(session, steps=steps)
     rec = load_recording(tmp_path / "r")
-    ev, w = rec.events, rec.windows
-    warn = ev[ev["kind"] == "symbols_out_of_range"].iloc[0]
-    base = ev[ev["kind"] == "baseline"].iloc[0]
-    check, at = warn["recheck"], int(warn["i"])
-    assert check["verdict"] in ("shift", "artefact", "none") and check["k"] == 3.0
-    latest = w[(w["end"] <= at)].tail(Session.OUT_OF_RANGE_PERSIST)
+    ev = rec.events
+    return session, ev, rec.windows, ev[ev["kind"] == "baseline"].iloc[0]
+
+
+def _assert_calibrated_shifts(check, at: int, windows, base) -> None:
+    """The re-check's calibrated-bin shifts are the recorded windows' against the baseline's."""
+    from idt_desk.live.session import Session
+
+    latest = windows[windows["end"] <= at].tail(Session.OUT_OF_RANGE_PERSIST)
     assert int(latest["end"].iloc[-1]) == at
     for m in IDT_METRICS:
         want = (latest[m].mean() - base["mean"][m]) / base["std"][m]
         assert check["shift"][m]["calibrated"] == pytest.approx(want, abs=0.006)
+
+
+def test_a_session_rechecks_its_out_of_range_warning_against_its_baseline(tmp_path):
+    """A kick takes the pendulum's rates out of range: the warning's event carries a re-check
+    whose calibrated-bin shifts are exactly what the recorded windows and baseline say."""
+    from idt_desk.live.session import Session
+
+    session, ev, w, base = _kicked(tmp_path, 6000, 14000)
+    warn = ev[ev["kind"] == "symbols_out_of_range"].iloc[0]
+    check, at = warn["recheck"], int(warn["i"])
+    assert check["verdict"] in ("shift", "artefact", "none") and check["k"] == 3.0
+    _assert_calibrated_shifts(check, at, w, base)
     # While the warning holds, it is re-checked every PERSIST windows.
     later = session.snapshot(1).out_of_range_warning["recheck"]
     assert later["at"] > at and (later["at"] - at) % (
@@ -181,27 +195,15 @@ def test_the_recheck_in_words_names_the_components_and_the_advice():
 def test_a_warning_raised_before_the_baseline_is_rechecked_once_there_is_one(tmp_path):
     """Out of range while the baseline is still being gathered: nothing to compare with yet;
     the first re-check after the baseline comes is announced, measured against it."""
-    from idt_desk_sources.pendulum import PendulumSource
+    from idt_desk.live.session import Session
 
-    from idt_desk.live.session import Session, SessionConfig, run_headless
-    from idt_desk.recordings import load_recording
-
-    session = Session(SessionConfig(speed=None, baseline_windows=30), record=tmp_path / "r")
-    session.schedule(2500, "perturb", name="kick",
-                     params=PendulumSource.perturbation("kick").resolve({"d_omega1": 12.0}))
-    run_headless(session, steps=9000)
-    rec = load_recording(tmp_path / "r")
-    ev, w = rec.events, rec.windows
+    session, ev, w, base = _kicked(tmp_path, 2500, 9000)
     warn = ev[ev["kind"] == "symbols_out_of_range"].iloc[0]
-    base = ev[ev["kind"] == "baseline"].iloc[0]
     assert warn["i"] < base["i"] and not isinstance(warn.get("recheck"), dict)
     checks = ev[ev["kind"] == "symbols_recheck"]
     first = checks.iloc[0]
     stride = session.preset.stride
     assert base["i"] < first["i"] <= base["i"] + Session.OUT_OF_RANGE_PERSIST * stride
-    latest = w[w["end"] <= first["i"]].tail(Session.OUT_OF_RANGE_PERSIST)
-    for m in IDT_METRICS:
-        want = (latest[m].mean() - base["mean"][m]) / base["std"][m]
-        assert first["recheck"]["shift"][m]["calibrated"] == pytest.approx(want, abs=0.006)
+    _assert_calibrated_shifts(first["recheck"], int(first["i"]), w, base)
     verdicts = [c["verdict"] for c in checks["recheck"]]
     assert all(a != b for a, b in itertools.pairwise(verdicts))  # changes only
