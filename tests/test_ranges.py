@@ -207,3 +207,15 @@ def test_a_warning_raised_before_the_baseline_is_rechecked_once_there_is_one(tmp
     _assert_calibrated_shifts(first["recheck"], int(first["i"]), w, base)
     verdicts = [c["verdict"] for c in checks["recheck"]]
     assert all(a != b for a, b in itertools.pairwise(verdicts))  # changes only
+
+
+def test_the_reference_windows_in_the_calibrated_bins_are_computed_once():
+    sym_s, sym_a = _symbolizers()
+    reference = _loop(W + 39 * STRIDE, seed=0)
+    cache: dict = {}
+    got = [recheck(sym_s, sym_a, reference, _shifted(_loop(W + 19 * STRIDE, seed=s)),
+                   window=W, stride=STRIDE, cache=cache) for s in (3, 4)]
+    assert len(cache["calibrated"]["P"]) == 40
+    for recent_seed, out in zip((3, 4), got, strict=True):
+        fresh = _check(reference, _shifted(_loop(W + 19 * STRIDE, seed=recent_seed)))
+        assert out == fresh

@@ -87,8 +87,8 @@ def _windows(sym_s: Symbolizer, sym_a: Symbolizer | None, rows: tuple, window: i
 
 
 def recheck(sym_s: Symbolizer, sym_a: Symbolizer | None, reference: tuple, recent: tuple, *,
-            window: int, stride: int, correction: str | None = None, k: float = 3.0
-            ) -> dict[str, Any]:
+            window: int, stride: int, correction: str | None = None, k: float = 3.0,
+            cache: dict[str, Any] | None = None) -> dict[str, Any]:
     """Each IDT component's shift, recent windows against reference ones, in two binnings.
 
     ``reference`` and ``recent`` are raw rows (s, a or None, s_next); each is cut into its
@@ -100,13 +100,20 @@ def recheck(sym_s: Symbolizer, sym_a: Symbolizer | None, reference: tuple, recen
     still, same sign, at least half that in the widened ones. ``verdict``: ``"shift"`` when
     there are any; ``"artefact"`` when the calibrated bins show a shift of ``k`` that the
     widened ones do not keep (the clamping made it); ``"none"`` when neither binning does.
+    ``cache``: a dict kept with ``reference`` (its windows in the calibrated bins, which do
+    not change, are computed once into it).
     """
     binnings = {"calibrated": (sym_s, sym_a),
                 "widened": (sym_s.widened(reference[0], reference[2], recent[0], recent[2]),
                             None if sym_a is None else sym_a.widened(reference[1], recent[1]))}
     shift: dict[str, dict[str, float]] = {}
+    cache = {} if cache is None else cache
     for label, (ss, sa) in binnings.items():
-        ref = _windows(ss, sa, reference, window, stride, correction)
+        if label == "calibrated":
+            ref = cache.get(label) or _windows(ss, sa, reference, window, stride, correction)
+            cache[label] = ref
+        else:
+            ref = _windows(ss, sa, reference, window, stride, correction)
         now = _windows(ss, sa, recent, window, stride, correction)
         for m in IDT_METRICS:
             r, x = ref[m][np.isfinite(ref[m])], now[m][np.isfinite(now[m])]
@@ -185,6 +192,7 @@ class RangeWatch:
         self._rows = RowRing()
         #: Raw rows of the windows the baseline in force was gathered from (None: none yet).
         self.reference: tuple | None = None
+        self._cache: dict[str, Any] = {}  # what recheck() keeps of the reference
         self._since_check = 0
         self._verdict: str | None = None  # the latest re-check's, while the warning holds
 
@@ -217,6 +225,7 @@ class RangeWatch:
             if j == baseline_row and self.session is not None:
                 end = int(table["end"][j])
                 self.reference = self._rows.rows(end - self._spans()[0], end)
+                self._cache = {}
             recent.append(float(frac))
             if len(recent) < recent.maxlen:
                 continue
@@ -253,7 +262,8 @@ class RangeWatch:
         pipe = ses._pipe
         check = recheck(pipe.sym_s, pipe.sym_a, self.reference, recent,
                         window=ses.preset.window, stride=ses.preset.stride,
-                        correction=ses.config.correction, k=ses.monitor.k)
+                        correction=ses.config.correction, k=ses.monitor.k,
+                        cache=self._cache)
         self.warning["recheck"] = {**check, "at": at}
         if announce and check["verdict"] != self._verdict:
             self.later("symbols_recheck", at=at, recheck=check)
