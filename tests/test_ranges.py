@@ -219,3 +219,20 @@ def test_the_reference_windows_in_the_calibrated_bins_are_computed_once():
     for recent_seed, out in zip((3, 4), got, strict=True):
         fresh = _check(reference, _shifted(_loop(W + 19 * STRIDE, seed=recent_seed)))
         assert out == fresh
+
+
+def test_a_baseline_too_long_to_hold_is_not_kept_for_a_recheck():
+    from types import SimpleNamespace
+
+    from idt_desk.live.ranges import RangeWatch
+
+    def watch(n_baseline: int, stride: int) -> RangeWatch:
+        ses = SimpleNamespace(preset=SimpleNamespace(window=300, stride=stride),
+                              monitor=SimpleNamespace(n_baseline=n_baseline))
+        w = RangeWatch(0.05, 20, lambda *a, **k: None, ses)
+        w.add_rows(np.ones((10, 17)), np.ones((10, 6)), np.ones((10, 17)), backlog=0)
+        return w
+
+    assert watch(800, 50)._rows.total == 10  # the cheetah's default: 40,250 rows, 13 MB
+    # 10,000 windows at a stride of 100,000 (both within the limits): 1e9 rows, never held.
+    assert watch(10_000, 100_000)._rows.total == 0

@@ -182,6 +182,9 @@ class RangeWatch:
         (None: no re-check; a dialogue's turns have no rows to re-check).
     """
 
+    #: Most memory the raw rows may take; a longer baseline is not re-checked.
+    MAX_BYTES = 256 * 2**20
+
     def __init__(self, warn: float, persist: int, later: Later, session: Any = None) -> None:
         self.warn = warn
         self.recent: deque[float] = deque(maxlen=persist)
@@ -209,8 +212,13 @@ class RangeWatch:
         ``backlog``: rows taken in but not yet judged (buffered for the symbols' calibration,
         or waiting for the detector's thresholds).
         """
-        if self.session is not None:
-            self._rows.add(s, a, s_next, keep=max(self._spans()) + len(s) + backlog)
+        if self.session is None:
+            return
+        keep = max(self._spans()) + len(s) + backlog
+        width = np.shape(s)[1] * 2 + (0 if a is None else np.size(a) // max(len(s), 1))
+        if keep * width * 8 > self.MAX_BYTES:
+            return  # a baseline too long to hold (limits allow 10,000 windows of any stride)
+        self._rows.add(s, a, s_next, keep=keep)
 
     def update(self, table: Mapping[str, np.ndarray], baseline_row: int | None = None) -> None:
         """Take in new windows' out-of-range fractions.
