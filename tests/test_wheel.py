@@ -47,6 +47,7 @@ def _shipped_data() -> list[str]:
     assets = ROOT / "assets"
     files = sorted(
         [*assets.glob("policies/*.zip"), *assets.glob("policies/*.json"),
+         *assets.glob("policies/*.pkl"),
          *(p for p in (assets / "recordings" / "dialogue-smollm2-contradictions").rglob("*")
            if p.is_file()),
          assets / "data" / "DP_Sample.csv.gz"])
@@ -190,7 +191,7 @@ def test_wheel_holds_the_shipped_data(installed: Installed):
         assert member in sizes, f"{member} missing from the wheel"
         assert sizes[member] == (ROOT / "assets" / name).stat().st_size, member
     # Each policy comes with its model card (the default policy is chosen by the cards).
-    zips = {n[:-4] for n in shipped if n.endswith(".zip")}
+    zips = {n[:-4] for n in shipped if n.startswith("policies/") and n.endswith(".zip")}
     assert zips == {n[:-5] for n in shipped if n.startswith("policies/") and n.endswith(".json")}
 
 
