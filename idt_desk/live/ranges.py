@@ -26,7 +26,7 @@ import numpy as np
 
 from idt_desk.detection.monitor import IDT_METRICS
 from idt_desk.live.alarms import Later
-from idt_desk.metrics.engine import MetricEngine
+from idt_desk.metrics.engine import sliding_metrics
 from idt_desk.metrics.symbolize import Symbolizer
 
 __all__ = ["VERDICTS", "RangeWatch", "RowRing", "recheck", "recheck_text", "shift_verdict"]
@@ -81,9 +81,9 @@ class RowRing:
 def _windows(sym_s: Symbolizer, sym_a: Symbolizer | None, rows: tuple, window: int,
              stride: int, correction: str | None) -> dict[str, np.ndarray]:
     s, a, s_next = rows
-    engine = MetricEngine(window, stride, has_action=sym_a is not None, correction=correction)
-    return engine.push(sym_s.transform(s), sym_s.transform(s_next),
-                       None if sym_a is None else sym_a.transform(a))
+    return sliding_metrics(sym_s.transform(s), sym_s.transform(s_next),
+                           None if sym_a is None else sym_a.transform(a), window, stride,
+                           correction)
 
 
 def recheck(sym_s: Symbolizer, sym_a: Symbolizer | None, reference: tuple, recent: tuple, *,
@@ -103,17 +103,15 @@ def recheck(sym_s: Symbolizer, sym_a: Symbolizer | None, reference: tuple, recen
     ``cache``: a dict kept with ``reference`` (its windows in the calibrated bins, which do
     not change, are computed once into it).
     """
-    binnings = {"calibrated": (sym_s, sym_a),
-                "widened": (sym_s.widened(reference[0], reference[2], recent[0], recent[2]),
-                            None if sym_a is None else sym_a.widened(reference[1], recent[1]))}
-    shift: dict[str, dict[str, float]] = {}
+    wide = (sym_s.widened(reference[0], reference[2], recent[0], recent[2]),
+            None if sym_a is None else sym_a.widened(reference[1], recent[1]))
     cache = {} if cache is None else cache
-    for label, (ss, sa) in binnings.items():
-        if label == "calibrated":
-            ref = cache.get(label) or _windows(ss, sa, reference, window, stride, correction)
-            cache[label] = ref
-        else:
-            ref = _windows(ss, sa, reference, window, stride, correction)
+    if "calibrated" not in cache:
+        cache["calibrated"] = _windows(sym_s, sym_a, reference, window, stride, correction)
+    shift: dict[str, dict[str, float]] = {}
+    for label, (ss, sa), ref in (
+            ("calibrated", (sym_s, sym_a), cache["calibrated"]),
+            ("widened", wide, _windows(*wide, reference, window, stride, correction))):
         now = _windows(ss, sa, recent, window, stride, correction)
         for m in IDT_METRICS:
             r, x = ref[m][np.isfinite(ref[m])], now[m][np.isfinite(now[m])]
