@@ -236,3 +236,23 @@ def test_a_baseline_too_long_to_hold_is_not_kept_for_a_recheck():
     assert watch(800, 50)._rows.total == 10  # the cheetah's default: 40,250 rows, 13 MB
     # 10,000 windows at a stride of 100,000 (both within the limits): 1e9 rows, never held.
     assert watch(10_000, 100_000)._rows.total == 0
+
+
+def test_a_warning_is_never_seen_without_its_recheck(tmp_path, monkeypatch):
+    """The GUI reads the warning from its own thread while the loop's thread re-checks it:
+    a warning raised after the baseline is published only once its re-check is attached."""
+    from idt_desk.live import ranges
+
+    seen = []
+    plain = ranges.RangeWatch._recheck
+
+    def observing(self, at):  # what a snapshot taken during the re-check would copy
+        seen.append(None if self.warning is None else dict(self.warning))
+        return plain(self, at)
+
+    monkeypatch.setattr(ranges.RangeWatch, "_recheck", observing)
+    _session, ev, _w, _base = _kicked(tmp_path, 6000, 9000)
+    warn = ev[ev["kind"] == "symbols_out_of_range"].iloc[0]
+    assert isinstance(warn["recheck"], dict)
+    assert seen and seen[0] is None  # the first re-check ran before the warning was out
+    assert all(s is None or isinstance(s.get("recheck"), dict) for s in seen)

@@ -238,9 +238,11 @@ class RangeWatch:
             mean = sum(recent) / len(recent)
             at = int(table["end"][j])
             if self.warning is None and mean > self.warn:
-                self.warning = {"fraction": mean, "since_i": at}
-                self._verdict = None
-                check = self._recheck(at, announce=False)
+                check = self._recheck(at)
+                self._verdict = check and check["verdict"]
+                # Published whole: a snapshot taken meanwhile never sees it without its check.
+                self.warning = {"fraction": mean, "since_i": at,
+                                **({"recheck": {**check, "at": at}} if check else {})}
                 self.later("symbols_out_of_range", at=at, fraction=mean, windows=len(recent),
                            **({"recheck": check} if check else {}))
             elif self.warning is not None:
@@ -250,28 +252,25 @@ class RangeWatch:
                     self.later("symbols_in_range", at=at, fraction=mean)
                 else:
                     self._since_check += 1
-                    if self._since_check >= recent.maxlen:
-                        self._recheck(at)
+                    if self._since_check >= recent.maxlen and (check := self._recheck(at)):
+                        self.warning["recheck"] = {**check, "at": at}
+                        if check["verdict"] != self._verdict:
+                            self.later("symbols_recheck", at=at, recheck=check)
+                        self._verdict = check["verdict"]
 
-    def _recheck(self, at: int, announce: bool = True) -> dict[str, Any] | None:
-        """Re-check the latest windows up to transition ``at``; ``announce`` a new verdict.
+    def _recheck(self, at: int) -> dict[str, Any] | None:
+        """Re-check the latest windows up to transition ``at`` (see :func:`recheck`).
 
         None: nothing to check with (no baseline yet, or its rows no longer held).
         """
         self._since_check = 0
         ses = self.session
-        if ses is None or self.reference is None or self.warning is None:
+        if ses is None or self.reference is None:
             return None
         recent = self._rows.rows(at - self._spans()[1], at)
         if recent is None:
             return None
         pipe = ses._pipe
-        check = recheck(pipe.sym_s, pipe.sym_a, self.reference, recent,
-                        window=ses.preset.window, stride=ses.preset.stride,
-                        correction=ses.config.correction, k=ses.monitor.k,
-                        cache=self._cache)
-        self.warning["recheck"] = {**check, "at": at}
-        if announce and check["verdict"] != self._verdict:
-            self.later("symbols_recheck", at=at, recheck=check)
-        self._verdict = check["verdict"]
-        return check
+        return recheck(pipe.sym_s, pipe.sym_a, self.reference, recent,
+                       window=ses.preset.window, stride=ses.preset.stride,
+                       correction=ses.config.correction, k=ses.monitor.k, cache=self._cache)
