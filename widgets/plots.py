@@ -35,10 +35,10 @@ from PySide6.QtWidgets import (
 )
 
 from idt_desk.live.session import Snapshot, undefined_reason
+from idt_desk.recordings import WINDOW_EVENTS
 
 __all__ = ["MAX_EPISODES", "METRICS", "NON_NEGATIVE", "SHOWN_WHEN_DEFINED", "STRUCTURAL",
-           "WINDOW_EVENTS", "MetricPlots", "PlotNavigator", "ReturnPlot", "event_x",
-           "format_params"]
+           "MetricPlots", "PlotNavigator", "ReturnPlot", "event_x", "format_params"]
 
 #: (window column, axis label (HTML), curve colour)
 METRICS = (
@@ -79,12 +79,6 @@ MAX_PULSES = 40
 MAX_UNDEFINED = 500
 #: Smallest y span shown (bits; P is a ratio): a constant metric is not magnified to noise.
 MIN_SPAN = 1e-3
-
-
-#: Events the pipeline logs at the end of a window: their ``i`` is the window's end, which on
-#: the turn path is the turn itself.
-WINDOW_EVENTS = frozenset({"baseline", "alarm_on", "alarm_off", "detected", "not_detected",
-                           "symbols_out_of_range", "symbols_in_range", "symbols_recheck"})
 
 
 def event_x(ev: dict[str, Any], turns: bool) -> float:

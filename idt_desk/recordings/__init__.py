@@ -13,7 +13,7 @@ files for ``idt-desk analyze``. The modules: :mod:`~idt_desk.recordings.writer`,
 
 from __future__ import annotations
 
-from idt_desk.recordings._format import FORMAT_VERSION, RecordingError
+from idt_desk.recordings._format import FORMAT_VERSION, WINDOW_EVENTS, RecordingError
 from idt_desk.recordings.export import export_recording
 from idt_desk.recordings.reader import (
     Recording,
@@ -25,6 +25,6 @@ from idt_desk.recordings.reader import (
 from idt_desk.recordings.tail import RecordingTail
 from idt_desk.recordings.writer import Recorder
 
-__all__ = ["FORMAT_VERSION", "Recorder", "Recording", "RecordingError", "RecordingTail",
-           "export_recording", "load_recording", "newest_recording", "recording_size",
-           "runs_by_start"]
+__all__ = ["FORMAT_VERSION", "WINDOW_EVENTS", "Recorder", "Recording", "RecordingError",
+           "RecordingTail", "export_recording", "load_recording", "newest_recording",
+           "recording_size", "runs_by_start"]

@@ -67,9 +67,10 @@ _FILES = ("config.json", "transitions.csv", "windows.csv", "events.jsonl")
 #: The events a session writes just before it closes a recording.
 _CLOSING_EVENTS = ("session_end", "recording_stop")
 
-#: Events a window's verdict makes, stamped at that window's end (Auto's switches too).
-_WINDOW_EVENTS = ("baseline", "alarm_on", "alarm_off", "detected", "not_detected",
-                  "symbols_out_of_range", "symbols_in_range", "symbols_recheck")
+#: Events a window's verdict makes, stamped at that window's end (Auto's switches too): their
+#: ``i`` is the window's end, which on a dialogue's turn path is the turn itself.
+WINDOW_EVENTS = frozenset({"baseline", "alarm_on", "alarm_off", "detected", "not_detected",
+                           "symbols_out_of_range", "symbols_in_range", "symbols_recheck"})
 
 
 def _in_transition_order(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -89,7 +90,7 @@ def _in_transition_order(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if isinstance(i, int) and not isinstance(i, bool):
             last = i
         kind = ev.get("kind")
-        window = kind in _WINDOW_EVENTS or (
+        window = kind in WINDOW_EVENTS or (
             str(kind).startswith("modulation_") and ev.get("auto") is True
             and "window_start" in ev)
         keyed.append(((last, 0 if window else 1, pos), ev))
