@@ -19,7 +19,7 @@ pytest.importorskip("pytestqt")
 import pyqtgraph as pg
 from idt_desk_widgets.main_window import MainWindow
 from PySide6.QtCore import QPoint, Qt
-from PySide6.QtWidgets import QApplication, QCheckBox, QLabel, QPushButton, QWidget
+from PySide6.QtWidgets import QApplication, QCheckBox, QLabel, QMessageBox, QPushButton, QWidget
 
 from idt_desk.live.plugins import discover, register
 from idt_desk.live.ranges import recheck_text
@@ -33,8 +33,6 @@ WAIT = 30_000  # ms; the first test may load the numba cache
 
 def _clear_when_asked(monkeypatch) -> None:
     """Reset's question (an unrecorded session) answered: clear it."""
-    from PySide6.QtWidgets import QMessageBox
-
     monkeypatch.setattr(QMessageBox, "question",
                         staticmethod(lambda *_a: QMessageBox.StandardButton.Reset))
 
@@ -254,7 +252,7 @@ def test_kick_with_period_0_is_a_one_shot_marker(qtbot, window):
     assert len(pulses()) == 1 and len(window.plots._pulses) == 1
 
 
-def test_out_of_range_symbols_show_a_notice_that_recalibrates(qtbot, window):
+def test_out_of_range_symbols_show_a_notice_that_recalibrates(qtbot, window, monkeypatch):
     # A big kick takes the pendulum's velocities far outside the calibrated bins.
     kick = {"d_omega1": 40.0, "d_omega2": -40.0, "period": 0.0}
     window.baseline_spin.setValue(30)  # a verdict before the kick at 6 s
@@ -278,7 +276,30 @@ def test_out_of_range_symbols_show_a_notice_that_recalibrates(qtbot, window):
     check = snap.out_of_range_warning["recheck"]
     assert html.escape(recheck_text(check)) in window.alarms.notice_text.text()
     assert "Re-checked with bins widened" in window.alarms.notice_text.text()
+    # The loop itself changed (the kick raised its energy): re-calibrating would take the new
+    # loop as normal, so the button says "anyway" and asks; Cancel keeps the symbols.
+    def verdict():
+        return ((window.session.snapshot(1).out_of_range_warning or {}).get("recheck")
+                or {}).get("verdict")
+
+    qtbot.waitUntil(lambda: verdict() == "shift", timeout=WAIT)
+    qtbot.waitUntil(lambda: "anyway" in window.alarms.recalibrate_button.text(), timeout=WAIT)
+    asked, answer = [], [QMessageBox.StandardButton.Cancel]
+
+    def question(_parent, title, text, *_a):
+        asked.append((title, text))
+        return answer[0]
+
+    monkeypatch.setattr(QMessageBox, "question", staticmethod(question))
+    reconfigured = []
+    monkeypatch.setattr(window.session, "reconfigure", lambda *a, plain=window.session.reconfigure,
+                        **k: (reconfigured.append(1), plain(*a, **k))[1])
     qtbot.mouseClick(window.alarms.recalibrate_button, Qt.MouseButton.LeftButton)
+    assert len(asked) == 1 and "changed loop" in asked[0][0] and "sd" in asked[0][1]
+    assert not reconfigured and window.session.snapshot(1).out_of_range_warning is not None
+    answer[0] = QMessageBox.StandardButton.Yes
+    qtbot.mouseClick(window.alarms.recalibrate_button, Qt.MouseButton.LeftButton)
+    assert len(asked) == 2 and reconfigured == [1]
     qtbot.waitUntil(lambda: any(e["kind"] == "reconfigure"
                                 for e in window.session.snapshot(1).events), timeout=WAIT)
     qtbot.waitUntil(lambda: not notice.isVisible(), timeout=WAIT)

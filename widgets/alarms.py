@@ -20,6 +20,15 @@ from PySide6.QtWidgets import (
 from idt_desk.live.ranges import recheck_text
 from idt_desk.live.session import Session, Snapshot, undefined_reason
 
+#: The notice's button by the range re-check's verdict (None: no re-check yet): its label and
+#: tooltip. After a ``shift`` the button says what re-calibrating would do to the detection.
+_RECALIBRATE = {
+    None: ("Re-calibrate symbols", "Re-symbolise from the data that follows with the current "
+           "pipeline: new bin edges, then a new baseline"),
+    "shift": ("Re-calibrate anyway…", "The re-check found the loop itself changed: "
+              "re-calibrating now takes the changed loop as the new baseline (asks first)"),
+}
+
 __all__ = ["AlarmPanel"]
 
 _GREY, _GREEN, _RED = "#b9bec6", "#3aa757", "#d93025"
@@ -174,11 +183,9 @@ class AlarmPanel(QGroupBox):
         self.notice_text = QLabel("", self.notice)
         self.notice_text.setWordWrap(True)
         nl.addWidget(self.notice_text)
-        self.recalibrate_button = QPushButton("Re-calibrate symbols", self.notice)
+        self.recalibrate_button = QPushButton(_RECALIBRATE[None][0], self.notice)
         self.recalibrate_button.setObjectName("recalibrate")
-        self.recalibrate_button.setToolTip(
-            "Re-symbolise from the data that follows with the current pipeline: new bin "
-            "edges, then a new baseline")
+        self.recalibrate_button.setToolTip(_RECALIBRATE[None][1])
         self.recalibrate_button.clicked.connect(self.recalibrate.emit)
         nl.addWidget(self.recalibrate_button)
         self.notice.hide()
@@ -368,6 +375,11 @@ class AlarmPanel(QGroupBox):
                 "transitions had a value outside the range the bins were calibrated on, "
                 f"clamped into an edge bin{latest}. "
             )
+            verdict = (warning.get("recheck") or {}).get("verdict")
+            label, tip = _RECALIBRATE.get(verdict, _RECALIBRATE[None])
+            if label != self.recalibrate_button.text():
+                self.recalibrate_button.setText(label)
+                self.recalibrate_button.setToolTip(tip)
             if warning.get("recheck"):  # the change seen with bins that cover the data
                 text += html.escape(recheck_text(warning["recheck"]))
             else:

@@ -13,7 +13,7 @@ from typing import Any
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QMessageBox, QWidget
 
-__all__ = ["SHORTCUTS", "install_shortcuts", "may_discard"]
+__all__ = ["SHORTCUTS", "install_shortcuts", "may_discard", "may_recalibrate"]
 
 #: (keys, what it does, the window's method name).
 SHORTCUTS = (
@@ -56,3 +56,18 @@ def may_discard(parent: QWidget, windows: int, events: int, recorded: bool) -> b
         QMessageBox.StandardButton.Reset | QMessageBox.StandardButton.Cancel,
         QMessageBox.StandardButton.Cancel)
     return answer == QMessageBox.StandardButton.Reset
+
+
+def may_recalibrate(parent: QWidget, recheck: str) -> bool:
+    """Whether to re-calibrate the symbols after the range re-check found a real shift.
+
+    ``recheck``: the re-check in words. Cancel is the default answer: re-calibrating takes
+    the changed loop as the new normal, so the detection it made is given up.
+    """
+    answer = QMessageBox.question(
+        parent, "Re-calibrate a changed loop?",
+        f"{recheck}\n\nRe-calibrating now fits new bins and a new baseline to the changed "
+        "loop: the alarm would then measure against it.\n\nRe-calibrate anyway?",
+        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+        QMessageBox.StandardButton.Cancel)
+    return answer == QMessageBox.StandardButton.Yes

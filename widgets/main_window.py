@@ -25,7 +25,7 @@ from idt_desk_widgets.forms import (
     compact_combo,
     compact_form,
 )
-from idt_desk_widgets.keys import install_shortcuts, may_discard
+from idt_desk_widgets.keys import install_shortcuts, may_discard, may_recalibrate
 from idt_desk_widgets.loading import SessionBuilder, build_session
 from idt_desk_widgets.plots import MetricPlots, PlotNavigator, ReturnPlot
 from idt_desk_widgets.views import make_view
@@ -54,6 +54,7 @@ from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS
 from idt_desk.live.alarms import overlap_text
 from idt_desk.live.backlog import Backlog
 from idt_desk.live.plugins import SourceLoadError, discover
+from idt_desk.live.ranges import recheck_text
 from idt_desk.live.session import Session, Snapshot
 from idt_desk.live.source import Source
 from idt_desk.metrics.presets import PRESETS
@@ -1272,6 +1273,10 @@ class MainWindow(QMainWindow):
     def _recalibrate(self) -> None:
         """Re-symbolise from the data that follows with the current pipeline (the notice)."""
         if self.session is None or not self.session.running:
+            return
+        warning = self.session.snapshot(1).out_of_range_warning or {}
+        if (warning.get("recheck") or {}).get("verdict") == "shift" and not may_recalibrate(
+                self, recheck_text(warning["recheck"])):
             return
         try:
             self.session.reconfigure()
