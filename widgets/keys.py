@@ -49,13 +49,11 @@ def may_discard(parent: QWidget, windows: int, events: int, recorded: bool) -> b
     """
     if recorded or (windows == 0 and events == 0):
         return True
-    answer = QMessageBox.question(
+    return _confirm(
         parent, "Clear this session?",
         f"This session is not recorded: Reset clears its {windows:,} windows and {events:,} "
         "events from the plots and the event log. (Export CSV keeps them.)\n\nClear them?",
-        QMessageBox.StandardButton.Reset | QMessageBox.StandardButton.Cancel,
-        QMessageBox.StandardButton.Cancel)
-    return answer == QMessageBox.StandardButton.Reset
+        QMessageBox.StandardButton.Reset)
 
 
 def may_recalibrate(parent: QWidget, recheck: str) -> bool:
@@ -64,10 +62,17 @@ def may_recalibrate(parent: QWidget, recheck: str) -> bool:
     ``recheck``: the re-check in words. Cancel is the default answer: re-calibrating takes
     the changed loop as the new normal, so the detection it made is given up.
     """
-    answer = QMessageBox.question(
+    return _confirm(
         parent, "Re-calibrate a changed loop?",
         f"{recheck}\n\nRe-calibrating now fits new bins and a new baseline to the changed "
         "loop: the alarm would then measure against it.\n\nRe-calibrate anyway?",
-        QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
-        QMessageBox.StandardButton.Cancel)
-    return answer == QMessageBox.StandardButton.Yes
+        QMessageBox.StandardButton.Yes)
+
+
+def _confirm(parent: QWidget, title: str, text: str, button: QMessageBox.StandardButton
+             ) -> bool:
+    """Ask ``button`` or Cancel, Cancel the default; whether ``button`` was the answer."""
+    answer = QMessageBox.question(parent, title, text,
+                                  button | QMessageBox.StandardButton.Cancel,
+                                  QMessageBox.StandardButton.Cancel)
+    return answer == button
