@@ -414,3 +414,34 @@ def test_a_new_phase_continues_from_a_checkpoint_with_an_empty_replay_buffer(tmp
     with pytest.raises(ValueError, match="continue it the same way"):
         train("sac", 6, 100, out2, checkpoint_dir=tmp_path / "y", continue_from=first,
               **{**kw, "normalize": False})
+
+
+def test_a_settled_checkpoint_is_kept_apart_from_the_next_one(tmp_path, monkeypatch):
+    """The closed-loop probe says settled: that checkpoint is copied to settled/<steps>/
+    (the next one overwrites the run's own), whole, and --progress names it."""
+    pytest.importorskip("sbx")
+    from idt_desk_sources.gym import train as train_mod
+
+    pushes = iter([[1.4], [-5.5], [1.2]])  # chaotic, settled, chaotic again
+    monkeypatch.setattr(train_mod, "nudge_growth", lambda *a, **k: next(pushes))
+    ckpt, out = tmp_path / "runs" / "sac-seed6", tmp_path / "policies"
+    kept = []
+    for steps in (300, 400, 500):
+        train("sac", 6, steps, out, checkpoint_dir=ckpt, checkpoint_minutes=60.0,
+              eval_episodes=1, trainer="sbx", train_freq=4, normalize=True,
+              learning_starts=250, resume=steps > 300)
+        kept.append(sorted(p.name for p in (ckpt / "settled").glob("*")))
+        if steps == 400:
+            weights = (ckpt / "model.zip").read_bytes()
+    assert kept == [[], ["400"], ["400"]]
+    copy = ckpt / "settled" / "400"
+    assert sorted(p.name for p in copy.iterdir()) == ["model.zip", "state.json",
+                                                      "vecnormalize.pkl"]
+    assert (copy / "model.zip").read_bytes() == weights != (ckpt / "model.zip").read_bytes()
+    assert json.loads((copy / "state.json").read_text())["history"][-1]["nudge_log10"] == -5.5
+    (line,) = progress(tmp_path / "runs")
+    assert line.endswith("settled at 1 of 3 checkpoints; kept: settled/400")
+    # The copy is a checkpoint: its card is written from it as from any run's folder.
+    path = train("sac", 6, 1, tmp_path / "snap", checkpoint_dir=copy, resume=True,
+                 eval_episodes=1, trainer="sbx", train_freq=4, normalize=True)
+    assert json.loads(path.with_suffix(".json").read_text())["steps"] == 400

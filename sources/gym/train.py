@@ -39,6 +39,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -172,8 +173,31 @@ class _Checkpoints:
                  **({"continued_from": self.continued} if self.continued else {})}
         (self.folder / "state.json.tmp").write_text(json.dumps(state))
         os.replace(self.folder / "state.json.tmp", self.folder / "state.json")
+        probe = self.history[-1] if self.history else {}
+        if probe.get("steps") == steps and probe.get("nudge_log10") is not None \
+                and settled(probe["nudge_log10"]):
+            self.keep(state)
         self.last = time.monotonic()
         self.last_steps = int(model.num_timesteps)
+
+    #: Where a run keeps its settled checkpoints: ``settled/<steps>/`` inside its folder.
+    KEPT = "settled"
+
+    def keep(self, state: dict[str, Any]) -> Path:
+        """Copy the checkpoint just written (weights, VecNormalize, state; no replay buffer).
+
+        The next checkpoint overwrites this one, and a settled closed loop may not outlast
+        the next 25 k steps of training: the copy is what can be shipped. ``--resume
+        --checkpoint-dir`` on it (``--steps 1``) writes its card; ``--continue-from`` starts
+        a phase from it.
+        """
+        dest = self.folder / self.KEPT / str(state["steps"])
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in ("model.zip", "vecnormalize.pkl"):
+            if (self.folder / name).exists():
+                shutil.copyfile(self.folder / name, dest / name)
+        (dest / "state.json").write_text(json.dumps(state))  # last: the copy is whole
+        return dest
 
 
 def train(
@@ -382,7 +406,8 @@ def progress(folder: Path, now: float | None = None) -> list[str]:
     its average pace so far) and training time, how long ago its last checkpoint was written
     (a run still going writes one every few minutes), its learning curve's last and best
     deterministic episodes, and at how many checkpoints its closed loop was settled (the push
-    stayed below the card's threshold; see :func:`idt_desk_sources.gym.cards.nudge_growth`).
+    stayed below the card's threshold; see :func:`idt_desk_sources.gym.cards.nudge_growth`),
+    and the copies kept of those checkpoints (``settled/<steps>``).
     """
     now = time.time() if now is None else now
     runs = sorted(p.parent for p in [folder / "state.json", *folder.glob("*/state.json")]
@@ -424,6 +449,10 @@ def progress(folder: Path, now: float | None = None) -> list[str]:
                      f" ({gait}{loop}); best {best['return_deterministic']:,.0f} at "
                      f"{best['steps']:,}; settled at {sum(map(settled, probed))} of {len(probed)} "
                      "checkpoints")
+        kept = sorted((int(d.parent.name), d.parent) for d in
+                      run.glob(f"{_Checkpoints.KEPT}/*/state.json") if d.parent.name.isdigit())
+        if kept:
+            line += "; kept: " + ", ".join(str(d.relative_to(run)) for _n, d in kept)
         lines.append(line)
     return lines
 
