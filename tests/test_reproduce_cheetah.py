@@ -98,6 +98,13 @@ def test_tiny_reproduction_writes_every_output(tiny_run):
         assert fa == {"alarms": int(np.isfinite(trials[trials["perturbation"] == "none"]
                                                 [f"live_{kind}_IDT"]).sum()), "trials": 2}
     assert "Live-calibrated detectors" in table and "| mewma |" in table
+    # What the budget lets the controls alarm, from their own loop time after the onset.
+    chance = live["by_chance"]
+    control = trials[trials["perturbation"] == "none"]
+    seconds = (control["steps"] - control["onset_step"]) * 0.05  # HalfCheetah: dt 0.05 s
+    assert chance["minutes_after_onset"] == pytest.approx(seconds.mean() / 60)
+    assert chance["expected"] == pytest.approx(np.sum(1 - np.exp(-seconds / 3600)))
+    assert f"{chance['expected']:.1f} of 2 controls expected" in table
     assert (out / "detection.png").stat().st_size > 10_000
 
 
@@ -496,3 +503,37 @@ def test_out_of_sample_from_two_runs_on_the_command_line(tiny_run, tmp_path):
     assert "Chosen on" in (tmp_path / "oos" / "out_of_sample.md").read_text()
     assert main(["reproduce", "cheetah", "--out-of-sample", str(tmp_path), str(out),
                  "--out", str(tmp_path / "x")]) == 2  # no trials.csv there
+
+
+def test_the_budget_says_how_many_alarmed_controls_are_chance():
+    """The Poisson-binomial count of alarmed controls, against a brute-force enumeration."""
+    import itertools
+
+    import pandas as pd
+    from idt_desk_sources.gym.reproduce import _by_chance
+
+    def controls(post_steps):
+        return pd.DataFrame({"steps": [14_000 + n for n in post_steps], "onset_step": 14_000,
+                             "loop_seconds_per_step": 0.05})
+
+    post = [36_000, 36_000, 72_000, 18_000, 36_000]  # 30, 30, 60, 15, 30 min after the onset
+    got = _by_chance(controls(post), "1/h")
+    p = [1 - math.exp(-n * 0.05 / 3600) for n in post]
+    dist = [0.0] * 6
+    for hits in itertools.product((0, 1), repeat=5):
+        dist[sum(hits)] += math.prod(q if h else 1 - q for q, h in zip(p, hits, strict=True))
+    tail = [sum(dist[k:]) for k in range(6)]
+    assert got["expected"] == pytest.approx(sum(p))
+    assert got["p_control"] == pytest.approx(np.mean(p))
+    assert got["minutes_after_onset"] == pytest.approx(33.0)
+    assert got["over"] == next(k for k in range(6) if tail[k] < 0.05)
+    assert tail[got["over"] - 1] >= 0.05
+    # At 4/h even all five alarmed is no surprise: no count says the budget was broken.
+    assert _by_chance(controls(post), "4/h")["over"] is None
+    # 20 half-hour controls at 1/h: binomial, p = 1 - e^-0.5; 12 or more is the 5 % tail.
+    twenty = _by_chance(controls([36_000] * 20), "1/h")
+    assert twenty["expected"] == pytest.approx(20 * (1 - math.exp(-0.5)))
+    assert twenty["over"] == 12
+    # Budgets not in loop time, and runs without their loop time, say nothing.
+    assert _by_chance(controls(post), "1/1000windows") is None
+    assert _by_chance(controls(post).drop(columns="loop_seconds_per_step"), "1/h") is None

@@ -660,6 +660,7 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
             "auto": trial.auto, "actions": _protocol(task), "env_seed": _seed(task, trial),
             "onset_step": onset,
             "steps": sum(len(p[0]) for p in parts), "error": failure,
+            "loop_seconds_per_step": 1.0 / rate if rate else math.nan,
         }
         if failure:
             rows.append(row)
@@ -812,7 +813,8 @@ def _live_summary(open_loop: Any, config: CheetahConfig) -> dict[str, Any] | Non
     control = open_loop[open_loop["perturbation"] == CONTROL]
     perturbed = open_loop[open_loop["perturbation"] != CONTROL]
     out: dict[str, Any] = {"budget": config.false_alarms, "control_trials": len(control),
-                           "perturbed_trials": len(perturbed)}
+                           "perturbed_trials": len(perturbed),
+                           "by_chance": _by_chance(control, config.false_alarms)}
     for kind in LIVE_DETECTORS:
         block = {}
         for g in ("IDT", "reward"):
@@ -830,6 +832,37 @@ def _live_summary(open_loop: Any, config: CheetahConfig) -> dict[str, Any] | Non
             }
         out[kind] = block
     return out
+
+
+def _by_chance(control: Any, budget: str) -> dict[str, Any] | None:
+    """What a budget in loop time lets the control trials alarm, if it is kept exactly.
+
+    A calibrated monitor keeps ``budget`` as a rate of false alarms: a control with T s of
+    loop time after the onset alarms there with probability 1 − exp(−rate·T) (the first
+    alarm of a Poisson stream). The count of alarmed controls is then a sum of Bernoulli
+    trials: its expectation, and ``over``: the least count whose chance is below 5 % (a
+    count at or above it says the budget was not kept). None: a budget not in loop time, or
+    trials without their loop time (older runs).
+    """
+    from idt_desk.detection.detectors import parse_budget
+
+    b = parse_budget(budget)
+    if b.unit != "s" or "loop_seconds_per_step" not in control or not len(control):
+        return None
+    seconds = ((control["steps"] - control["onset_step"])
+               * control["loop_seconds_per_step"]).to_numpy(np.float64)
+    if not np.all(np.isfinite(seconds)):
+        return None
+    p = 1.0 - np.exp(-b.alarms / b.per * seconds)
+    dist = np.zeros(len(p) + 1)  # the count's distribution (Poisson-binomial), by convolution
+    dist[0] = 1.0
+    for q in p:
+        dist[1:] = dist[1:] * (1 - q) + dist[:-1] * q
+        dist[0] *= 1 - q
+    tail = np.cumsum(dist[::-1])[::-1]  # P(count >= k)
+    over = next((k for k in range(len(tail)) if tail[k] < 0.05), None)
+    return {"p_control": float(p.mean()), "minutes_after_onset": float(seconds.mean() / 60),
+            "expected": float(p.sum()), "over": over}
 
 
 def _pre_onset_runs(open_loop: Any, control: Any) -> Any:
@@ -968,6 +1001,19 @@ def reproduce(config: CheetahConfig, *, executor: Any | None = None, progress: b
 # ---------------------------------------------------------------------------------------------
 # Outputs
 # ---------------------------------------------------------------------------------------------
+
+
+def _chance_text(live: dict[str, Any]) -> str:
+    """The live block's false alarms as the budget expects them (see :func:`_by_chance`)."""
+    c = live.get("by_chance")
+    if not c:
+        return ""
+    over = (f"; {c['over']} or more happen by chance with probability under 0.05 (marked "
+            "*over budget*)" if c["over"] is not None else
+            "; no count of them is unlikely enough to say the budget was broken")
+    return (f" Kept exactly, the budget lets a control's {c['minutes_after_onset']:.0f} min "
+            f"of loop time after the onset alarm with probability {c['p_control']:.2f}: "
+            f"{c['expected']:.1f} of {live['control_trials']} controls expected{over}.")
 
 
 def _f(v: Any, digits: int = 3) -> str:
@@ -1121,7 +1167,7 @@ def format_tables(summary: dict[str, Any]) -> str:
                   f"own pre-onset windows to {lv['budget']} (no threshold from other trials): "
                   f"false alarms over {lv['control_trials']} control trials, detection over "
                   f"{lv['perturbed_trials']} perturbed ones, latency in windows after the "
-                  "onset.", "",
+                  f"onset.{_chance_text(lv)}", "",
                   "| Detector | IDT: detection | false alarms | median latency | "
                   "reward: detection | false alarms | median latency |",
                   "|---|---|---|---|---|---|---|"]
@@ -1133,8 +1179,11 @@ def format_tables(summary: dict[str, Any]) -> str:
                     cells += ["—"] * 3
                     continue
                 dt, fa = b["detection"], b["false_alarms"]
+                over = (lv.get("by_chance") or {}).get("over")
                 cells += [f"{dt['detected']} of {dt['trials']}",
-                          f"{fa['alarms']} of {fa['trials']}", _f(b["median_latency"])]
+                          f"{fa['alarms']} of {fa['trials']}"
+                          + (" (over budget)" if over is not None and fa["alarms"] >= over
+                             else ""), _f(b["median_latency"])]
             lines.append(f"| {kind} | " + " | ".join(cells) + " |")
     lines += [
         "",
