@@ -92,9 +92,10 @@ class Alarms:
         for j in judged[idt != before]:
             self.later("alarm_on" if flags["IDT"][j] == 1.0 else "alarm_off", at=int(ends[j]),
                        metric="IDT", window_start=int(table["start"][j]))
-        for m in self.alarm:
-            if m in flags and (m == "IDT" or m in metrics):
-                self.alarm[m] = bool(flags[m][judged[-1]] == 1.0)
+        # Published whole: a snapshot (another thread) never sees half of the lights changed.
+        self.alarm = {m: bool(flags[m][judged[-1]] == 1.0)
+                      if m in flags and (m == "IDT" or m in metrics) else on
+                      for m, on in self.alarm.items()}
         onset = self.onset
         if onset is not None and onset["latency"] is None and not onset.get("logged"):
             self._judge_onset(onset, table, flags, judged, windows_before)
