@@ -15,7 +15,7 @@ pytest.importorskip("mujoco")
 from idt_desk_sources.gym import GymSource
 from idt_desk_sources.gym._policy import PolicyError, algorithm_of
 from idt_desk_sources.gym._source import _CHEETAH_GROUPS, POLICY_DIR
-from idt_desk_sources.gym.cards import evaluate
+from idt_desk_sources.gym.cards import NormalizedActor, evaluate
 from idt_desk_sources.gym.train import train
 
 from idt_desk.live.session import Session, SessionConfig, run_headless
@@ -283,8 +283,11 @@ def test_auto_engages_and_releases_on_a_scripted_alarm(tiny_policy, tmp_path):
 def test_shipped_policy_reaches_its_cards_return(policy):
     card = json.loads(policy.with_suffix(".json").read_text())
     r = card["return_stochastic"]
-    got = evaluate(GymSource(policy=str(policy)).policy.model, card["env_id"], 2,
-                   seed=123, deterministic=False)
+    frozen = GymSource(policy=str(policy)).policy
+    # A policy shipped with VecNormalize statistics sees its observations through them.
+    actor = frozen.model if frozen.normalizer is None else NormalizedActor(frozen.model,
+                                                                          frozen.normalizer)
+    got = evaluate(actor, card["env_id"], 2, seed=123, deterministic=False)
     # Two episodes against the card's ten: within 3 card σ or 15 % of the mean.
     assert abs(np.mean(got) - r["mean"]) <= max(3 * r["std"], 0.15 * abs(r["mean"]))
 
