@@ -284,7 +284,7 @@ def source_monitor(source: Any, p: Mapping[str, Any], preset: Preset) -> Monitor
                *(("reward",) if source.has_reward else ()))
     return build_monitor(
         metrics, baseline_windows=int(p.get("baseline_windows") or 2),
-        detector=p.get("detector") or "persistence",
+        detector=p.get("detector") or source.default_detector,
         false_alarms=p.get("false_alarms") or source.default_budget,
         k=float(p.get("k", 3.0)), persist=int(p.get("persist") or 5),
         drift=float(p.get("drift", 0.5)), ewma_lambda=float(p.get("ewma_lambda") or 0.05),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from idt_desk_sources.pendulum import PendulumSource
 
+from idt_desk.detection.detectors import DETECTOR_KINDS
 from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS
 from idt_desk.live.alarms import baseline_span
 from idt_desk.live.plugins import discover
@@ -30,6 +31,27 @@ def test_every_source_defaults_to_its_own_baseline():
     session = Session(SessionConfig(speed=None))
     assert session.config.baseline_windows == DEFAULT_BASELINE_WINDOWS
     assert baseline_span(session) == (0, _end(DEFAULT_BASELINE_WINDOWS))
+
+
+def test_every_source_defaults_to_a_known_detector_and_the_window_shows_it(qtbot, tmp_path):
+    """Persistence unless a source says otherwise; a policy in an environment alarms by MEWMA
+    (the comparison in assets/docs/rl.md). The side panel follows the chosen source."""
+    pytest.importorskip("pytestqt")
+    from idt_desk_widgets.main_window import MainWindow
+
+    defaults = {name: entry.load().default_detector for name, entry in discover().items()}
+    assert set(defaults.values()) <= set(DETECTOR_KINDS), defaults
+    assert defaults["pendulum"] == defaults["dialogue"] == "persistence"
+    assert defaults["gym"] == "mewma"
+    assert Session(SessionConfig(speed=None)).monitor.spec.kind == "persistence"
+    w = MainWindow(speed=None, record_dir=tmp_path)
+    qtbot.addWidget(w)
+    assert w.detector_combo.currentData() == "persistence"
+    w._select_source("gym", {})
+    assert w.detector_combo.currentData() == "mewma"
+    w._select_source("pendulum", {})
+    assert w.detector_combo.currentData() == "persistence"
+    w.close()
 
 
 def test_a_default_pendulum_run_has_a_baseline_long_enough_for_its_budget():

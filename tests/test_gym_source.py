@@ -279,6 +279,26 @@ def test_auto_engages_and_releases_on_a_scripted_alarm(tiny_policy, tmp_path):
     assert np.all(a[on:off] == a[on - 1]) and not np.all(a[off:off + 10] == a[on - 1])
 
 
+def test_a_session_given_no_detector_alarms_by_mewma_and_records_it(tiny_policy, tmp_path):
+    """The RL default is MEWMA (the comparison in assets/docs/rl.md); a detector given wins.
+
+    The pendulum keeps persistence (``tests/test_defaults.py``); the gym wrapper's default is
+    the gym source's (``tests/test_gym_wrapper.py``).
+    """
+    cfg = SessionConfig(speed=None, calibration_windows=2, baseline_windows=40)
+    session = Session(cfg, source=GymSource(policy=str(tiny_policy)), record=tmp_path / "r")
+    assert session.config.detector == "mewma" and session.monitor.spec.kind == "mewma"
+    snap = run_headless(session, steps=300 + 45 * 50)
+    assert snap.error is None and snap.detector["calibrated"]
+    rec = load_recording(tmp_path / "r")
+    assert rec.config["session"]["detector"] == "mewma"
+    (base,) = rec.events[rec.events["kind"] == "baseline"]["detector"]
+    assert base["detector"] == "mewma", base
+    given = Session(SessionConfig(speed=None, detector="persistence"),
+                    source=GymSource(policy=str(tiny_policy)))
+    assert given.monitor.spec.kind == "persistence"
+
+
 @pytest.mark.parametrize("policy", SHIPPED, ids=lambda p: p.stem)
 def test_shipped_policy_reaches_its_cards_return(policy):
     card = json.loads(policy.with_suffix(".json").read_text())

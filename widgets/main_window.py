@@ -50,6 +50,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from idt_desk.detection.detectors import DEFAULT_DETECTOR
 from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS
 from idt_desk.live.alarms import overlap_text
 from idt_desk.live.backlog import Backlog
@@ -649,6 +650,8 @@ class MainWindow(QMainWindow):
                                     (30 if turns else DEFAULT_BASELINE_WINDOWS))
         self._symbol_form.labelForField(self.baseline_spin).setText(
             "Baseline turns" if turns else "Baseline windows")
+        self.detector_combo.setCurrentIndex(max(0, self.detector_combo.findData(
+            getattr(cls, "default_detector", DEFAULT_DETECTOR))))
         self.budget_edit.setPlaceholderText(
             "the recording's" if getattr(cls, "name", "") == "replay"
             else getattr(cls, "default_budget", "1/h"))

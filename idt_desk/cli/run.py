@@ -49,12 +49,12 @@ def _add_session_options(p: argparse.ArgumentParser) -> None:
                    help="baseline = the N windows that follow the calibration windows "
                         "(default 800, long enough for the default budget; a dialogue's 30 "
                         "turns)")
-    p.add_argument("--detector", choices=DETECTOR_KINDS, default="persistence",
-                   help="the alarm: persistence (default; m windows in a row beyond a "
-                   "calibrated kσ), cusum (two-sided CUSUM, calibrated), ewma (EWMA of each "
+    p.add_argument("--detector", choices=DETECTOR_KINDS, default=None,
+                   help="the alarm: persistence (m windows in a row beyond a calibrated kσ; "
+                   "the default), cusum (two-sided CUSUM, calibrated), ewma (EWMA of each "
                    "component's z, calibrated), mewma (one multivariate EWMA of the whitened "
-                   "components, calibrated) or paper (the first window beyond --k σ: the "
-                   "paper's rule, not calibrated)")
+                   "components, calibrated; the gym source's default) or paper (the first "
+                   "window beyond --k σ: the paper's rule, not calibrated)")
     p.add_argument("--false-alarms", metavar="BUDGET",
                    help="false-alarm budget in loop time: 1/h (default), 2/30min, "
                    "1/10episodes, 1/100turns (a dialogue's default), 1/1000windows")
@@ -85,7 +85,7 @@ def _check_pipeline(args: argparse.Namespace) -> None:
 #: differs was given on the command line.
 _PIPELINE_DEFAULTS = {"preset": None, "bins": None, "window": None, "stride": None,
                       "calibration_windows": 20, "baseline_windows": None,
-                      "detector": "persistence", "false_alarms": None, "persist": None,
+                      "detector": None, "false_alarms": None, "persist": None,
                       "ewma_lambda": 0.05, "k": 3.0, "correction": None}
 
 

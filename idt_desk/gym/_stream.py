@@ -18,7 +18,7 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from idt_desk.detection.detectors import parse_budget
+from idt_desk.detection.detectors import CONTROL_DETECTOR, parse_budget
 from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS, IDT_METRICS, Monitor
 from idt_desk.limits import check_finite
 from idt_desk.metrics.engine import WINDOW_KEYS
@@ -308,8 +308,8 @@ class _Stream:
         return self._windows.arrays()
 
 
-#: The alarm's options of the wrapper and the callback, with a session's defaults.
-ALARM_DEFAULTS: dict[str, Any] = {"detector": "persistence", "false_alarms": None,
+#: The alarm's options of the wrapper and the callback, with the gym source's defaults.
+ALARM_DEFAULTS: dict[str, Any] = {"detector": CONTROL_DETECTOR, "false_alarms": None,
                                   "baseline_windows": DEFAULT_BASELINE_WINDOWS, "persist": 5,
                                   "k": 3.0}
 

@@ -66,10 +66,12 @@ class SessionConfig:
         None: the source's ``default_baseline`` (800 windows, long enough for the default
         budget; a dialogue's 30 turns, the paper's dialogue baseline).
     detector
-        ``persistence`` (default: ``persist`` windows in a row beyond a calibrated kσ),
-        ``cusum`` (two-sided, reference ``drift`` σ), ``ewma`` (of each component's z, weight
+        ``persistence`` (``persist`` windows in a row beyond a calibrated kσ), ``cusum``
+        (two-sided, reference ``drift`` σ), ``ewma`` (of each component's z, weight
+        ``ewma_lambda``), ``mewma`` (one EWMA of the whitened components, weight
         ``ewma_lambda``) or ``paper`` (the first window beyond ``k`` σ, uncalibrated: the
-        paper's rule). See ``idt_desk.detection.detectors``.
+        paper's rule). See ``idt_desk.detection.detectors``. None: the source's
+        ``default_detector`` (persistence; MEWMA for a policy in an environment).
     false_alarms
         The false-alarm budget in loop time ("1/h", "1/100turns", "1/10episodes"); None: the
         source's ``default_budget``. The IDT components share it; reward has its own.
@@ -95,7 +97,7 @@ class SessionConfig:
     stride: int | None = None
     calibration_windows: int = 20
     baseline_windows: int | None = None
-    detector: str = "persistence"
+    detector: str | None = None
     false_alarms: str | None = None
     #: Persistence's m; None: 5 windows, or 1 on the turn path (an injection is one turn).
     persist: int | None = None
@@ -127,6 +129,22 @@ class SessionConfig:
     #: Settings only the windows path uses (symbols over sliding windows).
     SYMBOL_FIELDS = ("preset", "bins", "window", "stride", "calibration_windows", "correction",
                      "preset_spec")
+
+    def resolve_defaults(self, source: Any) -> None:
+        """Fill the settings left None from ``source``'s declarations.
+
+        Its metric path, baseline, budget and detector; persistence's m: 1 turn on the turn
+        path, else 5 windows.
+        """
+        self.metric_path = source.metric_path
+        if self.baseline_windows is None:
+            self.baseline_windows = int(source.default_baseline)
+        if self.false_alarms is None:
+            self.false_alarms = source.default_budget
+        if self.detector is None:
+            self.detector = source.default_detector
+        if self.persist is None:
+            self.persist = 1 if self.metric_path == "turns" else 5
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form; a turn path's leaves out the symbol settings, which do not apply."""

@@ -128,7 +128,7 @@ class Recorder:
     preset, bins, window, stride, calibration_windows, baseline_windows, detector,
     false_alarms
         The pipeline, as ``idt-desk run`` takes it (``idt_desk.live.session.SessionConfig``),
-        checked against the same limits.
+        checked against the same limits; ``detector`` None is persistence.
     chunk
         Transitions gathered before the pipeline's thread takes them (it takes what there
         is at least every ``flush_seconds`` all the same).
@@ -158,7 +158,7 @@ class Recorder:
         stride: int | None = None,
         calibration_windows: int = 20,
         baseline_windows: int | None = None,
-        detector: str = "persistence",
+        detector: str | None = None,
         false_alarms: str | None = None,
         chunk: int = 1000,
         flush_seconds: float = 0.25,

@@ -111,18 +111,11 @@ class Session:
                 raise ValueError(f"tokenizer {overrides['tokenizer']!r}: must be a name")
             for key, value in overrides.items():
                 setattr(self.config, key, value)
-        self.config.metric_path = source.metric_path
         if source.metric_path not in ("windows", "turns"):
             raise ValueError(f"source {source.name}: metric_path must be 'windows' or 'turns', "
                              f"not {source.metric_path!r}")
         self._turn_path = source.metric_path == "turns"
-        # Defaults resolved here, so a recording states what was in force.
-        if self.config.baseline_windows is None:
-            self.config.baseline_windows = int(source.default_baseline)
-        if self.config.false_alarms is None:
-            self.config.false_alarms = source.default_budget
-        if self.config.persist is None:
-            self.config.persist = 1 if self._turn_path else 5
+        self.config.resolve_defaults(source)  # so a recording states what was in force
         #: The turn path (a dialogue: token metrics, transcript, length confound), or None.
         self._turns: TurnPath | None = TurnPath(self) if self._turn_path else None
         if not self._turn_path:

@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from idt_desk.detection.detectors import DEFAULT_DETECTOR
 from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS
 
 __all__ = [
@@ -278,6 +279,8 @@ class Source(ABC):
     #: The baseline's length a session uses unless told otherwise, in windows (turns on the
     #: turn path): long enough for the default budget (``DEFAULT_BASELINE_WINDOWS``).
     default_baseline: int = DEFAULT_BASELINE_WINDOWS
+    #: The alarm's detector a session uses unless told otherwise (``DETECTOR_KINDS``).
+    default_detector: str = DEFAULT_DETECTOR
     #: Steps of an episode, for false-alarm budgets per episode (None: no episodes).
     episode_steps: int | None = None
     #: A warning about the data to say once before a session runs (a replay of an

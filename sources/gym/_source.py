@@ -29,6 +29,7 @@ import numpy as np
 from idt_desk_sources.gym._policy import FrozenPolicy, PolicyError
 
 from idt_desk import assets
+from idt_desk.detection.detectors import CONTROL_DETECTOR
 from idt_desk.live.source import (
     DIM_REDUCTION,
     HOLD,
@@ -236,6 +237,8 @@ class GymSource(Source):
     #: stays under 1 % (commands still act within 0.1 s; Auto cuts calls at window ends).
     chunk = 200
     presets = ("cheetah", "gym")
+    #: MEWMA: the detector that sees most on the shipped agents (``assets/docs/rl.md``).
+    default_detector = CONTROL_DETECTOR
     settings = (
         Param("env_id", "HalfCheetah-v5", "Environment",
               help="a Gymnasium id (HalfCheetah-v5, HalfCheetah-v4, ...)"),
