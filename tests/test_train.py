@@ -408,6 +408,18 @@ def test_a_new_phase_continues_from_a_checkpoint_with_an_empty_replay_buffer(tmp
     assert "continued from a checkpoint at 300 steps with an empty replay buffer" in \
         card["hyperparameters"]
     assert sbx.SAC.load(second / "model.zip").num_timesteps == 200
+    assert "train_freq=4 and gradient_steps=4" in card["hyperparameters"]  # the source's
+    # A new phase may take another update rhythm (the authors': one update a step); a resumed
+    # run keeps its own.
+    with pytest.raises(ValueError, match="started with train_freq=4: a resumed run keeps it"):
+        train("sac", 6, 300, out2, checkpoint_dir=second, resume=True,
+              **{**kw, "train_freq": 1})
+    third = tmp_path / "third"
+    p4 = train("sac", 6, 120, tmp_path / "p4", checkpoint_dir=third, continue_from=first,
+               learning_starts=100, **{**kw, "train_freq": 1})
+    model = sbx.SAC.load(third / "model.zip")
+    assert (model.train_freq.frequency, model.gradient_steps) == (1, 1)
+    assert "train_freq" not in json.loads(p4.with_suffix(".json").read_text())["hyperparameters"]
     with pytest.raises(ValueError, match="its own --checkpoint-dir"):
         train("sac", 6, 100, out2, checkpoint_dir=first, continue_from=first, **kw)
     with pytest.raises(ValueError, match="no checkpoint there"):

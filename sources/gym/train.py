@@ -213,7 +213,7 @@ def train(
     threads: int = 1,
     command: str = "",
     trainer: str = "sb3",
-    train_freq: int = 1,
+    train_freq: int | None = None,
     checkpoint_steps: int = 25_000,
     normalize: bool = False,
     learning_starts: int | None = None,
@@ -232,6 +232,10 @@ def train(
     state, entropy coefficient and VecNormalize statistics carry over; the replay buffer
     starts empty and the step count at 0, so the first ``learning_starts`` steps act at
     random again. ``steps`` counts this phase; the card says where it started.
+
+    ``train_freq`` (SAC, TQC): environment steps between updates, with as many gradient steps
+    (times ``n_envs``). None: 1 for a new run, the checkpoint's own for a resumed run or a new
+    phase (as SB3's load keeps it); a new phase may set another rhythm, a resumed run may not.
     """
     import gymnasium as gym
     import torch
@@ -290,10 +294,9 @@ def train(
         if normalize:
             env = VecNormalize.load(str(ckpt / "vecnormalize.pkl"), env)
         model = load_checkpoint(cls, ckpt / "model.zip", env)
-        if learning_starts is not None and learning_starts != getattr(
-                model, "learning_starts", None):
-            raise ValueError(f"{ckpt} was started with learning_starts="
-                             f"{getattr(model, 'learning_starts', None)}: a resumed run keeps it")
+        _check_kept("learning_starts", learning_starts, getattr(model, "learning_starts", None),
+                    ckpt)
+        _check_kept("train_freq", train_freq, _train_freq(model), ckpt)
         if (ckpt / "replay.pkl").exists():
             model.load_replay_buffer(ckpt / "replay.pkl")
         wall_before = float(state["wall_seconds"])
@@ -310,13 +313,19 @@ def train(
         model.num_timesteps = 0  # a new phase; the buffer load_checkpoint made is empty
         if learning_starts is not None:
             model.learning_starts = learning_starts
+        if train_freq is not None and algo != "ppo":
+            from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
+
+            model.train_freq = TrainFreq(train_freq, TrainFrequencyUnit.STEP)
+            model.gradient_steps = train_freq * n_envs
         print(f"continuing {name} from {source} at {continued['steps']:,} steps, with an "
               f"empty replay buffer and {getattr(model, 'learning_starts', 0):,} random steps "
               "first", file=sys.stderr)
     else:
         extra: dict[str, Any] = {}
-        if (train_freq != 1 or n_envs != 1) and algo != "ppo":
-            extra = {"train_freq": train_freq, "gradient_steps": train_freq * n_envs}
+        freq = train_freq or 1
+        if (freq != 1 or n_envs != 1) and algo != "ppo":
+            extra = {"train_freq": freq, "gradient_steps": freq * n_envs}
         if learning_starts is not None:
             if algo == "ppo":
                 raise ValueError("--learning-starts is for SAC and TQC (PPO has none)")
@@ -336,7 +345,7 @@ def train(
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.zip"
     trained_steps = int(model.num_timesteps)
-    freq = getattr(getattr(model, "train_freq", None), "frequency", 1)
+    freq = _train_freq(model)
     gradient_steps = getattr(model, "gradient_steps", freq)
     starts = getattr(model, "learning_starts", None)
     stats = model.get_vec_normalize_env()
@@ -373,6 +382,18 @@ def train(
     (out / f"{name}.json").write_text(json.dumps(card, indent=2) + "\n")
     env.close()
     return path
+
+
+def _train_freq(model: Any) -> int:
+    """Environment steps between ``model``'s updates (1 for an on-policy model)."""
+    return int(getattr(getattr(model, "train_freq", None), "frequency", 1))
+
+
+def _check_kept(name: str, given: Any, kept: Any, ckpt: Path) -> None:
+    """Refuse a setting a resumed run cannot change (None: keep the checkpoint's)."""
+    if given is not None and given != kept:
+        raise ValueError(f"{ckpt} was started with {name}={kept}: a resumed run keeps it "
+                         "(--continue-from starts a new phase that may change it)")
 
 
 def _continuation(source: Path, ckpt: Path, normalize: bool, n_envs: int) -> Path:
@@ -479,9 +500,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trainer", choices=TRAINERS, default="sb3",
                    help="sb3 (torch) or sbx (JAX SAC, exported to an SB3 zip; "
                         'pip install -e ".[train]")')
-    p.add_argument("--train-freq", type=int, default=1,
+    p.add_argument("--train-freq", type=int, default=None,
                    help="environment steps between updates, as many gradient steps each "
-                        "(default 1, SB3's)")
+                        "(default 1, SB3's; a resumed run or a new phase: the checkpoint's)")
     p.add_argument("--learning-starts", type=int,
                    help="SAC/TQC: random-action steps before the first update (default: the "
                         "library's, 100; the paper authors' SAC used 10,000)")
@@ -541,7 +562,8 @@ def run(args: argparse.Namespace) -> int:
     check_int("--steps", args.steps, 1)
     check_int("--threads", args.threads, 1, 256)
     check_int("--checkpoint-steps", args.checkpoint_steps, 1)
-    check_int("--train-freq", args.train_freq, 1, 10_000)
+    if args.train_freq is not None:
+        check_int("--train-freq", args.train_freq, 1, 10_000)
     if args.learning_starts is not None:
         check_int("--learning-starts", args.learning_starts, 0)
     if args.envs is not None:
