@@ -135,6 +135,23 @@ def test_the_budget_holds_on_null_streams_of_overlapping_windows(kind, phi):
     assert counts["paper"] > 3 * budget, counts
 
 
+def test_a_short_mewma_baseline_is_reported_with_the_length_its_joint_threshold_needs():
+    """The T² threshold's inflation counts too: at the length said, nothing is too short."""
+    rng = np.random.default_rng(3)
+    x = np.column_stack([_overlapping_windows(8_000, rng, 0.9) for _ in range(3)])
+
+    def base(n):
+        return {"P": x[:n, 0], "H_f": x[:n, 1], "H_b": x[:n, 2], "dH": x[:n, 2] - x[:n, 1]}
+
+    # Long enough for each component's EWMA (the lights), too short for T² (the IDT light).
+    short = calibrate(DetectorSpec("mewma"), base(900), 20_000.0, overlap=6)
+    assert max(short.inflation.values()) <= 1.25 < short.joint["inflation"]
+    assert short.too_short and short.needed_windows > 900
+    long = calibrate(DetectorSpec("mewma"), base(short.needed_windows), 20_000.0, overlap=6)
+    assert not long.too_short and long.needed_windows is None, (long.inflation, long.joint)
+    assert "needed_windows" not in long.joint and "needed_windows" not in short.joint
+
+
 def test_a_short_baseline_is_reported_with_the_length_that_would_do():
     rng = np.random.default_rng(3)
     x = _overlapping_windows(2_000, rng, 0.9)

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -548,6 +549,7 @@ def calibrate(
     if spec.kind == "mewma" and len(comps) > 1:
         joint = _calibrate_joint(spec, baseline, comps, mean, std, float(arl_windows),
                                  max_lag, overlap, seed, max_samples)
+        needed = max(needed, joint.pop("needed_windows", 0))
     return Calibration(spec, comps, mean, std, threshold, n_windows, n_eff, inflation,
                        None if arl_c is None else float(arl_windows), needed or None, joint)
 
@@ -576,12 +578,38 @@ def _calibrate_joint(spec: DetectorSpec, baseline: dict[str, np.ndarray],
     n_eff = float(min(max(u.shape[0] / max(taus), 2.0), u.shape[0]))
     count = length / arl
     known = _crossing_threshold(joint_statistic(spec.lam, path)[0], count)
+    h = _crossing_threshold(joint_statistic(spec.lam, _worse_joint(path, n_eff))[0], count)
+    inflation = h / known if known > 0 else 1.0
+    out = {"whitening": w.tolist(), "threshold": h, "n_eff": n_eff, "inflation": inflation}
+    if inflation > TOO_SHORT_INFLATION:
+        # The length at which the pessimism's inflation of T²'s threshold falls to the limit.
+        sub = path[: min(len(path), 400_000 // max(r, 1))]
+        count_sub = count * len(sub) / len(path)
+        base = _crossing_threshold(joint_statistic(spec.lam, sub)[0], count_sub) or known
+        out["needed_windows"] = _first_n_eff(
+            lambda n: _crossing_threshold(joint_statistic(spec.lam, _worse_joint(sub, n))[0],
+                                          count_sub) <= TOO_SHORT_INFLATION * base,
+            u.shape[0] / n_eff)
+    return out
+
+
+def _worse_joint(path: np.ndarray, n_eff: float) -> np.ndarray:
+    """Whitened null rows as a baseline of ``n_eff`` effective windows may misread them.
+
+    σ at its upper bound, the mean two standard errors off along one whitened direction.
+    """
     delta, gamma = _pessimism(n_eff)
     worse = path * gamma
-    worse[:, 0] += delta * gamma  # the mean error along one whitened direction
-    h = _crossing_threshold(joint_statistic(spec.lam, worse)[0], count)
-    return {"whitening": w.tolist(), "threshold": h, "n_eff": n_eff,
-            "inflation": h / known if known > 0 else 1.0}
+    worse[:, 0] += delta * gamma
+    return worse
+
+
+def _first_n_eff(good_enough: Callable[[float], bool], windows_per_eff: float) -> int:
+    """Baseline windows at the first effective size on a fixed grid that is good enough."""
+    for n_eff in (10, 15, 20, 30, 45, 70, 100, 150, 220, 330, 500, 750, 1000, 2000, 5000):
+        if good_enough(float(n_eff)):
+            return math.ceil(n_eff * windows_per_eff)
+    return math.ceil(5000 * windows_per_eff)
 
 
 def _needed_windows(spec: DetectorSpec, path: np.ndarray, count: float, known: float,
@@ -590,10 +618,11 @@ def _needed_windows(spec: DetectorSpec, path: np.ndarray, count: float, known: f
     sub = path[: min(path.size, 400_000)]
     count_sub = count * sub.size / path.size
     base = _crossing_threshold(detector_statistic(spec, sub)[0], count_sub) or known
-    for n_eff in (10, 15, 20, 30, 45, 70, 100, 150, 220, 330, 500, 750, 1000, 2000, 5000):
-        delta, gamma = _pessimism(float(n_eff))
+
+    def good_enough(n_eff: float) -> bool:
+        delta, gamma = _pessimism(n_eff)
         thr = _crossing_threshold(detector_statistic(spec, (sub + delta) * gamma)[0],
                                   count_sub)
-        if thr <= TOO_SHORT_INFLATION * base:
-            return math.ceil(n_eff * windows_per_eff)
-    return math.ceil(5000 * windows_per_eff)
+        return thr <= TOO_SHORT_INFLATION * base
+
+    return _first_n_eff(good_enough, windows_per_eff)
