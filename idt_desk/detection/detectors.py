@@ -59,7 +59,10 @@ Assumptions, stated: the in-control metric is a stationary Gaussian process whos
 autocorrelation the baseline shows (heavy tails or slow drifts the baseline does not contain
 are not covered); the paper rule is not calibrated. A baseline whose finite size inflates a
 threshold by more than 25 % over what a perfectly known baseline would need is reported as
-too short, with the length that would do.
+too short, with the length that would do (for MEWMA, the length T²'s threshold needs too).
+
+One file: each detector's statistic, the null it is calibrated on and the baseline length it
+needs are one argument, and the calibration simulates the very statistics defined here.
 """
 
 from __future__ import annotations
