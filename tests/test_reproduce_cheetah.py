@@ -181,6 +181,23 @@ def test_auto_engages_the_modulation_and_it_shows_in_the_actions():
     assert closed["return_post"] < open_loop["return_post"]
 
 
+def test_auto_may_follow_every_calibrated_detector_from_the_command_line(monkeypatch, tmp_path):
+    # Auto follows whichever detector is named; the RL source's live default (MEWMA) too.
+    import idt_desk_sources.gym.reproduce as rc
+
+    seen = []
+    monkeypatch.setattr(rc, "reproduce", lambda config, progress: seen.append(config) or
+                        (_ for _ in ()).throw(InputError("stop here")))
+    for kind in ("ewma", "mewma"):
+        assert main(["reproduce", "cheetah", "--auto", "hold", "--auto-detector", kind,
+                     "--out", str(tmp_path)]) == 2
+        assert seen.pop().auto_detector == kind
+    assert main(["reproduce", "cheetah", "--out", str(tmp_path)]) == 2
+    assert seen.pop().auto_detector == "persistence"  # the documented tables' alarm
+    with pytest.raises(SystemExit):
+        main(["reproduce", "cheetah", "--auto-detector", "loudest", "--out", str(tmp_path)])
+
+
 def _sources(seeds):
     sources = [GymSource(policy=POLICY, deterministic=False) for _ in seeds]
     for src, seed in zip(sources, seeds, strict=True):

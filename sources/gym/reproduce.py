@@ -1369,6 +1369,8 @@ def _names(text: str) -> tuple[str, ...]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``idt-desk reproduce cheetah`` options (and ``func=run``)."""
+    from idt_desk.detection.detectors import DETECTOR_KINDS
+
     parser.description = (
         "Evaluate frozen policies in HalfCheetah with each of the paper's perturbations from "
         "episode --onset, and report detection by P, H_f, H_b, dH, their union (IDT) and "
@@ -1402,10 +1404,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--manual", action="append", default=[], metavar="NAME[:k=v,...]",
                         help="also run every trial with this modulation switched on by hand "
                              "at the onset (the comparison for Auto); repeat for more")
-    parser.add_argument("--auto-detector", choices=("persistence", "cusum", "paper"),
-                        default="persistence",
-                        help="the alarm Auto follows: persistence (default) or cusum, "
-                             "calibrated to --auto-false-alarms, or the paper's 3σ rule")
+    parser.add_argument("--auto-detector", choices=DETECTOR_KINDS, default="persistence",
+                        help="the alarm Auto follows, calibrated to --auto-false-alarms: "
+                             "persistence (the default, which the documented closed-loop "
+                             "tables used), cusum, ewma or mewma (a live RL session's "
+                             "default), or the paper's 3σ rule (paper)")
     parser.add_argument("--auto-false-alarms", default="1/h", metavar="BUDGET",
                         help="Auto's false-alarm budget in loop time (1/h; 1/10episodes)")
     parser.add_argument("--out-of-sample", nargs=2, metavar=("RUN_A", "RUN_B"),
