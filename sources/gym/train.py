@@ -310,6 +310,10 @@ def train(
             env = VecNormalize.load(str(source / "vecnormalize.pkl"), env)
         model = load_checkpoint(cls, source / "model.zip", env)
         continued = {"checkpoint": str(source), "steps": int(model.num_timesteps)}
+        if algo != "ppo":  # the source's update rhythm, which this phase may change
+            continued.update(train_freq=_train_freq(model),
+                             gradient_steps=int(model.gradient_steps),
+                             learning_starts=int(model.learning_starts))
         model.num_timesteps = 0  # a new phase; the buffer load_checkpoint made is empty
         if learning_starts is not None:
             model.learning_starts = learning_starts
@@ -355,13 +359,14 @@ def train(
     hyper = "sb3-contrib defaults" if algo == "tqc" else "stable-baselines3 defaults"
     if n_envs > 1:
         hyper += f", {n_envs} envs stepped together"
-    if (freq != 1 or n_envs > 1) and algo != "ppo":
-        hyper += f", train_freq={freq} and gradient_steps={gradient_steps}"
-    if starts is not None and starts != 100 and algo != "ppo":  # SB3's and SBX's default
-        hyper += f", learning_starts={starts}"
+    if algo != "ppo":
+        hyper += "".join(f", {x}" for x in _rhythm(freq, gradient_steps, starts, n_envs))
     if continued:
-        hyper += (f"; continued from a checkpoint at {continued['steps']:,} steps with an "
-                  "empty replay buffer")
+        before = ", ".join(_rhythm(continued.get("train_freq"), continued.get("gradient_steps"),
+                                   continued.get("learning_starts"), n_envs))
+        hyper += (f"; continued from a checkpoint at {continued['steps']:,} steps"
+                  + (f" (trained with {before})" if before else "")
+                  + " with an empty replay buffer")
     actor = model
     if stats is not None:
         stats.training = False
@@ -387,6 +392,21 @@ def train(
 def _train_freq(model: Any) -> int:
     """Environment steps between ``model``'s updates (1 for an on-policy model)."""
     return int(getattr(getattr(model, "train_freq", None), "frequency", 1))
+
+
+def _rhythm(freq: int | None, gradient_steps: int | None, starts: int | None,
+            n_envs: int) -> list[str]:
+    """An off-policy phase's update rhythm as the card words it, where not the defaults.
+
+    The defaults are one update a step and 100 random steps first; a rhythm not known (an
+    older checkpoint's source) gives nothing.
+    """
+    words = []
+    if freq is not None and (freq != 1 or n_envs > 1):
+        words.append(f"train_freq={freq} and gradient_steps={gradient_steps}")
+    if starts is not None and starts != 100:  # SB3's and SBX's default
+        words.append(f"learning_starts={starts}")
+    return words
 
 
 def _check_kept(name: str, given: Any, kept: Any, ckpt: Path) -> None:
