@@ -394,16 +394,11 @@ def _train_freq(model: Any) -> int:
     return int(getattr(getattr(model, "train_freq", None), "frequency", 1))
 
 
-def _rhythm(freq: int | None, gradient_steps: int | None, starts: int | None,
-            n_envs: int) -> list[str]:
-    """An off-policy phase's update rhythm as the card words it, where not the defaults.
-
-    The defaults are one update a step and 100 random steps first; a rhythm not known (an
-    older checkpoint's source) gives nothing.
-    """
+def _rhythm(freq: int | None, grads: int | None, starts: int | None, n_envs: int) -> list[str]:
+    """The card's words for an update rhythm off the defaults (None: not known, no word)."""
     words = []
     if freq is not None and (freq != 1 or n_envs > 1):
-        words.append(f"train_freq={freq} and gradient_steps={gradient_steps}")
+        words.append(f"train_freq={freq} and gradient_steps={grads}")
     if starts is not None and starts != 100:  # SB3's and SBX's default
         words.append(f"learning_starts={starts}")
     return words
