@@ -10,7 +10,8 @@ import pytest
 
 pytest.importorskip("stable_baselines3")
 
-from idt_desk_sources.gym.train import policy_name, progress, train
+from idt_desk_sources.gym.runs import progress
+from idt_desk_sources.gym.train import policy_name, train
 
 
 def test_train_writes_policy_and_card_and_resumes(tmp_path):
@@ -441,25 +442,29 @@ def test_a_settled_checkpoint_is_kept_apart_from_the_next_one(tmp_path, monkeypa
     pytest.importorskip("sbx")
     from idt_desk_sources.gym import train as train_mod
 
-    pushes = iter([[1.4], [-5.5], [1.2]])  # chaotic, settled, chaotic again
+    # Chaotic, settled while running, chaotic again, settled standing still (return -40).
+    pushes = iter([[1.4], [-5.5], [1.2], [-5.6]])
+    returns = iter([900.0, 1000.0, 1200.0, -40.0])
     monkeypatch.setattr(train_mod, "nudge_growth", lambda *a, **k: next(pushes))
+    monkeypatch.setattr(train_mod, "rollouts", lambda *a, **k: ([next(returns)], 0.0))
     ckpt, out = tmp_path / "runs" / "sac-seed6", tmp_path / "policies"
     kept = []
-    for steps in (300, 400, 500):
+    for steps in (300, 400, 500, 600):
         train("sac", 6, steps, out, checkpoint_dir=ckpt, checkpoint_minutes=60.0,
               eval_episodes=1, trainer="sbx", train_freq=4, normalize=True,
               learning_starts=250, resume=steps > 300)
         kept.append(sorted(p.name for p in (ckpt / "settled").glob("*")))
         if steps == 400:
             weights = (ckpt / "model.zip").read_bytes()
-    assert kept == [[], ["400"], ["400"]]
+    assert kept == [[], ["400"], ["400"], ["400"]]
     copy = ckpt / "settled" / "400"
     assert sorted(p.name for p in copy.iterdir()) == ["model.zip", "state.json",
                                                       "vecnormalize.pkl"]
     assert (copy / "model.zip").read_bytes() == weights != (ckpt / "model.zip").read_bytes()
     assert json.loads((copy / "state.json").read_text())["history"][-1]["nudge_log10"] == -5.5
     (line,) = progress(tmp_path / "runs")
-    assert line.endswith("settled at 1 of 3 checkpoints; kept: settled/400")
+    assert line.endswith("settled at 1 of 4 checkpoints (1 more standing, crawling or upside "
+                         "down); kept: settled/400")
     # The copy is a checkpoint: its card is written from it as from any run's folder.
     path = train("sac", 6, 1, tmp_path / "snap", checkpoint_dir=copy, resume=True,
                  eval_episodes=1, trainer="sbx", train_freq=4, normalize=True)

@@ -51,11 +51,11 @@ from idt_desk_sources.gym.cards import (
     nudge_growth,
     recard,
     rollouts,
-    settled,
 )
 from idt_desk_sources.gym.jax_models import export_sbx, load_checkpoint
+from idt_desk_sources.gym.runs import KEPT, progress, settled_running
 
-__all__ = ["ALGOS", "HELP", "TRAINERS", "add_arguments", "policy_name", "progress", "train"]
+__all__ = ["ALGOS", "HELP", "TRAINERS", "add_arguments", "policy_name", "train"]
 
 #: ``idt-desk train``'s one-line help.
 HELP = "train a Stable-Baselines3 policy to ship (checkpoints, --resume)"
@@ -173,15 +173,10 @@ class _Checkpoints:
                  **({"continued_from": self.continued} if self.continued else {})}
         (self.folder / "state.json.tmp").write_text(json.dumps(state))
         os.replace(self.folder / "state.json.tmp", self.folder / "state.json")
-        probe = self.history[-1] if self.history else {}
-        if probe.get("steps") == steps and probe.get("nudge_log10") is not None \
-                and settled(probe["nudge_log10"]):
+        if self.history and self.history[-1]["steps"] == steps and settled_running(self.history):
             self.keep(state)
         self.last = time.monotonic()
         self.last_steps = int(model.num_timesteps)
-
-    #: Where a run keeps its settled checkpoints: ``settled/<steps>/`` inside its folder.
-    KEPT = "settled"
 
     def keep(self, state: dict[str, Any]) -> Path:
         """Copy the checkpoint just written (weights, VecNormalize, state; no replay buffer).
@@ -191,7 +186,7 @@ class _Checkpoints:
         --checkpoint-dir`` on it (``--steps 1``) writes its card; ``--continue-from`` starts
         a phase from it.
         """
-        dest = self.folder / self.KEPT / str(state["steps"])
+        dest = self.folder / KEPT / str(state["steps"])
         dest.mkdir(parents=True, exist_ok=True)
         for name in ("model.zip", "vecnormalize.pkl"):
             if (self.folder / name).exists():
@@ -427,70 +422,6 @@ def _continuation(source: Path, ckpt: Path, normalize: bool, n_envs: int) -> Pat
         raise ValueError(f"{source} was trained with {int(state.get('n_envs', 1))} env(s) "
                          f"stepped together; continue it with --envs {state.get('n_envs', 1)}")
     return source
-
-
-def _duration(seconds: float) -> str:
-    minutes = round(seconds / 60.0)
-    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
-
-
-def progress(folder: Path, now: float | None = None) -> list[str]:
-    """Where each training run under ``folder`` stands, one line a run, from its checkpoint.
-
-    A run is a sub-folder (or ``folder`` itself) holding ``state.json``: how it trains, its
-    steps (of the ``--steps`` it was started or last resumed with, and the time that leaves at
-    its average pace so far) and training time, how long ago its last checkpoint was written
-    (a run still going writes one every few minutes), its learning curve's last and best
-    deterministic episodes, and at how many checkpoints its closed loop was settled (the push
-    stayed below the card's threshold; see :func:`idt_desk_sources.gym.cards.nudge_growth`),
-    and the copies kept of those checkpoints (``settled/<steps>``).
-    """
-    now = time.time() if now is None else now
-    runs = sorted(p.parent for p in [folder / "state.json", *folder.glob("*/state.json")]
-                  if p.is_file())
-    lines = []
-    for run in runs:
-        try:
-            state = json.loads((run / "state.json").read_text())
-            steps, wall = int(state["steps"]), float(state["wall_seconds"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            lines.append(f"{run.name}: unreadable state.json ({exc})")
-            continue
-        cont = state.get("continued_from")
-        how = ", ".join(x for x in ("VecNormalize" if state.get("normalize") else "",
-                                    f"{int(state.get('n_envs', 1))} envs"
-                                    if int(state.get("n_envs", 1)) > 1 else "",
-                                    f"continued from {Path(cont['checkpoint']).name} at "
-                                    f"{int(cont['steps']):,} steps"
-                                    if isinstance(cont, dict) else "") if x)
-        age = now - (run / "state.json").stat().st_mtime
-        target, of, left = state.get("target_steps"), "", ""
-        if isinstance(target, int) and target > steps > 0 and wall > 0:
-            of = f" of {target:,}"
-            left = f", about {_duration((target - steps) * wall / steps)} to go at its pace so far"
-        line = (f"{run.name}{f' ({how})' if how else ''}: {steps:,}{of} steps in "
-                f"{_duration(wall)}{left}; last checkpoint {_duration(age)} ago")
-        history = [h for h in state.get("history", []) if isinstance(h, dict)
-                   and isinstance(h.get("return_deterministic"), int | float)]
-        if history:
-            last = history[-1]
-            best = max(history, key=lambda h: h["return_deterministic"])
-            push = last.get("nudge_log10")
-            loop = ("" if push is None else
-                    f", push log10 {push:+.1f}: {'settled' if settled(push) else 'chaotic'}")
-            upside = last.get("upside_down_share")
-            gait = "" if upside is None else f"{upside:.0%} upside down"
-            probed = [h["nudge_log10"] for h in history if h.get("nudge_log10") is not None]
-            line += (f"; episode at {last['steps']:,}: {last['return_deterministic']:,.0f}"
-                     f" ({gait}{loop}); best {best['return_deterministic']:,.0f} at "
-                     f"{best['steps']:,}; settled at {sum(map(settled, probed))} of {len(probed)} "
-                     "checkpoints")
-        kept = sorted((int(d.parent.name), d.parent) for d in
-                      run.glob(f"{_Checkpoints.KEPT}/*/state.json") if d.parent.name.isdigit())
-        if kept:
-            line += "; kept: " + ", ".join(str(d.relative_to(run)) for _n, d in kept)
-        lines.append(line)
-    return lines
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
