@@ -469,3 +469,47 @@ def test_a_settled_checkpoint_is_kept_apart_from_the_next_one(tmp_path, monkeypa
     path = train("sac", 6, 1, tmp_path / "snap", checkpoint_dir=copy, resume=True,
                  eval_episodes=1, trainer="sbx", train_freq=4, normalize=True)
     assert json.loads(path.with_suffix(".json").read_text())["steps"] == 400
+
+
+def test_ctrl_c_writes_a_checkpoint_before_training_stops(tmp_path, monkeypatch, capsys):
+    """SIGINT (or SIGTERM) mid-run: the checkpoint as of that step, exit 130, and --resume
+    goes on from it; nothing of the steps since the last periodic checkpoint is lost."""
+    import os
+    import signal
+
+    import tqdm
+
+    class Bar:  # the progress bar: at step 300 the user presses Ctrl-C
+        def __init__(self, total, initial, **kw):
+            self.n = initial
+
+        def update(self, k):
+            self.n += k
+            if self.n == 300:
+                os.kill(os.getpid(), signal.SIGINT)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(tqdm, "tqdm", Bar)
+    before = signal.getsignal(signal.SIGINT)
+    ckpt, out = tmp_path / "ckpt", tmp_path / "policies"
+    # No update before 1,000 steps: the run is quick and its buffer holds every transition.
+    kw = {"checkpoint_dir": ckpt, "checkpoint_minutes": 60.0, "eval_episodes": 1,
+          "learning_starts": 1000}
+    with pytest.raises(SystemExit) as stop:
+        train("sac", 4, 600, out, **kw)
+    assert stop.value.code == 130
+    assert signal.getsignal(signal.SIGINT) is before
+    assert "stopped at 300 steps by SIGINT; checkpoint written to" in capsys.readouterr().err
+    assert json.loads((ckpt / "state.json").read_text())["steps"] == 300
+    from stable_baselines3 import SAC
+
+    model = SAC.load(ckpt / "model.zip")
+    model.load_replay_buffer(ckpt / "replay.pkl")
+    # SB3 stores a step's transition after the callback: every checkpoint, periodic or this
+    # one, holds the buffer up to the step before.
+    assert model.num_timesteps == 300 and model.replay_buffer.pos == 299
+    assert not out.exists()  # no card for a run that did not finish
+    path = train("sac", 4, 600, out, resume=True, **kw)
+    assert json.loads(path.with_suffix(".json").read_text())["steps"] == 600

@@ -10,11 +10,9 @@ import json
 import math
 import signal
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
+from idt_desk.cli.signals import deferred_signals
 from idt_desk.cli.validate import (
     build_source,
     check_float,
@@ -188,29 +186,6 @@ class _SourcePaused(Exception):
     """The source paused the loop (a dialogue's server failed): headless, that ends the run."""
 
 
-@contextmanager
-def _deferred_signals() -> Iterator[list[int]]:
-    """SIGINT and SIGTERM only note themselves in the yielded list while the block runs.
-
-    Python 3.11's ``Thread.join`` marks a still-running thread as finished when a
-    KeyboardInterrupt interrupts it (cpython#90882), so the session's stop() then returns at
-    once and the process exits with the worker still writing: the recording stays incomplete
-    and its last flush interval is lost. Here nothing is raised inside a join; the caller
-    polls the list and stops the session itself, and a second signal cannot break the stop.
-    """
-    received: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield received
-        return
-    previous = {s: signal.signal(s, lambda signum, frame: received.append(signum))
-                for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield received
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-
-
 def _progress_text(snap) -> str:
     """The progress line's status: transitions' time, windows, the latest P and its state."""
     from idt_desk.live import session as session_module
@@ -293,7 +268,7 @@ def _run_run(args: argparse.Namespace) -> int:
 
     # From here to the last line printed, SIGINT/SIGTERM (a first or a second one) only
     # ask for a clean stop: nothing can interrupt closing the recording or the report.
-    with _deferred_signals() as received:
+    with deferred_signals() as received:
 
         def progress(snap) -> None:
             if bar is not None:

@@ -4,7 +4,8 @@ Stable-Baselines3 with its default hyperparameters (paper §10.1) on a Gymnasium
 (HalfCheetah-v5 by default), one torch thread, a progress bar, a checkpoint every
 ``--checkpoint-steps`` steps or ``--checkpoint-minutes`` minutes, whichever comes first
 (model, SAC's replay buffer, steps done and wall time so far) and ``--resume``, so a long run
-survives an interruption. The final policy is written as ``<env>-<algo>-seed<N>.zip`` with a
+survives an interruption; Ctrl-C or SIGTERM writes one as of that step before the run stops
+(exit code 130 or 143). The final policy is written as ``<env>-<algo>-seed<N>.zip`` with a
 model card ``<same>.json`` beside it: algorithm, seed, steps, evaluation return (mean ± std
 over ``--eval-episodes`` stochastic and deterministic episodes), library versions, wall time
 and the command.
@@ -40,6 +41,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -54,6 +56,8 @@ from idt_desk_sources.gym.cards import (
 )
 from idt_desk_sources.gym.jax_models import export_sbx, load_checkpoint
 from idt_desk_sources.gym.runs import KEPT, progress, settled_running
+
+from idt_desk.cli.signals import deferred_signals
 
 __all__ = ["ALGOS", "HELP", "TRAINERS", "add_arguments", "policy_name", "train"]
 
@@ -112,6 +116,9 @@ class _Checkpoints:
 
             def _on_step(self) -> bool:
                 outer.bar.update(self.model.num_timesteps - outer.bar.n)
+                if outer.signals:  # Ctrl-C or SIGTERM: a checkpoint first, then stop
+                    outer.save(self.model)
+                    return False
                 if (time.monotonic() - outer.last >= outer.every
                         or self.model.num_timesteps - outer.last_steps >= outer.every_steps):
                     outer.save(self.model)
@@ -135,6 +142,8 @@ class _Checkpoints:
         self.n_envs = n_envs
         self.total = total
         self.continued = continued
+        #: Signals received while training (:func:`idt_desk.cli.signals.deferred_signals`).
+        self.signals: list[int] = []
 
     def wall(self) -> float:
         return self.wall_before + time.monotonic() - self.t0
@@ -337,8 +346,15 @@ def train(
                          continued=continued)
     remaining = steps - model.num_timesteps
     if remaining > 0:
-        model.learn(total_timesteps=remaining, callback=saver.callback,
-                    reset_num_timesteps=False)
+        with deferred_signals() as saver.signals:
+            model.learn(total_timesteps=remaining, callback=saver.callback,
+                        reset_num_timesteps=False)
+        if saver.signals:
+            env.close()
+            print(f"{name}: stopped at {int(model.num_timesteps):,} steps by "
+                  f"{signal.Signals(saver.signals[0]).name}; checkpoint written to {ckpt} "
+                  "(--resume goes on from it)", file=sys.stderr)
+            raise SystemExit(128 + saver.signals[0])
         saver.save(model, final=True)
     wall = saver.wall()
     out.mkdir(parents=True, exist_ok=True)
