@@ -494,7 +494,7 @@ def test_ctrl_c_writes_a_checkpoint_before_training_stops(tmp_path, monkeypatch,
     monkeypatch.setattr(tqdm, "tqdm", Bar)
     before = signal.getsignal(signal.SIGINT)
     ckpt, out = tmp_path / "ckpt", tmp_path / "policies"
-    # No update before 1,000 steps: the run is quick and its buffer holds every transition.
+    # No update before 1,000 steps: the run is quick.
     kw = {"checkpoint_dir": ckpt, "checkpoint_minutes": 60.0, "eval_episodes": 1,
           "learning_starts": 1000}
     with pytest.raises(SystemExit) as stop:

@@ -38,7 +38,7 @@ def settled_running(history: list[dict[str, Any]]) -> bool:
 
     probe = history[-1]
     push, score = probe.get("nudge_log10"), probe.get("return_deterministic")
-    if push is None or not settled(push) or not upright(probe) or not score or score <= 0:
+    if push is None or not settled(push) or not upright(probe) or score is None or score <= 0:
         return False
     best = max(h["return_deterministic"] for h in history if upright(h)
                and isinstance(h.get("return_deterministic"), int | float))
