@@ -436,6 +436,26 @@ def test_a_new_phase_continues_from_a_checkpoint_with_an_empty_replay_buffer(tmp
               **{**kw, "normalize": False})
 
 
+def test_a_new_phase_takes_its_own_seed_not_the_source_s(tmp_path):
+    """Loading a model re-seeds torch, numpy, the envs and the random actions with the seed
+    saved in it; a new phase must take the seed it is given, or phases run with different
+    seeds are the same run (seen: 15 continuations of two checkpoints gave two runs)."""
+    from stable_baselines3 import SAC
+
+    kw = {"checkpoint_minutes": 60.0, "eval_episodes": 1, "normalize": True}
+    train("sac", 6, 120, tmp_path / "p0", checkpoint_dir=tmp_path / "first", learning_starts=50,
+          **kw)
+    weights = {}
+    for name, seed in (("a", 7), ("b", 7), ("c", 8)):
+        train("sac", seed, 120, tmp_path / f"p{name}", checkpoint_dir=tmp_path / name,
+              continue_from=tmp_path / "first", learning_starts=50, **kw)
+        model = SAC.load(tmp_path / name / "model.zip")
+        assert model.seed == seed
+        weights[name] = model.policy.actor.mu.weight.detach().numpy()
+    np.testing.assert_array_equal(weights["a"], weights["b"])  # a seed is a run
+    assert np.abs(weights["a"] - weights["c"]).max() > 1e-6  # another seed, another run
+
+
 def test_a_settled_checkpoint_is_kept_apart_from_the_next_one(tmp_path, monkeypatch):
     """The closed-loop probe says settled: that checkpoint is copied to settled/<steps>/
     (the next one overwrites the run's own), whole, and --progress names it."""

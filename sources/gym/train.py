@@ -319,6 +319,10 @@ def train(
                              gradient_steps=int(model.gradient_steps),
                              learning_starts=int(model.learning_starts))
         model.num_timesteps = 0  # a new phase; the buffer load_checkpoint made is empty
+        # Loading re-seeds every generator (torch, numpy, the envs, the random actions) with
+        # the source's seed: without this, phases given different seeds are one run.
+        model.seed = seed
+        model.set_random_seed(seed)
         if learning_starts is not None:
             model.learning_starts = learning_starts
         if train_freq is not None and algo != "ppo":
