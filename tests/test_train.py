@@ -458,7 +458,10 @@ def test_a_new_phase_takes_its_own_seed_not_the_source_s(tmp_path):
 
 def test_a_settled_checkpoint_is_kept_apart_from_the_next_one(tmp_path, monkeypatch):
     """The closed-loop probe says settled: that checkpoint is copied to settled/<steps>/
-    (the next one overwrites the run's own), whole, and --progress names it."""
+    (the next one overwrites the run's own), whole, evaluated as its card would be, and
+    --progress names it with that evaluation."""
+    import re
+
     pytest.importorskip("sbx")
     from idt_desk_sources.gym import train as train_mod
 
@@ -478,17 +481,26 @@ def test_a_settled_checkpoint_is_kept_apart_from_the_next_one(tmp_path, monkeypa
             weights = (ckpt / "model.zip").read_bytes()
     assert kept == [[], ["400"], ["400"], ["400"]]
     copy = ckpt / "settled" / "400"
-    assert sorted(p.name for p in copy.iterdir()) == ["model.zip", "state.json",
-                                                      "vecnormalize.pkl"]
+    assert sorted(p.name for p in copy.iterdir()) == ["evaluation.json", "model.zip",
+                                                      "state.json", "vecnormalize.pkl"]
     assert (copy / "model.zip").read_bytes() == weights != (ckpt / "model.zip").read_bytes()
     assert json.loads((copy / "state.json").read_text())["history"][-1]["nudge_log10"] == -5.5
     (line,) = progress(tmp_path / "runs")
-    assert line.endswith("settled at 1 of 4 checkpoints (1 more standing, crawling or upside "
-                         "down); kept: settled/400")
-    # The copy is a checkpoint: its card is written from it as from any run's folder.
+    evaluation = json.loads((copy / "evaluation.json").read_text())
+    shown = re.escape(f"{evaluation['return_deterministic']['mean']:,.0f}")
+    assert re.search(r"settled at 1 of 4 checkpoints \(1 more standing, crawling or upside "
+                     rf"down\); kept: settled/400 \({shown} ± \d+ deterministic, \d+% upside "
+                     r"down, settled in [01] of 1 episodes\)$", line), line
+    # The copy is a checkpoint: its card is written from it as from any run's folder, and
+    # says what the evaluation at the copy said (the same episodes, the same weights).
     path = train("sac", 6, 1, tmp_path / "snap", checkpoint_dir=copy, resume=True,
                  eval_episodes=1, trainer="sbx", train_freq=4, normalize=True)
-    assert json.loads(path.with_suffix(".json").read_text())["steps"] == 400
+    card = json.loads(path.with_suffix(".json").read_text())
+    assert card["steps"] == evaluation["steps"] == 400
+    assert card["return_deterministic"] == pytest.approx(evaluation["return_deterministic"])
+    # Below about 1e-6 the distance is the float32 policy's rounding: the verdict must agree.
+    assert card["closed_loop"]["stable_share"] == evaluation["closed_loop"]["stable_share"]
+    assert card["upside_down_share"] == evaluation["upside_down_share"]
 
 
 def test_ctrl_c_writes_a_checkpoint_before_training_stops(tmp_path, monkeypatch, capsys):

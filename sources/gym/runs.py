@@ -45,6 +45,19 @@ def settled_running(history: list[dict[str, Any]]) -> bool:
     return score >= SETTLED_MIN_SHARE * best
 
 
+def _evaluation(copy: Path) -> str:
+    """A kept checkpoint's ``evaluation.json`` in words (empty if it has none)."""
+    try:
+        card = json.loads((copy / "evaluation.json").read_text())
+        d, loop = card["return_deterministic"], card.get("closed_loop") or {}
+        share, n = float(loop.get("stable_share", 0.0)), len(loop.get("log10_distance", []))
+        return (f" ({d['mean']:,.0f} ± {d['std']:,.0f} deterministic, "
+                f"{float(card['upside_down_share']):.0%} upside down, "
+                f"settled in {round(share * n)} of {n} episodes)")
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+
+
 def _duration(seconds: float) -> str:
     minutes = round(seconds / 60.0)
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
@@ -106,6 +119,7 @@ def progress(folder: Path, now: float | None = None) -> list[str]:
         kept = sorted((int(d.parent.name), d.parent) for d in
                       run.glob(f"{KEPT}/*/state.json") if d.parent.name.isdigit())
         if kept:
-            line += "; kept: " + ", ".join(str(d.relative_to(run)) for _n, d in kept)
+            line += "; kept: " + ", ".join(str(d.relative_to(run)) + _evaluation(d)
+                                           for _n, d in kept)
         lines.append(line)
     return lines

@@ -102,7 +102,8 @@ class _Checkpoints:
     def __init__(self, folder: Path, every: float, total: int, wall_before: float,
                  every_steps: int = 25_000, env_id: str | None = None,
                  history: list[dict[str, Any]] | None = None, normalize: bool = False,
-                 n_envs: int = 1, continued: dict[str, Any] | None = None) -> None:
+                 n_envs: int = 1, continued: dict[str, Any] | None = None, seed: int = 0,
+                 eval_episodes: int = 10) -> None:
         from stable_baselines3.common.callbacks import BaseCallback
         from tqdm import tqdm
 
@@ -142,6 +143,7 @@ class _Checkpoints:
         self.n_envs = n_envs
         self.total = total
         self.continued = continued
+        self.seed, self.eval_episodes = seed, eval_episodes
         #: Signals received while training (:func:`idt_desk.cli.signals.deferred_signals`).
         self.signals: list[int] = []
 
@@ -169,6 +171,7 @@ class _Checkpoints:
             os.replace(tmp, self.folder / "vecnormalize.pkl")
         steps = int(model.num_timesteps)
         last = self.history[-1]["steps"] if self.history else -self.every_steps
+        actor = None
         if self.env_id is not None and steps != last and (steps - last >= self.every_steps
                                                           or final):
             actor = model if stats is None else NormalizedActor(model, stats)
@@ -183,17 +186,19 @@ class _Checkpoints:
         (self.folder / "state.json.tmp").write_text(json.dumps(state))
         os.replace(self.folder / "state.json.tmp", self.folder / "state.json")
         if self.history and self.history[-1]["steps"] == steps and settled_running(self.history):
-            self.keep(state)
+            self.keep(state, actor)
         self.last = time.monotonic()
         self.last_steps = int(model.num_timesteps)
 
-    def keep(self, state: dict[str, Any]) -> Path:
+    def keep(self, state: dict[str, Any], actor: Any = None) -> Path:
         """Copy the checkpoint just written (weights, VecNormalize, state; no replay buffer).
 
         The next checkpoint overwrites this one, and a settled closed loop may not outlast
-        the next 25 k steps of training: the copy is what can be shipped. ``--resume
-        --checkpoint-dir`` on it (``--steps 1``) writes its card; ``--continue-from`` starts
-        a phase from it.
+        the next 25 k steps of training: the copy is what can be shipped. ``actor`` (the
+        model as it acts, on normalised observations) is evaluated as a card evaluates it
+        (:func:`card_returns`, the run's episodes and seed) into ``evaluation.json``, so
+        ``--progress`` says whether the copy is worth shipping; ``--resume --checkpoint-dir``
+        on it (``--steps 1``) writes its card, ``--continue-from`` starts a phase from it.
         """
         dest = self.folder / KEPT / str(state["steps"])
         dest.mkdir(parents=True, exist_ok=True)
@@ -201,6 +206,9 @@ class _Checkpoints:
             if (self.folder / name).exists():
                 shutil.copyfile(self.folder / name, dest / name)
         (dest / "state.json").write_text(json.dumps(state))  # last: the copy is whole
+        if actor is not None and self.env_id is not None:
+            card = card_returns(actor, self.env_id, self.eval_episodes, self.seed)
+            (dest / "evaluation.json").write_text(json.dumps({"steps": state["steps"], **card}))
         return dest
 
 
@@ -347,7 +355,7 @@ def train(
         model = cls("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **extra)
     saver = _Checkpoints(ckpt, checkpoint_minutes * 60.0, steps, wall_before, checkpoint_steps,
                          env_id=env_id, history=history, normalize=normalize, n_envs=n_envs,
-                         continued=continued)
+                         continued=continued, seed=seed, eval_episodes=eval_episodes)
     remaining = steps - model.num_timesteps
     if remaining > 0:
         with deferred_signals() as saver.signals:
