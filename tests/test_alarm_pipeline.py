@@ -125,8 +125,10 @@ class _Replay(gym.Env):
 
 def test_the_wrappers_windows_and_alarms_equal_a_sessions_on_the_same_stream(tmp_path):
     cfg = dict(window=100, stride=20, calibration_windows=20, baseline_windows=300)
-    # MEWMA: the wrapper's default (the gym source's), given to the session of a generic loop.
-    session = Session(SessionConfig(speed=None, detector="mewma", **cfg), source=ToySource(),
+    # MEWMA at 1/10h: the wrapper's defaults (the gym source's), given to the session of a
+    # generic loop.
+    session = Session(SessionConfig(speed=None, detector="mewma", false_alarms="1/10h", **cfg),
+                      source=ToySource(),
                       record=tmp_path / "rec")
     session.schedule(9000, "perturb", name="obs_noise", params={"sigma": 3.0})
     run_headless(session, steps=12000)

@@ -35,7 +35,8 @@ def test_every_source_defaults_to_its_own_baseline():
 
 def test_every_source_defaults_to_a_known_detector_and_the_window_shows_it(qtbot, tmp_path):
     """Persistence unless a source says otherwise; a policy in an environment alarms by MEWMA
-    (the comparison in assets/docs/rl.md). The side panel follows the chosen source."""
+    at ≤ 1 false alarm per 10 h (the comparison in assets/docs/rl.md), the others at 1/h or
+    per turns. The side panel follows the chosen source."""
     pytest.importorskip("pytestqt")
     from idt_desk_widgets.main_window import MainWindow
 
@@ -43,12 +44,17 @@ def test_every_source_defaults_to_a_known_detector_and_the_window_shows_it(qtbot
     assert set(defaults.values()) <= set(DETECTOR_KINDS), defaults
     assert defaults["pendulum"] == defaults["dialogue"] == "persistence"
     assert defaults["gym"] == "mewma"
+    budgets = {name: entry.load().default_budget for name, entry in discover().items()}
+    assert budgets["gym"] == "1/10h" and budgets["pendulum"] == "1/h"
+    assert budgets["dialogue"] == "1/100turns"
     assert Session(SessionConfig(speed=None)).monitor.spec.kind == "persistence"
     w = MainWindow(speed=None, record_dir=tmp_path)
     qtbot.addWidget(w)
     assert w.detector_combo.currentData() == "persistence"
+    assert w.budget_edit.placeholderText() == "1/h"
     w._select_source("gym", {})
     assert w.detector_combo.currentData() == "mewma"
+    assert w.budget_edit.placeholderText() == "1/10h"
     w._select_source("pendulum", {})
     assert w.detector_combo.currentData() == "persistence"
     w.close()

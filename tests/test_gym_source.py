@@ -280,7 +280,8 @@ def test_auto_engages_and_releases_on_a_scripted_alarm(tiny_policy, tmp_path):
 
 
 def test_a_session_given_no_detector_alarms_by_mewma_and_records_it(tiny_policy, tmp_path):
-    """The RL default is MEWMA (the comparison in assets/docs/rl.md); a detector given wins.
+    """The RL default is MEWMA at 1/10h (the comparison in assets/docs/rl.md); a detector
+    or budget given wins.
 
     The pendulum keeps persistence (``tests/test_defaults.py``); the gym wrapper's default is
     the gym source's (``tests/test_gym_wrapper.py``).
@@ -288,15 +289,17 @@ def test_a_session_given_no_detector_alarms_by_mewma_and_records_it(tiny_policy,
     cfg = SessionConfig(speed=None, calibration_windows=2, baseline_windows=40)
     session = Session(cfg, source=GymSource(policy=str(tiny_policy)), record=tmp_path / "r")
     assert session.config.detector == "mewma" and session.monitor.spec.kind == "mewma"
+    assert session.config.false_alarms == "1/10h"
     snap = run_headless(session, steps=300 + 45 * 50)
     assert snap.error is None and snap.detector["calibrated"]
     rec = load_recording(tmp_path / "r")
     assert rec.config["session"]["detector"] == "mewma"
+    assert rec.config["session"]["false_alarms"] == "1/10h"
     (base,) = rec.events[rec.events["kind"] == "baseline"]["detector"]
     assert base["detector"] == "mewma", base
-    given = Session(SessionConfig(speed=None, detector="persistence"),
+    given = Session(SessionConfig(speed=None, detector="persistence", false_alarms="2/h"),
                     source=GymSource(policy=str(tiny_policy)))
-    assert given.monitor.spec.kind == "persistence"
+    assert given.monitor.spec.kind == "persistence" and given.config.false_alarms == "2/h"
 
 
 @pytest.mark.parametrize("policy", SHIPPED, ids=lambda p: p.stem)

@@ -86,7 +86,8 @@ def test_cartpole_windows_equal_offline_and_info_after_calibration():
     need = W + (cw - 1) * stride
     env = IDTMonitor(gym.make("CartPole-v1"))
     assert (env.preset.window, env.preset.stride) == (W, stride)
-    assert env.monitor.spec.kind == "mewma"  # the gym source's default alarm
+    assert env.monitor.spec.kind == "mewma"  # the gym source's default alarm and budget
+    assert str(env.monitor.budget) == "≤ 1 false alarm / 10 hours"
     log = _drive(env, 3000, seed=1)
     assert log.done.sum() > 50  # many episode boundaries inside the windows
     _assert_windows_equal(env.windows, _offline(log, need, W, stride, env.preset.bins,

@@ -28,6 +28,8 @@ from idt_desk_sources.gym.reproduce import (
     summarize_trials,
 )
 
+from idt_desk.detection.detectors import CONTROL_BUDGET
+
 from idt_desk.cli import main
 from idt_desk.errors import InputError
 from idt_desk.metrics.presets import PRESETS
@@ -92,7 +94,8 @@ def test_tiny_reproduction_writes_every_output(tiny_run):
     assert "matched false-alarm rate" in table and (out / "roc.png").stat().st_size > 10_000
     # The live-calibrated block: each trial's own monitor, false alarms on the controls.
     live = summary["live_calibrated"]
-    assert live["budget"] == "1/h" and live["control_trials"] == 2
+    # At the RL source's own budget by default (what a live session of it calibrates to).
+    assert live["budget"] == CONTROL_BUDGET == "1/10h" and live["control_trials"] == 2
     for kind in ("persistence", "ewma", "mewma"):
         fa = live[kind]["IDT"]["false_alarms"]
         assert fa == {"alarms": int(np.isfinite(trials[trials["perturbation"] == "none"]
@@ -103,7 +106,7 @@ def test_tiny_reproduction_writes_every_output(tiny_run):
     control = trials[trials["perturbation"] == "none"]
     seconds = (control["steps"] - control["onset_step"]) * 0.05  # HalfCheetah: dt 0.05 s
     assert chance["minutes_after_onset"] == pytest.approx(seconds.mean() / 60)
-    assert chance["expected"] == pytest.approx(np.sum(1 - np.exp(-seconds / 3600)))
+    assert chance["expected"] == pytest.approx(np.sum(1 - np.exp(-seconds / 36_000)))  # 1/10h
     assert f"{chance['expected']:.1f} of 2 controls expected" in table
     assert (out / "detection.png").stat().st_size > 10_000
 

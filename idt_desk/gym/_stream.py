@@ -18,7 +18,7 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from idt_desk.detection.detectors import CONTROL_DETECTOR, parse_budget
+from idt_desk.detection.detectors import CONTROL_BUDGET, CONTROL_DETECTOR, parse_budget
 from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS, IDT_METRICS, Monitor
 from idt_desk.limits import check_finite
 from idt_desk.metrics.engine import WINDOW_KEYS
@@ -336,8 +336,9 @@ def _alarm_monitor(options: Mapping[str, Any], preset: Preset, rate: float | Non
 
 
 def _budget(options: Mapping[str, Any], rate: float | None, episode_steps: int | None) -> str:
-    """The false-alarm budget in force: the one given, else per hour, episodes or windows."""
-    return options["false_alarms"] or ("1/h" if rate else
+    """The false-alarm budget in force: the one given, else the gym source's in loop time
+    (``CONTROL_BUDGET``), per episodes or per windows."""
+    return options["false_alarms"] or (CONTROL_BUDGET if rate else
                                        "1/100episodes" if episode_steps else "1/10000windows")
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from idt_desk_sources.gym._policy import FrozenPolicy, PolicyError
 
 from idt_desk import assets
-from idt_desk.detection.detectors import CONTROL_DETECTOR
+from idt_desk.detection.detectors import CONTROL_BUDGET, CONTROL_DETECTOR
 from idt_desk.live.source import (
     DIM_REDUCTION,
     HOLD,
@@ -239,6 +239,8 @@ class GymSource(Source):
     presets = ("cheetah", "gym")
     #: MEWMA: the detector that sees most on the shipped agents (``assets/docs/rl.md``).
     default_detector = CONTROL_DETECTOR
+    #: 1/10h of loop time: at most 1 of 20 half-hour unperturbed runs alarmed by chance.
+    default_budget = CONTROL_BUDGET
     settings = (
         Param("env_id", "HalfCheetah-v5", "Environment",
               help="a Gymnasium id (HalfCheetah-v5, HalfCheetah-v4, ...)"),

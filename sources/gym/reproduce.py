@@ -78,6 +78,7 @@ import numpy as np
 from idt_desk_sources.gym._source import ACTIONS
 
 from idt_desk.cli.validate import check_float, check_int, check_out_dir
+from idt_desk.detection.detectors import CONTROL_BUDGET
 from idt_desk.errors import InputError
 
 __all__ = [
@@ -158,8 +159,9 @@ class CheetahConfig:
     auto_detector: str = "persistence"
     auto_false_alarms: str = "1/h"
     #: The budget of the live-calibrated block: each trial judged by the detectors a live
-    #: session calibrates on the trial's own pre-onset windows to this budget.
-    false_alarms: str = "1/h"
+    #: session calibrates on the trial's own pre-onset windows to this budget (the gym
+    #: source's default).
+    false_alarms: str = CONTROL_BUDGET
     max_baseline_cv: float = 0.25
     k: float = 3.0
     workers: int | None = None
@@ -276,7 +278,7 @@ class TrialGroup:
     deterministic: bool = True
     auto_detector: str = "persistence"
     auto_false_alarms: str = "1/h"
-    false_alarms: str = "1/h"
+    false_alarms: str = CONTROL_BUDGET
 
 
 def make_groups(config: CheetahConfig) -> list[TrialGroup]:
@@ -1416,10 +1418,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "policies), choose each detector's threshold and the best "
                              "detector on one and judge them on the other, both ways; "
                              "writes out_of_sample.json and .md into --out")
-    parser.add_argument("--false-alarms", default="1/h",
+    parser.add_argument("--false-alarms", default=CONTROL_BUDGET,
                         help="budget of the live-calibrated block: every trial judged by "
                              "the detectors a live session calibrates on its own pre-onset "
-                             "windows (persistence, ewma, mewma; default 1/h)")
+                             "windows (persistence, ewma, mewma; default "
+                             f"{CONTROL_BUDGET}, the RL source's)")
     parser.add_argument("--max-baseline-cv", type=float, default=0.25,
                         help="exclude seeds whose pre-onset return CV exceeds this (0.25)")
     parser.add_argument("--k", type=float, default=3.0, help="threshold in σ (3)")
