@@ -28,9 +28,8 @@ from idt_desk_sources.gym.reproduce import (
     summarize_trials,
 )
 
-from idt_desk.detection.detectors import CONTROL_BUDGET
-
 from idt_desk.cli import main
+from idt_desk.detection.detectors import CONTROL_BUDGET
 from idt_desk.errors import InputError
 from idt_desk.metrics.presets import PRESETS
 from idt_desk.metrics.reference import reference_metrics

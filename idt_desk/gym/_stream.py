@@ -336,8 +336,7 @@ def _alarm_monitor(options: Mapping[str, Any], preset: Preset, rate: float | Non
 
 
 def _budget(options: Mapping[str, Any], rate: float | None, episode_steps: int | None) -> str:
-    """The false-alarm budget in force: the one given, else the gym source's in loop time
-    (``CONTROL_BUDGET``), per episodes or per windows."""
+    """The false-alarm budget: the one given, else ``CONTROL_BUDGET``, per episodes or windows."""
     return options["false_alarms"] or (CONTROL_BUDGET if rate else
                                        "1/100episodes" if episode_steps else "1/10000windows")
 

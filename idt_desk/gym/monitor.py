@@ -78,8 +78,8 @@ class IDTMonitor(gymnasium.Wrapper):
         source's default), ``persistence``, ``ewma``, ``cusum``, ``paper``, or None for no
         alarm; the budget in the env's loop time (its ``dt``, else
         ``metadata["render_fps"]``), episodes (its time limit) or windows; default 1/10h
-        (``CONTROL_BUDGET``, the gym source's), else 1/100episodes, else 1/10000windows. The flags are the ``x_*`` keys of
-        ``info["idt"]``.
+        (``CONTROL_BUDGET``, the gym source's), else 1/100episodes, else 1/10000windows.
+        The flags are the ``x_*`` keys of ``info["idt"]``.
     record
         A directory to write the stream to as an ordinary IDT Desk recording (None: none),
         which ``idt-desk watch`` follows while the env runs and replay reads afterwards. An
