@@ -553,6 +553,11 @@ def test_the_budget_says_how_many_alarmed_controls_are_chance():
     twenty = _by_chance(controls([36_000] * 20), "1/h")
     assert twenty["expected"] == pytest.approx(20 * (1 - math.exp(-0.5)))
     assert twenty["over"] == 12
+    # At the RL source's 1/10h: p = 1 - e^-0.05, 1 of 20 expected; 4 or more is the 5 % tail
+    # (P(>= 3) = 0.071, P(>= 4) = 0.015), so 2 of 20 controls alarmed is within budget.
+    strict = _by_chance(controls([36_000] * 20), CONTROL_BUDGET)
+    assert strict["expected"] == pytest.approx(20 * (1 - math.exp(-0.05)))
+    assert strict["over"] == 4
     # Budgets not in loop time, and runs without their loop time, say nothing.
     assert _by_chance(controls(post), "1/1000windows") is None
     assert _by_chance(controls(post).drop(columns="loop_seconds_per_step"), "1/h") is None
