@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -40,6 +41,15 @@ def scripted_text(model: str, prompt: str, seed: int, n_words: int = 24) -> str:
     return f"{model.split(':')[0]} says " + " ".join(words) + ask
 
 
+class _Server(ThreadingHTTPServer):
+    """The HTTP server, quiet when a client hangs up: the tests cancel and time out requests
+    on purpose, and a reset connection is not the server's error to print."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class FakeOllama:
     """Start with ``with FakeOllama(models=[...]) as server: server.host``."""
 
@@ -51,7 +61,7 @@ class FakeOllama:
         #: Words per reply, ``(model, seed, last message) -> n`` (at most 128); None: 24.
         self.words: Any = None
         self.requests: list[dict[str, Any]] = []
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd = _Server(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
