@@ -51,7 +51,31 @@ def _add_bench(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     k.add_argument("--runs", type=int, default=10, help="kills per kind (default 10)")
     k.add_argument("--seed", type=int, default=0)
     k.set_defaults(func=_run_bench_kill)
+    c = bsub.add_parser("calibrate", help="the detectors' threshold fit vs the reference "
+                        "(long null paths, bisection) on a pendulum and an RL baseline")
+    c.add_argument("--detectors", default="persistence,cusum,ewma,mewma",
+                   help="comma-separated (default: every calibrated detector)")
+    c.add_argument("--baselines", default="pendulum,rl",
+                   help="pendulum (800 windows, 1/h) and/or rl (2,015 windows, 1/10h)")
+    c.set_defaults(func=_run_bench_calibrate)
     return bsub
+
+
+def _run_bench_calibrate(args: argparse.Namespace) -> int:
+    from idt_desk.cli.bench_calibrate import BASELINES, bench_calibrate
+    from idt_desk.detection.detectors import DETECTOR_KINDS
+
+    kinds = tuple(k.strip() for k in args.detectors.split(",") if k.strip())
+    names = tuple(b.strip() for b in args.baselines.split(",") if b.strip())
+    known = {b[0] for b in BASELINES}
+    bad = [k for k in kinds if k not in DETECTOR_KINDS or k == "paper"] + \
+        [b for b in names if b not in known]
+    if bad or not kinds or not names:
+        raise SystemExit(f"idt-desk bench calibrate: unknown {', '.join(bad) or 'nothing'}; "
+                         f"detectors: persistence, cusum, ewma, mewma; baselines: "
+                         f"{', '.join(sorted(known))}")
+    bench_calibrate(kinds, tuple(b for b in BASELINES if b[0] in names))
+    return 0
 
 
 def _run_bench_loop(args: argparse.Namespace) -> int:

@@ -70,11 +70,15 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
 from numba import njit
+
+from idt_desk.detection import nulls
 
 __all__ = [
     "CONTROL_BUDGET",
@@ -389,51 +393,17 @@ def _acf(z: np.ndarray, max_lag: int) -> np.ndarray:
     return np.array([1.0] + [float(x[:-k] @ x[k:]) / n / c0 for k in range(1, max_lag + 1)])
 
 
-def _simulate_acf(rho: np.ndarray, n: int, seed: int) -> np.ndarray:
-    """A stationary Gaussian path (unit variance) with autocorrelation ``rho`` (then 0).
+def _null_acf(z: np.ndarray, max_lag: int, overlap: float) -> tuple[np.ndarray, float]:
+    """The null's autocorrelation (the initial positive sequence) and τ, windows per effective one.
 
-    Circulant embedding: the spectrum of the circulant whose first row is the (symmetric)
-    autocorrelation, negative parts clipped, coloured white noise by FFT. Unlike a low-order
-    AR fit it keeps the long-run variance Σρ that overlapping windows create and a CUSUM
-    adds up.
+    Lags up to ``max_lag`` and at most a fifth of the baseline; τ = 1 + 2 Σ ρ_k, at least the
+    windows' overlap (module doc, step 3).
     """
-    size = 1 << math.ceil(math.log2(max(n, 2 * rho.size)))
-    row = np.zeros(size)
-    row[: rho.size] = rho
-    row[size - rho.size + 1:] = rho[:0:-1]
-    spectrum = np.clip(np.fft.rfft(row).real, 0.0, None)
-    rng = np.random.default_rng(seed)
-    noise = rng.standard_normal(size // 2 + 1) + 1j * rng.standard_normal(size // 2 + 1)
-    path = np.fft.irfft(noise * np.sqrt(spectrum * size / 2.0), size)
-    return path[:n] / max(float(np.std(path)), 1e-12)
-
-
-def _crossing_threshold(s: np.ndarray, count: float) -> float:
-    """The threshold above which ``s`` up-crosses at most ``count`` times.
-
-    Up-crossings rise and then fall as the threshold rises (a threshold below everything is
-    one long episode); the search is on the falling side, from the busiest quantile up.
-    """
-    grid = np.quantile(s[:: max(1, s.size // 100_000)], np.linspace(0.02, 0.98, 25))
-    lo = float(grid[int(np.argmax([alarm_episodes(s, g) for g in grid]))])
-    hi = float(np.max(s)) + 1e-9
-    if alarm_episodes(s, lo) <= count:
-        return lo
-    for _ in range(45):
-        mid = 0.5 * (lo + hi)
-        if alarm_episodes(s, mid) > count:
-            lo = mid
-        else:
-            hi = mid
-    return hi
-
-
-def _pessimism(n_eff: float) -> tuple[float, float]:
-    """(δ, γ): a mean two standard errors off, σ at its one-sided 97.7 % upper bound."""
-    from scipy.stats import chi2
-
-    df = max(n_eff - 1.0, 1.0)
-    return 2.0 / math.sqrt(n_eff), math.sqrt(df / chi2.ppf(0.0228, df))
+    p = int(min(max_lag, max(1, z.size // 5)))
+    rho = _acf(z, p)
+    cut = np.flatnonzero(rho[1:] <= 0)
+    rho = rho[: 1 + (cut[0] if cut.size else p)]
+    return rho, max(1.0 + 2.0 * float(rho[1:].sum()), float(overlap), 1.0)
 
 
 @dataclass(frozen=True)
@@ -494,6 +464,11 @@ def calibrate(
 ) -> Calibration:
     """Fit ``spec`` to baseline windows so the union of components keeps ``arl_windows``.
 
+    Each threshold's up-crossing rate on the null is computed by :mod:`~idt_desk.detection.nulls`
+    (the EWMA's in closed form, persistence's and T²'s by importance sampling, the CUSUM's
+    from a short path and its exponential tail): milliseconds where simulating the null long
+    enough to see the budget took seconds (:mod:`~idt_desk.detection.reference`).
+
     Parameters
     ----------
     spec
@@ -509,11 +484,9 @@ def calibrate(
     overlap
         W / stride of the windows: the least τ (windows per independent one) assumed.
     seed
-        Seed of the simulated null paths (calibration is deterministic).
+        Seed of the random draws (calibration is deterministic).
     max_samples
-        Longest null path simulated per component; a budget asking for more up-crossing
-        precision than that gives is estimated from it all the same (at least 20 crossings
-        are kept in view by lengthening the path up to this cap).
+        Longest null path simulated where a CUSUM's crossings are counted directly.
 
     Raises
     ------
@@ -528,7 +501,7 @@ def calibrate(
     if spec.calibrated and not (arl_windows and arl_windows > 0):
         raise ValueError(f"{spec.kind} needs a false-alarm budget (windows per alarm)")
     arl_c = None if arl_windows is None else float(arl_windows) * len(comps)
-    needed = 0
+    tasks: dict[str, Callable[[], tuple[float, float, int]]] = {}
     for j, c in enumerate(comps):
         x = np.asarray(baseline[c], dtype=np.float64)
         n_windows = max(n_windows, x.size)
@@ -540,101 +513,82 @@ def calibrate(
         if not spec.calibrated:
             threshold[c] = float(spec.k)
             continue
+        assert arl_c is not None
         z = (x - mean[c]) / std[c] if std[c] > 0 else np.zeros_like(x)
-        p = int(min(max_lag, max(1, x.size // 5)))
-        rho = _acf(z, p)
-        cut = np.flatnonzero(rho[1:] <= 0)
-        rho = rho[: 1 + (cut[0] if cut.size else p)]  # the initial positive sequence
-        tau = max(1.0 + 2.0 * float(rho[1:].sum()), float(overlap), 1.0)
+        rho, tau = _null_acf(z, max_lag, overlap)
         n_eff[c] = float(min(max(x.size / tau, 2.0), x.size))
-        length = int(min(max_samples, max(200_000, 20.0 * arl_c)))
-        path = _simulate_acf(rho, length, seed + 7919 * j)
-        known = _crossing_threshold(detector_statistic(spec, path)[0], length / arl_c)
-        delta, gamma = _pessimism(n_eff[c])
-        s = detector_statistic(spec, (path + delta) * gamma)[0]
-        threshold[c] = _crossing_threshold(s, length / arl_c)
-        inflation[c] = threshold[c] / known if known > 0 else 1.0
-        if inflation[c] > TOO_SHORT_INFLATION:
-            needed = max(needed, _needed_windows(spec, path, length / arl_c, known,
-                                                 x.size / n_eff[c]))
-    joint = None
+        tasks[c] = partial(_fit_component, spec, rho, arl_c, seed + 7919 * j, max_samples,
+                           n_eff[c], x.size / n_eff[c])
     if spec.kind == "mewma" and len(comps) > 1:
-        joint = _calibrate_joint(spec, baseline, comps, mean, std, float(arl_windows),
-                                 max_lag, overlap, seed, max_samples)
-        needed = max(needed, joint.pop("needed_windows", 0))
+        tasks[""] = partial(_calibrate_joint, spec, baseline, comps, mean, std,
+                            float(arl_windows), max_lag, overlap, seed)
+    # The components are independent fits of compiled kernels and numpy that release the
+    # GIL: two at a time, one per core of a small machine.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done = dict(zip(tasks, pool.map(lambda task: task(), tasks.values()), strict=True))
+    joint = done.pop("", None)
+    needed = joint.pop("needed_windows", 0) if joint else 0
+    for c, (known, threshold[c], needed_c) in done.items():
+        inflation[c] = threshold[c] / known if known > 0 else 1.0
+        needed = max(needed, needed_c)
     return Calibration(spec, comps, mean, std, threshold, n_windows, n_eff, inflation,
                        None if arl_c is None else float(arl_windows), needed or None, joint)
 
 
+def _fit_component(spec: DetectorSpec, rho: np.ndarray, arl: float, seed: int,
+                   max_samples: int, n_eff: float, windows_per_eff: float
+                   ) -> tuple[float, float, int]:
+    """(known-baseline threshold, pessimistic threshold, baseline windows needed or 0)."""
+    fit = _component_fit(spec, rho, arl, seed, max_samples)
+    known, threshold = fit([(0.0, 1.0), nulls.pessimism(n_eff)])
+    if known > 0 and threshold / known > TOO_SHORT_INFLATION:
+        return known, threshold, nulls.first_n_eff(
+            lambda n: fit([nulls.pessimism(n)])[0] <= TOO_SHORT_INFLATION * known,
+            windows_per_eff)
+    return known, threshold, 0
+
+
+def _component_fit(spec: DetectorSpec, rho: np.ndarray, arl: float, seed: int,
+                   max_samples: int) -> Callable[[list[tuple[float, float]]], list[float]]:
+    """The component's threshold for each null (δ, γ) it is given, by its detector's method."""
+    if _KIND[spec.kind] == 3:
+        var, corr = nulls.ewma_moments(rho, spec.lam)
+        return lambda targets: [nulls.ewma_threshold(var, corr, arl, d, g) for d, g in targets]
+    if spec.kind == "persistence":
+        return lambda targets: nulls.persistence_thresholds(rho, int(spec.m), arl, targets,
+                                                            seed)
+    path = nulls.simulate(rho, nulls.CUSUM_PATH, seed)  # one short path for every target
+    return lambda targets: nulls.cusum_thresholds(rho, float(spec.drift), arl, targets, seed,
+                                                  max_samples, path)
+
+
 def _calibrate_joint(spec: DetectorSpec, baseline: dict[str, np.ndarray],
                      comps: tuple[str, ...], mean: dict[str, float], std: dict[str, float],
-                     arl: float, max_lag: int, overlap: float, seed: int, max_samples: int
-                     ) -> dict[str, Any]:
+                     arl: float, max_lag: int, overlap: float, seed: int) -> dict[str, Any]:
     """The MEWMA's whitening and T² threshold for the group's whole budget (module doc)."""
     z = np.column_stack([standardise(np.asarray(baseline[c], dtype=np.float64),
                                      mean[c], std[c]) for c in comps])
     w = whitening(z)
     u = z[np.isfinite(z).all(axis=1)] @ w
     r = u.shape[1]
-    length = int(min(max_samples // max(r, 1), max(200_000, 20.0 * arl)))
-    paths, taus = [], []
+    moments, taus = [], []
     for j in range(r):
-        x = u[:, j]
-        p = int(min(max_lag, max(1, x.size // 5)))
-        rho = _acf(x, p)
-        cut = np.flatnonzero(rho[1:] <= 0)
-        rho = rho[: 1 + (cut[0] if cut.size else p)]
-        taus.append(max(1.0 + 2.0 * float(rho[1:].sum()), float(overlap), 1.0))
-        paths.append(_simulate_acf(rho, length, seed + 104_729 + 7919 * j))
-    path = np.column_stack(paths)
+        rho, tau = _null_acf(u[:, j], max_lag, overlap)
+        taus.append(tau)
+        moments.append(nulls.ewma_moments(rho, spec.lam))
+    var, corr = (np.array(v) for v in zip(*moments, strict=True))
     n_eff = float(min(max(u.shape[0] / max(taus), 2.0), u.shape[0]))
-    count = length / arl
-    known = _crossing_threshold(joint_statistic(spec.lam, path)[0], count)
-    h = _crossing_threshold(joint_statistic(spec.lam, _worse_joint(path, n_eff))[0], count)
+
+    def fit(targets: list[tuple[float, float]], near: float | None = None) -> list[float]:
+        return nulls.joint_thresholds(var, corr, arl, targets, seed + 104_729, near)
+
+    known = fit([(0.0, 1.0)])[0]
+    h = fit([nulls.pessimism(n_eff)], known)[0]
     inflation = h / known if known > 0 else 1.0
     out = {"whitening": w.tolist(), "threshold": h, "n_eff": n_eff, "inflation": inflation}
     if inflation > TOO_SHORT_INFLATION:
         # The length at which the pessimism's inflation of T²'s threshold falls to the limit.
-        sub = path[: min(len(path), 400_000 // max(r, 1))]
-        count_sub = count * len(sub) / len(path)
-        base = _crossing_threshold(joint_statistic(spec.lam, sub)[0], count_sub) or known
-        out["needed_windows"] = _first_n_eff(
-            lambda n: _crossing_threshold(joint_statistic(spec.lam, _worse_joint(sub, n))[0],
-                                          count_sub) <= TOO_SHORT_INFLATION * base,
+        out["needed_windows"] = nulls.first_n_eff(
+            lambda n: fit([nulls.pessimism(n)], known)[0] <= TOO_SHORT_INFLATION * known,
             u.shape[0] / n_eff)
     return out
-
-
-def _worse_joint(path: np.ndarray, n_eff: float) -> np.ndarray:
-    """Whitened null rows as a baseline of ``n_eff`` effective windows may misread them.
-
-    σ at its upper bound, the mean two standard errors off along one whitened direction.
-    """
-    delta, gamma = _pessimism(n_eff)
-    worse = path * gamma
-    worse[:, 0] += delta * gamma
-    return worse
-
-
-def _first_n_eff(good_enough: Callable[[float], bool], windows_per_eff: float) -> int:
-    """Baseline windows at the first effective size on a fixed grid that is good enough."""
-    for n_eff in (10, 15, 20, 30, 45, 70, 100, 150, 220, 330, 500, 750, 1000, 2000, 5000):
-        if good_enough(float(n_eff)):
-            return math.ceil(n_eff * windows_per_eff)
-    return math.ceil(5000 * windows_per_eff)
-
-
-def _needed_windows(spec: DetectorSpec, path: np.ndarray, count: float, known: float,
-                    windows_per_eff: float) -> int:
-    """Baseline windows at which the finite-baseline inflation falls to the limit."""
-    sub = path[: min(path.size, 400_000)]
-    count_sub = count * sub.size / path.size
-    base = _crossing_threshold(detector_statistic(spec, sub)[0], count_sub) or known
-
-    def good_enough(n_eff: float) -> bool:
-        delta, gamma = _pessimism(n_eff)
-        thr = _crossing_threshold(detector_statistic(spec, (sub + delta) * gamma)[0],
-                                  count_sub)
-        return thr <= TOO_SHORT_INFLATION * base
-
-    return _first_n_eff(good_enough, windows_per_eff)
