@@ -15,15 +15,15 @@ pipeline settings.
 
 from __future__ import annotations
 
-import copy
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from idt_desk.detection._offload import Offloaded
-from idt_desk.detection.detectors import DetectorSpec, parse_budget
+from idt_desk.detection import nulls
+from idt_desk.detection.detectors import Budget, DetectorSpec, parse_budget
 from idt_desk.detection.monitor import ADJUSTED_METRICS, IDT_METRICS, Monitor
 from idt_desk.limits import check_pipeline
 from idt_desk.metrics.engine import MetricEngine
@@ -313,10 +313,6 @@ class Step:
         they were fitted on), ``value_ranges`` and the symbolisers as dicts; else None.
     baseline_row
         The row of ``windows`` at which the monitor's baseline completed, or None.
-    pending
-        The windows wait for the detector's thresholds (a pipeline that fits them in the
-        background): ``flags`` and ``baseline_row`` are filled in by
-        :meth:`Pipeline.settle`, which then clears this.
 
     """
 
@@ -324,14 +320,6 @@ class Step:
     flags: dict[str, np.ndarray] | None = None
     calibrated: dict[str, Any] | None = None
     baseline_row: int | None = None
-    pending: bool = False
-
-
-def _judge_alone(monitor: Monitor, table: Mapping[str, np.ndarray], first: int,
-                 skip_first: int) -> tuple[dict[str, np.ndarray], int | None, dict[str, Any]]:
-    """:func:`judge` on a copy of ``monitor`` (in a child process): flags, row, its new state."""
-    flags, row = judge(monitor, table, first, skip_first)
-    return flags, row, dict(vars(monitor))
 
 
 class Pipeline:
@@ -362,12 +350,6 @@ class Pipeline:
     turns
         A dialogue: one metric row a turn from its token counts, made elsewhere; the
         pipeline only judges them (no symbols, nothing to calibrate).
-    background
-        Fit the detector's thresholds in a child process (a calibrated detector's fit takes
-        seconds of numpy that holds the GIL): the windows that complete the baseline and
-        every later one come back ``pending`` until :meth:`settle` judges them, in order,
-        exactly as they would have been judged at once. The caller's loop goes on meanwhile.
-
     """
 
     def __init__(
@@ -384,15 +366,14 @@ class Pipeline:
         mean_columns: Sequence[str] = ("reward",),
         end_columns: Sequence[str] = ("t",),
         turns: bool = False,
-        background: bool = False,
     ) -> None:
         self.preset = preset
         self.monitor = monitor
-        self.background = bool(background)
-        #: The thresholds' fit in flight (None: none), and the steps waiting for it with the
-        #: index of their first window.
-        self._fit: Offloaded | None = None
-        self._held: list[tuple[Step, int]] = []
+        #: What :meth:`warm` builds its twin from.
+        self._shape = dict(state_names=tuple(state_names), action_names=None if action_names
+                           is None else tuple(action_names), state_bins=state_bins,
+                           action_bins=action_bins, correction=correction,
+                           mean_columns=tuple(mean_columns), end_columns=tuple(end_columns))
         self.turns = bool(turns)
         self.calibration_windows = 0 if turns else int(calibration_windows)
         #: Windows made so far (the first ones calibrate the symbols).
@@ -417,6 +398,45 @@ class Pipeline:
         self.engine = self.stage.engine
         #: Rows the symbols are fitted on.
         self.calibration_transitions = self.stage.calibration_transitions
+
+    def warm(self) -> None:
+        """Load (or compile) every kernel this pipeline runs, on a few synthetic rows.
+
+        numba loads a compiled kernel from its cache at the kernel's first call in a process
+        (seconds; longer to compile after an install): met at the first real rows, that time
+        would hold them back. A twin of this pipeline (the same symbol shapes, engine and
+        detector, one calibration window and a three-window baseline) takes random rows
+        instead, so a loop that warms first never waits for a kernel. Milliseconds once
+        the kernels are loaded. The twin's own trouble is not the loop's: a pipeline that
+        would fail fails on its real rows, where they are on record.
+        """
+        with contextlib.suppress(Exception):  # a warm-up only loads kernels
+            self._warm_twin()
+
+    def _warm_twin(self) -> None:
+        mon = self.monitor
+        twin_mon = None if mon is None else Monitor(
+            3, mon.k, mon.metrics, spec=mon.spec,
+            budget=None if mon.budget is None else Budget(1.0, 1000.0, "windows"),
+            overlap=mon.overlap)
+        if mon is not None and mon.spec.calibrated:
+            nulls.warm_kernels()  # each detector's fit meets only some of them on 3 windows
+        rng = np.random.default_rng(0)
+        if self.turns:
+            if twin_mon is not None:
+                twin_mon.update({m: rng.standard_normal(6) for m in twin_mon.metrics})
+            return
+        shape = self._shape
+        twin = Pipeline(self.preset, twin_mon, calibration_windows=1, turns=False,
+                        **shape)
+        n = self.preset.window + 6 * self.preset.stride
+        width = len(shape["state_names"])
+        s = rng.standard_normal((n + 1, width))
+        a = None if shape["action_names"] is None else rng.standard_normal(
+            (n, len(shape["action_names"])))
+        columns = {c: np.arange(n, dtype=np.float64)
+                   for c in (*shape["mean_columns"], *shape["end_columns"])}
+        twin.push(s[:-1], a, s[1:], columns)
 
     @property
     def calibrated(self) -> bool:
@@ -463,63 +483,19 @@ class Pipeline:
         self._judge(table, step)
         return step
 
-    @property
-    def fitting(self) -> bool:
-        """Whether windows wait for the detector's thresholds (see ``background``)."""
-        return bool(self._held)
-
     def _judge(self, table: dict[str, np.ndarray], step: Step) -> None:
         k = len(table["start"])
         first, self.n_windows = self.n_windows, self.n_windows + k
         step.windows = table
         if self.monitor is None:
             return
-        if self._held or (self.background and self._completes_baseline(k, first)):
-            # Judged in order once the thresholds are there: the same flags as at once.
-            if not self._held:
-                # Off the loop's thread and out of its GIL: a child process fits a copy of
-                # the monitor; settle() takes the copy's state.
-                self._fit = Offloaded(_judge_alone, copy.deepcopy(self.monitor), table, first,
-                                      self.calibration_windows)
-            step.pending = True
-            self._held.append((step, first))
-            return
+        # The window that completes the baseline fits the thresholds here, in milliseconds
+        # (idt_desk.detection.nulls), and every window is judged as it arrives.
         self._apply(step, *judge(self.monitor, table, first, self.calibration_windows))
-
-    def _completes_baseline(self, k: int, first: int) -> bool:
-        """Whether ``k`` windows from window ``first`` on complete a calibrated baseline."""
-        mon = self.monitor
-        if mon is None or mon.baseline is not None or not mon.spec.calibrated:
-            return False
-        got, need = mon.baseline_progress
-        return k - min(max(self.calibration_windows - first, 0), k) >= need - got
-
-    def settle(self, wait: bool = False) -> bool:
-        """Judge the steps held for the thresholds once they are fitted; True when none wait.
-
-        ``wait``: block until the fit is done. The held steps (the ones :meth:`push` gave
-        back ``pending``) get their flags, in order; a fit that failed raises its error here.
-        """
-        if not self._held:
-            return True
-        fit = self._fit
-        assert fit is not None
-        if not wait and not fit.done():
-            return False
-        try:
-            flags, row, state = fit.result()  # waits: what is held stays held meanwhile
-        finally:
-            held, self._held, self._fit = self._held, [], None
-        vars(self.monitor).update(state)  # the fitted baseline, calibrations, detector state
-        self._apply(held[0][0], flags, row)
-        for step, first in held[1:]:
-            self._apply(step, *judge(self.monitor, step.windows, first,
-                                     self.calibration_windows))
-        return True
 
     def _apply(self, step: Step, flags: dict[str, np.ndarray], baseline_row: int | None
                ) -> None:
         """A judged step: its flags, into its windows' flag columns too."""
         for m, f in flags.items():
             step.windows[FLAG_COLUMNS[m]] = f
-        step.flags, step.baseline_row, step.pending = flags, baseline_row, False
+        step.flags, step.baseline_row = flags, baseline_row

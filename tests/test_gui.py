@@ -105,7 +105,8 @@ def test_alarm_lights_say_their_state(qtbot, window):
     window.start_session()
     qtbot.waitUntil(lambda: "calibrating symbols" in window.alarms.idt.text(), timeout=WAIT)
     assert window.alarms.idt.state == "idle"
-    assert "Calibrating symbols" in window.plots.hint.text()  # the empty plots say why
+    # The empty plots say why, once the loop's first step is taken (after the kernels load).
+    qtbot.waitUntil(lambda: "Calibrating symbols" in window.plots.hint.text(), timeout=WAIT)
     assert "no baseline yet" in lights["P"].toolTip()
     window.speed_combo.setCurrentText("max")
     qtbot.waitUntil(lambda: window.alarms.idt.state != "idle", timeout=WAIT)

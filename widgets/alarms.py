@@ -232,9 +232,8 @@ class AlarmPanel(QGroupBox):
     def update_snapshot(self, snap: Snapshot, stopping: bool = False) -> None:
         """Refresh from a session snapshot.
 
-        ``stopping``: the loop is over but its worker still scores the last windows (it may
-        wait for the thresholds' fit), so the verdict can still change: said so, rather than
-        "session stopped".
+        ``stopping``: the loop is over but its worker still scores the last windows, so the
+        verdict can still change: said so, rather than "session stopped".
         """
         w = snap.windows
         b = snap.baseline
@@ -243,8 +242,6 @@ class AlarmPanel(QGroupBox):
         got, want = snap.baseline_progress
         if cal < need:
             waiting = f"calibrating symbols ({cal:,}/{need:,} transitions)"
-        elif got >= want:  # fitted off the loop's thread: the loop goes on meanwhile
-            waiting = f"fitting the thresholds to the {want}-window baseline"
         else:
             units = "turns" if getattr(snap, "tokenizer", None) is not None else "windows"
             waiting = f"gathering baseline ({got}/{want} {units})"
@@ -333,10 +330,7 @@ class AlarmPanel(QGroupBox):
                     f"stride {pr['stride']}")
         text += f"<br>Alarm: {detector}"
         unit = "turns" if tokens is not None else "windows"
-        if b is None and got >= want:
-            text += (f"<br>Baseline: {want} {unit} gathered — fitting the thresholds "
-                     "(alarms start when they are ready; the loop goes on)")
-        elif b is None:
+        if b is None:
             text += f"<br>Baseline: gathering {got}/{want} {unit}"
         elif det.get("kind") == "paper":
             text += (f"<br>Baseline: {b.n_windows} {unit} (the paper rule is not calibrated: "

@@ -53,7 +53,6 @@ from PySide6.QtWidgets import (
 from idt_desk.detection.detectors import DEFAULT_DETECTOR
 from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS
 from idt_desk.live.alarms import overlap_text
-from idt_desk.live.backlog import Backlog
 from idt_desk.live.plugins import SourceLoadError, discover
 from idt_desk.live.ranges import recheck_text
 from idt_desk.live.session import Session, Snapshot
@@ -1026,15 +1025,15 @@ class MainWindow(QMainWindow):
     #: How long Stop waits for the worker before the window goes on without it (seconds).
     STOP_GRACE = 0.2
     #: After this long (seconds) a stopping worker is reported as stuck.
-    STOP_TIMEOUT = 10.0 + Backlog.FIT_WAIT
+    STOP_TIMEOUT = 10.0
 
     def stop_session(self, wait: bool = False) -> None:
         """Stop the running session (or the loading); its plots stay for inspection.
 
-        A worker whose last windows wait for the detector's thresholds first waits for the
-        fit and scores them (seconds; longer on a loaded machine). The window stays live
-        meanwhile and says so; :meth:`refresh` settles the controls once the worker has
-        ended. ``wait``: block until it has (Reset, following a new run).
+        The worker ends at its next chunk boundary (milliseconds; a source inside a long
+        step, a model's reply, takes that step's time). The window stays live meanwhile and
+        says so; :meth:`refresh` settles the controls once the worker has ended. ``wait``:
+        block until it has (Reset, following a new run).
         """
         if self._builder is not None:
             self.cancel_loading()
@@ -1536,8 +1535,8 @@ class MainWindow(QMainWindow):
         if snap.paused_reason:
             text = f"paused by the source — {snap.source} — {snap.n_transitions:,} turns"
         if self.session is not None and self.session.stopping:
-            text = (f"stopping — {snap.source}: scoring the last windows once the thresholds "
-                    "are fitted (nothing is lost)")
+            text = (f"stopping — {snap.source}: scoring the last windows and closing the "
+                    "recording (nothing is lost)")
         elif snap.state == "running" and snap.n_transitions == 0:
             text = ("starting… (the first launch compiles the numba kernels, about 10 s; "
                     "they are cached afterwards)")

@@ -42,8 +42,8 @@ def _add_bench(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     m.add_argument("--seconds", type=float, default=1800.0, help="wall seconds (default 1800)")
     m.add_argument("--source", default="pendulum")
     m.set_defaults(func=_run_bench_memory)
-    lp = bsub.add_parser("loop", help="a recorded loop's speed through the detector's fit, "
-                         "vs a detector with nothing to fit")
+    lp = bsub.add_parser("loop", help="a recorded loop's and a max-speed run's speed through "
+                         "the detector's fit, vs a detector with nothing to fit")
     lp.add_argument("--n", type=int, default=100_000, help="transitions the loop adds")
     lp.set_defaults(func=_run_bench_loop)
     k = bsub.add_parser("kill", help="SIGKILL recording runs at random moments: rows accepted "

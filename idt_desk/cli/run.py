@@ -206,7 +206,7 @@ def _progress_text(snap) -> str:
     elif snap.alarm.get("IDT"):
         status = "ALARM"
     elif snap.baseline is None and wanted:
-        status = f"baseline {have}/{wanted}" + (", fitting thresholds" if have >= wanted else "")
+        status = f"baseline {have}/{wanted}"
     else:
         status = "ok"
     warning = getattr(snap, "out_of_range_warning", None)

@@ -397,10 +397,13 @@ def _null_acf(z: np.ndarray, max_lag: int, overlap: float) -> tuple[np.ndarray, 
     """The null's autocorrelation (the initial positive sequence) and τ, windows per effective one.
 
     Lags up to ``max_lag`` and at most a fifth of the baseline; τ = 1 + 2 Σ ρ_k, at least the
-    windows' overlap (module doc, step 3).
+    windows' overlap (module doc, step 3). A baseline without variance gets a white null (its
+    windows are standardised to 0, and any other value to ±inf: the threshold hardly matters).
     """
     p = int(min(max_lag, max(1, z.size // 5)))
     rho = _acf(z, p)
+    if rho[0] <= 0:  # a constant baseline: any change is infinitely many σ off; a white null
+        return np.ones(1), max(float(overlap), 1.0)
     cut = np.flatnonzero(rho[1:] <= 0)
     rho = rho[: 1 + (cut[0] if cut.size else p)]
     return rho, max(1.0 + 2.0 * float(rho[1:].sum()), float(overlap), 1.0)

@@ -50,6 +50,7 @@ __all__ = [
     "persistence_thresholds",
     "pessimism",
     "simulate",
+    "warm_kernels",
 ]
 
 #: Importance samples per threshold search: thresholds to about 0.3 % (1σ over seeds; the
@@ -523,3 +524,12 @@ def cusum_thresholds(rho: np.ndarray, drift: float, arl: float,
         out.append(float(optimize.brentq(excess, 0.0, hi, xtol=1e-10)) if excess(0.0) > 0
                    else 0.0)
     return out
+
+
+def warm_kernels() -> None:
+    """Load this module's compiled kernels (a threshold fit then never waits for numba)."""
+    z = np.linspace(-1.0, 1.0, 8)
+    _rises_above(z, 0.0)
+    _weighted_count(z, z + 1.0, z, 0.0)
+    _cusum_counts(z, 0.5, 0.0, 1.0, 0.5, 4)
+    _cusum(z, 0.5, 0.0, 1.0)

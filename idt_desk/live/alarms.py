@@ -185,9 +185,7 @@ def baseline_span(session: Any) -> tuple[int, int] | None:
     window; on the turn path the baseline is the next turns.
     """
     mon = session.monitor
-    if mon.baseline is not None or session._pipe.fitting:
-        # Set, or its windows all gathered and the thresholds fitted from them off the
-        # loop's thread (the monitor's own baseline is set when the fit is taken).
+    if mon.baseline is not None:
         return None
     have, need = mon.baseline_progress
     left = need - have

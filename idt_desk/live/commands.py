@@ -9,7 +9,6 @@ placed at the transition they belong to.
 from __future__ import annotations
 
 import queue
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +20,9 @@ from idt_desk.live.source import Batch
 __all__ = ["apply_command", "drain", "source_events", "warn_overlap"]
 
 
-#: Commands that change what judges windows or where they go: the windows waiting for the
-#: detector's thresholds are emitted first (``Backlog.settle``).
-_SETTLE_FIRST = ("auto", "calibrate_baseline", "reconfigure", "record")
-
-
 def apply_command(session: Any, kind: str, args: dict[str, Any]) -> None:
     """Carry out one command (from the queue, the schedule or a replayed event)."""
     src = session.source
-    if kind in _SETTLE_FIRST:
-        session._backlog.settle(wait=True)
     if kind == "pause":
         session._state = "paused"
         session._resume.clear()
@@ -56,7 +48,7 @@ def apply_command(session: Any, kind: str, args: dict[str, Any]) -> None:
             impulse = declared.is_impulse(resolved)
             if not declared.scheduled:  # armed only: latency counts from its impulses
                 i = session.n_transitions
-                session._backlog.in_order(partial(session._alarms.new_onset, name, i, impulse))
+                session._alarms.new_onset(name, i, impulse)
             if impulse:
                 # One shot: applied by the next step, then off again (see _run).
                 session._impulses.append(name)
@@ -69,7 +61,7 @@ def apply_command(session: Any, kind: str, args: dict[str, Any]) -> None:
             warn_overlap(session, [name])
         else:
             i = session.n_transitions
-            session._backlog.in_order(partial(session._alarms.onset_off, name, i))
+            session._alarms.onset_off(name, i)
             session._event("perturbation_off", name=name)
     elif kind == "modulate":
         name, params = args["name"], args["params"]
@@ -176,10 +168,9 @@ def source_events(session: Any, b: Batch, before: bool) -> None:
         fields = {k: v for k, v in ev.items() if k not in ("kind", "i", "t", "wall", "row")}
         i = session.n_transitions - len(b) + row + 1 if not before else session.n_transitions
         if kind in ("perturbation_on", "perturbation_pulse") and not fields.get("scheduled"):
-            session._backlog.in_order(partial(session._alarms.new_onset, fields.get("name"), i,
-                                      kind == "perturbation_pulse"))
+            session._alarms.new_onset(fields.get("name"), i, kind == "perturbation_pulse")
         elif kind == "perturbation_off":
-            session._backlog.in_order(partial(session._alarms.onset_off, fields.get("name"), i))
+            session._alarms.onset_off(fields.get("name"), i)
         session._event(kind, at=i, **fields)
         if kind in ("perturbation_on", "perturbation_pulse") and before and \
                 not fields.get("replayed"):

@@ -335,7 +335,6 @@ class Recorder:
                 closing = self._closing
             try:
                 self._run(items)
-                self.session._backlog.settle()  # windows that waited for the thresholds
             except BaseException as exc:  # said by the next add, flush or close
                 with self._cond:
                     self._failure = exc

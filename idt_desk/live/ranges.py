@@ -207,8 +207,7 @@ class RangeWatch:
                  backlog: int) -> None:
         """Keep a session's new raw rows, as long as a window still to come may need them.
 
-        ``backlog``: rows taken in but not yet judged (buffered for the symbols' calibration,
-        or waiting for the detector's thresholds).
+        ``backlog``: rows taken in but not yet judged (buffered for the symbols' calibration).
         """
         if self.session is None:
             return

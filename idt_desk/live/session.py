@@ -23,10 +23,9 @@ same events at any speed, headless or in the GUI, and in its replay:
 - while automatic modulation is on, chunks end at window ends, so a switch it makes takes
   effect at the transition right after the window that triggered it.
 
-The detector's thresholds are fitted off the loop's thread (``idt_desk.live.backlog``): the
-windows after the baseline wait for them and come out as if the loop had waited; the events'
-order in the file then follows the wall clock (``load_recording`` reads them back in
-transition order). With Auto on, and for pipeline or recording changes, the loop does wait.
+The detector's thresholds are fitted where the loop runs, by the window that completes the
+baseline, in milliseconds (``idt_desk.detection.nulls``): every window is judged as it
+arrives, live exactly as in a replay.
 """
 
 from __future__ import annotations
@@ -44,7 +43,6 @@ import numpy as np
 from idt_desk.detection.agency import agency_conditions
 from idt_desk.limits import PIPELINE_KEYS, check_finite, check_limit, check_pipeline
 from idt_desk.live.alarms import HORIZON_TURNS, HORIZON_WINDOWS, Alarms, auto_controller
-from idt_desk.live.backlog import Backlog
 from idt_desk.live.commands import apply_command, source_events
 from idt_desk.live.config import (
     MAX_SPEED_CHUNKS,
@@ -159,8 +157,6 @@ class Session:
         self._event_listeners: list[Callable[[dict[str, Any]], None]] = []
         self._paused_reason: str | None = None
         self._known_ranges: dict[str, Any] = {}
-        #: What waits for the detector's thresholds (see ``idt_desk.live.backlog``).
-        self._backlog = Backlog(self)
         self._build_pipeline()
         source.should_stop = self._stop.is_set
         source.publish = self._publish
@@ -200,10 +196,7 @@ class Session:
         self._thread.start()
 
     def request_stop(self) -> None:
-        """Ask the worker to stop, and return at once (:attr:`running` says when it has).
-
-        A window stays live meanwhile: the worker may first wait for the thresholds' fit.
-        """
+        """Ask the worker to stop, and return at once (:attr:`running` says when it has)."""
         self._stop.set()
         self._resume.set()
 
@@ -213,13 +206,13 @@ class Session:
         return self.running and (self._stop.is_set() or self._state in ("stopped", "error"))
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Ask the worker to stop and wait for it (flushes and closes the recording).
+        """Ask the worker to stop and wait up to ``timeout`` s for it.
 
-        Up to ``timeout`` s, and ``Backlog.FIT_WAIT`` more while windows wait for the fit.
+        The worker flushes and closes the recording before it ends.
         """
         self.request_stop()
         if self._thread is not None:
-            self._backlog.join(self._thread, timeout)
+            self._thread.join(timeout)
             if self._thread.is_alive():
                 raise RuntimeError(f"session worker did not stop within {timeout} s")
         elif self._recorder is not None:
@@ -335,8 +328,7 @@ class Session:
             self._pipe = Pipeline(
                 self.preset, self.monitor, state_names=self.source.state_names,
                 action_names=None if self.source.passive else self.source.action_names,
-                calibration_windows=c.calibration_windows, correction=c.correction,
-                background=True)
+                calibration_windows=c.calibration_windows, correction=c.correction)
         self.engine = self._pipe.engine
         # _tail (above): the loop time of recent transitions (for events' times).
 
@@ -373,8 +365,8 @@ class Session:
                 self._recorder.add_turns([t for t in turns if t.get("history")])
                 self._recorder.add_turns([{"i": i0 + j, **t} for j, t in enumerate(
                     t for t in turns if not t.get("history"))])
-        # The loop times events of the next windows may ask for (and of those held).
-        keep = self.preset.window + n + self._pipe.n_buffered + self._backlog.span
+        # The loop times events of the next windows may ask for.
+        keep = self.preset.window + n + self._pipe.n_buffered
         self._tail = np.concatenate([self._tail, np.asarray(t, dtype=np.float64)[:, None]]
                                     )[-keep:]
         self.n_transitions += n
@@ -384,7 +376,7 @@ class Session:
             return
         r = b.reward if b.reward is not None else np.full(n, np.nan)
         a = None if self._pipe.sym_a is None else b.a
-        self._range.add_rows(b.s, a, b.s_next, self._pipe.n_buffered + self._backlog.span)
+        self._range.add_rows(b.s, a, b.s_next, self._pipe.n_buffered)
         step = self._pipe.push(b.s, a, b.s_next,
                                {"reward": r, "t": np.asarray(t, dtype=np.float64)},
                                ranges=self._value_ranges)
@@ -394,7 +386,7 @@ class Session:
                         transitions=cal["transitions"], value_ranges=self._known_ranges,
                         symbolizer=cal["symbolizer"],
                         action_symbolizer=cal["action_symbolizer"])
-        if step.windows is not None and not self._backlog.hold(step, self._offset, n):
+        if step.windows is not None:
             self._emit_step(step, self._offset)
 
     def _emit_step(self, step: Step, offset: int) -> None:
@@ -510,10 +502,15 @@ class Session:
     # then end().
 
     def begin(self) -> None:
-        """Open the recording asked for, reset the source (seeded) and log the start."""
+        """Open the recording asked for, load the kernels, reset the source, log the start.
+
+        The kernels before the source's first step (:meth:`Pipeline.warm`): the loop's first
+        rows never wait for them. The source is reset with the session's seed.
+        """
         if self._pending_record is not None:
             open_recording(self, self._pending_record)
             self._pending_record = None
+        self._pipe.warm()
         self.source.reset(seed=self.config.seed)
         self._event("session_start", source=self.source.name, settings=dict(self.source.config),
                     pipeline=self._pipeline_dict())
@@ -525,9 +522,6 @@ class Session:
         window end while Auto is on (a switch acts right after the window that made it) and
         at ``limit``. 0: the limit is reached.
         """
-        # Auto acts on every window; a loop never runs more than half the window ring ahead
-        # of the thresholds (Backlog.full).
-        self._backlog.settle(wait=self._alarms.auto is not None or self._backlog.full)
         while self._schedule and self._schedule[0][0] <= self.n_transitions:
             _, kind, args = self._schedule.pop(0)
             apply_command(self, kind, args)
@@ -564,13 +558,6 @@ class Session:
         run_loop(self)
 
     def _finish(self) -> None:
-        self._backlog.at_end = True
-        try:
-            self._backlog.settle(wait=True)
-        except Exception as exc:  # the thresholds' fit failed: said, not raised
-            self._failed(exc)
-        finally:
-            self._backlog.at_end = False
         try:
             self.source.close()
         finally:

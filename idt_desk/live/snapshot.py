@@ -70,5 +70,4 @@ def detector_info(session: Any) -> dict[str, Any]:
                 "needed_windows": None if cal is None else cal.needed_windows,
                 "thresholds": {} if cal is None else dict(cal.threshold)}
         session._detector_cache = info
-    # Windows wait while the thresholds are fitted off the loop's thread.
-    return {**info, "fitting": session._pipe.fitting}
+    return info

@@ -32,7 +32,6 @@ def run_loop(session: Any) -> None:
         while not session._stop.is_set():
             drain(session)
             if not session._resume.is_set():
-                session._backlog.settle()  # windows that waited for the thresholds, while paused
                 session._resume.wait(0.05)
                 session._loop_rate = 0.0
                 rate_t0, rate_n0 = time.perf_counter(), session.n_transitions
