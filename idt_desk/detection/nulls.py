@@ -62,10 +62,10 @@ CUSUM_PATH = 1 << 17
 
 def pessimism(n_eff: float) -> tuple[float, float]:
     """(δ, γ): a mean two standard errors off, σ at its one-sided 97.7 % upper bound."""
-    from scipy.stats import chi2
+    from scipy.special import chdtri  # the χ² quantile, without importing scipy.stats
 
     df = max(n_eff - 1.0, 1.0)
-    return 2.0 / math.sqrt(n_eff), math.sqrt(df / chi2.ppf(0.0228, df))
+    return 2.0 / math.sqrt(n_eff), math.sqrt(df / chdtri(df, 1.0 - 0.0228))
 
 
 def first_n_eff(good_enough: Callable[[float], bool], windows_per_eff: float) -> int:
@@ -236,7 +236,7 @@ def ewma_crossing_rate(h: float, mean: float, sd: float, corr: float) -> float:
     a = √((1 − c)/(1 + c)) (Owen 1956); the same below −h; less the jumps from below −h to
     above h in one window (and back), integrated where they are not negligible.
     """
-    from scipy import integrate, special
+    from scipy import special
 
     if sd <= 0 or corr >= 1.0:
         return 0.0
@@ -245,20 +245,35 @@ def ewma_crossing_rate(h: float, mean: float, sd: float, corr: float) -> float:
     rate = 2.0 * (float(special.owens_t(up, a)) + float(special.owens_t(down, a)))
     root = math.sqrt(1.0 - corr * corr)
     if 0.5 * math.erfc((up + down) / (2.0 * math.sqrt(1.0 - corr))) > 1e-9 * rate:
-        def jump(y: float, x: float) -> float:  # density of Y at y, X below −x given it
-            return (math.exp(-0.5 * y * y) / math.sqrt(2.0 * math.pi)
-                    * 0.5 * math.erfc((x + corr * y) / (root * math.sqrt(2.0))))
+        # ∫_y^∞ φ(v) Φ((−x − c v)/√(1 − c²)) dv: smooth, and negligible 12 σ past max(y, 0).
+        nodes, weights = _LEGENDRE
         for x, y in ((down, up), (up, down)):
-            rate -= integrate.quad(jump, y, np.inf, args=(x,), epsabs=0.0,
-                                   epsrel=1e-10, limit=200)[0]
+            top = max(y, 0.0) + 12.0
+            v = y + (top - y) * 0.5 * (nodes + 1.0)
+            f = np.exp(-0.5 * v * v) / math.sqrt(2.0 * math.pi) * 0.5 * special.erfc(
+                (x + corr * v) / (root * math.sqrt(2.0)))
+            rate -= float(f @ weights) * 0.5 * (top - y)
     return max(rate, 0.0)
+
+
+#: Gauss–Legendre nodes and weights on [−1, 1] for the jump integrals.
+_LEGENDRE = np.polynomial.legendre.leggauss(256)
+
+
+def _root(f: Callable[[float], float], lo: float, hi: float, tol: float) -> float:
+    """A root of ``f`` between ``lo`` (f > 0) and ``hi`` (f <= 0), by bisection to ``tol``."""
+    while hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        if f(mid) > 0:
+            lo = mid
+        else:
+            hi = mid
+    return hi
 
 
 def ewma_threshold(var: float, corr: float, arl: float, delta: float = 0.0,
                    gamma: float = 1.0) -> float:
     """The |E| threshold up-crossed once per ``arl`` windows (E's mean δγ, σ γ√var)."""
-    from scipy import optimize
-
     mean, sd = delta * gamma, gamma * math.sqrt(var)
     target = math.log(1.0 / arl)
 
@@ -279,7 +294,7 @@ def ewma_threshold(var: float, corr: float, arl: float, delta: float = 0.0,
     lo = hi = busy[-1][1]
     while excess(hi) > 0:
         hi += 2.0 * sd
-    return float(optimize.brentq(excess, lo, hi, xtol=1e-12 * sd, rtol=1e-12))
+    return _root(excess, lo, hi, 1e-10 * max(hi, sd))
 
 
 # -- persistence: importance sampling of an (m + 1)-dimensional Gaussian event -------------
@@ -394,7 +409,7 @@ def joint_thresholds(var: np.ndarray, corr: np.ndarray, arl: float,
     given M_t. The same normals serve every target (common random numbers). ``near``: the
     known baseline's threshold, when found already (a target's first guess scales it).
     """
-    from scipy.stats import chi2
+    from scipy.special import chdtri
 
     var = np.asarray(var, dtype=np.float64)
     corr = np.asarray(corr, dtype=np.float64)
@@ -412,7 +427,7 @@ def joint_thresholds(var: np.ndarray, corr: np.ndarray, arl: float,
         if near is None:
             # T² is about σ² χ²_r: its level crossed once per arl (the crossings of a smooth
             # process are rarer than its exceedances, so this errs high), then refined once.
-            h = float(chi2.isf(1.0 / arl, r)) * float(np.mean(sd * sd)) + float(mean @ mean)
+            h = float(chdtri(r, 1.0 / arl)) * float(np.mean(sd * sd)) + float(mean @ mean)
         else:
             h = gamma * gamma * near + float(mean @ mean)
         for _ in range(2 if near is None else 1):
@@ -485,8 +500,6 @@ def cusum_thresholds(rho: np.ndarray, drift: float, arl: float,
     times, or a drift that a pessimistic mean nearly cancels, is counted directly instead.
     ``path``: the short path (``simulate(rho, CUSUM_PATH, seed)``) where the caller keeps it.
     """
-    from scipy import optimize
-
     tau = float(null_spectrum(rho, _grid(rho, 1.0))[0])  # the long-run variance
     n = CUSUM_PATH
     path = simulate(rho, n, seed) if path is None else path
@@ -521,8 +534,7 @@ def cusum_thresholds(rho: np.ndarray, drift: float, arl: float,
         hi = 1.0 / theta[0]
         while excess(hi) > 0:
             hi *= 2.0
-        out.append(float(optimize.brentq(excess, 0.0, hi, xtol=1e-10)) if excess(0.0) > 0
-                   else 0.0)
+        out.append(_root(excess, 0.0, hi, 1e-10 * hi) if excess(0.0) > 0 else 0.0)
     return out
 
 
