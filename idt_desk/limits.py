@@ -17,8 +17,8 @@ import numpy as np
 from idt_desk.detection.detectors import DETECTOR_KINDS, parse_budget
 from idt_desk.metrics.presets import ANGLE_MODES, PRESETS
 
-__all__ = ["LIMITS", "PIPELINE_KEYS", "check_finite", "check_limit", "check_pipeline", "is_int",
-           "is_number"]
+__all__ = ["BUFFER_CAP", "LIMITS", "PIPELINE_KEYS", "check_buffers", "check_finite",
+           "check_limit", "check_pipeline", "is_int", "is_number"]
 
 
 #: Allowed ranges (inclusive) of the pipeline's integer settings, wherever they come from
@@ -34,7 +34,13 @@ LIMITS: dict[str, tuple[int, int]] = {
     "persist": (1, 1000),
     "history": (1, 1_000_000),
     "seed": (0, 2**63 - 1),
+    "block": (1, 1_000_000),
 }
+
+#: The most memory (bytes) the rows held for the symbols' calibration may take: they are all
+#: kept until the calibration windows are complete (measured ~216 bytes a transition for the
+#: pendulum's 4 state variables, about twice their float64 values).
+BUFFER_CAP = 2 * 2**30
 
 #: The settings a pipeline is made of (what a recording states and a replay re-applies).
 PIPELINE_KEYS = ("preset", "bins", "window", "stride", "calibration_windows",
@@ -75,6 +81,26 @@ def check_limit(key: str, value: Any) -> None:
     whole = is_int(value) or (isinstance(value, float) and value.is_integer())
     if not whole or not lo <= value <= hi:
         raise ValueError(f"{key} {value!r}: must be an integer from {lo:,} to {hi:,}")
+
+
+def check_buffers(window: int, stride: int, calibration_windows: int, n_state: int,
+                  n_action: int) -> None:
+    """Refuse settings whose calibration buffer would exceed :data:`BUFFER_CAP`, naming them.
+
+    The symbols are fitted on the first ``window + (calibration_windows - 1) * stride`` rows,
+    all held until then: S, A and S' as float64 and their copies when they are joined.
+    """
+    for key, value in (("window", window), ("stride", stride),
+                       ("calibration_windows", calibration_windows)):
+        check_limit(key, value)
+    rows = int(window) + (int(calibration_windows) - 1) * int(stride)
+    size = rows * 16 * (2 * int(n_state) + int(n_action) + 4)
+    if size > BUFFER_CAP:
+        raise ValueError(
+            f"window {int(window):,}, stride {int(stride):,} and calibration_windows "
+            f"{int(calibration_windows):,} calibrate the symbols on {rows:,} transitions, "
+            f"about {size / 2**30:,.0f} GiB held until then (at most {BUFFER_CAP / 2**30:g} "
+            "GiB): fewer calibration windows or a shorter window or stride")
 
 
 def check_pipeline(p: Mapping[str, Any], *, strict: bool = False) -> None:

@@ -527,8 +527,11 @@ def calibrate(
                             float(arl_windows), max_lag, overlap, seed)
     # The components are independent fits of compiled kernels and numpy that release the
     # GIL: two at a time, one per core of a small machine.
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        done = dict(zip(tasks, pool.map(lambda task: task(), tasks.values()), strict=True))
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            done = dict(zip(tasks, pool.map(lambda task: task(), tasks.values()), strict=True))
+    except RuntimeError:  # no new threads while the interpreter exits: the same, in turn
+        done = {name: task() for name, task in tasks.items()}
     joint = done.pop("", None)
     needed = joint.pop("needed_windows", 0) if joint else 0
     for c, (known, threshold[c], needed_c) in done.items():

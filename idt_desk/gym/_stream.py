@@ -20,7 +20,7 @@ from gymnasium import spaces
 
 from idt_desk.detection.detectors import CONTROL_BUDGET, CONTROL_DETECTOR, parse_budget
 from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS, IDT_METRICS, Monitor
-from idt_desk.limits import check_finite
+from idt_desk.limits import check_finite, check_limit
 from idt_desk.metrics.engine import WINDOW_KEYS
 from idt_desk.metrics.presets import PRESETS, Preset
 from idt_desk.pipeline import Pipeline, build_monitor
@@ -233,8 +233,8 @@ class _Stream:
         self.calibration_windows = int(calibration_windows)
         #: Transitions the symbols are calibrated on.
         self.calibration_transitions = self.pipeline.calibration_transitions
-        if block is not None and (isinstance(block, bool) or int(block) != block or block < 1):
-            raise ValueError(f"block must be None or an integer >= 1, got {block!r}")
+        if block is not None:
+            check_limit("block", block)
         #: At least this many transitions per symbolise + push (blocks end at window ends).
         self.block = preset.stride if block is None else int(block)
         cap = max(self.calibration_transitions, self.block + preset.stride)
@@ -353,6 +353,8 @@ def _record_path(record: Any) -> Path | None:
     if not isinstance(record, str | os.PathLike):
         raise TypeError(f"record must be a path (str or os.PathLike) or None, "
                         f"got {type(record).__name__}")
+    if not str(record).strip():  # Path("") is the working directory: never meant
+        raise ValueError("record: a recording needs a folder's name (got an empty one)")
     path = Path(record)
     if (path / "config.json").exists():
         from idt_desk.recordings import RecordingError

@@ -25,9 +25,13 @@ bounded.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import threading
+import weakref
 from collections import deque
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +43,14 @@ from idt_desk.recordings import RecordingError
 from idt_desk.recordings._format import json_line
 
 __all__ = ["Recorder"]
+
+
+def _close_at_exit(ref: weakref.ref) -> None:
+    """Close a recorder the script left open (the interpreter is exiting)."""
+    rec = ref()
+    if rec is not None and not rec.closed:
+        with contextlib.suppress(Exception):  # said in the recording; the exit goes on
+            rec.close()
 
 
 class LoopSource(Source):
@@ -113,6 +125,15 @@ def _column(x: Any, k: int, what: str) -> np.ndarray:
 class Recorder:
     """Write a loop's transitions as a recording, with the dashboard's metrics and alarms.
 
+    Use it as a context manager (the ``with`` block closes it, an exception as an error)::
+
+        with idt_desk.Recorder("runs/x", ["x", "v"], ["u"], rate=100.0) as rec:
+            rec.add(s, a, s_next)
+
+    A recorder still open when the interpreter exits (a script that ends without
+    :meth:`close`) is closed then, its rows flushed, as a clean stop: nothing accepted is
+    lost to the exit.
+
     Parameters
     ----------
     path
@@ -166,6 +187,8 @@ class Recorder:
     ) -> None:
         from idt_desk.live.session import Session, SessionConfig
 
+        if not str(path).strip():  # Path("") is the working directory: never meant
+            raise ValueError("path: a recording needs a folder's name (got an empty one)")
         if not list(state_names):
             raise ValueError("state_names: a loop needs at least one state variable")
         if rate is not None and not (np.isfinite(rate) and rate > 0):
@@ -189,6 +212,7 @@ class Recorder:
                                baseline_windows=baseline_windows, detector=detector,
                                false_alarms=false_alarms)
         self.session = Session(config, source=self.source, record=self.path)
+        self.session.stop_on_write_error = False  # refused until there is room: see _work
         self.flush_seconds = float(flush_seconds)
         self._ds, self._da = len(self.source.state_names), len(self.source.action_names)
         #: Transitions accepted by ``add`` so far.
@@ -205,6 +229,10 @@ class Recorder:
         self._thread = threading.Thread(target=self._work, daemon=True,
                                         name=f"idt-recorder {self.path.name}")
         self._thread.start()
+        # Closed at interpreter exit if the script does not (held weakly: a dropped recorder
+        # is not kept alive by it).
+        self._at_exit = partial(_close_at_exit, weakref.ref(self))
+        atexit.register(self._at_exit)
 
     # -- the loop's side --------------------------------------------------------------------
 
@@ -333,6 +361,7 @@ class Recorder:
                 self._queue.clear()
                 taken, self._queued, self._hurry = self._seq, 0, False
                 closing = self._closing
+            self._wait_for_room()
             try:
                 self._run(items)
             except BaseException as exc:  # said by the next add, flush or close
@@ -345,6 +374,20 @@ class Recorder:
                 self._cond.notify_all()
                 if closing and not self._queue:
                     return
+
+    def _wait_for_room(self) -> None:
+        """While a write fails (a full disk), hold the taken rows back, not the writer's memory.
+
+        The writer's flusher tries again every ``flush_seconds``; ``add`` refuses meanwhile
+        (:meth:`_check`). Once a write succeeds, the rows go on; a close does not wait (its
+        last write says whether there was room).
+        """
+        rec = self.session._recorder
+        while rec is not None and rec.error is not None:
+            with self._cond:
+                if self._closing:
+                    return
+                self._cond.wait(self.flush_seconds)
 
     def _run(self, items: list[tuple[str, Any]]) -> None:
         """Hand the queued rows to the session, cut so every mark lands on a batch start."""
@@ -403,6 +446,7 @@ class Recorder:
         """
         if self.closed:
             return
+        atexit.unregister(self._at_exit)
         given = error
         with self._cond:
             self._closing = True

@@ -157,6 +157,9 @@ class Session:
         self._event_listeners: list[Callable[[dict[str, Any]], None]] = []
         self._paused_reason: str | None = None
         self._known_ranges: dict[str, Any] = {}
+        #: A failed write (a full disk) ends the session (True), or the caller holds its
+        #: rows back until there is room again (``idt_desk.Recorder``).
+        self.stop_on_write_error = True
         self._build_pipeline()
         source.should_stop = self._stop.is_set
         source.publish = self._publish
@@ -350,7 +353,8 @@ class Session:
             return
         i0 = self.n_transitions
         t = b.t if b.t is not None else (i0 + 1 + np.arange(n)) / self.source.rate
-        if self._recorder is not None and self._recorder.error is not None:
+        if self._recorder is not None and self._recorder.error is not None and \
+                self.stop_on_write_error:
             raise self._recorder.error  # a full disk: stop, rather than fill memory
         if not self._turn_path:  # refused at the transition that carries it, unrecorded
             src = self.source

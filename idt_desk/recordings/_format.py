@@ -45,6 +45,7 @@ Closing a recording writes ``complete: true`` and the row counts ``n_transitions
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -125,9 +126,9 @@ class _AppendFile:
 
     :meth:`take` (under the writer's lock: a swap, so the loop's appends never wait long)
     hands over what was appended; :meth:`stage` formats it into :attr:`carry`; :meth:`write`
-    hands the carry to the operating system. A write that fails (a full disk) cuts the file
-    back to where it ended before it, so the file never ends in a torn line, and keeps the
-    carry to write again: nothing taken is dropped.
+    hands the carry to the operating system. A write that fails (a full disk) keeps the whole
+    lines that fit, cuts the file back to the last of them, so it never ends in a torn line,
+    and keeps the rest of the carry to write again: nothing taken is dropped.
     """
 
     def __init__(self, path: Path, header: bytes = b"") -> None:
@@ -152,20 +153,26 @@ class _AppendFile:
         raise NotImplementedError
 
     def write(self) -> None:
-        """Write :attr:`carry` in whole lines; on an OSError cut the file back and re-raise."""
+        """Write :attr:`carry` in whole lines, as many as fit.
+
+        On an OSError (a full disk) the file is cut back to the last whole line written,
+        that much of the carry is done, the rest kept for the next write, and the error
+        re-raised: a backlog larger than the free space goes out as room appears.
+        """
         data = self.carry
         if not data:
             return
         end = os.fstat(self._fd).st_size
+        done = 0
         try:
             # Whole lines only: a kill leaves the file ending at a line boundary.
-            while data:
-                data = data[os.write(self._fd, data):]
+            while done < len(data):
+                done += os.write(self._fd, data[done:])
         except OSError:
-            try:
-                os.ftruncate(self._fd, end)
-            except OSError:
-                pass  # a reader drops a torn last line all the same
+            whole = data.rfind(b"\n", 0, done) + 1  # bytes up to the last whole line
+            with contextlib.suppress(OSError):  # a reader drops a torn last line anyway
+                os.ftruncate(self._fd, end + whole)
+            self.carry = data[whole:]
             raise
         self.carry = b""
 
@@ -230,11 +237,44 @@ def _csv_lines(block: np.ndarray) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+#: A table's first line (its header) is shorter than this; the head read to check it.
+HEAD_BYTES = 1 << 20
+
+
+def text_head_problem(path: Path) -> str | None:
+    """What makes ``path`` no text table, read from its first MiB alone; None: nothing yet.
+
+    Every reader asks before it reads a whole file: NUL bytes, or a first line longer than
+    a MiB, end it in one line at the cost of a MiB (a 2 GB file of zeros was read whole, and
+    grew tenfold in a parser). A file larger than half the memory now available is refused
+    too, with its size: reading it would take the machine's memory, not the reader's.
+    """
+    import psutil
+
+    with open(path, "rb") as f:
+        head = f.read(HEAD_BYTES)
+        size = os.fstat(f.fileno()).st_size
+    if (bad := head.find(b"\x00")) >= 0:
+        line = head.count(b"\n", 0, bad) + 1
+        return f"line {line}: garbage bytes {head[bad:bad + 4]!r}... (not text)"
+    if size > HEAD_BYTES and b"\n" not in head:
+        return f"its first line is longer than {HEAD_BYTES // 2**20} MiB: not a table"
+    free = psutil.virtual_memory().available
+    if size > free // 2:
+        return (f"{size / 2**30:.1f} GiB, more than half the memory available "
+                f"({free / 2**30:.1f} GiB): too large to read")
+    return None
+
+
 def _read_lines(path: Path, issues: list[str] | None = None) -> bytes:
     """A file's bytes, checked to be text; with ``issues``, a torn last line is dropped.
 
-    Bytes that are not UTF-8 text (or NUL) raise RecordingError naming the file and line.
+    Bytes that are not UTF-8 text (or NUL) raise RecordingError naming the file and line;
+    the head is checked first (:func:`text_head_problem`), so a file that is no table is
+    refused before it is read whole.
     """
+    if (problem := text_head_problem(path)) is not None:
+        raise RecordingError(f"{path}: {problem}")
     raw = path.read_bytes()
     try:
         if not raw.isascii():  # a table is ASCII: checked without decoding a copy

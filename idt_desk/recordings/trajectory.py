@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from idt_desk.errors import InputError
+from idt_desk.recordings._format import text_head_problem
 
 __all__ = ["Trajectory", "load_trajectory", "read_table"]
 
@@ -45,6 +46,8 @@ def read_table(path: str | Path) -> pd.DataFrame:
     if path.is_dir():
         raise InputError(f"{path}: is a directory, not a trajectory file")
     suffix = path.suffix.lower()
+    if suffix in (".csv", ".txt") and (problem := text_head_problem(path)) is not None:
+        raise InputError(f"{path}: cannot read as {suffix[1:]}: {problem}")
     try:
         if suffix in (".parquet", ".pq"):
             return pd.read_parquet(path)
