@@ -18,7 +18,7 @@ from idt_desk.detection.detectors import DETECTOR_KINDS, parse_budget
 from idt_desk.metrics.presets import ANGLE_MODES, PRESETS
 
 __all__ = ["BUFFER_CAP", "LIMITS", "PIPELINE_KEYS", "check_buffers", "check_finite",
-           "check_limit", "check_pipeline", "is_int", "is_number"]
+           "check_limit", "check_pipeline", "check_preset_spec", "is_int", "is_number"]
 
 
 #: Allowed ranges (inclusive) of the pipeline's integer settings, wherever they come from
@@ -140,11 +140,15 @@ def check_pipeline(p: Mapping[str, Any], *, strict: bool = False) -> None:
         parse_budget(budget)
     spec = p.get("preset_spec")
     if spec is not None:
-        _check_preset_spec(spec)
+        check_preset_spec(spec)
 
 
-def _check_preset_spec(spec: Any) -> None:
-    """A preset given by value (as a recording states it): known fields of the right types."""
+def check_preset_spec(spec: Any, n_state: int | None = None,
+                      n_action: int | None = None) -> None:
+    """A preset given by value (as a recording states it): known fields of the right types.
+
+    With the loop's ``n_state`` and ``n_action``, its angles and groups must index them.
+    """
     if not isinstance(spec, Mapping):
         raise ValueError(f"preset_spec must be a mapping, got {type(spec).__name__}")
     if bad := [k for k in spec if k not in _PRESET_FIELDS]:
@@ -173,6 +177,18 @@ def _check_preset_spec(spec: Any) -> None:
                     isinstance(g, list | tuple) and all(is_int(j) and j in index for j in g)
                     for g in groups)):
             raise ValueError(f"preset_spec: {key} must be lists of variable indices")
+    for key, count in (("angles", n_state), ("state_groups", n_state),
+                       ("action_groups", n_action)):
+        value = spec.get(key) or []
+        used = value if key == "angles" else [j for g in value for j in g]
+        if count is not None and any(j >= count for j in used):
+            raise ValueError(f"preset_spec: {key} {_cut(value)}: the loop has {count} "
+                             f"{'state' if key != 'action_groups' else 'action'} variables")
+
+
+def _cut(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def check_finite(what: str, rows: np.ndarray, names: Sequence[str], first: int) -> None:

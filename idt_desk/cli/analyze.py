@@ -135,8 +135,6 @@ def _recording(args: argparse.Namespace) -> tuple[Path, dict | None]:
     A recording's directory (``config.json`` beside ``transitions.csv``) is read through its
     transitions, with its own preset and rate unless the options say otherwise.
     """
-    import json
-
     folder = args.file
     if not folder.is_dir() or not (folder / "config.json").is_file():
         return folder, None
@@ -144,10 +142,20 @@ def _recording(args: argparse.Namespace) -> tuple[Path, dict | None]:
     if not table.is_file():
         raise InputError(f"{folder}: a recording without transitions.csv (an export of a "
                          "session without Record keeps only windows and events)")
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{folder}/config.json: cannot read: {exc}") from None
+    from idt_desk.recordings import RecordingError
+    from idt_desk.recordings._checks import check_columns, check_regular, read_config
+    from idt_desk.recordings._format import text_head_problem
+
+    try:  # the readers' one check of a recording's config, files and columns
+        config = read_config(folder)
+        check_regular(table)
+        if (problem := text_head_problem(table)) is not None:
+            raise RecordingError(f"{table}: {problem}")
+        with open(table, "rb") as f:
+            header = f.readline().decode(errors="replace").strip().split(",")
+        check_columns(header, config, str(table))
+    except RecordingError as exc:
+        raise InputError(str(exc)) from None
     return table, config
 
 

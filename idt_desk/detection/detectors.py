@@ -67,7 +67,6 @@ needs are one argument, and the calibration simulates the very statistics define
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -140,10 +139,12 @@ class Budget:
     unit: str = "s"
 
     def __post_init__(self) -> None:
-        if not (self.alarms > 0 and math.isfinite(self.alarms)):
-            raise ValueError(f"a false-alarm budget needs a positive count, got {self.alarms}")
-        if not (self.per > 0 and math.isfinite(self.per)):
-            raise ValueError(f"a false-alarm budget needs a positive span, got {self.per}")
+        if not (0 < self.alarms <= 1e6):
+            raise ValueError("a false-alarm budget needs a count above 0 and at most "
+                             f"1,000,000, got {self.alarms:g}")
+        if not (0 < self.per <= 1e12):
+            raise ValueError(f"a false-alarm budget needs a positive span up to 10^12, got "
+                             f"{self.per:g}")
         if self.unit not in ("s", "windows", "turns", "episodes"):
             raise ValueError(f"unknown budget unit {self.unit!r}")
 
@@ -182,15 +183,18 @@ def parse_budget(text: str) -> Budget:
         alarms = float(m.group(1))
         span = float(m.group(2)) if m.group(2) else 1.0
         word = m.group(3).lower()
-        if word in _UNITS:
-            return Budget(alarms, span * _UNITS[word], "s")
-        if word in _COUNTS:
-            return Budget(alarms, span, _COUNTS[word])
-        raise ValueError
+        if word not in _UNITS and word not in _COUNTS:
+            raise ValueError
     except ValueError:
         raise ValueError(
             f"false-alarm budget {text!r}: write COUNT/[SPAN]UNIT, e.g. 1/h, 2/30min, "
             "1/100turns, 1/10episodes, 1/1000windows") from None
+    try:
+        if word in _UNITS:
+            return Budget(alarms, span * _UNITS[word], "s")
+        return Budget(alarms, span, _COUNTS[word])
+    except ValueError as exc:
+        raise ValueError(f"false-alarm budget {text!r}: {exc}") from None
 
 
 @dataclass(frozen=True)

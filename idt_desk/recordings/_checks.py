@@ -14,8 +14,20 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from idt_desk.limits import check_limit, check_pipeline, is_int, is_number
-from idt_desk.recordings._format import RecordingError
+from idt_desk.limits import (
+    PIPELINE_KEYS,
+    check_limit,
+    check_pipeline,
+    check_preset_spec,
+    is_int,
+    is_number,
+)
+from idt_desk.recordings._format import (
+    FORMAT_VERSION,
+    RecordingError,
+    _read_lines,
+    parse_json,
+)
 
 __all__: list[str] = []
 
@@ -25,13 +37,42 @@ def _int(v: Any, lo: int = 0) -> bool:
 
 
 def check_regular(path: Path) -> None:
-    """``path`` must be a regular file (a FIFO or a device would hang or flood a reader)."""
+    """``path`` must be a regular file in its recording's folder.
+
+    A FIFO or a device would hang or flood a reader; a link to a file outside the folder
+    would make a recording (shared data) read whatever file its author chose.
+    """
     try:
         mode = os.stat(path).st_mode
     except OSError as exc:
         raise RecordingError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     if not stat.S_ISREG(mode):
         raise RecordingError(f"{path}: not a regular file")
+    if os.path.islink(path):
+        target = Path(os.path.realpath(path))
+        if not target.is_relative_to(Path(os.path.realpath(path.parent))):
+            raise RecordingError(f"{path}: a link to a file outside the recording "
+                                 f"({target}); copy the file in instead")
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """A recording's config.json, read and checked: every reader's one way to it.
+
+    Raises
+    ------
+    RecordingError
+        Not a regular file of the folder, not JSON, not this format, or a field a reader
+        uses of the wrong type or range (one line naming the file and the field).
+    """
+    where = f"{path}/config.json"
+    check_regular(path / "config.json")
+    config = parse_json(_read_lines(path / "config.json"), where)
+    if not isinstance(config, dict) or config.get("format_version") != FORMAT_VERSION:
+        found = config.get("format_version") if isinstance(config, dict) else \
+            type(config).__name__
+        raise RecordingError(f"{path}: not an IDT Desk recording of format {FORMAT_VERSION} "
+                             f"(config.json says format_version {_show(found)})")
+    return check_config(config, where)
 
 
 def check_config(config: Any, where: str) -> dict[str, Any]:
@@ -71,11 +112,44 @@ def check_config(config: Any, where: str) -> dict[str, Any]:
         raise bad("session.tokenizer", "a name")
     if "start_index" in config and not _int(config["start_index"]):
         raise bad("start_index", "an integer >= 0")
-    if config.get("preset") is not None and not isinstance(config["preset"], dict):
-        raise bad("preset", "a JSON object")
+    if config.get("preset") is not None:
+        if not isinstance(config["preset"], dict):
+            raise bad("preset", "a JSON object")
+        try:
+            check_preset_spec(config["preset"], len(config.get("state_names", [])),
+                              len(config.get("action_names", [])))
+        except ValueError as exc:
+            raise RecordingError(f"{where}: preset: {str(exc).removeprefix('preset_spec: ')}"
+                                 ) from None
+    settings = {k: v for k, v in session.items() if k in PIPELINE_KEYS and k != "preset_spec"}
+    try:
+        check_pipeline(settings)
+    except ValueError as exc:
+        raise RecordingError(f"{where}: session: {exc}") from None
     if not isinstance(config.get("complete", False), bool):
         raise bad("complete", "true or false")
     return config
+
+
+def check_columns(columns: list[str], config: dict[str, Any], where: str) -> None:
+    """transitions.csv's header: each column once, and S, A and S' as config.json names them."""
+    seen: set[str] = set()
+    for c in columns:
+        if c in seen:
+            raise RecordingError(f"{where}: line 1: column {c!r} appears twice")
+        seen.add(c)
+    n_s, n_a = len(config.get("state_names", [])), len(config.get("action_names", []))
+    want = ["i", *[f"s_{j}" for j in range(n_s)], *[f"a_{j}" for j in range(n_a)],
+            *[f"s_next_{j}" for j in range(n_s)]]
+    if missing := [c for c in want if c not in seen]:
+        raise RecordingError(f"{where}: line 1: no column {missing[0]!r}, which config.json's "
+                             f"{n_s} state_names and {n_a} action_names ask for")
+    for prefix, n, key in (("s_", n_s, "state_names"), ("a_", n_a, "action_names")):
+        extra = [c for c in columns if c.startswith(prefix) and not c.startswith("s_next")
+                 and c[len(prefix):].isdigit() and int(c[len(prefix):]) >= n]
+        if extra:
+            raise RecordingError(f"{where}: line 1: column {extra[0]!r} beyond config.json's "
+                                 f"{n} {key}")
 
 
 def check_event(ev: dict[str, Any], where: str) -> None:

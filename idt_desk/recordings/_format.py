@@ -354,6 +354,23 @@ def _first_line(flags: np.ndarray) -> int | None:
     return int(idx[0]) if idx.size else None
 
 
+def parse_json(raw: bytes | str, where: str) -> Any:
+    """JSON a recording holds, or RecordingError naming ``where``, in one line.
+
+    Not valid JSON (with its line), nesting too deep for the parser (a crafted
+    ``[[[[…]]]]``) and integers too long for Python to convert (over 4,300 digits) are all
+    the file's fault, said as such rather than raised as a parser's own error.
+    """
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise RecordingError(f"{where}: line {exc.lineno}: not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise RecordingError(f"{where}: JSON nested too deeply to read") from None
+    except ValueError as exc:  # an integer longer than int() converts
+        raise RecordingError(f"{where}: {str(exc).splitlines()[0]}") from None
+
+
 def _read_json_lines(path: Path, issues: list[str], key: str, what: str,
                      check: Callable[[dict, str], None] | None = None) -> list[dict]:
     """The JSON objects of a JSON-lines file, each required to have ``key``.
@@ -366,8 +383,10 @@ def _read_json_lines(path: Path, issues: list[str], key: str, what: str,
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except ValueError:
+            row = parse_json(line, f"{path}: line {k + 1}")
+        except RecordingError as exc:
+            if "not valid JSON" not in str(exc):
+                raise
             row = None
         if not isinstance(row, dict) or key not in row:
             raise RecordingError(f"{path}: line {k + 1}: not {what}") from None

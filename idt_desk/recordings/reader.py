@@ -12,17 +12,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from idt_desk.recordings._checks import check_config, check_event, check_regular, check_turn
+from idt_desk.recordings._checks import (
+    check_columns,
+    check_event,
+    check_regular,
+    check_turn,
+    read_config,
+)
 from idt_desk.recordings._format import (
     _CLOSING_EVENTS,
     _FILES,
-    FORMAT_VERSION,
     RecordingError,
     _first_line,
     _in_transition_order,
     _read_csv,
     _read_json_lines,
-    _read_lines,
 )
 
 __all__ = ["Recording", "load_recording", "newest_recording", "recording_size",
@@ -92,21 +96,11 @@ def load_recording(path: str | Path) -> Recording:
     for name in (*_FILES, "turns.jsonl"):
         if name in _FILES or (path / name).exists():
             check_regular(path / name)
-    try:
-        config = json.loads(_read_lines(path / "config.json"))
-    except json.JSONDecodeError as exc:
-        raise RecordingError(
-            f"{path}/config.json: line {exc.lineno}: not valid JSON ({exc.msg})"
-        ) from None
-    if not isinstance(config, dict) or config.get("format_version") != FORMAT_VERSION:
-        found = config.get("format_version") if isinstance(config, dict) else config
-        raise RecordingError(
-            f"{path}: not an IDT Desk recording of format {FORMAT_VERSION} "
-            f"(config.json says format_version {found!r})"
-        )
-    check_config(config, f"{path}/config.json")
+    config = read_config(path)
     issues: dict[str, list[str]] = {name: [] for name in _FILES[1:]}
     transitions = _read_csv(path / "transitions.csv", issues["transitions.csv"])
+    check_columns(list(transitions.columns), config, f"{path}/transitions.csv")
+    _check_values(transitions, config, path / "transitions.csv")
     windows = _read_csv(path / "windows.csv", issues["windows.csv"])
     if "i" not in transitions.columns or "start" not in windows.columns:
         raise RecordingError(f"{path}: tables lack their index columns (i / start)")
@@ -175,6 +169,19 @@ def load_recording(path: str | Path) -> Recording:
         warnings.append(f"the session ended in error: {error}")
     return Recording(path, config, transitions, windows, events, warnings, complete, turns,
                      error)
+
+
+def _check_values(table: pd.DataFrame, config: dict[str, Any], path: Path) -> None:
+    """S, A and S' finite, as every reader needs them (a replay refuses them at their row)."""
+    n_s, n_a = len(config.get("state_names", [])), len(config.get("action_names", []))
+    cols = [*[f"s_{j}" for j in range(n_s)], *[f"a_{j}" for j in range(n_a)],
+            *[f"s_next_{j}" for j in range(n_s)]]
+    values = table[cols].to_numpy(np.float64)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        row, col = (int(x) for x in np.argwhere(bad)[0])
+        raise RecordingError(f"{path}: line {row + 2}: {cols[col]} is {values[row, col]}; "
+                             "the IDT metrics need finite numbers")
 
 
 def _ended_in_error(events: pd.DataFrame) -> str | None:
@@ -276,7 +283,7 @@ def _first_event_wall(events: Path) -> float | None:
         if not newline:
             return None
         wall = json.loads(line).get("wall")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
     return float(wall) if isinstance(wall, int | float) and math.isfinite(wall) else None
 
@@ -288,7 +295,7 @@ def _created(config: Path) -> float | None:
     try:
         created = json.loads(config.read_bytes()).get("created")
         return dt.datetime.strptime(str(created), "%Y-%m-%dT%H:%M:%S%z").timestamp()
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         pass
     try:
         return config.stat().st_mtime

@@ -12,11 +12,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from idt_desk.recordings._checks import check_config, check_event, check_regular
+from idt_desk.recordings._checks import check_columns, check_event, check_regular, read_config
 from idt_desk.recordings._format import (
     _CLOSING_EVENTS,
-    FORMAT_VERSION,
+    HEAD_BYTES,
     RecordingError,
+    parse_json,
 )
 
 __all__ = ["RecordingTail"]
@@ -69,19 +70,22 @@ class RecordingTail:
                 return False  # not all written yet
             raise
         try:
-            self.config = json.loads((self.path / "config.json").read_bytes())
             with open(self.path / "transitions.csv", "rb") as f:
-                header = f.readline()
+                header = f.readline(HEAD_BYTES)
+            raw = (self.path / "config.json").read_bytes()
+            json.loads(raw)
         except (OSError, json.JSONDecodeError):
-            return False
+            return False  # not all written yet
+        except (ValueError, RecursionError):
+            pass  # read_config says what is wrong with it
         if not header.endswith(b"\n"):
+            if len(header) >= HEAD_BYTES:
+                raise RecordingError(f"{self.path}/transitions.csv: its first line is longer "
+                                     f"than {HEAD_BYTES // 2**20} MiB: not a table")
             return False
-        if not isinstance(self.config, dict) or \
-                self.config.get("format_version") != FORMAT_VERSION:
-            raise RecordingError(f"{self.path}: not an IDT Desk recording of format "
-                                 f"{FORMAT_VERSION}")
-        check_config(self.config, f"{self.path}/config.json")
-        self.columns = header.decode().strip().split(",")
+        self.config = read_config(self.path)
+        self.columns = header.decode(errors="replace").strip().split(",")
+        check_columns(self.columns, self.config, f"{self.path}/transitions.csv")
         self._offset["transitions.csv"] = len(header)
         return True
 
@@ -113,10 +117,7 @@ class RecordingTail:
             if line.strip():
                 self._n_events += 1
                 where = f"{self.path}/events.jsonl: line {self._n_events}"
-                try:
-                    ev = json.loads(line)
-                except ValueError:
-                    raise RecordingError(f"{where}: not valid JSON") from None
+                ev = parse_json(line, where)
                 if not isinstance(ev, dict):
                     raise RecordingError(f"{where}: not a JSON event")
                 check_event(ev, where)
@@ -147,8 +148,10 @@ class RecordingTail:
         if self._promised is None:
             try:
                 config = json.loads((self.path / "config.json").read_bytes())
-            except (OSError, json.JSONDecodeError):
+            except (OSError, ValueError, RecursionError):
                 return False  # being rewritten: ask again at the next poll
+            if not isinstance(config, dict):
+                return False
             if not config.get("complete") or not isinstance(config.get("n_transitions"), int):
                 return False
             self._promised = int(config["n_transitions"])
