@@ -242,12 +242,24 @@ def _check_groups(option: str, groups, n: int, what: str) -> None:
                          f"column indices from 0 to {n - 1}")
 
 
+def _origin(args: argparse.Namespace, key: str, value: object) -> str:
+    """Where a setting's value came from: the option given, the recording, or the default.
+
+    An error never blames an option the user did not give.
+    """
+    if getattr(args, key, None) is not None:
+        return f"--{key.replace('_', '-')} {value}"
+    if args.file.is_dir():
+        return f"the recording's {key} {value}"
+    return f"the default {key} {value}"
+
+
 def _check_fits_file(args: argparse.Namespace, preset, traj) -> None:
     """The options that depend on the file (its length, its columns), before any analysis."""
     n, w, stride = traj.n, preset.window, preset.stride
     if n < w:
-        raise InputError(f"--window {w}: {args.file}: {n} transitions, fewer than one window "
-                         f"of {w}; allowed: 2 to {max(n, 2)}")
+        raise InputError(f"{_origin(args, 'window', w)}: {args.file}: {n} transitions, fewer "
+                         f"than one window of {w}")
     n_windows = (n - w) // stride + 1
     if args.baseline_windows is not None and args.baseline_windows > n_windows:
         raise InputError(f"--baseline-windows {args.baseline_windows}: {args.file} has "
@@ -257,7 +269,7 @@ def _check_fits_file(args: argparse.Namespace, preset, traj) -> None:
         raise InputError(f"--onset {args.onset}: must be a transition index from {w + stride} "
                          f"(two baseline windows before it) to {n - 1} ({args.file} has {n} "
                          "transitions)")
-    by = "--preset " + preset.name
+    by = f"--preset {args.preset}" if args.preset else _origin(args, "preset", preset.name)
     n_s = traj.s.shape[1]
     _check_groups("--groups" if args.groups is not None else by, preset.state_groups, n_s,
                   "state")

@@ -143,10 +143,15 @@ def _build_session(args: argparse.Namespace, source, speed: float | None,
         msg = str(exc)
         if "false-alarm budget" in msg:  # it names its units ("1/1000windows"): first
             raise InputError(f"--false-alarms {config.false_alarms}: {msg}") from None
+        # Blame an option only if it was given; else say where the value came from.
         key = next((k for k in ("calibration_windows", "baseline_windows", "bins", "window",
-                                "stride") if k in msg), None)
-        key = key or "preset"
-        raise InputError(f"--{key.replace('_', '-')} {getattr(args, key)}: {msg}") from None
+                                "stride", "preset") if k in msg
+                    and getattr(args, k) != _PIPELINE_DEFAULTS[k]), None)
+        if key is not None:
+            raise InputError(f"--{key.replace('_', '-')} {getattr(args, key)}: {msg}") from None
+        origin = "the recording's pipeline" if args.source == "replay" else \
+            f"{source.name}'s default settings"
+        raise InputError(f"{origin}: {msg}") from None
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:

@@ -211,9 +211,10 @@ def _seconds(spec: str, text: str, option: str = "--perturb") -> float:
         v = float(text)
     except ValueError:
         v = math.nan
-    if not (math.isfinite(v) and v >= 0):
+    if not (math.isfinite(v) and 0 <= v <= 1e12):
         raise InputError(
-            f"{option} {spec}: times must be seconds >= 0, e.g. NAME@10-20, got {text!r}"
+            f"{option} {spec}: times must be seconds from 0 to 10^12, e.g. NAME@10-20, got "
+            f"{text!r}"
         )
     return v
 

@@ -100,11 +100,33 @@ def _switch(active: dict[str, dict[str, Any]], name: str,
     return dict(params)
 
 
+def _real(x: Any, what: str) -> None:
+    """Refuse complex numbers: a float conversion would drop their imaginary parts."""
+    if np.iscomplexobj(x) or (isinstance(x, list | tuple) and any(
+            isinstance(v, complex) or np.iscomplexobj(v) for v in x)):
+        raise ValueError(f"{what}: complex numbers; the IDT takes real values (the imaginary "
+                         "part would be dropped)")
+
+
+def _finite_fields(fields: Any, where: str) -> None:
+    """Refuse NaN and infinities in a mark's fields: JSON would hold them as null."""
+    if isinstance(fields, Mapping):
+        for k, v in fields.items():
+            _finite_fields(v, f"{where}.{k}" if where else str(k))
+    elif isinstance(fields, list | tuple):
+        for j, v in enumerate(fields):
+            _finite_fields(v, f"{where}[{j}]")
+    elif isinstance(fields, float | np.floating) and not np.isfinite(fields):
+        raise ValueError(f"{where} {fields}: not a finite number (a recording holds numbers, "
+                         "text, lists and dicts; NaN would be stored as null)")
+
+
 def _rows(x: Any, width: int, what: str) -> np.ndarray:
     """One transition (a vector) or a batch (rows) as a 2-D float array of ``width`` columns.
 
     A copy: the loop may reuse its buffers once ``add`` returns.
     """
+    _real(x, what)
     arr = np.array(x, dtype=np.float64)
     if arr.ndim <= 1:
         arr = arr.reshape(1, -1)
@@ -116,6 +138,7 @@ def _rows(x: Any, width: int, what: str) -> np.ndarray:
 
 def _column(x: Any, k: int, what: str) -> np.ndarray:
     """A number or one per row, as ``k`` floats (a copy)."""
+    _real(x, what)
     arr = np.array(x, dtype=np.float64).reshape(-1)
     if arr.size not in (1, k):
         raise ValueError(f"{what}: expected one value or {k} (one per row), got {arr.size}")
@@ -328,11 +351,12 @@ class Recorder:
         """Queue an event at the next transition; refused here if JSON cannot hold it."""
         if self.closed:
             raise ValueError(f"{self.path}: the recorder is closed")
+        what = " ".join(str(x) for x in (kind, fields.get("name")) if x)
         try:
             json_line(fields)
         except TypeError as exc:
-            what = " ".join(str(x) for x in (kind, fields.get("name")) if x)
             raise TypeError(f"{what}: {exc}; give numbers, text, lists or dicts") from None
+        _finite_fields(fields, what)
         with self._cond:
             self._check()
             self._queue.append(("mark", {"kind": kind, **fields}))

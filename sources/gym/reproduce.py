@@ -1429,7 +1429,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=None,
                         help="worker processes (default: all cores)")
     parser.add_argument("--scheduler", metavar="ADDRESS", default=None,
-                        help="run on a Dask scheduler, e.g. tcp://host:8786")
+                        help="run on a Dask scheduler, e.g. tcp://host:8786 (it exchanges "
+                        "pickles with this process: a cluster you trust)")
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
