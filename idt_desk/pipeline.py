@@ -25,7 +25,7 @@ import numpy as np
 from idt_desk.detection import nulls
 from idt_desk.detection.detectors import Budget, DetectorSpec, parse_budget
 from idt_desk.detection.monitor import ADJUSTED_METRICS, IDT_METRICS, Monitor
-from idt_desk.limits import check_buffers, check_limit, check_pipeline
+from idt_desk.limits import LIMITS, check_buffers, check_pipeline
 from idt_desk.metrics.engine import MetricEngine
 from idt_desk.metrics.presets import PRESETS, Preset
 from idt_desk.metrics.symbolize import Symbolizer
@@ -386,8 +386,10 @@ class Pipeline:
             self.calibration_transitions = 0
             return
         # Before anything is allocated: a window of 10**9 is refused, not tried.
-        check_limit("bins", state_bins or preset.bins)
-        check_limit("bins", action_bins or preset.bins)
+        for bins in (preset.bins, state_bins, action_bins):  # 1: a discrete space's own
+            if bins is not None and not 1 <= int(bins) <= LIMITS["bins"][1]:
+                raise ValueError(f"bins {bins}: must be an integer from 1 to "
+                                 f"{LIMITS['bins'][1]:,}")
         check_buffers(preset.window, preset.stride, self.calibration_windows,
                       len(state_names), len(action_names or ()))
         circular = preset.angles if preset.angle_mode == "wrap" else ()

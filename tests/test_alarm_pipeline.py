@@ -211,7 +211,7 @@ def test_the_band_shown_is_the_detectors():
         bands[kind] = (mon.baseline.thresholds, _band_label(mon.baseline))
     assert bands["paper"] == (None, "baseline ±3σ")  # the paper rule's band is its alarm
     thresholds, label = bands["persistence"]
-    assert label == "alarm band (calibrated kσ)" and set(thresholds) == set(METRICS)
+    assert label == "alarm band (kσ)" and set(thresholds) == set(METRICS)
     assert all(t > 3.0 for t in thresholds.values())  # beyond 3σ: a stricter budget
     assert bands["cusum"] == (None, "baseline ±3σ (reference)")
     assert bands["ewma"] == (None, "baseline ±3σ (reference)")

@@ -94,3 +94,17 @@ def test_a_broken_link_fails_the_strict_build(mkdocs, tmp_path):
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode != 0
     assert "nowhere" in proc.stderr
+
+
+def test_every_scheduler_option_says_a_cluster_runs_pickles(capsys):
+    """A Dask scheduler exchanges pickles with the client: wherever ``--scheduler`` is offered
+    (each reproduction's help, the README's extras table) the user is told to trust it."""
+    from idt_desk.cli import main
+
+    for name in ("pendulum", "cheetah", "dialogue"):
+        with pytest.raises(SystemExit):
+            main(["reproduce", name, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert "--scheduler" in text and "pickles" in text.split("--scheduler", 1)[1], name
+    row = next(x for x in README.read_text().splitlines() if "--scheduler" in x)
+    assert "pickles" in row and "trust" in row

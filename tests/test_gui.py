@@ -87,7 +87,7 @@ def test_launch_shows_live_pendulum_windows(qtbot, window):
     assert lo == pytest.approx(b.band("dH")[0]) and lo < 0
     # One legend for the whole stack, naming every kind of mark.
     texts = _legend_texts(window)
-    assert {"baseline mean", "alarm band (calibrated kσ)", "alarmed window", "perturbation",
+    assert {"baseline mean", "alarm band (kσ)", "alarmed window", "perturbation",
             "impulse (kick)"} <= set(texts)
     # (The dialogue's structural-baselines plot keeps a legend for its three curves; it is
     # hidden unless a session computes them.)

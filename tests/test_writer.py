@@ -124,7 +124,8 @@ def test_a_full_disk_keeps_every_row_and_never_tears_a_line(tmp_path, monkeypatc
     with pytest.raises(RecordingError, match=r"disk is full.*kept in memory"):
         rec.flush()
     raw = (tmp_path / "r" / "transitions.csv").read_bytes()
-    assert raw.endswith(b"\n") and len(raw) == size  # cut back: no torn line
+    # The whole lines that fitted are kept, cut back to the last of them: no torn line.
+    assert raw.endswith(b"\n") and size < len(raw) <= size + 1000
     assert isinstance(rec.error, RecordingError)
     # The loop goes on; space is freed: every row is written once, in order.
     s3 = _add(rec, 600, 100)
@@ -148,7 +149,8 @@ def test_closing_on_a_full_disk_raises_and_leaves_whole_lines(tmp_path, monkeypa
         rec.close()
     monkeypatch.undo()
     got = load_recording(tmp_path / "r")
-    assert not got.complete and len(got.transitions) == 100
+    # What fitted (whole lines of the second hundred) is kept; the rest is said missing.
+    assert not got.complete and 100 < len(got.transitions) < 200
     assert not any("partly written" in w for w in got.warnings)
 
 

@@ -1061,7 +1061,7 @@ class ReturnPlot(pg.PlotWidget):
 _SHORT_AXIS = {"H_f": "H<sub>f</sub>", "H_b": "H<sub>b</sub>", "dH": "ΔH", "reward": "reward",
                "P_adj": "P − null"}
 #: The legend's short words, for a narrow centre pane.
-_SHORT = {"baseline mean": "mean", "alarm band (calibrated kσ)": "alarm band",
+_SHORT = {"baseline mean": "mean", "alarm band (kσ)": "alarm band",
           "alarmed window": "alarmed", "impulse (kick)": "kick", "perturbation": "perturbed",
           "modulation": "modulated"}
 
@@ -1073,7 +1073,9 @@ def _band_label(b: Any) -> str:
     if not getattr(b, "detector", None) or b.detector.startswith("paper"):
         return f"baseline ±{b.k:g}σ"
     if getattr(b, "thresholds", None):
-        return "alarm band (calibrated kσ)"
+        # k calibrated to the budget (the alarm panel says how); short enough that the five
+        # entries fit one row of a 1400-px window's plots.
+        return "alarm band (kσ)"
     return f"baseline ±{b.k:g}σ (reference)"
 
 

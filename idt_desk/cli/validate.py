@@ -213,8 +213,8 @@ def _seconds(spec: str, text: str, option: str = "--perturb") -> float:
         v = math.nan
     if not (math.isfinite(v) and 0 <= v <= 1e12):
         raise InputError(
-            f"{option} {spec}: times must be seconds from 0 to 10^12, e.g. NAME@10-20, got "
-            f"{text!r}"
+            f"{option} {spec}: times must be seconds >= 0 (at most 10^12), e.g. NAME@10-20, "
+            f"got {text!r}"
         )
     return v
 

@@ -132,12 +132,18 @@ def check_config(config: Any, where: str) -> dict[str, Any]:
 
 
 def check_columns(columns: list[str], config: dict[str, Any], where: str) -> None:
-    """transitions.csv's header: each column once, and S, A and S' as config.json names them."""
+    """transitions.csv's header: each column once, and S, A and S' as config.json names them.
+
+    A config.json without ``state_names`` (written by another tool) names no columns to
+    check: the readers then take the table's own.
+    """
     seen: set[str] = set()
     for c in columns:
         if c in seen:
             raise RecordingError(f"{where}: line 1: column {c!r} appears twice")
         seen.add(c)
+    if "state_names" not in config:
+        return
     n_s, n_a = len(config.get("state_names", [])), len(config.get("action_names", []))
     want = ["i", *[f"s_{j}" for j in range(n_s)], *[f"a_{j}" for j in range(n_a)],
             *[f"s_next_{j}" for j in range(n_s)]]
