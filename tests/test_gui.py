@@ -148,6 +148,10 @@ def test_perturbation_button_records_an_event_and_shades_the_plot(qtbot, window)
     qtbot.waitUntil(lambda: "Detected" in window.alarms.latency.text(), timeout=WAIT)
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)  # off again
     qtbot.mouseClick(window.stop_button, Qt.MouseButton.LeftButton)
+    # At max speed the writer closes on up to a second's rows: the window says "stopping"
+    # meanwhile and gives the controls back when the recording is whole.
+    qtbot.waitUntil(lambda: not window.session.running and
+                    window.export_csv_button.isEnabled(), timeout=WAIT)
     rec = load_recording(window.last_recording)
     kinds = rec.events["kind"].tolist()
     assert kinds.count("perturbation_on") == 1 and kinds.count("perturbation_off") == 1

