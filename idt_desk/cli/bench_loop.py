@@ -39,7 +39,8 @@ PIPE = dict(window=300, stride=50, calibration_windows=20, baseline_windows=200,
 #: The most wall time of accepted rows a SIGKILL may lose, per kind, as the recordings page
 #: states it (``assets/docs/recordings.md``, "Nothing lost"): at speed 1 the writer's half
 #: second and the write itself (measured at most 0.49 s); at full speed what a loaded
-#: 2-core machine takes to write a second's rows (measured at most 1.87 s and 1.79 s).
+#: 2-core machine takes to write half a second's rows (measured at most 0.93 s and 1.15 s
+#: in 8 kills each).
 KILL_BOUNDS = {"session:1": 0.75, "session:max": 2.5, "recorder": 2.5}
 
 
