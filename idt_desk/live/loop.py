@@ -100,12 +100,17 @@ def _switch(active: dict[str, dict[str, Any]], name: str,
     return dict(params)
 
 
-def _real(x: Any, what: str) -> None:
-    """Refuse complex numbers: a float conversion would drop their imaginary parts."""
-    if np.iscomplexobj(x) or (isinstance(x, list | tuple) and any(
-            isinstance(v, complex) or np.iscomplexobj(v) for v in x)):
+def _floats(x: Any, what: str) -> np.ndarray:
+    """``x`` as a float64 copy, complex numbers refused.
+
+    The cast would drop their imaginary parts. One conversion: ``add`` may be called once a
+    transition.
+    """
+    arr = np.asarray(x)
+    if arr.dtype.kind == "c":
         raise ValueError(f"{what}: complex numbers; the IDT takes real values (the imaginary "
                          "part would be dropped)")
+    return np.array(arr, dtype=np.float64)
 
 
 def _finite_fields(fields: Any, where: str) -> None:
@@ -126,8 +131,7 @@ def _rows(x: Any, width: int, what: str) -> np.ndarray:
 
     A copy: the loop may reuse its buffers once ``add`` returns.
     """
-    _real(x, what)
-    arr = np.array(x, dtype=np.float64)
+    arr = _floats(x, what)
     if arr.ndim <= 1:
         arr = arr.reshape(1, -1)
     if arr.ndim != 2 or arr.shape[1] != width:
@@ -138,8 +142,7 @@ def _rows(x: Any, width: int, what: str) -> np.ndarray:
 
 def _column(x: Any, k: int, what: str) -> np.ndarray:
     """A number or one per row, as ``k`` floats (a copy)."""
-    _real(x, what)
-    arr = np.array(x, dtype=np.float64).reshape(-1)
+    arr = _floats(x, what).reshape(-1)
     if arr.size not in (1, k):
         raise ValueError(f"{what}: expected one value or {k} (one per row), got {arr.size}")
     return np.array(np.broadcast_to(arr, (k,)))
