@@ -322,6 +322,10 @@ class Step:
     baseline_row: int | None = None
 
 
+#: The pipeline shapes whose kernels this process has loaded (:meth:`Pipeline.warm`).
+_WARMED: set[tuple[Any, ...]] = set()
+
+
 class Pipeline:
     """(S, A, S') rows in, flagged windows out: the one assembly of symbols, engine and monitor.
 
@@ -417,8 +421,16 @@ class Pipeline:
         the kernels are loaded. The twin's own trouble is not the loop's: a pipeline that
         would fail fails on its real rows, where they are on record.
         """
+        shape = self._shape
+        key = (repr(self.preset), self.turns, len(shape["state_names"]),
+               None if shape["action_names"] is None else len(shape["action_names"]),
+               shape["state_bins"], shape["action_bins"], shape["correction"],
+               None if self.monitor is None else self.monitor.spec.kind)
+        if key in _WARMED:  # loaded once per process: a reproduction starts many sessions
+            return
         with contextlib.suppress(Exception):  # a warm-up only loads kernels
             self._warm_twin()
+        _WARMED.add(key)
 
     def _warm_twin(self) -> None:
         mon = self.monitor
