@@ -435,7 +435,9 @@ def test_replay_in_the_window_reproduces_the_recorded_windows(qtbot, window, tmp
     want = load_recording(rec_dir).windows
     np.testing.assert_array_equal(got["P"], want["P"].to_numpy())
     np.testing.assert_array_equal(got["dH"], want["dH"].to_numpy())
-    assert window.start_button.isEnabled() and not window.timer.isActive()
+    # The window's timer settles the controls at its next tick after the worker ends.
+    qtbot.waitUntil(lambda: window.start_button.isEnabled() and not window.timer.isActive(),
+                    timeout=WAIT)
 
 
 def test_plots_export_to_png_and_svg(qtbot, window, tmp_path):
