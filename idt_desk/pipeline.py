@@ -25,6 +25,7 @@ import numpy as np
 from idt_desk.detection import nulls
 from idt_desk.detection.detectors import Budget, DetectorSpec, parse_budget
 from idt_desk.detection.monitor import ADJUSTED_METRICS, IDT_METRICS, Monitor
+from idt_desk.detection.phase import episode_steps, window_phase
 from idt_desk.limits import LIMITS, check_buffers, check_pipeline
 from idt_desk.metrics.engine import MetricEngine
 from idt_desk.metrics.presets import PRESETS, Preset
@@ -152,7 +153,7 @@ def judge(monitor: Monitor, table: Mapping[str, np.ndarray], first: int, skip_fi
     flags_all = {m: np.full(k, np.nan) for m in monitor.flag_names}
     completed = None
     if k - skip > 0:
-        rest = {m: table[m][skip:] for m in monitor.metrics}
+        rest = {m: table[m][skip:] for m in (*monitor.metrics, "phase") if m in table}
         flags = monitor.update(rest)
         verdict = slice(skip + min(gathering, k - skip), k)
         for m, f in flags.items():
@@ -180,6 +181,7 @@ def build_monitor(
     episode_steps: int | None = None,
     turns: bool = False,
     what: str = "this loop",
+    phased: bool = False,
 ) -> Monitor:
     """The monitor of a stream: detector, budget and the budget's units in windows.
 
@@ -199,6 +201,9 @@ def build_monitor(
         One window per turn (a dialogue).
     what
         The loop's name in error messages.
+    phased
+        An episodic loop: a baseline per phase of the episode
+        (:mod:`~idt_desk.detection.phase`; the windows need a ``phase`` column).
 
     Raises
     ------
@@ -223,7 +228,7 @@ def build_monitor(
                          f"{'loop time' if budget.unit == 's' else budget.unit}; "
                          f"give it as, e.g., {have}")
     return Monitor(int(baseline_windows), float(k), metrics, spec=spec, budget=budget,
-                   windows_per_unit=per_unit, overlap=window / stride)
+                   windows_per_unit=per_unit, overlap=window / stride, phased=phased)
 
 
 def preset_from_spec(spec: Mapping[str, Any]) -> Preset:
@@ -242,6 +247,8 @@ def source_preset(source: Any, p: Mapping[str, Any]) -> Preset:
     ``p`` holds ``preset`` (a name; None: the source's first), or ``preset_spec`` (a preset
     by value, as a recording states it), and ``bins``, ``window``, ``stride`` overrides, and
     the detector settings (checked by building the monitor once: :func:`source_monitor`).
+    A source with episodes of a set length (``episode_steps``) gets a phase-conditioned
+    baseline (:mod:`~idt_desk.detection.phase`).
 
     Raises
     ------
@@ -290,7 +297,8 @@ def source_monitor(source: Any, p: Mapping[str, Any], preset: Preset) -> Monitor
         drift=float(p.get("drift", 0.5)), ewma_lambda=float(p.get("ewma_lambda") or 0.05),
         rate=source.rate,
         stride=1 if turns else preset.stride, window=1 if turns else preset.window,
-        episode_steps=getattr(source, "episode_steps", None), turns=turns, what=source.name)
+        episode_steps=getattr(source, "episode_steps", None), turns=turns, what=source.name,
+        phased=not turns and bool(getattr(source, "episode_steps", None)))
 
 
 #: Value ranges known in advance, by column index: (the state's, the action's).
@@ -379,6 +387,12 @@ class Pipeline:
                            action_bins=action_bins, correction=correction,
                            mean_columns=tuple(mean_columns), end_columns=tuple(end_columns))
         self.turns = bool(turns)
+        #: An episodic loop's windows carry their ``phase`` (the monitor's phase baseline):
+        #: the rows' ``episode`` column is turned into each row's step in its episode.
+        self.phased = bool(monitor is not None and monitor.phased and not turns)
+        self._episode_carry: tuple[float, int] | None = None
+        if self.phased and "episode_step" not in end_columns:
+            end_columns = (*end_columns, "episode_step")
         self.calibration_windows = 0 if turns else int(calibration_windows)
         #: Windows made so far (the first ones calibrate the symbols).
         self.n_windows = 0
@@ -437,7 +451,7 @@ class Pipeline:
         twin_mon = None if mon is None else Monitor(
             3, mon.k, mon.metrics, spec=mon.spec,
             budget=None if mon.budget is None else Budget(1.0, 1000.0, "windows"),
-            overlap=mon.overlap)
+            overlap=mon.overlap, phased=mon.phased)
         if mon is not None and mon.spec.calibrated:
             nulls.warm_kernels()  # each detector's fit meets only some of them on 3 windows
         rng = np.random.default_rng(0)
@@ -471,6 +485,11 @@ class Pipeline:
         value ranges known in advance, by column index, for the state and the action.
         """
         step = Step()
+        if self.phased:
+            episode = columns.get("episode")
+            steps, self._episode_carry = episode_steps(
+                np.full(len(s), np.nan) if episode is None else episode, self._episode_carry)
+            columns = {**columns, "episode_step": steps}
         if not self.calibrated:
             self._buffer.append((s, a, s_next, dict(columns)))
             self.n_buffered += len(s)
@@ -505,6 +524,8 @@ class Pipeline:
     def _judge(self, table: dict[str, np.ndarray], step: Step) -> None:
         k = len(table["start"])
         first, self.n_windows = self.n_windows, self.n_windows + k
+        if self.phased:
+            table["phase"] = window_phase(table["episode_step"], self.preset.stride)
         step.windows = table
         if self.monitor is None:
             return

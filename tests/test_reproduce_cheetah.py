@@ -23,6 +23,7 @@ from idt_desk_sources.gym.reproduce import (
     TrialGroup,
     _engagements,
     analyze_trial,
+    control_seed,
     reproduce,
     run_group,
     summarize_trials,
@@ -53,7 +54,8 @@ def test_tiny_reproduction_writes_every_output(tiny_run):
     result, out = tiny_run
     trials = pd.read_csv(out / "trials.csv", keep_default_na=False, na_values=[""])
     assert list(trials["perturbation"]) == ["none", "none", "force_torso_10N"]
-    assert list(trials["env_seed"]) == [0, 1, 0]  # the first control is the paired one
+    # The first control is the paired one; the others' seeds are spawned from the run's.
+    assert list(trials["env_seed"]) == [0, control_seed(0, 1), 0]
     assert (trials["actions"] == "deterministic").all()
     assert (trials["steps"] == 3000).all() and (trials["onset_step"] == 1000).all()
     assert (trials["windows"] == 55).all() and (trials["baseline_windows"] == 15).all()
@@ -212,8 +214,7 @@ def test_lockstep_steps_each_source_as_it_would_step_alone():
     (src,) = _sources([3])
     alone = src.step(300)
     src.close()
-    # Sources in the same state act exactly as one stepped alone (identical rows are
-    # computed once), each drawing its own noise.
+    # Sources in the same state act exactly as one stepped alone, each drawing its own noise.
     same = _sources([3, 3])
     b = step_together(same, 300)
     for s in same:
@@ -221,17 +222,67 @@ def test_lockstep_steps_each_source_as_it_would_step_alone():
     for j in (0, 1):
         np.testing.assert_array_equal(b[j].a, alone.a)
         np.testing.assert_array_equal(b[j].s_next, alone.s_next)
-    # Distinct states share one forward pass: the same actions up to the last bits.
-    mixed = _sources([3, 3, 4])
-    m = step_together(mixed, 3)
-    (other,) = _sources([4])
-    o = other.step(3)
-    for s in [*mixed, other]:
-        s.close()
-    np.testing.assert_array_equal(m[0].a, m[1].a)
-    np.testing.assert_allclose(m[0].a, alone.a[:3], atol=1e-5)
-    np.testing.assert_allclose(m[2].a, o.a, atol=1e-5)
-    assert not np.allclose(m[2].a, m[0].a)
+
+
+def test_a_control_is_bit_identical_alone_and_beside_eight_perturbed_trials():
+    """Each row goes through the network on its own: a trial's trajectory does not depend on
+    which other trials step beside it (a batched pass moved actions by up to 1e-5)."""
+    policy = str(POLICY_DIR / "halfcheetah-v5-sac-seed3.zip")
+    names = ["act_noise_1", "act_noise_4", "obs_noise_1", "obs_noise_3", "force_torso_5N",
+             "force_torso_10N", "gravity_110", "act_noise_3"]
+
+    def control(seed: int) -> GymSource:
+        src = GymSource(policy=policy)
+        src.reset(seed=seed)
+        return src
+
+    (alone,) = step_together([solo := control(5)], 400)
+    group = [control(5)]
+    for k, name in enumerate(names):
+        src = GymSource(policy=policy)
+        src.policy = group[0].policy  # one policy object: one act_many call for all nine
+        src.reset(seed=100 + k)
+        src.set_perturbation(name, {})
+        group.append(src)
+    together = step_together(group, 400)
+    for src in (solo, *group):
+        src.close()
+    for col in ("s", "a", "s_next", "reward"):
+        np.testing.assert_array_equal(getattr(together[0], col), getattr(alone, col))
+    # The perturbed trials did go elsewhere (they were not all the control's copies).
+    assert not np.array_equal(together[2].a, together[0].a)
+
+
+def test_control_seeds_never_repeat_across_runs_and_shared_ones_are_warned_of(tmp_path):
+    from idt_desk_sources.gym.reproduce import control_seed, pool_runs, shared_controls
+
+    seeds = {s: {s} | {control_seed(s, j) for j in range(1, 10)} for s in (300, 301, 0, 1)}
+    for a in seeds:
+        assert len(seeds[a]) == 10
+        for b in seeds:
+            if a != b:
+                assert not seeds[a] & seeds[b], (a, b)
+    assert control_seed(300, 1) == control_seed(300, 1) < 2**63
+
+    def run(seed: int, alarms: list[float]) -> pd.DataFrame:
+        rows = [{"policy": "p", "actions": "deterministic", "perturbation": "none", "auto": "",
+                 "error": "", "env_seed": seed + j, "live_mewma_IDT": x, "steps": 2000,
+                 "onset_step": 1000, "loop_seconds_per_step": 0.05}
+                for j, x in enumerate(alarms)]
+        rows.append({**rows[0], "perturbation": "act_noise_1", "live_mewma_IDT": 4.0})
+        return pd.DataFrame(rows)
+
+    # seed + j controls, as runs before this release made them: 300 and 301 share 2 of 3.
+    a, b = run(300, [np.nan, 7.0, np.nan]), run(301, [7.0, np.nan, np.nan])
+    (line,) = shared_controls({"A": a, "B": b})
+    assert "share 2 control trial(s)" in line and "301, 302" in line
+    pooled = pool_runs({"A": a, "B": b})
+    assert pooled["controls_counted"] == 4 and pooled["controls_shared"] == 2
+    live = pooled["all"]["mewma"]["IDT"]
+    # Control 301 alarmed in both runs (7.0): one distinct alarmed control, not two.
+    assert live["false_alarms"] == {"alarms": 1, "trials": 4}
+    assert live["detection"]["detected"] == 2
+    assert shared_controls({"A": a, "C": run(400, [np.nan] * 3)}) == []
 
 
 def test_analyze_trial_matches_a_hand_count():

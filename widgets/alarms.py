@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from idt_desk.live.alarms import impact_text, severity_text
 from idt_desk.live.ranges import recheck_text
 from idt_desk.live.session import Session, Snapshot, undefined_reason
 
@@ -294,6 +295,8 @@ class AlarmPanel(QGroupBox):
                 n = onset["latency"]
                 text = (f"Detected <b>{n}</b> {plural(unit, n)} after the onset "
                         f"of <i>{name}</i>")
+                moved = severity_text(onset.get("severity"), top=2)
+                text += f"; moved {html.escape(moved)}" if moved else ""
             elif onset.get("expired"):
                 h = onset.get("horizon")
                 text = f"<i>{name}</i>: not detected within {h} {plural(unit, h)}"
@@ -307,6 +310,9 @@ class AlarmPanel(QGroupBox):
                     else f" ({n} {plural(unit, n)} since the onset)")
                 state = "injected" if onset.get("impulse") else "on"
                 text = f"<i>{name}</i> {state}: not detected yet{since}"
+        cost = impact_text((onset or {}).get("impact"))
+        if cost:
+            text += f"<br>{html.escape(cost[0].upper() + cost[1:])}"
         if text != self.latency.text():
             self.latency.setText(text)
         u = w.get("unique_frac")

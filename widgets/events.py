@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from idt_desk.live.alarms import impact_text, severity_text
 from idt_desk.live.ranges import VERDICTS
 
 __all__ = ["COLUMNS", "FILTERS", "EventLog", "describe_event"]
@@ -43,7 +44,8 @@ FILTERS: dict[str, frozenset[str] | None] = {
     "perturbations and modulations": frozenset({
         "perturbation_on", "perturbation_off", "perturbation_pulse", "modulation_on",
         "modulation_off", "auto"}),
-    "alarms and detections": frozenset({"alarm_on", "alarm_off", "detected", "not_detected"}),
+    "alarms and detections": frozenset({"alarm_on", "alarm_off", "detected", "not_detected",
+                                        "impact"}),
     "notes and calibration": frozenset({
         "note", "session_start", "session_end", "calibrated", "baseline", "baseline_overlap",
         "calibrate_baseline",
@@ -66,6 +68,7 @@ _WORDS = {
     "perturbation_pulse": "impulse", "modulation_on": "modulation on",
     "modulation_off": "modulation off", "auto": "auto modulation", "note": "note",
     "detected": "detected", "not_detected": "not detected", "pause": "paused",
+    "impact": "cost",
     "episode_end": "episode end",
     "resume": "resumed", "speed": "speed", "calibrate_baseline": "baseline asked for",
     "reconfigure": "re-symbolised", "symbols_out_of_range": "symbols out of range",
@@ -104,6 +107,10 @@ def describe_event(ev: dict[str, Any], turns: bool = False) -> tuple[str, str]:
     elif kind == "detected":
         n, unit = ev.get("latency"), str(ev.get("unit", "window"))
         details = f"{n} {plural(unit, n)} after the onset"
+        moved = severity_text(ev.get("severity"))
+        details += f"; moved {moved}" if moved else ""
+    elif kind == "impact":
+        details = impact_text(ev)
     elif kind == "speed":
         v = ev.get("speed")
         details = "max" if v is None else f"{v:g}× real time"
@@ -320,7 +327,7 @@ class EventLog(QFrame):
         self._shown.append(k)
         kind = str(self.events[k].get("kind", ""))
         tint = next((c for prefix, c in _TINT.items() if kind.startswith(prefix)), None)
-        if kind in ("detected", "not_detected", "baseline_overlap"):
+        if kind in ("detected", "not_detected", "baseline_overlap", "impact"):
             tint = _TINT["alarm"]
         for col, text in enumerate(self.row_texts(k)):
             item = QTableWidgetItem(text)

@@ -296,7 +296,7 @@ def _run_run(args: argparse.Namespace) -> int:
         finally:
             if bar is not None:
                 bar.close()
-        code = _report_run(args, snap, received)
+        code = _report_run(args, snap, received, session.events_since(0))
         if paused is not None and code == 0:
             # What was made is recorded (the partial reply in a source_paused event).
             print(f"idt-desk run: {paused}", file=sys.stderr)
@@ -327,7 +327,31 @@ def _warn_overlaps(session, specs: list[str], steps: int | None) -> None:
               f"start it after {after}, or shorten --baseline-windows", file=sys.stderr)
 
 
-def _report_run(args: argparse.Namespace, snap, received: list[int]) -> int:
+def _verdict_lines(events: list[dict]) -> list[str]:
+    """Each perturbation's verdict, how far it moved the components and what it cost."""
+    from idt_desk.live.alarms import impact_text, severity_text
+
+    lines = []
+    for ev in events:
+        if ev.get("replayed") or ev.get("kind") not in ("detected", "not_detected", "impact"):
+            continue
+        head = f"{ev.get('name')} (on at {ev.get('onset_i', '?'):,}): "
+        if ev["kind"] == "detected":
+            unit, n = ev.get("unit", "window"), ev.get("latency")
+            moved = severity_text(ev.get("severity"))
+            lines.append(head + f"detected {n} {unit}{'s' if n != 1 else ''} after the onset"
+                         + (f"; moved {moved}" if moved else ""))
+        elif ev["kind"] == "not_detected":
+            lines.append(head + ("not detected while it was on" if ev.get("off") else
+                                 f"not detected within {ev.get('horizon')} "
+                                 f"{ev.get('unit', 'window')}s"))
+        else:
+            lines.append(head + impact_text(ev))
+    return lines
+
+
+def _report_run(args: argparse.Namespace, snap, received: list[int],
+                events: list[dict] | None = None) -> int:
     """Print what ran and what was recorded; the exit code (128 + signal if interrupted)."""
     if getattr(snap, "tokenizer", None) is not None:
         print(f"{snap.source}: {snap.n_transitions} turns, state {snap.state}")
@@ -352,6 +376,13 @@ def _report_run(args: argparse.Namespace, snap, received: list[int]) -> int:
         else:
             base = f"baseline {det['baseline_windows']} {unit}"
         print(f"alarm: {det['describe']}; {base}; {n} alarm{'s' if n != 1 else ''}")
+    for line in _verdict_lines(events or []):
+        print(f"perturbation: {line}")
+    impact = (getattr(snap, "onset", None) or {}).get("impact")
+    if impact and impact.get("episodes_after", 1) > 1:
+        from idt_desk.live.alarms import impact_text
+
+        print(f"perturbation: {snap.onset.get('name')}, latest: {impact_text(impact)}")
     confound = (getattr(snap, "info", None) or {}).get("length_confound")
     if confound:
         rs = ", ".join(f"{m} {c['n_S_next']['r']:+.2f}" for m, c in confound.items()

@@ -20,7 +20,9 @@ from idt_desk.detection.detectors import (
     calibrate,
     detector_statistic,
     joint_statistic,
+    standardise,
 )
+from idt_desk.detection.phase import PhaseBaseline
 from idt_desk.metrics.tokens import ADJUSTED
 
 __all__ = [
@@ -242,7 +244,8 @@ def detect(
         if tuple(metrics) != monitor.metrics:
             raise ValueError(f"the monitor tracks {monitor.metrics}, the table {metrics}")
         monitor.recalibrate(select.stop)
-        flags = monitor.update({m: np.asarray(windows[m]) for m in metrics})
+        flags = monitor.update({m: np.asarray(windows[m])
+                                for m in (*metrics, "phase") if m in windows})
         det = Detection(monitor.baseline, flags, onset_index, detector=monitor.to_dict())
     else:
         baseline = Baseline.fit(windows, select, metrics, k)
@@ -280,6 +283,11 @@ class Monitor:
         seconds of loop time convert through the source's rate: ``rate / stride``).
     overlap
         W / stride of the windows (the least correlation time the calibration assumes).
+    phased
+        An episodic loop: each window is judged against the baseline's windows at the same
+        phase of the episode (``windows["phase"]``, :mod:`~idt_desk.detection.phase`), and
+        the detectors are calibrated on those residuals. Windows without a phase count as
+        phase 0.
 
     """
 
@@ -293,6 +301,7 @@ class Monitor:
         budget: Budget | None = None,
         windows_per_unit: Mapping[str, float] | None = None,
         overlap: float = 1.0,
+        phased: bool = False,
     ) -> None:
         if n_baseline < 2:
             raise ValueError(f"n_baseline must be >= 2, got {n_baseline}")
@@ -310,6 +319,9 @@ class Monitor:
                              "(windows_per_unit); or give it per windows")
         self.overlap = float(overlap)
         self.metrics = tuple(metrics)
+        self.phased = bool(phased)
+        #: The phase table (``phased`` only; None before the baseline).
+        self.phase_baseline: PhaseBaseline | None = None
         self.baseline: Baseline | None = None
         #: The detector fitted to the baseline per group (:func:`metric_groups`).
         self.calibrations: dict[str, Calibration] = {}
@@ -318,6 +330,7 @@ class Monitor:
         self._state: dict[str, np.ndarray | None] = {}
         self._joint_flags: dict[str, np.ndarray] = {}
         self._pending: dict[str, list[float]] = {m: [] for m in self.metrics}
+        self._pending_phase: list[int] = []
 
     def recalibrate(self, n_baseline: int | None = None) -> None:
         """Drop the baseline and gather a new one from the next windows."""
@@ -328,8 +341,10 @@ class Monitor:
         self.baseline = None
         self.calibrations = {}
         self.arl_windows = None
+        self.phase_baseline = None
         self._state = {}
         self._pending = {m: [] for m in self.metrics}
+        self._pending_phase = []
 
     @property
     def baseline_progress(self) -> tuple[int, int]:
@@ -344,9 +359,10 @@ class Monitor:
 
     def describe(self) -> str:
         """"persistence (5 windows in a row), ≤ 1 false alarm / hour"."""
+        phase = ", against the episode's phase" if self.phased else ""
         if not self.spec.calibrated:
-            return self.spec.describe()
-        return f"{self.spec.describe()}, {self.budget}"
+            return self.spec.describe() + phase
+        return f"{self.spec.describe()}, {self.budget}{phase}"
 
     def to_dict(self) -> dict[str, Any]:
         """The detector's configuration and calibration (recorded with the baseline)."""
@@ -354,7 +370,9 @@ class Monitor:
                 "drift": self.spec.drift, "lam": self.spec.lam,
                 "budget": None if self.budget is None else str(self.budget),
                 "arl_windows": self.arl_windows, "describe": self.describe(),
-                "calibrations": {g: c.to_dict() for g, c in self.calibrations.items()}}
+                "calibrations": {g: c.to_dict() for g, c in self.calibrations.items()},
+                **({"phase_baseline": None if self.phase_baseline is None
+                    else self.phase_baseline.to_dict()} if self.phased else {})}
 
     def _windows_per_unit(self) -> float:
         unit = self.budget.unit
@@ -366,6 +384,10 @@ class Monitor:
         data = {m: np.asarray(v, dtype=np.float64) for m, v in self._pending.items()}
         # Set once, complete: another thread may read ``baseline`` at any moment.
         fitted = Baseline.fit(data, metrics=self.metrics, k=self.k)
+        if self.phased:  # the detectors see each window against its own phase
+            phases = np.asarray(self._pending_phase, dtype=np.int64)
+            self.phase_baseline = pb = PhaseBaseline.fit(data, phases)
+            data = {m: pb.residuals(m, x, phases) for m, x in data.items()}
         if self.spec.calibrated:
             self.arl_windows = self.budget.windows_per_alarm(self._windows_per_unit())
         calibrations = {}
@@ -375,7 +397,8 @@ class Monitor:
             comps = [m for m in comps if np.isfinite(data[m]).sum() >= 3]
             if comps:
                 calibrations[g] = calibrate(self.spec, {m: data[m] for m in comps},
-                                            self.arl_windows, overlap=self.overlap)
+                                            self.arl_windows, overlap=self.overlap,
+                                            standardised=self.phased)
         self.calibrations = calibrations
         self.baseline = Baseline(
             fitted.mean, fitted.std, fitted.n_windows, self.k,
@@ -389,7 +412,10 @@ class Monitor:
         for g, cal in self.calibrations.items():
             zs = []  # the standardised components, for a joint (multivariate) detector
             for m in cal.components:
-                z = cal.standardise(m, np.asarray(windows[m][lo:], dtype=np.float64))
+                x = np.asarray(windows[m][lo:], dtype=np.float64)
+                if self.phase_baseline is not None:
+                    x = self._against_phase(m, x, self._phase(windows, lo, n))
+                z = cal.standardise(m, x)
                 s, self._state[m] = detector_statistic(self.spec, z, self._state.get(m))
                 flags[m] = s > cal.threshold[m]
                 if cal.joint is not None:
@@ -402,6 +428,34 @@ class Monitor:
         for m in self.metrics:
             flags.setdefault(m, np.zeros(n - lo, dtype=bool))
         return flags
+
+    def zscores(self, windows: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Each tracked metric of ``windows`` in σ of its baseline, as the detectors see it.
+
+        Against the window's phase when ``phased``: how far a change moved each component.
+        Empty before the baseline is set.
+        """
+        if self.baseline is None:
+            return {}
+        out = {}
+        for m in self.metrics:
+            x = np.asarray(windows[m], dtype=np.float64)
+            if self.phase_baseline is not None:
+                x = self._against_phase(m, x, self._phase(windows, 0, len(x)))
+            cal = next((c for c in self.calibrations.values() if m in c.components), None)
+            out[m] = cal.standardise(m, x) if cal is not None else standardise(
+                x, self.baseline.mean[m], self.baseline.std[m])
+        return out
+
+    def _against_phase(self, m: str, x: np.ndarray, phase: np.ndarray) -> np.ndarray:
+        return self.phase_baseline.residuals(m, x, phase)
+
+    @staticmethod
+    def _phase(windows: Mapping[str, Any], lo: int, n: int) -> np.ndarray:
+        """Windows ``lo:n``'s phases (0 where the table has none)."""
+        if "phase" not in windows:
+            return np.zeros(n - lo, dtype=np.int64)
+        return np.asarray(windows["phase"][lo:n], dtype=np.int64)
 
     @property
     def flag_names(self) -> tuple[str, ...]:
@@ -420,6 +474,8 @@ class Monitor:
             take = min(need, n)
             for m in self._pending:
                 self._pending[m].extend(np.asarray(windows[m][:take], dtype=np.float64))
+            if self.phased:
+                self._pending_phase.extend(self._phase(windows, 0, take))
             i = take
             if take == need:
                 self._fit()

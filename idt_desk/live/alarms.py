@@ -18,8 +18,9 @@ import numpy as np
 from idt_desk.detection.auto import AutoController
 from idt_desk.detection.monitor import IDT_METRICS
 
-__all__ = ["HORIZON_TURNS", "HORIZON_WINDOWS", "Alarms", "auto_controller",
-           "baseline_overlap", "baseline_span", "overlap_text"]
+__all__ = ["COSTLY_RETURN", "HORIZON_TURNS", "HORIZON_WINDOWS", "Alarms", "auto_controller",
+           "baseline_overlap", "baseline_span", "impact_text", "overlap_text",
+           "severity_text"]
 
 #: Windows after an onset's first window within which an alarm counts as its detection
 #: (the turn path: the paper's injection turn and the two after it).
@@ -27,6 +28,12 @@ HORIZON_WINDOWS, HORIZON_TURNS = 100, 3
 
 #: ``later(kind, at, **fields)``: log an event at the end of a window being processed.
 Later = Callable[..., None]
+
+#: A perturbation whose first fully perturbed episode returns this fraction less than the
+#: baseline's episodes (or more) is *costly*; less is *cheap* (the severity of an alarm).
+COSTLY_RETURN = 0.01
+#: Finished episodes' returns kept for the severity's "before the onset".
+_RETURNS_KEPT = 20
 
 
 def auto_controller(auto: Mapping[str, Any] | None) -> AutoController | None:
@@ -62,13 +69,49 @@ class Alarms:
         self.onset: dict[str, Any] | None = None
         #: The automatic modulation (None: off).
         self.auto: AutoController | None = None
+        #: (end transition, return) of the latest finished episodes.
+        self._returns: list[tuple[int, float]] = []
 
     def new_onset(self, name: str | None, i: int, impulse: bool = False) -> None:
         """Start measuring latency: a perturbation went on at transition ``i``."""
         horizon = HORIZON_TURNS if self.turns else HORIZON_WINDOWS
         self.onset = {"name": name, "i": i, "first_window": None, "latency": None,
                       "horizon": horizon, "expired": False, "impulse": bool(impulse),
-                      "unit": "turn" if self.turns else "window"}
+                      "unit": "turn" if self.turns else "window", "z_sum": {}, "z_n": {}}
+
+    def episode_end(self, i: int, ret: float, length: int | None) -> None:
+        """An episode ended at transition ``i`` with return ``ret`` (``length`` steps).
+
+        The first episode wholly after the latest onset says what the perturbation cost:
+        an ``impact`` event with its return against the mean of the episodes that ended
+        before the onset (the latest :data:`_RETURNS_KEPT`), in percent and in their σ.
+        """
+        onset = self.onset
+        if onset is not None and length is not None and i - int(length) >= onset["i"] \
+                and onset.get("off_i") is None:
+            if "before" not in onset:  # the episodes that ended before the onset
+                onset["before"] = [r for end, r in self._returns if end <= onset["i"]]
+            before = np.array(onset["before"])
+            onset.setdefault("after", []).append(float(ret))
+            if before.size:
+                first = "impact" not in onset
+                onset["impact"] = self._impact(before, np.array(onset["after"]))
+                if first:  # logged once; the panel follows the mean of every episode after
+                    self.later("impact", at=int(i), name=onset["name"], onset_i=onset["i"],
+                               **onset["impact"])
+        self._returns.append((int(i), float(ret)))
+        del self._returns[:-_RETURNS_KEPT]
+
+    @staticmethod
+    def _impact(before: np.ndarray, after: np.ndarray) -> dict[str, Any]:
+        """The mean return of whole episodes after an onset against the ones before it."""
+        mean, ret = float(before.mean()), float(after.mean())
+        sd = float(before.std(ddof=1)) if before.size > 1 else float("nan")
+        change = (ret - mean) / abs(mean) if mean else float("nan")
+        return {"return": ret, "baseline_return": mean, "episodes": int(before.size),
+                "episodes_after": int(after.size), "change": change,
+                "sigma": (ret - mean) / sd if sd > 0 else float("nan"),
+                "costly": bool(change <= -COSTLY_RETURN)}
 
     def onset_off(self, name: str | None, i: int) -> None:
         """The perturbation latency is measured from has gone off at transition ``i``."""
@@ -76,11 +119,13 @@ class Alarms:
             self.onset["off_i"] = i
 
     def update(self, table: Mapping[str, np.ndarray], flags: Mapping[str, np.ndarray],
-               metrics: tuple[str, ...], windows_before: int) -> None:
+               metrics: tuple[str, ...], windows_before: int,
+               z: Mapping[str, np.ndarray] | None = None) -> None:
         """Lights, alarm events, latency and Auto from a block of judged windows.
 
         ``metrics`` are the monitor's; ``windows_before`` counts the session's windows
-        before this block (onsets count windows across blocks).
+        before this block (onsets count windows across blocks); ``z`` the windows' metrics
+        in baseline σ (``Monitor.zscores``), for the detection's severity.
         """
         judged = np.flatnonzero(np.isfinite(flags["IDT"]))
         if not judged.size:
@@ -98,14 +143,14 @@ class Alarms:
                       for m, on in self.alarm.items()}
         onset = self.onset
         if onset is not None and onset["latency"] is None and not onset.get("logged"):
-            self._judge_onset(onset, table, flags, judged, windows_before)
+            self._judge_onset(onset, table, flags, judged, windows_before, z or {})
         if self.auto is not None:
             for j, what in self.auto.update(idt):
                 self._auto_switch(what, int(ends[judged[j]]), int(table["start"][judged[j]]))
 
     def _judge_onset(self, onset: dict[str, Any], table: Mapping[str, np.ndarray],
                      flags: Mapping[str, np.ndarray], judged: np.ndarray,
-                     windows_before: int) -> None:
+                     windows_before: int, z: Mapping[str, np.ndarray]) -> None:
         """Latency of the onset from these judged windows; its verdict once it is known.
 
         The verdict is stamped at the window that decides it, whatever the blocks the loop
@@ -130,6 +175,14 @@ class Alarms:
             last = seen[pos == onset["horizon"] - 1]  # the horizon's last window
             seen = seen[pos < onset["horizon"]]
         hits = seen[flags["IDT"][seen] == 1.0]
+        # How far each component moved: its mean σ over the perturbed windows up to the
+        # detection (or all of them so far).
+        upto = seen[seen <= hits[0]] if hits.size else seen
+        for m, zm in z.items():
+            v = zm[upto]
+            v = v[np.isfinite(v)]
+            onset["z_sum"][m] = onset["z_sum"].get(m, 0.0) + float(v.sum())
+            onset["z_n"][m] = onset["z_n"].get(m, 0) + int(v.size)
         if hits.size:
             onset["latency"] = windows_before + int(hits[0]) - onset["first_window"]
             self._verdict(onset, at=int(ends[hits[0]]))
@@ -151,7 +204,10 @@ class Alarms:
         onset["logged"] = True
         common = {"name": onset["name"], "onset_i": onset["i"], "unit": onset["unit"]}
         if onset["latency"] is not None:
-            self.later("detected", at=at, latency=onset["latency"], **common)
+            severity = {m: onset["z_sum"][m] / n for m, n in onset["z_n"].items() if n}
+            onset["severity"] = severity
+            self.later("detected", at=at, latency=onset["latency"], severity=severity,
+                       **common)
         else:
             self.later("not_detected", at=at, horizon=onset["horizon"],
                        off=onset.get("off_i") is not None and not onset.get("expired"),
@@ -229,3 +285,35 @@ def overlap_text(name: str, overlap: dict[str, Any]) -> str:
     return (f"{name} is on while the symbols and the baseline are calibrated (until "
             f"{float(overlap['end_t']):,.2f} s of loop time): the baseline takes it for "
             "normal, and the alarm calibrated on it cannot see it")
+
+
+#: Components as the panels name them.
+_NAMES = {"P": "P", "H_f": "H_f", "H_b": "H_b", "dH": "ΔH", "reward": "reward"}
+
+
+def severity_text(severity: Mapping[str, float] | None, top: int = 4) -> str:
+    """How far each component moved, largest first: "ΔH −5.2σ, H_b +1.7σ; reward −0.1σ"."""
+    if not severity:
+        return ""
+    idt = sorted(((m, v) for m, v in severity.items() if m in IDT_METRICS and np.isfinite(v)),
+                 key=lambda mv: -abs(mv[1]))[:top]
+    text = ", ".join(f"{_NAMES[m]} {v:+.1f}σ".replace("-", "−") for m, v in idt)
+    r = severity.get("reward")
+    if r is not None and np.isfinite(r):
+        text += f"; reward {r:+.1f}σ".replace("-", "−")
+    return text
+
+
+def impact_text(impact: Mapping[str, Any] | None) -> str:
+    """The return's change in words: "return −4.6 % (−21σ) since the onset: costly"."""
+    if not impact:
+        return ""
+    change, sigma = impact.get("change"), impact.get("sigma")
+    if not isinstance(change, int | float) or not np.isfinite(change):
+        return ""
+    sig = f" ({sigma:+.1f}σ)" if isinstance(sigma, int | float) and np.isfinite(sigma) else ""
+    word = "costly" if impact.get("costly") else "cheap"
+    n = int(impact.get("episodes_after", 1))
+    after = "the first whole episode" if n == 1 else f"{n} whole episodes"
+    return (f"return {100 * change:+.1f} %{sig} over {after} after the onset, against "
+            f"{impact.get('episodes', '?')} before it: {word}").replace("-", "−")

@@ -65,8 +65,10 @@ class LoopSource(Source):
     description = "Transitions a Python loop hands to idt_desk.Recorder."
 
     def __init__(self, state_names: Sequence[str], action_names: Sequence[str],
-                 rate: float | None, has_reward: bool) -> None:
+                 rate: float | None, has_reward: bool, episode_steps: int | None = None
+                 ) -> None:
         super().__init__()
+        self.episode_steps = episode_steps
         self.state_names = tuple(str(n) for n in state_names)
         self.action_names = tuple(str(n) for n in action_names)
         self.has_reward = bool(has_reward)
@@ -172,6 +174,10 @@ class Recorder:
         budget counts windows (1 false alarm per 1000 windows).
     reward
         Whether ``add`` is given rewards (a reward plot and alarm).
+    episode_steps
+        An episodic loop's time limit in steps (``add`` is given ``episode``): each window
+        is then judged against the baseline at the same phase of the episode
+        (``idt_desk.detection.phase``), and a budget may count episodes (``1/100episodes``).
     preset, bins, window, stride, calibration_windows, baseline_windows, detector,
     false_alarms
         The pipeline, as ``idt-desk run`` takes it (``idt_desk.live.session.SessionConfig``),
@@ -199,6 +205,7 @@ class Recorder:
         *,
         rate: float | None = None,
         reward: bool = False,
+        episode_steps: int | None = None,
         preset: str | None = None,
         bins: int | None = None,
         window: int | None = None,
@@ -231,7 +238,12 @@ class Recorder:
         if self.max_queued < self.chunk:
             raise ValueError(f"max_queued must be >= chunk ({self.chunk}), got {max_queued!r}")
         self.path = Path(path)
-        self.source = LoopSource(state_names, action_names, rate, reward)
+        if episode_steps is not None and not (
+                isinstance(episode_steps, int | np.integer) and 1 <= episode_steps <= 10**9):
+            raise ValueError(f"episode_steps must be an integer from 1 to 10**9, got "
+                             f"{episode_steps!r}")
+        self.source = LoopSource(state_names, action_names, rate, reward,
+                                 None if episode_steps is None else int(episode_steps))
         config = SessionConfig(source="loop", speed=None, preset=preset, bins=bins,
                                window=window, stride=stride,
                                calibration_windows=calibration_windows,

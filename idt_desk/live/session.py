@@ -381,9 +381,10 @@ class Session:
         r = b.reward if b.reward is not None else np.full(n, np.nan)
         a = None if self._pipe.sym_a is None else b.a
         self._range.add_rows(b.s, a, b.s_next, self._pipe.n_buffered)
-        step = self._pipe.push(b.s, a, b.s_next,
-                               {"reward": r, "t": np.asarray(t, dtype=np.float64)},
-                               ranges=self._value_ranges)
+        columns = {"reward": r, "t": np.asarray(t, dtype=np.float64)}
+        if b.episode is not None:  # an episodic loop's windows know their phase
+            columns["episode"] = b.episode
+        step = self._pipe.push(b.s, a, b.s_next, columns, ranges=self._value_ranges)
         if step.calibrated is not None:
             cal = step.calibrated
             self._event("calibrated", at=self._offset + cal["transitions"],
@@ -447,8 +448,11 @@ class Session:
             self._later("baseline", at=int(table["end"][step.baseline_row]),
                         **self.monitor.baseline.to_dict(), detector=self.monitor.to_dict())
         if step.flags is not None and np.isfinite(step.flags["IDT"]).any():
+            onset = self._alarms.onset
+            z = self.monitor.zscores(step.windows or table) if onset is not None and \
+                onset["latency"] is None and not onset.get("logged") else None
             self._alarms.update(table, step.flags, self.monitor.metrics,
-                                self._ring.total)
+                                self._ring.total, z)
 
     #: Windows after an onset's first window within which an alarm counts as its detection
     #: (the turn path: the paper's injection turn and the two after it).
@@ -477,6 +481,8 @@ class Session:
         """Log an event at transition ``at`` (default: now) to the ring and the recording."""
         i = self.n_transitions if at is None else int(at)
         ev = {"kind": kind, "i": i, "t": self._time_at(i), "wall": time.time(), **fields}
+        if kind == "episode_end" and isinstance(fields.get("return"), int | float):
+            self._alarms.episode_end(i, float(fields["return"]), fields.get("length"))
         with self._lock:
             self._events.append(ev)
             self._event_log.append(ev)

@@ -559,12 +559,14 @@ class GymSource(Source):
 
 
 def step_together(sources: list[GymSource], n: int, info: bool = True) -> list[Batch]:
-    """``n`` steps of every source in lockstep, one batched forward pass per policy per step.
+    """``n`` steps of every source in lockstep, one policy call per policy per step.
 
     Sources that share a :class:`FrozenPolicy` object (and ``deterministic``) are served by
-    one call of :meth:`FrozenPolicy.act_many`; each keeps its own environment, generator,
-    perturbations and modulations, so what each records is what it would record stepped
-    alone. ``info=False`` leaves out the per-batch display data (body positions...).
+    one call of :meth:`FrozenPolicy.act_many`, which gives each row the action it would get
+    alone; each source keeps its own environment, generator, perturbations and modulations,
+    so what each records is bit for bit what it would record stepped alone, whichever other
+    sources step beside it. ``info=False`` leaves out the per-batch display data (body
+    positions...).
     """
     groups: dict[tuple[int, bool], list[GymSource]] = {}
     for src in sources:

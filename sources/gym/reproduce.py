@@ -281,16 +281,27 @@ class TrialGroup:
     false_alarms: str = CONTROL_BUDGET
 
 
+def control_seed(seed: int, j: int) -> int:
+    """The environment seed of control ``j`` ≥ 1 of a run seeded ``seed``.
+
+    Spawned from (seed, j) by NumPy's ``SeedSequence`` (63 bits), so the controls of two runs
+    never share a seed, whatever their seeds (``seed + j`` made ``--seed 300`` and ``--seed
+    301`` share 9 of 10 controls). Control 0 has the run's own seed, the perturbed trials'.
+    """
+    state = np.random.SeedSequence([int(seed), int(j)]).generate_state(1, np.uint64)[0]
+    return int(state >> np.uint64(1))
+
+
 def make_groups(config: CheetahConfig) -> list[TrialGroup]:
     """One group per policy, protocol and Auto setting (open loop first).
 
     A group holds the ``control_seeds`` control trials (the first with the group's seed, the
-    others with ``seed + j``) and then each perturbation. A group's trials step together;
+    others with :func:`control_seed`) and then each perturbation. A group's trials step together;
     groups are the tasks the executor spreads over cores (and the progress bar counts), so
     they are kept to one protocol and loop setting each.
     """
     def trials(auto: str) -> tuple[Trial, ...]:
-        controls = tuple(Trial(CONTROL, auto, None if j == 0 else config.seed + j)
+        controls = tuple(Trial(CONTROL, auto, None if j == 0 else control_seed(config.seed, j))
                          for j in range(config.control_seeds))
         return controls + tuple(Trial(name, auto) for name in config.perturbations)
 
@@ -318,16 +329,19 @@ def _card(policy: str) -> dict[str, Any]:
 def analyze_trial(
     s: np.ndarray, a: np.ndarray, s_next: np.ndarray, reward: np.ndarray, onset: int,
     preset: Any, k: float = 3.0, *, live_false_alarms: str | None = None,
-    rate: float | None = None,
+    rate: float | None = None, episode: np.ndarray | None = None,
+    returns: Sequence[tuple[int, float]] = (), steps_per_episode: int | None = None,
 ) -> dict[str, Any]:
     """The paper's detection on one trial's transitions (module docstring, steps 2-3).
 
     Returns per detector ``detected_*``, ``latency_*`` and ``d_*`` (Cohen's d), the baseline
     means and σ of P and ΔH, post-onset means of P and ΔH, the window count and the fraction
     of post-onset transitions outside the calibrated range. With ``live_false_alarms`` (and
-    the loop's ``rate`` for a budget in time), also ``live_<detector>_<IDT|reward>``: the
-    first post-onset window (latency, NaN: none) each of :data:`LIVE_DETECTORS` alarms at,
-    calibrated as a live session would on the trial's own pre-onset windows.
+    the loop's ``rate`` for a budget in time), also ``live_<row>_<IDT|reward>``: the
+    first post-onset window (latency, NaN: none) each row of :data:`LIVE_ROWS` alarms at,
+    calibrated as a live session would on the trial's own pre-onset windows (the phased
+    rows need each row's ``episode``), and each episode-return monitor's
+    (:data:`RETURN_MONITORS`; ``returns``: (end step, return) of every finished episode).
     """
     from idt_desk.detection.monitor import IDT_METRICS, detect
     from idt_desk.metrics.engine import sliding_metrics, window_means
@@ -368,12 +382,33 @@ def analyze_trial(
     row["out_of_range_post"] = float(outside[onset:].mean()) if n > onset else math.nan
     row.update(_records(w, det, metrics))
     if live_false_alarms is not None:
+        if episode is not None:
+            from idt_desk.detection.phase import episode_steps, window_phase
+
+            steps, _ = episode_steps(episode)
+            w["phase"] = window_phase(steps[w["start"] + preset.window - 1], preset.stride)
         row.update(_live(w, j0, preset, live_false_alarms, rate))
+        if returns and steps_per_episode:
+            row.update(_return_monitors(returns, onset, preset.stride, live_false_alarms,
+                                        rate, steps_per_episode))
     return row
 
 
 #: The calibrated detectors judged as a live session would (the live-calibrated block).
 LIVE_DETECTORS = ("persistence", "ewma", "mewma")
+#: The live block's rows: (name, detector, phased). Each detector against the pooled
+#: baseline, and (``NAME_phase``) against the baseline at the window's phase of the episode
+#: (``idt_desk.detection.phase``: the RL source's default now).
+#: Two more λ of the MEWMA against the phase (0.05 is every EWMA's default): a larger λ
+#: forgets faster, so the baseline's finite size costs it less (a shorter baseline suffices).
+LIVE_ROWS = (*((k, k, False, 0.05) for k in LIVE_DETECTORS),
+             *((f"{k}_phase", k, True, 0.05) for k in LIVE_DETECTORS),
+             ("mewma_l10_phase", "mewma", True, 0.1), ("mewma_l20_phase", "mewma", True, 0.2))
+#: The episode-return monitors a practitioner would watch, calibrated to the same budget on
+#: the trial's pre-onset episodes: (detector, λ or the CUSUM's reference d). The EWMA's λ 0.2
+#: and the CUSUM's d 0.5σ are SPC's usual choices for shifts of about 1σ (Lucas & Saccucci
+#: 1990; Montgomery, *Introduction to Statistical Quality Control*, ch. 9).
+RETURN_MONITORS = {"return_ewma": ("ewma", 0.2), "return_cusum": ("cusum", 0.5)}
 
 
 def _live(w: dict[str, Any], j0: int, preset: Any, budget: str, rate: float | None
@@ -382,21 +417,68 @@ def _live(w: dict[str, Any], j0: int, preset: Any, budget: str, rate: float | No
 
     The monitor a live session builds (:func:`idt_desk.pipeline.build_monitor`), its
     baseline the trial's ``j0`` pre-onset windows, calibrated to ``budget``; then the
-    post-onset windows are flagged in one batch (flags do not depend on batching).
+    post-onset windows are flagged in one batch (flags do not depend on batching). A phased
+    row needs ``w["phase"]`` (skipped without it). Also ``live_<row>_needed``: the baseline
+    windows the IDT's calibration asked for (0: it called the baseline long enough).
     """
     from idt_desk.detection.monitor import IDT_METRICS
     from idt_desk.pipeline import build_monitor
 
     metrics = (*IDT_METRICS, "reward")
     out = {}
-    for kind in LIVE_DETECTORS:
+    for name, kind, phased, lam in LIVE_ROWS:
+        if phased and "phase" not in w:
+            continue
         mon = build_monitor(metrics, baseline_windows=j0, detector=kind, false_alarms=budget,
-                            rate=rate, stride=preset.stride, window=preset.window,
-                            what="this trial")
-        flags = mon.update({m: np.asarray(w[m], dtype=np.float64) for m in metrics})
+                            ewma_lambda=lam, rate=rate, stride=preset.stride,
+                            window=preset.window, what="this trial", phased=phased)
+        flags = mon.update({m: np.asarray(w[m], dtype=np.float64)
+                            for m in (*metrics, "phase") if m in w})
         for g in ("IDT", "reward"):
             hits = np.flatnonzero(flags[g][j0:])
-            out[f"live_{kind}_{g}"] = float(hits[0]) if hits.size else math.nan
+            out[f"live_{name}_{g}"] = float(hits[0]) if hits.size else math.nan
+        cal = mon.calibrations.get("IDT")
+        out[f"live_{name}_needed"] = float((cal.needed_windows or 0) if cal else math.nan)
+    return out
+
+
+def _return_monitors(returns: Sequence[tuple[int, float]], onset: int, stride: int,
+                     budget: str, rate: float | None, steps_per_episode: int
+                     ) -> dict[str, float]:
+    """Each episode-return monitor's first post-onset alarm, in windows after the onset.
+
+    Baseline: the returns of the episodes that end at or before the onset; each later
+    episode is judged when it ends (at step e), which is ``(e − onset) / stride − 1`` windows
+    after the onset on the windows' clock (the first window holding a perturbed step is 0).
+    The budget converts to episodes through the loop's rate (or counts them).
+    """
+    from idt_desk.detection.detectors import (
+        DetectorSpec,
+        calibrate,
+        detector_statistic,
+        parse_budget,
+    )
+
+    ends = np.array([e for e, _ in returns], dtype=np.int64)
+    values = np.array([r for _, r in returns], dtype=np.float64)
+    pre, post = values[ends <= onset], values[ends > onset]
+    b = parse_budget(budget)
+    # The budget's units in one episode: seconds of loop time, episodes, windows.
+    per_episode = {"s": steps_per_episode / rate if rate else None, "episodes": 1.0,
+                   "windows": steps_per_episode / stride}.get(b.unit)
+    out = {}
+    for name, (kind, param) in RETURN_MONITORS.items():
+        out[f"live_{name}_reward"] = math.nan
+        if per_episode is None or pre.size < 3:
+            continue
+        spec = DetectorSpec(kind, **({"lam": param} if kind == "ewma" else {"drift": param}))
+        cal = calibrate(spec, {"return": pre}, b.per / b.alarms / per_episode)
+        stat, _ = detector_statistic(spec, cal.standardise("return", post))
+        hits = np.flatnonzero(stat > cal.threshold["return"])
+        if hits.size:
+            out[f"live_{name}_reward"] = float(
+                (ends[ends > onset][hits[0]] - onset) / stride - 1)
+        out[f"live_{name}_needed"] = float(cal.needed_windows or 0)
     return out
 
 
@@ -517,10 +599,7 @@ def out_of_sample(batch_a: Any, batch_b: Any) -> dict[str, Any]:
     protocol only.
     """
     def open_loop(rows: Any) -> tuple[Any, Any]:
-        def blank(col: str) -> Any:
-            return rows[col].isna() | (rows[col].astype(str) == "")
-
-        rows = rows[blank("error") & blank("auto")]
+        rows = rows[_blank(rows, "error") & _blank(rows, "auto")]
         rows = rows[rows["actions"] == rows["actions"].iloc[0]]
         return rows[rows["perturbation"] == CONTROL], rows[rows["perturbation"] != CONTROL]
 
@@ -647,7 +726,7 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
             for session, batch, parts in zip(sessions, step_together(sources, n, info=False),
                                              data, strict=True):
                 session.advance(batch)
-                parts.append((batch.s, batch.a, batch.s_next, batch.reward))
+                parts.append((batch.s, batch.a, batch.s_next, batch.reward, batch.episode))
     except Exception as exc:  # the group's trials are reported failed; other groups go on
         failure = f"{type(exc).__name__}: {exc}"
     finally:
@@ -667,10 +746,13 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
         if failure:
             rows.append(row)
             continue
-        s, a, s2, r = (np.concatenate([p[j] for p in parts]) for j in range(4))
+        s, a, s2, r, ep = (np.concatenate([p[j] for p in parts]) for j in range(5))
+        ends = [(ev["i"], ev["return"]) for ev in log if ev["kind"] == "episode_end"]
         try:
             row.update(analyze_trial(s, a, s2, r, onset, preset, task.k,
-                                     live_false_alarms=task.false_alarms, rate=rate))
+                                     live_false_alarms=task.false_alarms, rate=rate,
+                                     episode=ep, returns=ends,
+                                     steps_per_episode=steps_per_episode))
         except Exception as exc:  # reported per trial, the others stand
             row["error"] = f"{type(exc).__name__}: {exc}"
         returns = [(ev["episode"], ev["return"]) for ev in log if ev["kind"] == "episode_end"]
@@ -810,14 +892,14 @@ def _live_summary(open_loop: Any, config: CheetahConfig) -> dict[str, Any] | Non
     pre-onset windows to ``config.false_alarms`` (no threshold from other trials): false
     alarms are the control trials alarmed after the onset, detection the perturbed ones.
     """
-    if f"live_{LIVE_DETECTORS[0]}_IDT" not in open_loop:
+    if not _live_names(open_loop):
         return None
     control = open_loop[open_loop["perturbation"] == CONTROL]
     perturbed = open_loop[open_loop["perturbation"] != CONTROL]
     out: dict[str, Any] = {"budget": config.false_alarms, "control_trials": len(control),
                            "perturbed_trials": len(perturbed),
                            "by_chance": _by_chance(control, config.false_alarms)}
-    for kind in LIVE_DETECTORS:
+    for kind in _live_names(open_loop):
         block = {}
         for g in ("IDT", "reward"):
             col = f"live_{kind}_{g}"
@@ -832,8 +914,17 @@ def _live_summary(open_loop: Any, config: CheetahConfig) -> dict[str, Any] | Non
                               "rate": float(hit.mean()) if lat.size else math.nan},
                 "median_latency": float(np.median(lat[hit])) if hit.any() else None,
             }
+        needed = open_loop.get(f"live_{kind}_needed")
+        if needed is not None and np.isfinite(needed.to_numpy(np.float64)).any():
+            block["needed_windows"] = float(np.nanmax(needed.to_numpy(np.float64)))
         out[kind] = block
     return out
+
+
+def _live_names(rows: Any) -> list[str]:
+    """The live block's rows these trials hold (older runs lack the newer ones)."""
+    names = [r[0] for r in LIVE_ROWS] + list(RETURN_MONITORS)
+    return [n for n in names if f"live_{n}_IDT" in rows or f"live_{n}_reward" in rows]
 
 
 def _by_chance(control: Any, budget: str) -> dict[str, Any] | None:
@@ -1005,6 +1096,29 @@ def reproduce(config: CheetahConfig, *, executor: Any | None = None, progress: b
 # ---------------------------------------------------------------------------------------------
 
 
+def _live_rows(lv: dict[str, Any]) -> list[str]:
+    """The live-calibrated block as a Markdown table (one row per detector)."""
+    lines = ["| Detector | IDT: detection | false alarms | median latency | "
+             "reward: detection | false alarms | median latency | asked for |",
+             "|---|---|---|---|---|---|---|---|"]
+    over = (lv.get("by_chance") or {}).get("over")
+    for kind in (k for k in lv if isinstance(lv[k], dict) and k != "by_chance"):
+        cells = []
+        for g in ("IDT", "reward"):
+            b = lv[kind].get(g)
+            if b is None:
+                cells += ["—"] * 3
+                continue
+            dt, fa = b["detection"], b["false_alarms"]
+            cells += [f"{dt['detected']} of {dt['trials']}",
+                      f"{fa['alarms']} of {fa['trials']}"
+                      + (" (over budget)" if over is not None and fa["alarms"] >= over
+                         else ""), _f(b["median_latency"])]
+        lines.append(f"| {kind} | " + " | ".join(cells) + " | "
+                     + _count(lv[kind].get("needed_windows")) + " |")
+    return lines
+
+
 def _chance_text(live: dict[str, Any]) -> str:
     """The live block's false alarms as the budget expects them (see :func:`_by_chance`)."""
     c = live.get("by_chance")
@@ -1016,6 +1130,11 @@ def _chance_text(live: dict[str, Any]) -> str:
     return (f" Kept exactly, the budget lets a control's {c['minutes_after_onset']:.0f} min "
             f"of loop time after the onset alarm with probability {c['p_control']:.2f}: "
             f"{c['expected']:.1f} of {live['control_trials']} controls expected{over}.")
+
+
+def _count(v: Any) -> str:
+    """A whole count with thousands separators ("—" for none)."""
+    return "—" if v is None or not math.isfinite(v) else f"{v:,.0f}"
 
 
 def _f(v: Any, digits: int = 3) -> str:
@@ -1169,24 +1288,13 @@ def format_tables(summary: dict[str, Any]) -> str:
                   f"own pre-onset windows to {lv['budget']} (no threshold from other trials): "
                   f"false alarms over {lv['control_trials']} control trials, detection over "
                   f"{lv['perturbed_trials']} perturbed ones, latency in windows after the "
-                  f"onset.{_chance_text(lv)}", "",
-                  "| Detector | IDT: detection | false alarms | median latency | "
-                  "reward: detection | false alarms | median latency |",
-                  "|---|---|---|---|---|---|---|"]
-        for kind in LIVE_DETECTORS:
-            cells = []
-            for g in ("IDT", "reward"):
-                b = lv.get(kind, {}).get(g)
-                if b is None:
-                    cells += ["—"] * 3
-                    continue
-                dt, fa = b["detection"], b["false_alarms"]
-                over = (lv.get("by_chance") or {}).get("over")
-                cells += [f"{dt['detected']} of {dt['trials']}",
-                          f"{fa['alarms']} of {fa['trials']}"
-                          + (" (over budget)" if over is not None and fa["alarms"] >= over
-                             else ""), _f(b["median_latency"])]
-            lines.append(f"| {kind} | " + " | ".join(cells) + " |")
+                  f"onset.{_chance_text(lv)} `_phase`: against the baseline at the window's "
+                  "phase of the episode; `l10`, `l20`: λ 0.1, 0.2; `return_*`: the episode "
+                  "return's EWMA (λ 0.2) or CUSUM (d 0.5σ), its baseline the pre-onset "
+                  "episodes, judged at each episode's end. *Asked for*: the most baseline "
+                  "windows (episodes for `return_*`) any trial's calibration asked for, to keep "
+                  "the threshold's inflation ≤ 1.25 (0: none asked).", "",
+                  *_live_rows(lv)]
     lines += [
         "",
         "## Table 4 — Detection latency (median windows after perturbation onset)",
@@ -1418,6 +1526,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "policies), choose each detector's threshold and the best "
                              "detector on one and judge them on the other, both ways; "
                              "writes out_of_sample.json and .md into --out")
+    parser.add_argument("--pool", nargs="+", metavar="RUN",
+                        help="run nothing: pool the live-calibrated blocks of finished runs "
+                             "(other --seed, the same policies) per policy and in all, "
+                             "counting each distinct control once and warning of controls "
+                             "two runs share; writes pooled.json and .md into --out")
     parser.add_argument("--false-alarms", default=CONTROL_BUDGET,
                         help="budget of the live-calibrated block: every trial judged by "
                              "the detectors a live session calibrates on its own pre-onset "
@@ -1440,6 +1553,8 @@ def run(args: argparse.Namespace, print_fn: Callable[[str], None] = print) -> in
     """Run ``idt-desk reproduce cheetah`` from parsed arguments; print the tables."""
     if args.out_of_sample:
         return _run_out_of_sample(args, print_fn)
+    if args.pool:
+        return _run_pool(args, print_fn)
     config = CheetahConfig(
         policies=args.policies, perturbations=args.perturbations,
         control_seeds=0 if args.no_control else args.control_seeds, actions=args.actions,
@@ -1458,22 +1573,130 @@ def run(args: argparse.Namespace, print_fn: Callable[[str], None] = print) -> in
     return 0
 
 
-def _run_out_of_sample(args: argparse.Namespace, print_fn: Callable[[str], None]) -> int:
-    """``--out-of-sample A B``: the block from two finished runs' ``trials.csv``."""
+def _run_names(dirs: Sequence[Any]) -> list[str]:
+    """Each run's folder as given, a repeated one marked (it shares every control)."""
+    seen: dict[str, int] = {}
+    out = []
+    for d in map(str, dirs):
+        seen[d] = seen.get(d, 0) + 1
+        out.append(d if seen[d] == 1 else f"{d} (given again, #{seen[d]})")
+    return out
+
+
+def _read_runs(dirs: Sequence[Any], flag: str) -> list[Any]:
+    """Each finished run's ``trials.csv`` (an input error naming the folder that lacks it)."""
     import pandas as pd
 
     tables = []
-    for d in args.out_of_sample:
+    for d in dirs:
         path = Path(d) / "trials.csv"
         if not path.is_file():
-            raise InputError(f"--out-of-sample {d}: no trials.csv (a finished run's --out)")
-        rows = pd.read_csv(path, keep_default_na=False, na_values=[""])
-        if "records_paper_IDT" not in rows:
-            raise InputError(f"--out-of-sample {d}: its trials keep no records")
-        tables.append(rows)
+            raise InputError(f"{flag} {d}: no trials.csv (a finished run's --out)")
+        tables.append(_with_defaults(pd.read_csv(path, keep_default_na=False, na_values=[""]),
+                                     CheetahConfig()))
+    return tables
+
+
+def _blank(rows: Any, col: str) -> Any:
+    """Rows whose ``col`` is empty (read back from CSV: NaN)."""
+    return rows[col].isna() | (rows[col].astype(str) == "")
+
+
+#: What makes two control trials the same run: the same policy acting the same way in an
+#: environment seeded alike (its trajectory is then the same, bit for bit).
+CONTROL_KEY = ("policy", "actions", "env_seed")
+
+
+def _control_keys(rows: Any) -> set[tuple[Any, ...]]:
+    c = rows[(rows["perturbation"] == CONTROL) & _blank(rows, "auto")]
+    return {tuple(str(v) for v in k) for k in c[list(CONTROL_KEY)].itertuples(index=False)}
+
+
+def shared_controls(runs: dict[str, Any]) -> list[str]:
+    """One line per pair of runs that share control trials (none: the counts stand)."""
+    keys = {name: _control_keys(rows) for name, rows in runs.items()}
+    names = list(keys)
+    out = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            both = keys[a] & keys[b]
+            if both:
+                seeds = sorted({k[2] for k in both})
+                out.append(f"{a} and {b} share {len(both)} control trial(s) (environment "
+                           f"seed(s) {', '.join(seeds[:5])}{' ...' if len(seeds) > 5 else ''}): "
+                           "each is one run counted twice, and out of sample it is judged "
+                           "by thresholds fitted on itself. Rerun one with another --seed "
+                           "(runs from this release derive their controls' seeds so that "
+                           "two --seed values never share one).")
+    return out
+
+
+def pool_runs(runs: dict[str, Any], budget: str | None = None) -> dict[str, Any]:
+    """The live-calibrated block of several runs, per policy and in all.
+
+    Perturbed trials are summed; a control shared by two runs (:func:`shared_controls`) is
+    counted once (its first run's row). ``budget`` only labels the block (each run's trials
+    were judged at their own run's budget: pool runs of one budget).
+    """
+    import pandas as pd
+
+    frames = []
+    for name, rows in runs.items():
+        ok = rows[_blank(rows, "error") & _blank(rows, "auto")]
+        ok = ok[ok["actions"] == ok["actions"].iloc[0]] if len(ok) else ok
+        frames.append(ok.assign(run=name))
+    every = pd.concat(frames, ignore_index=True)
+    control = every[every["perturbation"] == CONTROL]
+    distinct = control.drop_duplicates(subset=list(CONTROL_KEY), keep="first")
+    every = pd.concat([every[every["perturbation"] != CONTROL], distinct], ignore_index=True)
+    config = CheetahConfig(false_alarms=budget or CONTROL_BUDGET)
+    out: dict[str, Any] = {"runs": list(runs), "warnings": shared_controls(runs),
+                           "controls_counted": len(distinct),
+                           "controls_shared": len(control) - len(distinct),
+                           "all": _live_summary(every, config), "policies": {}}
+    for policy in dict.fromkeys(every["policy"]):
+        out["policies"][policy] = _live_summary(every[every["policy"] == policy], config)
+    return out
+
+
+def _run_pool(args: argparse.Namespace, print_fn: Callable[[str], None]) -> int:
+    """``--pool RUN ...``: the live-calibrated blocks of finished runs, pooled."""
+    tables = _read_runs(args.pool, "--pool")
+    result = pool_runs(dict(zip(_run_names(args.pool), tables, strict=True)), args.false_alarms)
+    lines = [f"# Pooled live-calibrated detectors: {', '.join(map(str, args.pool))}", "",
+             f"Distinct controls counted: {result['controls_counted']} "
+             f"({result['controls_shared']} shared ones counted once).", ""]
+    for text in result["warnings"]:
+        print_fn(f"warning: {text}")
+        lines += [f"**Warning**: {text}", ""]
+    for label, lv in (("all policies", result["all"]), *result["policies"].items()):
+        if lv is None:
+            continue
+        lines += [f"## {label}: {lv['perturbed_trials']} perturbed, {lv['control_trials']} "
+                  "distinct controls", "", *_live_rows(lv), ""]
+    text = "\n".join(lines)
+    print_fn(text.rstrip("\n"))
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "pooled.json").write_text(json.dumps(result, indent=2) + "\n")
+        (args.out / "pooled.md").write_text(text)
+        print_fn(f"wrote {args.out / 'pooled.json'}, {args.out / 'pooled.md'}")
+    return 0
+
+
+def _run_out_of_sample(args: argparse.Namespace, print_fn: Callable[[str], None]) -> int:
+    """``--out-of-sample A B``: the block from two finished runs' ``trials.csv``."""
+    tables = _read_runs(args.out_of_sample, "--out-of-sample")
+    if any("records_paper_IDT" not in rows for rows in tables):
+        bad = next(d for d, rows in zip(args.out_of_sample, tables, strict=True)
+                   if "records_paper_IDT" not in rows)
+        raise InputError(f"--out-of-sample {bad}: its trials keep no records")
     result = out_of_sample(*tables)
     lines = ["# Out of sample: detectors and thresholds chosen on one batch, judged on the "
              "other", ""]
+    for text in shared_controls(dict(zip(_run_names(args.out_of_sample), tables, strict=True))):
+        print_fn(f"warning: {text}")
+        lines += [f"**Warning**: {text}", ""]
     for label, (fit, test) in (("a_to_b", args.out_of_sample),
                                ("b_to_a", args.out_of_sample[::-1])):
         b = result[label]

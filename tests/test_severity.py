@@ -1,0 +1,110 @@
+"""Severity beside the alarm: how far each component moved (σ) when a perturbation is
+detected, and what it cost the return once whole episodes after it have finished."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from idt_desk.live.alarms import COSTLY_RETURN, Alarms, impact_text, severity_text
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int, dict]] = []
+
+    def __call__(self, kind: str, at: int, **fields) -> None:
+        self.events.append((kind, at, fields))
+
+
+def _table(k0: int, n: int) -> dict[str, np.ndarray]:
+    start = 10 * np.arange(k0, k0 + n)
+    return {"start": start, "end": start + 30}
+
+
+def test_the_detection_says_how_far_each_component_moved():
+    log = _Log()
+    alarms = Alarms(False, None, log)
+    alarms.new_onset("kick", 400)
+    # Windows 0-59; windows 38+ hold transition 400 (end 410 > 400). Alarm from window 44.
+    t = _table(0, 60)
+    idt = (np.arange(60) >= 44).astype(float)
+    flags = {m: np.zeros(60) for m in ("P", "H_f", "H_b", "dH", "reward")} | {"IDT": idt}
+    rng = np.random.default_rng(0)
+    z = {"P": np.where(np.arange(60) >= 38, 2.0, 0.0) + 0.01 * rng.standard_normal(60),
+         "dH": np.where(np.arange(60) >= 38, -5.0, 0.0), "H_f": np.zeros(60),
+         "H_b": np.full(60, np.nan), "reward": np.full(60, -0.25)}
+    alarms.update(t, flags, ("P", "H_f", "H_b", "dH", "reward"), 0, z)
+    (_kind, at, fields), = [e for e in log.events if e[0] == "detected"]
+    assert fields["latency"] == 44 - 38 and at == int(t["end"][44])
+    sev = fields["severity"]
+    # The mean over the perturbed windows up to the detection (38..44).
+    assert sev["P"] == pytest.approx(z["P"][38:45].mean())
+    assert sev["dH"] == -5.0 and sev["H_f"] == 0.0 and sev["reward"] == -0.25
+    assert "H_b" not in sev  # never defined
+    assert severity_text(sev) == "ΔH −5.0σ, P +2.0σ, H_f +0.0σ; reward −0.2σ"
+
+
+def test_the_return_change_is_costly_or_cheap_against_the_episodes_before():
+    log = _Log()
+    alarms = Alarms(False, None, log)
+    for e in range(5):  # episodes of 1,000 steps returning 1000 ± 10
+        alarms.episode_end(1000 * (e + 1), 1000.0 + (10.0 if e % 2 else -10.0), 1000)
+    alarms.new_onset("act_noise", 5200)
+    alarms.episode_end(6000, 900.0, 1000)  # began before the onset: not a measure
+    assert not [e for e in log.events if e[0] == "impact"]
+    alarms.episode_end(7000, 985.0, 1000)  # the first whole episode after the onset
+    (_kind, at, fields), = [e for e in log.events if e[0] == "impact"]
+    before = np.array([990.0, 1010.0, 990.0, 1010.0, 990.0])
+    assert at == 7000 and fields["episodes"] == 5 and fields["episodes_after"] == 1
+    assert fields["change"] == pytest.approx((985.0 - before.mean()) / before.mean())
+    assert fields["sigma"] == pytest.approx((985.0 - before.mean()) / before.std(ddof=1))
+    assert fields["costly"] is (fields["change"] <= -COSTLY_RETURN)
+    assert fields["costly"]  # −1.3 %
+    # The panel follows the mean of every whole episode after the onset; one event only.
+    alarms.episode_end(8000, 1002.0, 1000)
+    impact = alarms.onset["impact"]
+    assert impact["episodes_after"] == 2 and impact["return"] == pytest.approx(993.5)
+    assert not impact["costly"]
+    assert len([e for e in log.events if e[0] == "impact"]) == 1
+    assert impact_text(impact).startswith("return −0.5 % (−0.4σ)")
+    assert impact_text(impact).endswith("over 2 whole episodes after the onset, against 5 "
+                                        "before it: cheap")
+
+
+def test_no_cost_is_claimed_without_episodes_before_or_once_the_perturbation_is_off():
+    log = _Log()
+    alarms = Alarms(False, None, log)
+    alarms.new_onset("x", 0)
+    alarms.episode_end(1000, 5.0, 1000)
+    assert "impact" not in alarms.onset
+    alarms.new_onset("y", 1000)
+    alarms.onset_off("y", 1500)
+    alarms.episode_end(2000, 1.0, 1000)
+    assert "impact" not in alarms.onset and impact_text(None) == ""
+
+
+def test_the_episode_return_monitor_against_a_hand_computation():
+    from idt_desk_sources.gym.reproduce import _return_monitors
+
+    from idt_desk.detection.detectors import DetectorSpec, calibrate, detector_statistic
+
+    rng = np.random.default_rng(4)
+    pre = 1000 + 5 * rng.standard_normal(20)
+    post = 1000 - 30 + 5 * rng.standard_normal(10)  # a 6σ drop
+    ends = 1000 * np.arange(1, 31)
+    returns = list(zip(ends.tolist(), [*pre, *post], strict=True))
+    got = _return_monitors(returns, onset=20_000, stride=50, budget="1/10h", rate=20.0,
+                           steps_per_episode=1000)
+    # 1/10h at 20 steps/s and 1,000 steps an episode: one false alarm per 720 episodes.
+    cal = calibrate(DetectorSpec("ewma", lam=0.2), {"return": pre}, 720.0)
+    s, _ = detector_statistic(DetectorSpec("ewma", lam=0.2), cal.standardise("return", post))
+    first = int(np.flatnonzero(s > cal.threshold["return"])[0])
+    # Judged at the episode's end: episode 21 ends 1,000 steps (20 windows) after the onset.
+    assert got["live_return_ewma_reward"] == (ends[20 + first] - 20_000) / 50 - 1
+    assert got["live_return_ewma_reward"] >= 19
+    quiet = _return_monitors(list(zip(ends.tolist(), [*pre, *(pre[:10] + 0.1)],
+                                      strict=True)), 20_000, 50, "1/10h", 20.0, 1000)
+    assert math.isnan(quiet["live_return_ewma_reward"])
