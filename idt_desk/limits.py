@@ -45,7 +45,7 @@ BUFFER_CAP = 2 * 2**30
 #: The settings a pipeline is made of (what a recording states and a replay re-applies).
 PIPELINE_KEYS = ("preset", "bins", "window", "stride", "calibration_windows",
                  "baseline_windows", "correction", "k", "preset_spec", "detector",
-                 "false_alarms", "persist", "drift", "ewma_lambda")
+                 "false_alarms", "persist", "drift", "ewma_lambda", "phase_baseline")
 
 _PRESET_FIELDS = ("name", "description", "bins", "window", "stride", "state_groups",
                   "action_groups", "angles", "angle_mode", "n_state", "n_action")
@@ -128,6 +128,8 @@ def check_pipeline(p: Mapping[str, Any], *, strict: bool = False) -> None:
         _number("drift", p["drift"], 0.0)
     if p.get("ewma_lambda") is not None:
         _number("ewma_lambda", p["ewma_lambda"], 0.0, 1.0, lo_open=True)
+    if p.get("phase_baseline") not in (None, True, False):
+        raise ValueError(f"phase_baseline {p['phase_baseline']!r}: must be true or false")
     for key, allowed in (("detector", DETECTOR_KINDS), ("correction", (None, "miller-madow")),
                          ("preset", (None, *PRESETS))):
         if key in p and p[key] not in allowed and not (key == "detector" and p[key] is None):

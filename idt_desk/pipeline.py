@@ -247,8 +247,6 @@ def source_preset(source: Any, p: Mapping[str, Any]) -> Preset:
     ``p`` holds ``preset`` (a name; None: the source's first), or ``preset_spec`` (a preset
     by value, as a recording states it), and ``bins``, ``window``, ``stride`` overrides, and
     the detector settings (checked by building the monitor once: :func:`source_monitor`).
-    A source with episodes of a set length (``episode_steps``) gets a phase-conditioned
-    baseline (:mod:`~idt_desk.detection.phase`).
 
     Raises
     ------
@@ -285,8 +283,19 @@ def source_monitor(source: Any, p: Mapping[str, Any], preset: Preset) -> Monitor
 
     The IDT components, a dialogue's length-adjusted ones on the turn path, and reward when
     the source has one; a budget in loop time converts through the source's rate.
+    ``phase_baseline`` asks for a baseline per phase of the episode
+    (:mod:`~idt_desk.detection.phase`): only a source with episodes (``episode_steps``).
+
+    Raises
+    ------
+    ValueError
+        A bad detector setting, or ``phase_baseline`` for a loop without episodes.
     """
     turns = source.metric_path == "turns"
+    phased = bool(p.get("phase_baseline"))
+    if phased and (turns or not getattr(source, "episode_steps", None)):
+        raise ValueError(f"phase_baseline: {source.name} has no episodes of a set length to "
+                         "take a phase from")
     metrics = (*IDT_METRICS, *(ADJUSTED_METRICS if turns else ()),
                *(("reward",) if source.has_reward else ()))
     return build_monitor(
@@ -298,7 +307,7 @@ def source_monitor(source: Any, p: Mapping[str, Any], preset: Preset) -> Monitor
         rate=source.rate,
         stride=1 if turns else preset.stride, window=1 if turns else preset.window,
         episode_steps=getattr(source, "episode_steps", None), turns=turns, what=source.name,
-        phased=not turns and bool(getattr(source, "episode_steps", None)))
+        phased=phased)
 
 
 #: Value ranges known in advance, by column index: (the state's, the action's).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -266,3 +267,31 @@ def test_sb3_callback_logs_idt_and_matches_the_wrapper(tmp_path):
     own = progress[progress["time/iterations"].isna()]
     assert len(own) >= 1 and own["idt/P"].notna().all()
     venv.close()
+
+
+def test_the_wrapper_judges_against_the_episode_phase_when_asked(tmp_path):
+    """``phase_baseline=True``: the monitor has one baseline per phase of Pendulum-v1's
+    200-step episodes (20 strides of 10), and its recording replays with the same phased
+    monitor; an env without a time limit is refused in one line."""
+    env = IDTMonitor(gym.make("Pendulum-v1"), window=40, stride=10, calibration_windows=2,
+                     baseline_windows=200, phase_baseline=True, record=tmp_path / "rec")
+    rng = np.random.default_rng(0)
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    for _ in range(3000):
+        _, _, term, trunc, _ = env.step(env.action_space.sample())
+        if term or trunc:
+            env.reset(seed=int(rng.integers(1 << 30)))
+    env.close()
+    mon = env.monitor
+    assert mon.phased and mon.phase_baseline is not None
+    assert sorted(mon.phase_baseline.count) == list(range(20))
+    config = json.loads((tmp_path / "rec" / "config.json").read_text())
+    assert config["session"]["phase_baseline"] is True
+    assert config["source"]["episode_steps"] == 200
+    default = IDTMonitor(gym.make("Pendulum-v1"))
+    assert not default.monitor.phased  # off unless asked
+    default.close()
+    with pytest.raises(ValueError, match="no time limit"):
+        IDTMonitor(gym.make("Pendulum-v1", max_episode_steps=None).unwrapped,
+                   phase_baseline=True)

@@ -136,8 +136,8 @@ def test_a_phased_mewma_whitens_the_correlation_and_keeps_unit_variance():
 
 
 def test_a_recorder_given_episodes_judges_each_window_against_its_phase(tmp_path):
-    """``Recorder(..., episode_steps=N)``: the windows carry their phase and the baseline is
-    one table per phase; without it the baseline pools every phase, as before."""
+    """``Recorder(..., episode_steps=N, phase_baseline=True)``: the windows carry their phase
+    and the baseline is one table per phase; by default it pools every phase, as before."""
     import idt_desk
 
     rng = np.random.default_rng(2)
@@ -149,9 +149,9 @@ def test_a_recorder_given_episodes_judges_each_window_against_its_phase(tmp_path
     pipe = dict(window=40, stride=10, calibration_windows=5, baseline_windows=300)
     got = {}
     for phased in (False, True):
-        kw = {"episode_steps": steps} if phased else {}
+        kw = {"phase_baseline": True} if phased else {}
         with idt_desk.Recorder(tmp_path / str(phased), ["x", "y"], ["u"], rate=20.0,
-                               reward=True, **pipe, **kw) as rec:
+                               reward=True, episode_steps=steps, **pipe, **kw) as rec:
             rec.add(x[:-1], u[:-1], x[1:], reward=x[:-1, 0], episode=ep[:-1])
         got[phased] = rec.session.monitor
     assert not got[False].phased and got[False].phase_baseline is None
@@ -163,3 +163,13 @@ def test_a_recorder_given_episodes_judges_each_window_against_its_phase(tmp_path
     assert set(pb.mean["reward"]) == set(range(20))
     with pytest.raises(ValueError, match="episode_steps"):
         idt_desk.Recorder(tmp_path / "bad", ["x"], episode_steps=0)
+    # Phases need episodes: a loop without a time limit is told so, in one line.
+    with pytest.raises(ValueError, match="phase_baseline: loop has no episodes"):
+        idt_desk.Recorder(tmp_path / "bad2", ["x"], phase_baseline=True)
+
+
+def test_the_phase_baseline_is_a_setting_of_the_run_command(tmp_path):
+    from idt_desk.cli import main
+
+    assert main(["run", "--source", "pendulum", "--steps", "10", "--phase-baseline",
+                 "--quiet"]) == 2  # the pendulum has no episodes: an input error

@@ -60,6 +60,9 @@ def _add_session_options(p: argparse.ArgumentParser) -> None:
                    help="persistence: windows in a row (default 5; a dialogue's 1 turn)")
     p.add_argument("--ewma-lambda", type=float, default=0.05,
                    help="ewma, mewma: the newest window's weight λ, in (0, 1] (default 0.05)")
+    p.add_argument("--phase-baseline", action="store_true",
+                   help="an episodic loop (the gym source): judge each window against the "
+                        "baseline at the same phase of the episode (off by default)")
     p.add_argument("--k", type=float, default=3.0,
                    help="the paper rule's threshold in sigmas (> 0; default 3)")
     p.add_argument("--correction", choices=("none", "miller-madow"), default="none")
@@ -84,7 +87,8 @@ def _check_pipeline(args: argparse.Namespace) -> None:
 _PIPELINE_DEFAULTS = {"preset": None, "bins": None, "window": None, "stride": None,
                       "calibration_windows": 20, "baseline_windows": None,
                       "detector": None, "false_alarms": None, "persist": None,
-                      "ewma_lambda": 0.05, "k": 3.0, "correction": None}
+                      "ewma_lambda": 0.05, "k": 3.0, "correction": None,
+                      "phase_baseline": False}
 
 
 def _overridden(args: argparse.Namespace, session) -> str:
@@ -134,6 +138,7 @@ def _build_session(args: argparse.Namespace, source, speed: float | None,
         stride=args.stride, calibration_windows=args.calibration_windows,
         baseline_windows=args.baseline_windows, k=args.k, detector=args.detector,
         false_alarms=args.false_alarms, persist=args.persist, ewma_lambda=args.ewma_lambda,
+        phase_baseline=args.phase_baseline,
         correction=None if args.correction == "none" else args.correction,
         speed=speed, seed=args.seed, auto=auto,
     )

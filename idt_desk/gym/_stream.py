@@ -311,7 +311,7 @@ class _Stream:
 #: The alarm's options of the wrapper and the callback, with the gym source's defaults.
 ALARM_DEFAULTS: dict[str, Any] = {"detector": CONTROL_DETECTOR, "false_alarms": None,
                                   "baseline_windows": DEFAULT_BASELINE_WINDOWS, "persist": 5,
-                                  "k": 3.0}
+                                  "k": 3.0, "phase_baseline": False}
 
 
 def _loop_rate(env: Any) -> float | None:
@@ -332,7 +332,16 @@ def _alarm_monitor(options: Mapping[str, Any], preset: Preset, rate: float | Non
         IDT_METRICS, baseline_windows=options["baseline_windows"],
         detector=options["detector"], false_alarms=_budget(options, rate, episode_steps),
         k=options["k"], persist=options["persist"], rate=rate, stride=preset.stride,
-        window=preset.window, episode_steps=episode_steps, what="this env")
+        window=preset.window, episode_steps=episode_steps, what="this env",
+        phased=_phased(options, episode_steps))
+
+
+def _phased(options: Mapping[str, Any], episode_steps: int | None) -> bool:
+    """``phase_baseline`` asked for, checked: the env needs a time limit to have phases."""
+    if options.get("phase_baseline") and not episode_steps:
+        raise ValueError("phase_baseline=True: the env has no time limit (max_episode_steps) "
+                         "to take an episode's phase from")
+    return bool(options.get("phase_baseline"))
 
 
 def _budget(options: Mapping[str, Any], rate: float | None, episode_steps: int | None) -> str:
@@ -449,7 +458,9 @@ def _open_recording(
         bins=preset.bins, window=preset.window, stride=preset.stride,
         calibration_windows=int(calibration_windows),
         baseline_windows=int(alarm["baseline_windows"]),
-        detector=alarm["detector"] or ALARM_DEFAULTS["detector"], false_alarms=budget)
+        detector=alarm["detector"] or ALARM_DEFAULTS["detector"], false_alarms=budget,
+        **({"episode_steps": episode_steps, "phase_baseline": True}
+           if _phased(alarm, episode_steps) else {}))
     ranges = {f"{prefix}_0": codec.ranges[0] for prefix, codec in (("obs", state),
                                                                     ("act", action))
               if codec.discrete_n is not None}

@@ -60,7 +60,7 @@ class _IDTCallbackImpl:
     preset, bins, window, stride, calibration_windows, correction, block
         As :class:`IDTMonitor`; checked against the training env's spaces when training
         starts.
-    detector, false_alarms, baseline_windows, persist, k
+    detector, false_alarms, baseline_windows, persist, k, phase_baseline
         The alarm per training env, as :class:`IDTMonitor`'s (``idt/x_IDT`` can be logged).
     every
         None: the metrics are written at SB3's own dumps (on-policy: every ``log_interval``
@@ -124,6 +124,7 @@ class _IDTCallbackImpl:
         persist: int = ALARM_DEFAULTS["persist"],
         k: float = ALARM_DEFAULTS["k"],
         record: str | os.PathLike | None = None,
+        phase_baseline: bool = False,
     ) -> None:
         super().__init__(verbose)  # BaseCallback's (see _callback_class)
         self._record = _record_path(record)
@@ -139,7 +140,8 @@ class _IDTCallbackImpl:
         self._correction = correction
         self._block = block
         self._alarm = {"detector": detector, "false_alarms": false_alarms,
-                       "baseline_windows": baseline_windows, "persist": persist, "k": k}
+                       "baseline_windows": baseline_windows, "persist": persist, "k": k,
+                       "phase_baseline": bool(phase_baseline)}
         if self._record is not None:
             # What does not depend on the env, refused now rather than when training starts.
             _check_options(correction, self._alarm)

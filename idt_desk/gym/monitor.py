@@ -80,6 +80,9 @@ class IDTMonitor(gymnasium.Wrapper):
         ``metadata["render_fps"]``), episodes (its time limit) or windows; default 1/10h
         (``CONTROL_BUDGET``, the gym source's), else 1/100episodes, else 1/10000windows.
         The flags are the ``x_*`` keys of ``info["idt"]``.
+    phase_baseline
+        Judge each window against the baseline at the same phase of the episode
+        (``idt_desk.detection.phase``; the env needs a time limit). Off by default.
     record
         A directory to write the stream to as an ordinary IDT Desk recording (None: none),
         which ``idt-desk watch`` follows while the env runs and replay reads afterwards. An
@@ -143,6 +146,7 @@ class IDTMonitor(gymnasium.Wrapper):
         persist: int = ALARM_DEFAULTS["persist"],
         k: float = ALARM_DEFAULTS["k"],
         record: str | os.PathLike | None = None,
+        phase_baseline: bool = False,
     ) -> None:
         super().__init__(env)
         self._recorder: Recorder | None = None
@@ -151,7 +155,8 @@ class IDTMonitor(gymnasium.Wrapper):
                                      bins, window, stride)
         spec = getattr(env, "spec", None)
         alarm = {"detector": detector, "false_alarms": false_alarms,
-                 "baseline_windows": baseline_windows, "persist": persist, "k": k}
+                 "baseline_windows": baseline_windows, "persist": persist, "k": k,
+                 "phase_baseline": bool(phase_baseline)}
         rate, steps = _loop_rate(env), getattr(spec, "max_episode_steps", None)
         #: The alarm's monitor (None without a detector): its ``describe()`` and calibration.
         self.monitor = _alarm_monitor(alarm, self.preset, rate, steps)

@@ -75,6 +75,11 @@ class SessionConfig:
     false_alarms
         The false-alarm budget in loop time ("1/h", "1/100turns", "1/10episodes"); None: the
         source's ``default_budget``. The IDT components share it; reward has its own.
+    phase_baseline
+        An episodic loop (a source with ``episode_steps``): judge each window against the
+        baseline's windows at the same phase of the episode (``idt_desk.detection.phase``),
+        the IDT components and reward alike. Off by default: on the shipped HalfCheetah
+        agents it did not detect more than the pooled baseline (``assets/docs/rl.md``).
     k
         The paper rule's threshold in baseline standard deviations.
     correction
@@ -104,6 +109,7 @@ class SessionConfig:
     drift: float = 0.5
     #: The EWMA detector's λ (the newest window's weight).
     ewma_lambda: float = 0.05
+    phase_baseline: bool = False
     k: float = 3.0
     correction: str | None = None
     speed: float | None = 1.0

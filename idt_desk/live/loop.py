@@ -175,9 +175,11 @@ class Recorder:
     reward
         Whether ``add`` is given rewards (a reward plot and alarm).
     episode_steps
-        An episodic loop's time limit in steps (``add`` is given ``episode``): each window
-        is then judged against the baseline at the same phase of the episode
-        (``idt_desk.detection.phase``), and a budget may count episodes (``1/100episodes``).
+        An episodic loop's time limit in steps (``add`` is given ``episode``): a budget may
+        count episodes (``1/100episodes``).
+    phase_baseline
+        With ``episode_steps``: judge each window against the baseline at the same phase of
+        the episode (``idt_desk.detection.phase``).
     preset, bins, window, stride, calibration_windows, baseline_windows, detector,
     false_alarms
         The pipeline, as ``idt-desk run`` takes it (``idt_desk.live.session.SessionConfig``),
@@ -206,6 +208,7 @@ class Recorder:
         rate: float | None = None,
         reward: bool = False,
         episode_steps: int | None = None,
+        phase_baseline: bool = False,
         preset: str | None = None,
         bins: int | None = None,
         window: int | None = None,
@@ -248,7 +251,7 @@ class Recorder:
                                window=window, stride=stride,
                                calibration_windows=calibration_windows,
                                baseline_windows=baseline_windows, detector=detector,
-                               false_alarms=false_alarms)
+                               false_alarms=false_alarms, phase_baseline=bool(phase_baseline))
         self.session = Session(config, source=self.source, record=self.path)
         self.session.stop_on_write_error = False  # refused until there is room: see _work
         self.flush_seconds = float(flush_seconds)

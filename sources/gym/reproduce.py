@@ -1653,10 +1653,106 @@ def pool_runs(runs: dict[str, Any], budget: str | None = None) -> dict[str, Any]
     out: dict[str, Any] = {"runs": list(runs), "warnings": shared_controls(runs),
                            "controls_counted": len(distinct),
                            "controls_shared": len(control) - len(distinct),
-                           "all": _live_summary(every, config), "policies": {}}
+                           "all": _live_summary(every, config), "policies": {},
+                           "signatures": signatures(runs)}
     for policy in dict.fromkeys(every["policy"]):
         out["policies"][policy] = _live_summary(every[every["policy"] == policy], config)
     return out
+
+
+#: A perturbation's signature: how far each component's post-onset mean moved (Cohen's d
+#: against the trial's pre-onset windows), the IDT's four and reward.
+SIGNATURE = (*_COMPONENTS, "reward")
+#: |d| beyond which a component counts as moved in the signature's arrows.
+MOVED_D = 1.0
+
+
+def signatures(runs: dict[str, Any]) -> dict[str, Any] | None:
+    """Which components each perturbation moves, and whether that tells them apart.
+
+    Per perturbation: the mean and σ of each component's Cohen's d over its trials (every
+    run and policy), its arrows (↑/↓ where |mean d| > :data:`MOVED_D`, · elsewhere) and the
+    return's change (``return_post`` against ``return_pre``). Out of sample, with two runs
+    or more: each run's perturbed trials classified by the nearest centroid (Euclidean, in
+    d) of the perturbations' signatures measured on the other runs; the share right, the
+    chance level (one in the number of perturbations) and the confusions. None: no
+    perturbed trial.
+    """
+    import pandas as pd
+
+    frames = []
+    for name, rows in runs.items():
+        ok = rows[_blank(rows, "error") & _blank(rows, "auto")]
+        frames.append(ok[ok["perturbation"] != CONTROL].assign(run=name))
+    every = pd.concat(frames, ignore_index=True) if frames else None
+    cols = [f"d_{m}" for m in SIGNATURE]
+    if every is None or not len(every) or any(c not in every for c in cols):
+        return None
+    every = every.dropna(subset=cols)
+    table = {}
+    for pert, g in every.groupby("perturbation", sort=True):
+        d = g[cols].to_numpy(np.float64)
+        mean = d.mean(axis=0)
+        change = ((g["return_post"] - g["return_pre"]) / g["return_pre"].abs()).to_numpy(
+            np.float64) if "return_post" in g else np.array([math.nan])
+        table[str(pert)] = {
+            "trials": len(g), "d_mean": dict(zip(SIGNATURE, mean.tolist(), strict=True)),
+            "d_std": dict(zip(SIGNATURE, (d.std(axis=0, ddof=1) if len(d) > 1 else
+                                          np.full(len(cols), math.nan)).tolist(),
+                              strict=True)),
+            "arrows": "".join("↑" if v > MOVED_D else "↓" if v < -MOVED_D else "·"
+                              for v in mean),
+            "return_change": float(np.nanmean(change)) if np.isfinite(change).any() else None}
+    out: dict[str, Any] = {"components": list(SIGNATURE), "moved_d": MOVED_D,
+                           "perturbations": table, "out_of_sample": None}
+    names = list(dict.fromkeys(every["run"]))
+    if len(names) >= 2 and len(table) >= 2:
+        right = total = 0
+        confusions: dict[str, int] = {}
+        for held in names:
+            fit, test = every[every["run"] != held], every[every["run"] == held]
+            cents = {p: g[cols].to_numpy(np.float64).mean(axis=0)
+                     for p, g in fit.groupby("perturbation")}
+            keys = list(cents)
+            c = np.stack([cents[k] for k in keys])
+            for truth, x in zip(test["perturbation"], test[cols].to_numpy(np.float64),
+                                strict=True):
+                if truth not in cents:
+                    continue
+                guess = keys[int(np.argmin(((c - x) ** 2).sum(axis=1)))]
+                total += 1
+                right += guess == truth
+                if guess != truth:
+                    pair = f"{truth} → {guess}"
+                    confusions[pair] = confusions.get(pair, 0) + 1
+        out["out_of_sample"] = {
+            "classified": total, "right": right, "share": right / total if total else None,
+            "chance": 1.0 / len(table),
+            "confusions": dict(sorted(confusions.items(), key=lambda kv: -kv[1]))}
+    return out
+
+
+def _signature_rows(sig: dict[str, Any]) -> list[str]:
+    """The signature table and its out-of-sample line, in Markdown."""
+    heads = " | ".join(_LABEL[m] for m in sig["components"])
+    lines = [f"| Perturbation | trials | {heads} | moved (d beyond ±{sig['moved_d']:g}) | "
+             "return change |", "|---|---|" + "---|" * len(sig["components"]) + "---|---|"]
+    for pert, row in sig["perturbations"].items():
+        cells = [(f"{row['d_mean'][m]:+.1f} ± {row['d_std'][m]:.1f}"
+                  if math.isfinite(row["d_std"][m]) else f"{row['d_mean'][m]:+.1f}"
+                  ).replace("-", "−") for m in sig["components"]]
+        rc = row["return_change"]
+        lines.append(f"| {pert} | {row['trials']} | " + " | ".join(cells)
+                     + f" | {row['arrows']} | "
+                     + ("—" if rc is None else f"{100 * rc:+.1f} %".replace("-", "−")) + " |")
+    oos = sig.get("out_of_sample")
+    if oos and oos["classified"]:
+        conf = ", ".join(f"{k} ({v})" for k, v in list(oos["confusions"].items())[:6])
+        lines += ["", f"Out of sample (each run's trials by the nearest signature measured on "
+                      f"the other runs): {oos['right']} of {oos['classified']} right "
+                      f"({oos['share']:.0%}; chance {oos['chance']:.0%})"
+                      + (f"; confused: {conf}." if conf else ".")]
+    return lines
 
 
 def _run_pool(args: argparse.Namespace, print_fn: Callable[[str], None]) -> int:
@@ -1674,6 +1770,9 @@ def _run_pool(args: argparse.Namespace, print_fn: Callable[[str], None]) -> int:
             continue
         lines += [f"## {label}: {lv['perturbed_trials']} perturbed, {lv['control_trials']} "
                   "distinct controls", "", *_live_rows(lv), ""]
+    if result.get("signatures"):
+        lines += ["## Signatures: how far each component moved (Cohen's d, mean ± σ over "
+                  "trials)", "", *_signature_rows(result["signatures"]), ""]
     text = "\n".join(lines)
     print_fn(text.rstrip("\n"))
     if args.out is not None:
