@@ -612,3 +612,21 @@ def test_the_budget_says_how_many_alarmed_controls_are_chance():
     # Budgets not in loop time, and runs without their loop time, say nothing.
     assert _by_chance(controls(post), "1/1000windows") is None
     assert _by_chance(controls(post).drop(columns="loop_seconds_per_step"), "1/h") is None
+
+
+def test_pooling_runs_on_the_command_line_warns_of_a_run_given_twice(tiny_run, tmp_path,
+                                                                       capsys):
+    from idt_desk.cli import main
+
+    _, out = tiny_run
+    assert main(["reproduce", "cheetah", "--pool", str(out), str(out),
+                 "--out", str(tmp_path / "pool")]) == 0
+    said = capsys.readouterr().out
+    assert "warning:" in said and "share 2 control trial(s)" in said
+    got = json.loads((tmp_path / "pool" / "pooled.json").read_text())
+    # Two runs of 2 controls each, the same two: counted once.
+    assert got["controls_counted"] == 2 and got["controls_shared"] == 2
+    assert got["all"]["perturbed_trials"] == 2
+    assert "## Signatures" in (tmp_path / "pool" / "pooled.md").read_text()
+    assert main(["reproduce", "cheetah", "--pool", str(tmp_path), "--out",
+                 str(tmp_path / "x")]) == 2  # no trials.csv there

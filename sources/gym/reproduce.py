@@ -1773,13 +1773,19 @@ def _run_pool(args: argparse.Namespace, print_fn: Callable[[str], None]) -> int:
     if result.get("signatures"):
         lines += ["## Signatures: how far each component moved (Cohen's d, mean ± σ over "
                   "trials)", "", *_signature_rows(result["signatures"]), ""]
+    return _report(lines, result, args.out, "pooled", print_fn)
+
+
+def _report(lines: list[str], result: dict[str, Any], out: Path | None, stem: str,
+            print_fn: Callable[[str], None]) -> int:
+    """Print a block read from finished runs; write it as ``STEM.json`` and ``.md`` in out."""
     text = "\n".join(lines)
     print_fn(text.rstrip("\n"))
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "pooled.json").write_text(json.dumps(result, indent=2) + "\n")
-        (args.out / "pooled.md").write_text(text)
-        print_fn(f"wrote {args.out / 'pooled.json'}, {args.out / 'pooled.md'}")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
+        (out / f"{stem}.md").write_text(text)
+        print_fn(f"wrote {out / f'{stem}.json'}, {out / f'{stem}.md'}")
     return 0
 
 
@@ -1814,11 +1820,4 @@ def _run_out_of_sample(args: argparse.Namespace, print_fn: Callable[[str], None]
                           f"{fa['alarms']} of {fa['trials']}", _f(per[m]["median_latency"])]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
-    text = "\n".join(lines)
-    print_fn(text.rstrip("\n"))
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "out_of_sample.json").write_text(json.dumps(result, indent=2) + "\n")
-        (args.out / "out_of_sample.md").write_text(text)
-        print_fn(f"wrote {args.out / 'out_of_sample.json'}, {args.out / 'out_of_sample.md'}")
-    return 0
+    return _report(lines, result, args.out, "out_of_sample", print_fn)
