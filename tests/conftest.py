@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import numba
 import pytest
 from hypothesis import HealthCheck, settings
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# The window remembers its size and place (QSettings): never the user's, never across tests'
+# processes.
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="idt-desk-test-config-")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 #: True when the suite runs the pure-Python path (NUMBA_DISABLE_JIT=1).

@@ -658,3 +658,37 @@ def test_the_progress_bar_and_its_loop_time_agree():
         assert lines and lines[-1][0] == "2000"
         for n, t in lines:
             assert abs(float(t) - int(n) / 1000) <= 0.051, (n, t)
+
+
+def test_a_slow_source_named_on_the_command_line_is_built_in_the_window(gui_calls,
+                                                                          monkeypatch):
+    """``gui --source gym`` opens the window before torch, MuJoCo or the policy load: the
+    command line checks the settings by their declarations and hands the window a schedule
+    to resolve at the source's own rate once the window has built it."""
+    pytest.importorskip("mujoco")
+    from idt_desk_sources.gym import GymSource
+
+    built = []
+    monkeypatch.setattr(GymSource, "__init__",
+                        lambda self, **kw: built.append(kw) or (_ for _ in ()).throw(
+                            AssertionError("built before the window")))
+    rc, _, err = _call(["gui", "--source", "gym", "--start", "--set", "deterministic=false",
+                        "--perturb", "act_noise_4@2100-2200"])
+    assert rc == 0, err
+    (call,) = gui_calls
+    assert built == [] and call["source"] == "gym" and call["start"] is True
+    assert call["settings"] == {"deterministic": False}
+    schedule = call["schedule"]
+    assert callable(schedule)
+    fake = SimpleNamespace(rate=20.0, metric_path="windows",
+                           perturbations=GymSource.perturbations,
+                           modulations=GymSource.modulations)
+    assert [(at, c["name"], c["params"] is None) for at, _, c in schedule(fake)] == [
+        (42_000, "act_noise_4", False), (44_000, "act_noise_4", True)]
+    # What the declarations can tell is still refused before any window.
+    for bad, option in ((["--set", "deterministic=maybe"], "--set"),
+                        (["--start", "--perturb", "no_such@5"], "--perturb"),
+                        (["--start", "--perturb", "act_noise_4@9-3"], "--perturb")):
+        rc, _, err = _call(["gui", "--source", "gym", *bad])
+        assert rc == 2 and ERROR_LINE.match(err.strip()).group(2) == option, err
+    assert len(gui_calls) == 1 and built == []

@@ -69,6 +69,30 @@ def test_after_stop_no_key_press_clears_an_unrecorded_session(qtbot, window, mon
     assert window.session is None and _drawn(window) == 0 and not window.events.events
 
 
+def test_start_after_stop_asks_before_replacing_an_unrecorded_session(qtbot, window,
+                                                                       monkeypatch):
+    asked = _answer(monkeypatch, Button.Cancel)
+    qtbot.mouseClick(window.start_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: _drawn(window) > 20, timeout=WAIT)
+    qtbot.mouseClick(window.stop_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not window.session.running, timeout=WAIT)
+    first, drawn, events = window.session, _drawn(window), len(window.events.events)
+    assert not asked
+    # Start, then Ctrl+Return: each asks; Cancel (the default) keeps the stopped session.
+    qtbot.mouseClick(window.start_button, Qt.MouseButton.LeftButton)
+    QTest.keyClick(window, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    assert len(asked) == 2 and all("not recorded" in q and f"{events:,} events" in q
+                                   for q in asked)
+    assert window.session is first and _drawn(window) == drawn
+    assert len(window.events.events) == events and window._builder is None
+    # Discard: a new session starts.
+    _answer(monkeypatch, Button.Discard)
+    qtbot.mouseClick(window.start_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.session is not first and window.session is not None
+                    and window.session.running, timeout=WAIT)
+    window.stop_session(wait=True)
+
+
 def test_a_recorded_session_is_reset_without_a_question(qtbot, window, monkeypatch):
     asked = _answer(monkeypatch, Button.Cancel)
     window.record_button.setChecked(True)
@@ -191,3 +215,57 @@ def test_a_worker_that_cannot_stop_is_waited_for_once(qtbot, window, capsys):
     finally:
         session.stop = real_stop  # type: ignore[method-assign]
         real_stop()
+
+
+def _screen(tmp_path, width: int, height: int) -> str:
+    """An offscreen platform whose one screen is ``width`` × ``height``."""
+    import json
+
+    path = tmp_path / f"screen_{width}x{height}.json"
+    path.write_text(json.dumps({"synchronousWindowSystem": False, "windowFrameMargins": True,
+                                "screens": [{"name": "small", "x": 0, "y": 0, "width": width,
+                                             "height": height, "logicalDpi": 96,
+                                             "logicalBaseDpi": 96, "dpr": 1}]}))
+    return f"offscreen:configfile={path}"
+
+
+@pytest.mark.parametrize("width, height", [(1024, 700), (1366, 768)])
+def test_the_window_opens_inside_a_small_screen_and_remembers_its_place(tmp_path, width,
+                                                                          height):
+    """The 1400×900 default clipped the alarm column and the status bar on these screens."""
+    import os
+    import subprocess
+    import sys
+
+    from PySide6.QtGui import QImage
+
+    env = {**os.environ, "QT_QPA_PLATFORM": _screen(tmp_path, width, height),
+           "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    shot = tmp_path / "shot.png"
+    subprocess.run([sys.executable, "-m", "idt_desk.cli", "gui", "--screenshot", str(shot),
+                    "--quit-after", "0.5"], env=env, check=True, timeout=120,
+                   capture_output=True)
+    image = QImage(str(shot))
+    assert 0 < image.width() <= width and 0 < image.height() <= height
+    # A session's last size and place (here a 1920×1080 one's) is restored inside the screen.
+    big = _screen(tmp_path, 1920, 1080)
+    subprocess.run([sys.executable, "-m", "idt_desk.cli", "gui", "--quit-after", "0.5"],
+                   env={**env, "QT_QPA_PLATFORM": big}, check=True, timeout=120,
+                   capture_output=True)
+    assert (tmp_path / "config" / "IDT Desk" / "idt-desk.conf").is_file()
+    subprocess.run([sys.executable, "-m", "idt_desk.cli", "gui", "--screenshot", str(shot),
+                    "--quit-after", "0.5"], env=env, check=True, timeout=120,
+                   capture_output=True)
+    image = QImage(str(shot))
+    assert 0 < image.width() <= width and 0 < image.height() <= height
+
+
+def test_fitting_a_small_screen_keeps_the_alarm_column(window):
+    from PySide6.QtCore import QRect
+
+    window.resize(1400, 900)
+    window.move(300, 200)
+    window.fit_to_screen(QRect(0, 0, 1024, 700))
+    g = window.geometry()
+    assert g.right() < 1024 and g.bottom() < 700 and g.left() >= 0 and g.top() >= 0
+    assert window.main_split.sizes()[2] >= window.right_scroll.minimumWidth()

@@ -21,12 +21,14 @@ def run_gui(
     screenshot: Path | None = None,
     quit_after: float | None = None,
     record: Path | None = None,
-    schedule: list[tuple[int, str, dict]] | None = None,
+    schedule: Any = None,
     size: tuple[int, int] | None = None,
     watch_folder: Path | None = None,
 ) -> int:
     """Open the main window; optionally start, screenshot after ``quit_after`` s, and quit.
 
+    ``schedule``: (transition, command, arguments) to apply, or a function of the built
+    source that gives them (a source that is slow to load is built in the window).
     ``watch_folder``: a folder of runs (``idt-desk watch FOLDER``); the window follows a run
     that starts there later in its turn.
     """
@@ -44,8 +46,18 @@ def run_gui(
     win = MainWindow(source=source, settings=settings or {}, speed=speed, record_dir=record,
                      watch_folder=watch_folder)
     app.aboutToQuit.connect(win.shutdown)
+    remembered = _window_settings()
     if size is not None:
         win.resize(*size)
+    else:
+        # The last size and place (the user's), kept inside this screen's available area.
+        state = remembered.value("main_window/geometry")
+        if state is not None:
+            win.restoreGeometry(state)
+        win.fit_to_screen()
+        if screenshot is None:  # a picture for the docs remembers nothing
+            app.aboutToQuit.connect(lambda: remembered.setValue("main_window/geometry",
+                                                                win.saveGeometry()))
     win.show()
     if record is not None:
         win.record_button.setChecked(True)
@@ -74,6 +86,14 @@ def run_gui(
                  if win.last_recording is not None else ""), file=sys.stderr)
         return 128 + int(received[0])
     return int(rc)
+
+
+def _window_settings() -> Any:
+    """Where the window's size and place are remembered (Qt's ``QSettings``: on Linux
+    ``$XDG_CONFIG_HOME/IDT Desk/idt-desk.conf``)."""
+    from PySide6.QtCore import QSettings
+
+    return QSettings("IDT Desk", "idt-desk")
 
 
 def _close_on_signals(app: Any, win: Any) -> list[Any]:

@@ -12,6 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from idt_desk.cli.validate import (
     build_source,
@@ -20,6 +21,7 @@ from idt_desk.cli.validate import (
     key_values,
     parse_speed,
     schedule_switches,
+    source_class,
 )
 from idt_desk.errors import InputError
 
@@ -140,6 +142,23 @@ def _run_gui(args: argparse.Namespace) -> int:
         if specs and not args.start:
             raise InputError(f"{option} {specs[0]}: needs --start (scheduled times count "
                              "from the session's start)")
+    cls, values = source_class(args.source, args.set)
+    if cls.slow_to_load:
+        # The window comes first: the source is built there, behind its loading screen. Here
+        # its settings are checked by their declarations and the switches by their syntax;
+        # their times become transitions at the source's own rate once it is built.
+        schedule_switches(args.perturb, cls)
+        schedule_switches(args.modulate, cls, kind="modulate")
+
+        def schedule(built: Any) -> list[tuple[int, str, dict]]:
+            return [*schedule_switches(args.perturb, built),
+                    *schedule_switches(args.modulate, built, kind="modulate")]
+
+        return run_gui(
+            source=cls.name, settings=values, start=args.start, speed=speed,
+            screenshot=args.screenshot, quit_after=args.quit_after, record=args.record,
+            schedule=schedule, size=size,
+        )
     source = build_source(args.source, args.set)
     try:
         schedule = [*schedule_switches(args.perturb, source),

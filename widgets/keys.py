@@ -42,13 +42,22 @@ def install_shortcuts(window: Any) -> dict[str, QShortcut]:
     return out
 
 
-def may_discard(parent: QWidget, windows: int, events: int, recorded: bool) -> bool:
+def may_discard(parent: QWidget, windows: int, events: int, recorded: bool,
+                action: str = "reset") -> bool:
     """Whether a session's plots and event log may be cleared: asks when nothing is recorded.
 
-    Cancel is the default answer, so a stray Space or Return keeps the session.
+    ``action``: what clears them, ``reset`` (Reset) or ``start`` (Start or Ctrl+Return after
+    Stop: a new session replaces the stopped one). Cancel is the default answer, so a stray
+    Space or Return keeps the session.
     """
     if recorded or (windows == 0 and events == 0):
         return True
+    if action == "start":
+        return _confirm(
+            parent, "Start a new session?",
+            f"The stopped session is not recorded: a new one replaces its {windows:,} windows "
+            f"and {events:,} events in the plots and the event log. (Export CSV keeps "
+            "them.)\n\nDiscard it and start?", QMessageBox.StandardButton.Discard)
     return _confirm(
         parent, "Clear this session?",
         f"This session is not recorded: Reset clears its {windows:,} windows and {events:,} "

@@ -141,7 +141,7 @@ class MainWindow(QMainWindow):
     ) -> None:
         super().__init__()
         self.setWindowTitle("IDT Desk — Information Digital Twin")
-        self.resize(1400, 900)
+        self.resize(*self.DEFAULT_SIZE)
         self.session: Session | None = None
         self.history = history
         self.last_recording: Path | None = None
@@ -248,6 +248,7 @@ class MainWindow(QMainWindow):
         split.addWidget(right_scroll)
         split.setStretchFactor(1, 1)
         split.setSizes([380, 720, 320])
+        self.main_split = split
         self.setCentralWidget(split)
         self.status = ElidedLabel("idle — choose a source and press Start", self)
         # A normal widget: a temporary message ("exported ...") shows in its place briefly.
@@ -287,7 +288,7 @@ class MainWindow(QMainWindow):
         self._stopping_seen = False  # the controls were last set for a stopping worker
         #: The session being built in the background (Start), polled by the load timer.
         self._builder: SessionBuilder | None = None
-        self._pending_schedule: list[tuple[int, str, dict]] | None = None
+        self._pending_schedule: Any = None
         self._load_timer = QTimer(self)
         self._load_timer.setInterval(100)
         self._load_timer.timeout.connect(self._poll_loading)
@@ -382,7 +383,7 @@ class MainWindow(QMainWindow):
         for b in (self.start_button, self.pause_button, self.stop_button, self.reset_button):
             b.setMinimumWidth(60)  # the style's 80 px minimum would widen the panel
             row.addWidget(b)
-        self.start_button.clicked.connect(lambda: self.start_session(background=True))
+        self.start_button.clicked.connect(lambda: self.start_session(background=True, ask=True))
         self.pause_button.toggled.connect(self._pause_toggled)
         self.stop_button.clicked.connect(lambda: self.stop_session())
         self.reset_button.clicked.connect(self.reset_session)
@@ -860,16 +861,20 @@ class MainWindow(QMainWindow):
                 "ewma_lambda": self.lambda_spin.value(),
                 "false_alarms": self.budget_edit.text().strip() or None}
 
-    def start_session(self, schedule: list[tuple[int, str, dict]] | None = None,
-                      background: bool = False) -> bool:
+    def start_session(self, schedule: Any = None, background: bool = False,
+                      ask: bool = False) -> bool:
         """Build a session from the panels and start it; False (with a message) on bad input.
 
         ``schedule`` holds (transition, command, arguments) applied exactly then, as
-        :meth:`idt_desk.live.session.Session.schedule` does. ``background``: build the source
-        on a thread of its own (:class:`~idt_desk_widgets.loading.SessionBuilder`) while the
-        window stays live and says how long it has been loading; **Cancel** (the Stop
+        :meth:`idt_desk.live.session.Session.schedule` does, or is a function of the built
+        source giving them (``idt-desk gui --perturb`` for a source that is slow to load:
+        times in seconds become transitions at the rate it resolves). ``background``: build
+        the source on a thread of its own (:class:`~idt_desk_widgets.loading.SessionBuilder`)
+        while the window stays live and says how long it has been loading; **Cancel** (the Stop
         button) gives the build up. Start, Ctrl+Return and ``gui --start`` build so; True
-        then means the build began.
+        then means the build began. ``ask`` (Start and Ctrl+Return): a stopped session that
+        is not recorded is replaced only once the user says so (Cancel, the default, keeps
+        it).
         """
         if self.session is not None and self.session.stopping:
             self.statusBar().showMessage("the last session is still stopping: Start once it "
@@ -879,6 +884,11 @@ class MainWindow(QMainWindow):
             return True
         if self._starting:
             return False  # a Start (or a timer) while the source is still being built
+        old = self.session
+        if ask and old is not None and not may_discard(
+                self, old.snapshot(limit=1).n_windows, len(self.events.events),
+                recorded=old.recording_path is not None, action="start"):
+            return False
         self.hide_error()
         cls = self._source_cls
         if cls is None or self.settings_form is None:
@@ -965,9 +975,11 @@ class MainWindow(QMainWindow):
         cls, source = self._source_cls, session.source
         label = cls.label if cls is not None else source.label
         try:
+            if callable(schedule):
+                schedule = schedule(source)
             for at, kind, args in schedule or []:
                 session.schedule(at, kind, **args)
-        except (ValueError, KeyError) as exc:
+        except (ValueError, KeyError) as exc:  # InputError is a ValueError
             source.close()
             self.show_error(f"Cannot start {label}: {exc}")
             self._idle_after_start()
@@ -1142,6 +1154,37 @@ class MainWindow(QMainWindow):
 
     #: Below this window height the event log starts folded (the plots keep the height).
     EVENTS_FOLDED_BELOW = 820
+    #: The window's size when the screen has room for it.
+    DEFAULT_SIZE = (1400, 900)
+    #: Room kept for the window manager's title bar and borders (pixels).
+    FRAME_ROOM = (16, 40)
+
+    def fit_to_screen(self, available: Any = None) -> None:
+        """Keep the whole window inside the screen's available geometry (``available``: a
+        ``QRect``; None: the screen the window is on).
+
+        A size or position that does not fit (the 1400×900 default on a 1366×768 or
+        1024×700 screen, a remembered one from a larger screen) is shrunk and moved inside,
+        and the three columns share the width so that the alarm column keeps its width.
+        """
+        if available is None:
+            screen = self.screen() or QApplication.primaryScreen()
+            if screen is None:
+                return
+            available = screen.availableGeometry()
+        room_w, room_h = self.FRAME_ROOM
+        w = max(min(self.width(), available.width() - room_w), 200)
+        h = max(min(self.height(), available.height() - room_h), 200)
+        if (w, h) != (self.width(), self.height()):
+            self.resize(w, h)
+        x = min(max(self.x(), available.x()), available.x() + available.width() - w - room_w)
+        y = min(max(self.y(), available.y()), available.y() + available.height() - h - room_h)
+        self.move(max(x, available.x()), max(y, available.y()))
+        left, right = self.controls_scroll.minimumWidth(), self.right_scroll.minimumWidth()
+        if w < self.DEFAULT_SIZE[0]:  # narrower than the default: the centre gives way
+            extra = max(w - left - right, 0)
+            self.main_split.setSizes([left + min(extra // 8, 20), max(extra - extra // 8, 0),
+                                      right])
 
     def resizeEvent(self, event: Any) -> None:
         """Fold the event log on a short window, unless the user has opened or folded it."""
@@ -1221,7 +1264,7 @@ class MainWindow(QMainWindow):
         if self._builder is not None or (self.session is not None and self.session.running):
             self.stop_session()
         elif self.start_button.isEnabled():
-            self.start_session(background=True)
+            self.start_session(background=True, ask=True)
 
     def toggle_frozen(self) -> None:
         """Freeze the plots' view, or follow the data again."""

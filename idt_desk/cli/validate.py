@@ -184,10 +184,11 @@ def _check_params(
     return out
 
 
-def build_source(name: str, settings: Iterable[str] | None) -> Any:
-    """Load source ``name`` and build it from ``--set`` items, every setting checked.
+def source_class(name: str, settings: Iterable[str] | None) -> tuple[Any, dict[str, Any]]:
+    """Source ``name``'s class and its ``--set`` items checked against its declarations.
 
-    Returns the constructed source (the caller closes it or hands it to a session).
+    What can be checked without building the source (the types and ranges of its settings);
+    :func:`build_source` checks the rest by building it.
     """
     from idt_desk.live.plugins import SourceLoadError, load_source
 
@@ -195,8 +196,16 @@ def build_source(name: str, settings: Iterable[str] | None) -> Any:
         cls = load_source(name)
     except SourceLoadError as exc:
         raise InputError(f"--source {name}: {exc}") from None
-    values = _check_params(cls.settings, key_values(settings, "--set"), "--set",
-                           f"source {name}")
+    return cls, _check_params(cls.settings, key_values(settings, "--set"), "--set",
+                              f"source {name}")
+
+
+def build_source(name: str, settings: Iterable[str] | None) -> Any:
+    """Load source ``name`` and build it from ``--set`` items, every setting checked.
+
+    Returns the constructed source (the caller closes it or hands it to a session).
+    """
+    cls, values = source_class(name, settings)
     try:
         return cls(**values)
     except (ValueError, OSError) as exc:

@@ -288,6 +288,10 @@ class Source(ABC):
     notice: str | None = None
     #: Transitions per second of the loop's own time, for real-time pacing.
     rate: float = 1000.0
+    #: Building it takes seconds to minutes (it imports torch or MuJoCo, loads a model): the
+    #: GUI opens its window first and builds it there, with its loading screen, and the
+    #: command line checks its settings by their declarations instead of building it.
+    slow_to_load: ClassVar[bool] = False
     #: Transitions per ``step`` call the session asks for at full speed.
     chunk: ClassVar[int] = 50
     settings: ClassVar[tuple[Param, ...]] = ()

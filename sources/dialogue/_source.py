@@ -85,6 +85,7 @@ class DialogueSource(Source):
 
     name = "dialogue"
     label = "LLM dialogue (student and teacher)"
+    slow_to_load = True  # a model server's check, or llama.cpp and a model: up to minutes
     description = ("A student model answers a teacher for 100-200 turns; S = the accumulated "
                    "context, A = the reply, S' = the next teacher prompt (paper §11).")
     state_names = ("context_chars",)
