@@ -90,7 +90,8 @@ def run_gui(
 
 def _window_settings() -> Any:
     """Where the window's size and place are remembered (Qt's ``QSettings``: on Linux
-    ``$XDG_CONFIG_HOME/IDT Desk/idt-desk.conf``)."""
+    ``$XDG_CONFIG_HOME/IDT Desk/idt-desk.conf``).
+    """
     from PySide6.QtCore import QSettings
 
     return QSettings("IDT Desk", "idt-desk")
