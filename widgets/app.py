@@ -89,8 +89,9 @@ def run_gui(
 
 
 def _window_settings() -> Any:
-    """Where the window's size and place are remembered (Qt's ``QSettings``: on Linux
-    ``$XDG_CONFIG_HOME/IDT Desk/idt-desk.conf``).
+    """Where the window's size and place are remembered: Qt's ``QSettings``.
+
+    On Linux ``$XDG_CONFIG_HOME/IDT Desk/idt-desk.conf``.
     """
     from PySide6.QtCore import QSettings
 

@@ -1160,12 +1160,12 @@ class MainWindow(QMainWindow):
     FRAME_ROOM = (16, 40)
 
     def fit_to_screen(self, available: Any = None) -> None:
-        """Keep the whole window inside the screen's available geometry (``available``: a
-        ``QRect``; None: the screen the window is on).
+        """Keep the whole window inside the screen's available geometry.
 
-        A size or position that does not fit (the 1400×900 default on a 1366×768 or
-        1024×700 screen, a remembered one from a larger screen) is shrunk and moved inside,
-        and the three columns share the width so that the alarm column keeps its width.
+        ``available``: a ``QRect``; None: that of the screen the window is on. A size or
+        position that does not fit (the 1400×900 default on a 1366×768 or 1024×700 screen, a
+        remembered one from a larger screen) is shrunk and moved inside, and the three
+        columns share the width so that the alarm column keeps its width.
         """
         if available is None:
             screen = self.screen() or QApplication.primaryScreen()
