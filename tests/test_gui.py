@@ -889,7 +889,9 @@ def test_the_event_log_lists_centres_and_exports(qtbot, window, tmp_path, monkey
     assert set(table.columns) >= {"time", "event", "latency", "i", "x", "fields"}
     detected = table[table["kind"] == "detected"].iloc[0]
     assert json.loads(detected["fields"])["name"] == "sensor_noise"
-    assert detected["details"].endswith("after the onset")
+    # The verdict says how far each component moved (in baseline σ, largest first).
+    assert " windows after the onset; moved " in detected["details"]
+    assert detected["details"].count("σ") == len(json.loads(detected["fields"])["severity"])
     # Folding gives the plots the height; a new session empties the log.
     before = window.plots.height()
     log.toggle.click()
@@ -974,3 +976,29 @@ def test_the_event_log_keeps_episode_ends_out_of_the_way(qtbot):
     assert log.table.rowCount() == len(events)
     assert log.table.item(1, 1).text() == "episode end"
     assert log.table.item(1, 3).text() == "episode 1, return 6,001"
+
+
+def test_the_event_log_keeps_loop_time_order_when_events_arrive_late(qtbot):
+    """A window's verdict comes when the window is judged, a source's end when it is seen:
+    both may arrive after later events (a max-speed replay logged "source done 119.53 s"
+    above "baseline set 76.16 s"). Rows stay in loop-time order, the export too."""
+    from idt_desk_widgets.events import EventLog
+
+    log = EventLog()
+    qtbot.addWidget(log)
+    log.add_events([{"kind": "session_start", "i": 0, "t": 0.0},
+                    {"kind": "perturbation_on", "i": 2000, "t": 100.0, "name": "kick"},
+                    {"kind": "perturbation_off", "i": 2200, "t": 110.0, "name": "kick"},
+                    {"kind": "note", "i": 2390, "t": 119.53, "text": "source done"}])
+    # Late: the baseline (76.16 s) and the alarm (100.42 s), judged afterwards.
+    log.add_events([{"kind": "baseline", "i": 1523, "t": 76.16, "n_windows": 800},
+                    {"kind": "alarm_on", "i": 2008, "t": 100.42, "metric": "IDT"}])
+    times = [log.table.item(r, 0).text() for r in range(log.table.rowCount())]
+    assert times == ["0.00 s", "76.16 s", "100.00 s", "100.42 s", "110.00 s", "119.53 s"]
+    kinds = [log.events[k]["kind"] for k in log._shown]
+    assert kinds == ["session_start", "baseline", "perturbation_on", "alarm_on",
+                     "perturbation_off", "note"]
+    # A filter rebuilds in the same order.
+    log.filter.setCurrentText("alarms and detections")
+    log.filter.setCurrentText("all events")
+    assert [log.events[k]["kind"] for k in log._shown] == kinds

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import csv
 import json
 import math
@@ -178,6 +179,7 @@ class EventLog(QFrame):
         #: Where the export dialog opens (the window's recordings folder).
         self.folder: Callable[[], Path] = Path.cwd
         self._shown: list[int] = []  # indexes into self.events, row order
+        self._keys: list[tuple[float, int]] = []  # each row's (loop time, index), sorted
         self._onset_row: dict[tuple[int, str], int] = {}  # (i, name) -> event index
         self._latency: dict[int, str] = {}  # event index -> latency text
         lay = QVBoxLayout(self)
@@ -256,7 +258,7 @@ class EventLog(QFrame):
     def clear(self) -> None:
         """A new session: no events."""
         self.events = []
-        self._shown = []
+        self._shown, self._keys = [], []
         self._onset_row = {}
         self._latency = {}
         self.table.setRowCount(0)
@@ -321,10 +323,22 @@ class EventLog(QFrame):
         label = "" if name is None else self.names.get(str(name), str(name))
         return [when, word, label, details, self._latency.get(k, "")]
 
+    def _sort_key(self, k: int) -> tuple[float, int]:
+        """Where event ``k``'s row goes: by loop time (turn), then by arrival; an event
+        without a time after the ones before it."""
+        x = event_x(self.events[k], self.turns)
+        if not math.isfinite(x):
+            x = self._keys[-1][0] if self._keys else -math.inf
+        return (x, k)
+
     def _append_row(self, k: int) -> None:
-        row = self.table.rowCount()
+        """Event ``k``'s row, in loop-time order: a window's verdict or a source's event that
+        arrives after later ones (``source done`` before ``baseline set``) takes its place."""
+        key = self._sort_key(k)
+        row = bisect.bisect_right(self._keys, key)
         self.table.insertRow(row)
-        self._shown.append(k)
+        self._shown.insert(row, k)
+        self._keys.insert(row, key)
         kind = str(self.events[k].get("kind", ""))
         tint = next((c for prefix, c in _TINT.items() if kind.startswith(prefix)), None)
         if kind in ("detected", "not_detected", "baseline_overlap", "impact"):
@@ -355,7 +369,7 @@ class EventLog(QFrame):
 
     def _rebuild(self, *_args: Any) -> None:
         self.table.setRowCount(0)
-        self._shown = []
+        self._shown, self._keys = [], []
         for k, ev in enumerate(self.events):
             if self._shows(ev):
                 self._append_row(k)
