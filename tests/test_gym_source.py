@@ -245,6 +245,26 @@ def test_dim_reduction_freezes_groups_at_their_running_mean(tiny_policy):
     src.close()
 
 
+def test_dim_reduction_by_default_freezes_a_group_that_exists(tiny_policy):
+    """The button's defaults act (they froze nothing: "drop" was empty), its form names the
+    groups, and an empty choice is refused rather than drawn as a band that does nothing."""
+    decl = GymSource.modulation("dim_reduction")
+    (drop,) = decl.params
+    assert drop.default == "front_leg"
+    assert all(g in drop.help for g in _CHEETAH_GROUPS)
+    src = _source(tiny_policy)
+    src.step(100)
+    mean = src._mean.copy()
+    src.set_modulation("dim_reduction", {})
+    b = src.step(20)
+    idx = list(_CHEETAH_GROUPS["front_leg"])
+    np.testing.assert_allclose(b.s[1:, idx], np.broadcast_to(mean[idx], (19, len(idx))))
+    src.set_modulation("dim_reduction", None)
+    with pytest.raises(ValueError, match="name the groups to freeze; known: torso, back_leg"):
+        src.set_modulation("dim_reduction", {"drop": " , "})
+    src.close()
+
+
 def test_auto_engages_and_releases_on_a_scripted_alarm(tiny_policy, tmp_path):
     """The controller acts on the IDT alarm; here the alarm is scripted window by window."""
     # The paper's rule needs no fitted thresholds, so the monitor judges every window in this

@@ -324,16 +324,21 @@ class EventLog(QFrame):
         return [when, word, label, details, self._latency.get(k, "")]
 
     def _sort_key(self, k: int) -> tuple[float, int]:
-        """Where event ``k``'s row goes: by loop time (turn), then by arrival; an event
-        without a time after the ones before it."""
+        """Where event ``k``'s row goes: by loop time (turn), then by arrival.
+
+        An event without a time goes after the ones before it.
+        """
         x = event_x(self.events[k], self.turns)
         if not math.isfinite(x):
             x = self._keys[-1][0] if self._keys else -math.inf
         return (x, k)
 
     def _append_row(self, k: int) -> None:
-        """Event ``k``'s row, in loop-time order: a window's verdict or a source's event that
-        arrives after later ones (``source done`` before ``baseline set``) takes its place."""
+        """Event ``k``'s row, in loop-time order.
+
+        A window's verdict or a source's event that arrives after later ones (``source
+        done`` before ``baseline set``) takes its place.
+        """
         key = self._sort_key(k)
         row = bisect.bisect_right(self._keys, key)
         self.table.insertRow(row)

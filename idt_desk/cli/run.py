@@ -340,7 +340,10 @@ def _verdict_lines(events: list[dict]) -> list[str]:
     for ev in events:
         if ev.get("replayed") or ev.get("kind") not in ("detected", "not_detected", "impact"):
             continue
-        head = f"{ev.get('name')} (on at {ev.get('onset_i', '?'):,}): "
+        i = ev.get("onset_i")
+        at = "?" if not isinstance(i, int) else (
+            f"turn {i + 1}" if ev.get("unit") == "turn" else f"on at transition {i:,}")
+        head = f"{ev.get('name')} ({at}): "
         if ev["kind"] == "detected":
             unit, n = ev.get("unit", "window"), ev.get("latency")
             moved = severity_text(ev.get("severity"))

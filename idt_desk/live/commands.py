@@ -167,7 +167,10 @@ def source_events(session: Any, b: Batch, before: bool) -> None:
         # A replayed event's own i/t/wall belong to the original session.
         fields = {k: v for k, v in ev.items() if k not in ("kind", "i", "t", "wall", "row")}
         i = session.n_transitions - len(b) + row + 1 if not before else session.n_transitions
-        if kind in ("perturbation_on", "perturbation_pulse") and not fields.get("scheduled"):
+        # Every impulse starts a latency (a schedule's injections included: they are what the
+        # schedule does); a period does unless it is a schedule being armed.
+        if kind == "perturbation_pulse" or (kind == "perturbation_on"
+                                            and not fields.get("scheduled")):
             session._alarms.new_onset(fields.get("name"), i, kind == "perturbation_pulse")
         elif kind == "perturbation_off":
             session._alarms.onset_off(fields.get("name"), i)

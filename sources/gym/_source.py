@@ -19,6 +19,7 @@ What is recorded, exactly (one transition per environment step):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -268,7 +269,11 @@ class GymSource(Source):
         _noise("obs_noise_1", 1.0, _OBS_UNIT, "sensor", "Observation noise 1 %"),
         _noise("obs_noise_3", 3.0, _OBS_UNIT, "sensor", "Observation noise 3 %"),
     )
-    modulations = (HOLD, INPUT_FILTER, DIM_REDUCTION)
+    modulations = (HOLD, INPUT_FILTER, dataclasses.replace(DIM_REDUCTION, params=(Param(
+        "drop", "front_leg", "Drop groups",
+        help="comma-separated observation groups frozen at their running mean: torso, "
+             "back_leg, front_leg (HalfCheetah); another env's groups are its variables, "
+             "obs_0, obs_1, …"),)))
     view = "cheetah"
 
     def __init__(self, **settings: Any) -> None:
@@ -530,6 +535,9 @@ class GymSource(Source):
             drop = [g.strip() for g in str(self.modulation(name).resolve(params)["drop"])
                     .split(",") if g.strip()]
             unknown = [g for g in drop if g not in self.groups]
+            if not drop:  # engaged on nothing, it would draw a band and change nothing
+                raise ValueError(f"dim_reduction: name the groups to freeze; known: "
+                                 f"{', '.join(self.groups)}")
             if unknown:
                 raise ValueError(f"dim_reduction: unknown group(s) {unknown}; known: "
                                  f"{', '.join(self.groups)}")
