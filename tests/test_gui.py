@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import os
 import signal
@@ -1002,3 +1003,44 @@ def test_the_event_log_keeps_loop_time_order_when_events_arrive_late(qtbot):
     log.filter.setCurrentText("alarms and detections")
     log.filter.setCurrentText("all events")
     assert [log.events[k]["kind"] for k in log._shown] == kinds
+
+
+def test_band_and_marker_names_never_overlap_as_the_plot_narrows(qtbot):
+    """Five names close together ("Gravity change" ran over the kick's and the sensor
+    noise's as the plot narrowed): at every width the visible ones do not overlap, and
+    each hidden one is still on its band's or marker's hover."""
+    from idt_desk_widgets.plots import MetricPlots
+
+    plots = MetricPlots()
+    qtbot.addWidget(plots)
+    plots.names = {"gravity": "Gravity change", "sensor_noise": "Sensor noise",
+                   "kick": "Kick", "friction": "Friction change", "coarse": "Coarse sensor"}
+    plots.resize(1400, 700)
+    plots.show()
+    qtbot.waitExposed(plots)
+    plots.plots["P"].setXRange(0, 100, padding=0)
+    plots._set_periods([(10.0, 40.0, "perturbation", "gravity", ()),
+                        (12.0, 30.0, "perturbation", "sensor_noise", ()),
+                        (14.0, 50.0, "perturbation", "friction", ()),
+                        (16.0, 60.0, "perturbation", "coarse", ())])
+    plots._set_pulses([(13.0, "kick")])
+
+    def labels():
+        out = []
+        for items in (*plots._regions, *plots._pulses):
+            line = items[0].lines[0] if hasattr(items[0], "lines") else items[0]
+            out += [(items, c) for c in line.childItems() if c.__class__.__name__ ==
+                    "InfLineLabel"]
+        return out
+
+    for width in (1400, 900, 700, 500, 1200):
+        plots.resize(width, 700)
+        QApplication.processEvents()
+        plots._stack_labels()  # what every frame calls
+        shown = [c.sceneBoundingRect() for _, c in labels() if c.isVisible()]
+        assert shown, width
+        for a, b in itertools.combinations(shown, 2):
+            assert not a.intersects(b), (width, a, b)
+        for items, _label in labels():
+            assert items[0].toolTip() and all(i.toolTip() == items[0].toolTip()
+                                              for i in items)

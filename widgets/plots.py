@@ -732,6 +732,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
                 r = pg.LinearRegionItem((t0, t1), movable=False, brush=pg.mkBrush(*color),
                                         pen=pg.mkPen(None))
                 r.setZValue(-30)
+                r.setToolTip(self._label(name, params))  # its name, shown or not
                 if key_ == "P":
                     # The name at the top of the band, on the top plot only.
                     pg.InfLineLabel(r.lines[0], text=self._label(name, params),
@@ -767,6 +768,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             for key_, plot in self.plots.items():
                 line = pg.InfiniteLine(pos=t, angle=90, movable=False, pen=pen)
                 line.setZValue(-10)
+                line.setToolTip(self.names.get(name, name))
                 if key_ == "P":
                     pg.InfLineLabel(line, text=self.names.get(name, name),
                                     position=_LABEL_ROWS[0], anchors=[(0, 0.5), (0, 0.5)],
@@ -779,30 +781,39 @@ class MetricPlots(pg.GraphicsLayoutWidget):
     def _stack_labels(self, force: bool = False) -> None:
         """Put the names of periods and impulses in rows so that none overlaps another.
 
-        Redone when they change, or when the time axis has stretched or moved by 2 % (a
-        label's width in seconds grows with it). A name that would run past the right edge is
-        written left of its line; one with no free row, or whose line has scrolled out on the
-        left, is hidden (its marker or band stays).
+        Redone when they change, when the time axis has stretched or moved by 2 % (a label's
+        width in seconds grows with it), or when the P plot's size in pixels has changed (the
+        window resized, the event log opened: the same seconds, other room). A name that would
+        run past the right edge is written left of its line; one with no free row, or whose
+        line has scrolled out on the left, is hidden, and stays reachable: its band or marker
+        shows it on hover (every plot's), and the event log lists it.
         """
         xr = self.plots["P"].viewRange()[0]
         span = max(xr[1] - xr[0], 1e-9)
+        box = self.plots["P"].getViewBox()
+        px = (round(box.width()), round(box.height()))
         if not force and abs(span - self._label_span) < 0.02 * self._label_span and \
-                abs(xr[1] - getattr(self, "_label_right", xr[1])) < 0.02 * span:
+                abs(xr[1] - getattr(self, "_label_right", xr[1])) < 0.02 * span and \
+                px == getattr(self, "_label_px", px):
             return
         self._label_span = span
         self._label_right = xr[1]
-        width_px = max(self.plots["P"].getViewBox().width(), 1.0)
-        height_px = max(self.plots["P"].getViewBox().height(), 1.0)
-        # Rows at least a text line apart: as many of the four as the P plot's height holds.
-        text_h = 16.0
-        rows = [p for k, p in enumerate(_LABEL_ROWS)
-                if k == 0 or (_LABEL_ROWS[0] - p) * height_px >= k * text_h]
+        self._label_px = px
+        width_px = max(box.width(), 1.0)
+        height_px = max(box.height(), 1.0)
         labels = []
         for items in (*self._regions, *self._pulses):
             line = items[0].lines[0] if isinstance(items[0], pg.LinearRegionItem) else items[0]
             for child in line.childItems():
                 if isinstance(child, pg.InfLineLabel):
                     labels.append((line.value(), child))
+        # Rows a label's height apart from the top (its text and the fill's margins: rows
+        # 16 px apart were assumed, 22 px boxes were drawn, and two rows' boxes overlapped),
+        # at most as many as _LABEL_ROWS and none in the plot's lowest sixth.
+        text_h = max((c.textItem.boundingRect().height() for _, c in labels), default=16.0) + 1
+        step = max(text_h / height_px, _LABEL_ROWS[0] - _LABEL_ROWS[1])
+        rows = [_LABEL_ROWS[0] - k * step for k in range(len(_LABEL_ROWS))
+                if k == 0 or _LABEL_ROWS[0] - k * step >= 0.17]
         placed = []
         for t, label in labels:
             if t < xr[0]:
