@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -1044,3 +1045,35 @@ def test_band_and_marker_names_never_overlap_as_the_plot_narrows(qtbot):
         for items, _label in labels():
             assert items[0].toolTip() and all(i.toolTip() == items[0].toolTip()
                                               for i in items)
+
+
+def test_a_step_of_a_settings_box_scales_with_its_value(qtbot):
+    """One notch after a click moved a 0.05 rad noise to 0.15 (a step fixed by the range)."""
+    from idt_desk_widgets.forms import ParamForm
+
+    from idt_desk.live.source import Param
+
+    form = ParamForm((Param("sigma_angle", 0.05, "σ angle", 0.0, 10.0),
+                      Param("force", 30.0, "Force", 0.0, 1000.0)))
+    qtbot.addWidget(form)
+    small = form.findChild(QWidget, "param_sigma_angle")
+    big = form.findChild(QWidget, "param_force")
+    small.stepBy(1)
+    big.stepBy(-1)
+    assert small.value() == pytest.approx(0.051) and big.value() == pytest.approx(29.0)
+
+
+def test_a_negative_choice_says_why(qtbot):
+    """The agency panel showed "Choice H(A|S) −0.021 bits" and nothing more."""
+    from idt_desk_widgets.agency import AgencyPanel
+
+    panel = AgencyPanel()
+    qtbot.addWidget(panel)
+    agency = {"choice": {"value": -0.021, "holds": False, "method": "per turn, pooled counts"},
+              "effect": {"value": 0.01, "holds": True, "method": "per turn, pooled counts"},
+              "asymmetry": {"value": 3.6, "holds": True, "method": "per turn, pooled counts"},
+              "window_end": 100, "where": "turn 100 (its token counts)"}
+    snap = SimpleNamespace(agency=agency, passive=False, windows={"unique_frac": np.array([0.1])})
+    panel.update_snapshot(snap)
+    footer = panel.footer.text()
+    assert "H(A|S) below 0" in footer and "read it as 0" in footer

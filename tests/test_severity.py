@@ -108,3 +108,34 @@ def test_the_episode_return_monitor_against_a_hand_computation():
     quiet = _return_monitors(list(zip(ends.tolist(), [*pre, *(pre[:10] + 0.1)],
                                       strict=True)), 20_000, 50, "1/10h", 20.0, 1000)
     assert math.isnan(quiet["live_return_ewma_reward"])
+
+
+def test_an_alarm_already_on_is_not_the_next_perturbations_detection():
+    """Sensor noise raised the alarm; a kick during it read "Detected 0 windows after the
+    onset of Kick". Only an alarm that rises after the onset counts."""
+    log = _Log()
+    alarms = Alarms(False, None, log)
+    metrics = ("P", "H_f", "H_b", "dH")
+    t = _table(0, 30)
+    on = np.zeros(30)
+    on[5:] = 1.0  # the alarm from window 5 on: an earlier change
+    alarms.update(t, {m: on for m in (*metrics, "IDT")}, metrics, 0)
+    assert alarms.alarm["IDT"]
+    alarms.new_onset("kick", 300)  # windows 28+ hold it (end 310 > 300)
+    # Still on through window 40, off 41-44, on again from 45: the kick's detection is 45.
+    t2 = _table(30, 30)
+    idt = np.ones(30)
+    idt[41 - 30:45 - 30] = 0.0
+    alarms.update(t2, {m: idt for m in (*metrics, "IDT")}, metrics, 30)
+    (_kind, _at, fields), = [e for e in log.events if e[0] == "detected"]
+    first = alarms.onset["first_window"]
+    assert fields["latency"] == 45 - first and first == 30
+    # Never cleared within the horizon: not detected, and the verdict says why.
+    log2 = _Log()
+    alarms2 = Alarms(False, None, log2)
+    alarms2.update(t, {m: on for m in (*metrics, "IDT")}, metrics, 0)
+    alarms2.new_onset("kick", 300)
+    always = np.ones(120)
+    alarms2.update(_table(30, 120), {m: always for m in (*metrics, "IDT")}, metrics, 30)
+    (kind, _at, fields), = [e for e in log2.events if e[0].endswith("detected")]
+    assert kind == "not_detected" and fields["alarm_carried"]

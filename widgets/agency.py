@@ -219,6 +219,15 @@ class AgencyPanel(QGroupBox):
                    "dimensionality reduction.")
         else:
             tip = ""
+        negative = [label for k, label in (("choice", "H(A|S)"), ("effect", "MI(A;S'|S)"))
+                    if isinstance((agency.get(k) or {}).get("value"), int | float)
+                    and agency[k]["value"] < 0]
+        if negative:
+            # A dialogue's conditions come from one turn's pooled token counts, which are not
+            # one joint distribution: a difference of entropies can fall below 0.
+            text += (f"<br>{' and '.join(negative)} below 0: pooled token counts are not one "
+                     "joint distribution, so a difference of their entropies can be "
+                     "negative; read it as 0 (no choice or effect shown).")
         self._text(self.footer, text)
         if self.footer.toolTip() != tip:
             self.footer.setToolTip(tip)

@@ -300,6 +300,8 @@ class AlarmPanel(QGroupBox):
             elif onset.get("expired"):
                 h = onset.get("horizon")
                 text = f"<i>{name}</i>: not detected within {h} {plural(unit, h)}"
+                if onset.get("carried"):
+                    text += " (the alarm stayed on from an earlier change)"
             elif onset.get("off_i") is not None:
                 text = f"<i>{name}</i> is off again: not detected while it was on"
             else:

@@ -25,7 +25,7 @@ from idt_desk.cli.validate import (
 )
 from idt_desk.errors import InputError
 
-__all__ = ["BENCH_FOLLOW", "BENCH_GUI", "BENCH_STORM", "GUI", "WATCH"]
+__all__ = ["BENCH_FOLLOW", "BENCH_GUI", "BENCH_STORM", "GUI", "PICTURES", "WATCH"]
 
 
 def _gui_arguments(p: argparse.ArgumentParser) -> None:
@@ -174,6 +174,30 @@ def _run_gui(args: argparse.Namespace) -> int:
 
 
 
+def _pictures_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Retake the documentation's screenshots from this build: each one a "
+                     "session run to a set moment of loop time and paused there (see "
+                     "idt_desk_widgets.pictures). Needs a display: xvfb-run -a idt-desk "
+                     "pictures.")
+    p.add_argument("names", nargs="*", help="pictures to take (default: all)")
+    p.add_argument("--out", type=Path, default=Path("assets/docs/img"),
+                   help="folder to write them into (default assets/docs/img)")
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds a picture's session may take to reach its moment (600)")
+
+
+def _run_pictures(args: argparse.Namespace) -> int:
+    from idt_desk_widgets.pictures import take_pictures
+
+    check_float("--timeout", args.timeout, 0.0, lo_open=True)
+    check_out_dir(args.out, "--out")
+    try:
+        take_pictures(args.out, tuple(args.names), timeout=args.timeout)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    return 0
+
+
 def _bench_gui_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--source", default="pendulum", help="source to run (default pendulum)")
@@ -235,6 +259,8 @@ GUI = _command("open the desktop dashboard (the default command)", _gui_argument
 WATCH = _command("open the dashboard on a recording another program is writing "
                  "(idt_desk.Recorder, IDT Desk's own) and keep up as it grows",
                  _watch_arguments, _run_watch)
+PICTURES = _command("retake the documentation's screenshots from this build",
+                    _pictures_arguments, _run_pictures)
 BENCH_GUI = _command("GUI frame rate with a source at maximum speed",
                      _bench_gui_arguments, _run_bench_gui)
 BENCH_STORM = _command("click storm soak: random actions on the window, per source, with "

@@ -301,7 +301,8 @@ class EventLog(QFrame):
             if verdict.get("off"):
                 return "not detected while on"
             h = verdict.get("horizon")
-            return f"not within {h} {plural(unit, h)}"
+            carried = " (alarm already on)" if verdict.get("alarm_carried") else ""
+            return f"not within {h} {plural(unit, h)}{carried}"
         n = verdict.get("latency")
         text = f"{n} {plural(unit, n)}"
         dt = float(verdict.get("t", math.nan)) - float(onset.get("t", math.nan))

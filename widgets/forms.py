@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -195,8 +194,9 @@ def _editor(p: Param, parent: QWidget) -> QWidget:
         w.setDecimals(4)
         w.setRange(p.minimum if p.minimum is not None else -1e9,
                    p.maximum if p.maximum is not None else 1e9)
-        span = (p.maximum - p.minimum) if p.minimum is not None and p.maximum is not None else 10
-        w.setSingleStep(max(10 ** (round(math.log10(max(span, 1e-9))) - 2), 1e-4))
+        # A notch moves the value by about a tenth of its own size (0.05 → 0.051, 2 → 2.1):
+        # a fixed step from the range made one notch on a 0.05 default 0.1.
+        w.setStepType(QAbstractSpinBox.StepType.AdaptiveDecimalStepType)
         w.setValue(float(p.default))
         if p.unit:
             w.setSuffix(f" {p.unit}")

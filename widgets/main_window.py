@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from idt_desk_widgets.agency import AgencyPanel
-from idt_desk_widgets.alarms import AlarmPanel
+from idt_desk_widgets.alarms import AlarmPanel, plural
 from idt_desk_widgets.events import EventLog
 from idt_desk_widgets.forms import (
     ElidedLabel,
@@ -1574,9 +1574,11 @@ class MainWindow(QMainWindow):
                     f"{snap.info.get('writer', '?')}) — t = {snap.sim_time:.2f} s — "
                     f"{snap.n_transitions:,} transitions, {snap.n_windows:,} windows")
         if snap.tokenizer is not None:  # one transition per turn
-            text = f"{snap.state} — {snap.source} — {snap.n_transitions:,} turns"
+            n = snap.n_transitions
+            text = f"{snap.state} — {snap.source} — {n:,} {plural('turn', n)}"
         if snap.paused_reason:
-            text = f"paused by the source — {snap.source} — {snap.n_transitions:,} turns"
+            n = snap.n_transitions
+            text = f"paused by the source — {snap.source} — {n:,} {plural('turn', n)}"
         if self.session is not None and self.session.stopping:
             text = (f"stopping — {snap.source}: scoring the last windows and closing the "
                     "recording (nothing is lost)")

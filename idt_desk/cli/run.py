@@ -362,7 +362,8 @@ def _report_run(args: argparse.Namespace, snap, received: list[int],
                 events: list[dict] | None = None) -> int:
     """Print what ran and what was recorded; the exit code (128 + signal if interrupted)."""
     if getattr(snap, "tokenizer", None) is not None:
-        print(f"{snap.source}: {snap.n_transitions} turns, state {snap.state}")
+        n = snap.n_transitions
+        print(f"{snap.source}: {n} turn{'' if n == 1 else 's'}, state {snap.state}")
     else:
         print(f"{snap.source}: {snap.n_transitions} transitions, {snap.n_windows} windows, "
               f"{snap.sim_time:.2f} s of loop time, state {snap.state}")

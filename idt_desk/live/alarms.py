@@ -77,7 +77,10 @@ class Alarms:
         horizon = HORIZON_TURNS if self.turns else HORIZON_WINDOWS
         self.onset = {"name": name, "i": i, "first_window": None, "latency": None,
                       "horizon": horizon, "expired": False, "impulse": bool(impulse),
-                      "unit": "turn" if self.turns else "window", "z_sum": {}, "z_n": {}}
+                      "unit": "turn" if self.turns else "window", "z_sum": {}, "z_n": {},
+                      # An alarm already on (an earlier change's) is not this one's detection:
+                      # only an alarm that rises after it has cleared is.
+                      "carried": bool(self.alarm["IDT"])}
 
     def episode_end(self, i: int, ret: float, length: int | None) -> None:
         """An episode ended at transition ``i`` with return ``ret`` (``length`` steps).
@@ -174,7 +177,13 @@ class Alarms:
             pos = windows_before + seen - onset["first_window"]
             last = seen[pos == onset["horizon"] - 1]  # the horizon's last window
             seen = seen[pos < onset["horizon"]]
-        hits = seen[flags["IDT"][seen] == 1.0]
+        alarmed = flags["IDT"][seen] == 1.0
+        if onset.get("carried"):
+            cleared = np.flatnonzero(~alarmed)
+            alarmed[: cleared[0] if cleared.size else alarmed.size] = False
+            if cleared.size:
+                onset["carried"] = False
+        hits = seen[alarmed]
         # How far each component moved: its mean σ over the perturbed windows up to the
         # detection (or all of them so far).
         upto = seen[seen <= hits[0]] if hits.size else seen
@@ -211,6 +220,7 @@ class Alarms:
         else:
             self.later("not_detected", at=at, horizon=onset["horizon"],
                        off=onset.get("off_i") is not None and not onset.get("expired"),
+                       **({"alarm_carried": True} if onset.get("carried") else {}),
                        **common)
 
     def _auto_switch(self, what: str, at: int, window_start: int) -> None:

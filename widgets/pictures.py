@@ -1,0 +1,153 @@
+"""The documentation's pictures, retaken from the current build: ``idt-desk pictures``.
+
+Each picture is a window state reached by a script, not by hand: a source, its settings, the
+switches scheduled at loop times, and the loop time at which the session is paused and the
+window (or one panel of it) is saved. The session runs as fast as it can and pauses exactly
+at that transition (a scheduled ``pause``), so a picture shows the same windows, alarms and
+events whatever the machine: a session's windows and events do not depend on its speed
+(``assets/docs/run.md``). A picture whose inputs are not on this machine (the paper authors'
+policy, cloned beside the repository) is skipped with the reason.
+
+Run it under a display (``xvfb-run -a idt-desk pictures``), then look at every picture.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PICTURES", "Picture", "take_pictures"]
+
+#: Where the documentation's pictures live, from the repository's root.
+IMG = Path("assets/docs/img")
+#: The authors' public policies, cloned beside the repository (``assets/docs/rl.md``).
+AUTHORS = Path("../idt_pipeline")
+
+
+@dataclass(frozen=True)
+class Picture:
+    """One documentation picture: the session that makes it and when it is taken.
+
+    ``switches`` are ``--perturb`` specs (``NAME[:k=v]@START[-END]``, seconds of loop time);
+    ``at`` is the loop time (seconds; a dialogue: turns) at which the session pauses and the
+    picture is taken (None: at the source's end, a replay's); ``panel`` names the window's
+    attribute to save instead of the whole window; ``needs`` are files without which the
+    picture is skipped.
+    """
+
+    name: str
+    source: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    switches: tuple[str, ...] = ()
+    at: float | None = None
+    size: tuple[int, int] = (1400, 900)
+    panel: str = ""
+    needs: tuple[Path, ...] = ()
+    what: str = ""
+
+
+_SAC2 = "assets/policies/halfcheetah-v5-sac-seed2.zip"
+#: Every screenshot the documentation shows (the figures of the reproductions come from
+#: their own commands: ``idt-desk reproduce ...``, named in each page).
+PICTURES = (
+    Picture("screenshot.png", "pendulum", switches=("sensor_noise@70-75", "kick@80"), at=90.0,
+            what="README and index: the pendulum, sensor noise at 70-75 s, a kick at 80 s"),
+    Picture("alarms.png", "pendulum",
+            switches=("sensor_noise:sigma_angle=0.05,sigma_rate=0.3@70",), at=76.0,
+            panel="alarms", what="alarms.md: the alarm panel after sensor noise at 70 s"),
+    Picture("screenshot_cheetah.png", "gym", switches=("force_torso_10N:force=30@2100-2600",),
+            at=2492.0, what="rl.md: the shipped default, a 30 N push from 2,100 s"),
+    Picture("screenshot_shipped_default_act_noise_1.png", "gym",
+            switches=("act_noise_1@2500",), at=2800.0,
+            what="README: the shipped default, 1 % action noise from 2,500 s"),
+    Picture("screenshot_sac2_act_noise_1.png", "gym", {"policy": _SAC2},
+            switches=("act_noise_1@2500",), at=2800.0,
+            what="rl.md: SAC seed 2 (chaotic), 1 % action noise from 2,500 s"),
+    Picture("screenshot_sac2_obs_noise_3.png", "gym", {"policy": _SAC2},
+            switches=("obs_noise_3@2500",), at=2800.0,
+            what="rl.md: SAC seed 2 (chaotic), 3 % observation noise from 2,500 s"),
+    Picture("screenshot_authors_sac3_act_noise_1.png", "gym",
+            {"env_id": "HalfCheetah-v4", "policy": str(AUTHORS / "sac_claude_seed3.zip")},
+            switches=("act_noise_1@2500",), at=2800.0,
+            needs=(AUTHORS / "sac_claude_seed3.zip",),
+            what="rl.md: the authors' SAC seed 3, 1 % action noise from 2,500 s"),
+    Picture("screenshot_dialogue.png", "replay",
+            {"path": "assets/recordings/dialogue-smollm2-contradictions"},
+            what="dialogue.md: the shipped dialogue replayed to its end"),
+)
+
+
+def take_pictures(out: Path, only: tuple[str, ...] = (), timeout: float = 600.0,
+                  say: Callable[[str], None] = print) -> list[Path]:
+    """Take the pictures named in ``only`` (all: empty) into ``out``; the files written."""
+    from PySide6.QtWidgets import QApplication
+
+    if not os.environ.get("DISPLAY") and not os.environ.get("QT_QPA_PLATFORM"):
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    app = QApplication.instance() or QApplication(["idt-desk"])
+    unknown = [n for n in only if n not in {p.name for p in PICTURES}]
+    if unknown:
+        raise ValueError(f"no picture named {', '.join(unknown)}; known: "
+                         f"{', '.join(p.name for p in PICTURES)}")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for pic in PICTURES:
+        if only and pic.name not in only:
+            continue
+        missing = [str(p) for p in pic.needs if not p.exists()]
+        if missing:
+            say(f"skipped {pic.name}: needs {', '.join(missing)}")
+            continue
+        t0 = time.monotonic()
+        path = _take(app, pic, out / pic.name, timeout)
+        say(f"{path}  ({pic.what}; {time.monotonic() - t0:.0f} s)")
+        written.append(path)
+    return written
+
+
+def _take(app: Any, pic: Picture, path: Path, timeout: float) -> Path:
+    """Run ``pic``'s session to its moment, pause it there and save the window."""
+    import tempfile
+
+    from idt_desk_widgets.main_window import MainWindow
+
+    from idt_desk.cli.validate import schedule_switches
+
+    def schedule(source: Any) -> list[tuple[int, str, dict]]:
+        moments = schedule_switches(pic.switches, source)
+        if pic.at is not None:
+            moments.append((round(pic.at * source.rate), "pause", {}))
+        return moments
+
+    with tempfile.TemporaryDirectory(prefix="idt-pictures-") as tmp:
+        win = MainWindow(source=pic.source, settings=dict(pic.settings), speed=None,
+                         record_dir=Path(tmp))
+        try:
+            win.resize(*pic.size)
+            win.show()
+            if not win.start_session(schedule=schedule):
+                raise RuntimeError(f"{pic.name}: the session did not start: "
+                                   f"{win.banner.text()}")
+            session = win.session
+            assert session is not None
+            deadline = time.monotonic() + timeout
+            while session.running and not session.snapshot(1).state == "paused":
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{pic.name}: not at its moment within {timeout:g} s")
+                app.processEvents()
+                time.sleep(0.005)
+            for _ in range(20):  # the window catches up with the paused session
+                win.refresh()
+                app.processEvents()
+                time.sleep(0.02)
+            widget = getattr(win, pic.panel) if pic.panel else win
+            if not widget.grab().save(str(path)):
+                raise RuntimeError(f"{pic.name}: could not write {path}")
+        finally:
+            win.stop_session(wait=True)
+            win.close()
+    return path
