@@ -1077,3 +1077,27 @@ def test_a_negative_choice_says_why(qtbot):
     panel.update_snapshot(snap)
     footer = panel.footer.text()
     assert "H(A|S) below 0" in footer and "read it as 0" in footer
+
+
+def test_every_screenshot_of_the_docs_comes_from_the_pictures_script(tmp_path):
+    """Each screenshot a page shows is one of ``idt-desk pictures``' (the front page showed an
+    older window); the script takes one here, and refuses a name it does not know."""
+    import re
+    from pathlib import Path
+
+    from idt_desk_widgets.pictures import PICTURES
+
+    from idt_desk.cli import main
+
+    root = Path(__file__).resolve().parent.parent
+    shown = set()
+    for page in [root / "README.md", *sorted((root / "assets/docs").glob("*.md"))]:
+        shown |= {m.group(1) for m in re.finditer(r"img/((?:screenshot[^)]*|alarms)\.png)",
+                                                   page.read_text())}
+    assert shown and shown <= {p.name for p in PICTURES}, shown - {p.name for p in PICTURES}
+    assert main(["pictures", "alarms.png", "--out", str(tmp_path)]) == 0
+    from PySide6.QtGui import QImage
+
+    image = QImage(str(tmp_path / "alarms.png"))
+    assert image.width() > 200 and image.height() > 200
+    assert main(["pictures", "nope.png", "--out", str(tmp_path)]) == 2

@@ -190,6 +190,7 @@ def test_the_built_in_commands_come_from_the_entry_points():
         "train": "idt_desk_sources.gym.train",
         "gui": "idt_desk_widgets.commands:GUI",
         "watch": "idt_desk_widgets.commands:WATCH",
+        "pictures": "idt_desk_widgets.commands:PICTURES",
         "bench.gui": "idt_desk_widgets.commands:BENCH_GUI",
         "bench.follow": "idt_desk_widgets.commands:BENCH_FOLLOW",
         "bench.storm": "idt_desk_widgets.commands:BENCH_STORM",

@@ -48,6 +48,35 @@ class Picture:
     panel: str = ""
     needs: tuple[Path, ...] = ()
     what: str = ""
+    #: Writes what the picture's session reads into a scratch folder; returns settings.
+    prepare: Callable[[Path], dict[str, Any]] | None = None
+
+
+def _watched_loop(scratch: Path) -> dict[str, Any]:
+    """The loop of ``assets/docs/watch.md``, run to its end: the recording ``watch`` shows."""
+    import gymnasium as gym
+    from stable_baselines3 import SAC
+
+    import idt_desk
+
+    env = gym.make("HalfCheetah-v5")
+    policy = SAC.load("assets/policies/halfcheetah-v5-sac-seed1.zip", device="cpu",
+                      buffer_size=1)
+    obs, _ = env.reset(seed=0)
+    episode = 0
+    run = scratch / "runs" / "cheetah"
+    with idt_desk.Recorder(run, state_names=[f"obs_{j}" for j in range(17)],
+                           action_names=[f"torque_{j}" for j in range(6)],
+                           rate=1 / env.unwrapped.dt, reward=True, preset="cheetah") as rec:
+        for _step in range(60_000):
+            action, _ = policy.predict(obs, deterministic=True)
+            nxt, reward, terminated, truncated, _ = env.step(action)
+            rec.add(obs, action, nxt, reward=reward, episode=episode)
+            obs = nxt
+            if terminated or truncated:
+                obs, episode = env.reset()[0], episode + 1
+    env.close()
+    return {"path": str(run), "follow": True, "silence": 10.0, "wait": 60.0}
 
 
 _SAC2 = "assets/policies/halfcheetah-v5-sac-seed2.zip"
@@ -78,6 +107,8 @@ PICTURES = (
     Picture("screenshot_dialogue.png", "replay",
             {"path": "assets/recordings/dialogue-smollm2-contradictions"},
             what="dialogue.md: the shipped dialogue replayed to its end"),
+    Picture("screenshot_watch.png", "replay", prepare=_watched_loop,
+            what="watch.md: idt-desk watch on the page's own loop, followed to its end"),
 )
 
 
@@ -124,7 +155,10 @@ def _take(app: Any, pic: Picture, path: Path, timeout: float) -> Path:
         return moments
 
     with tempfile.TemporaryDirectory(prefix="idt-pictures-") as tmp:
-        win = MainWindow(source=pic.source, settings=dict(pic.settings), speed=None,
+        settings = dict(pic.settings)
+        if pic.prepare is not None:
+            settings.update(pic.prepare(Path(tmp)))
+        win = MainWindow(source=pic.source, settings=settings, speed=None,
                          record_dir=Path(tmp))
         try:
             win.resize(*pic.size)
