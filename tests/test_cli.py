@@ -692,3 +692,16 @@ def test_a_slow_source_named_on_the_command_line_is_built_in_the_window(gui_call
         rc, _, err = _call(["gui", "--source", "gym", *bad])
         assert rc == 2 and ERROR_LINE.match(err.strip()).group(2) == option, err
     assert len(gui_calls) == 1 and built == []
+
+
+def test_gui_records_into_the_folder_it_is_given_as_run_does(gui_calls, tmp_path):
+    """``run --record DIR`` records into DIR; ``gui --record DIR`` wrote into DIR/NAME-STAMP.
+    Now both take DIR as the recording, and both refuse one that holds a recording."""
+    rec = tmp_path / "rec"
+    assert _call(["gui", "--start", "--record", str(rec)])[0] == 0
+    assert gui_calls[-1]["record"] == rec
+    rec.mkdir()
+    (rec / "config.json").write_text("{}")
+    for cmd in (["gui", "--start"], ["run", "--steps", "10", "--quiet"]):
+        rc, _, err = _call([*cmd, "--record", str(rec)])
+        assert rc == 2 and "already holds a recording" in err, (cmd, err)

@@ -484,14 +484,15 @@ def test_gui_recording_survives_sigkill(tmp_path):
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "idt_desk.cli", "gui", "--start", "--speed", "1",
-         "--record", str(tmp_path)], env=env,
+         "--record", str(tmp_path / "rec")], env=env,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + 60
         rec = None
         while time.monotonic() < deadline:
-            found = [p for p in tmp_path.glob("pendulum-*/windows.csv") if p.stat().st_size > 3000]
+            # Into DIR itself, as `run --record DIR` (it wrote into DIR/pendulum-STAMP).
+            found = [p for p in tmp_path.glob("rec/windows.csv") if p.stat().st_size > 3000]
             if found:
                 rec = found[0].parent
                 break
@@ -557,7 +558,7 @@ def test_the_mouse_wheel_scrolls_the_panel_and_never_changes_a_setting(qtbot, wi
 def test_a_signal_to_the_gui_completes_its_recording(tmp_path, sig, code):
     proc = subprocess.Popen(
         [sys.executable, "-m", "idt_desk.cli", "gui", "--start", "--speed", "max",
-         "--record", str(tmp_path)],
+         "--record", str(tmp_path / "rec")],
         env={**os.environ, "QT_QPA_PLATFORM": "offscreen", "PYTHONUNBUFFERED": "1"},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         # A child of a non-interactive shell ignores SIGINT; restore the default (Ctrl-C).
@@ -565,7 +566,7 @@ def test_a_signal_to_the_gui_completes_its_recording(tmp_path, sig, code):
     )
     try:
         deadline = time.monotonic() + 60
-        while not any(p.stat().st_size > 10_000 for p in tmp_path.glob("*/transitions.csv")):
+        while not any(p.stat().st_size > 10_000 for p in tmp_path.glob("rec/transitions.csv")):
             assert time.monotonic() < deadline and proc.poll() is None, "it never recorded"
             time.sleep(0.05)
         time.sleep(1.0)
@@ -576,7 +577,7 @@ def test_a_signal_to_the_gui_completes_its_recording(tmp_path, sig, code):
             proc.kill()
     assert proc.returncode == code, err
     assert "Traceback" not in err and signal.Signals(sig).name in err
-    (rec_dir,) = [p.parent for p in tmp_path.glob("*/transitions.csv")]
+    (rec_dir,) = [p.parent for p in tmp_path.glob("rec/transitions.csv")]
     rec = load_recording(rec_dir)
     assert rec.complete and rec.events["kind"].iloc[-1] == "session_end"
     assert rec.config["n_transitions"] == len(rec.transitions) > 10_000

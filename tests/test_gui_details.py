@@ -115,6 +115,12 @@ def test_the_recording_says_how_large_it_is(qtbot, window, tmp_path):
     total = sum(os.path.getsize(p) for p in path.iterdir() if p.is_file())
     assert recording_size(path)[0] == total > 0
     assert window.record_label.text() == f"recorded: {path} ({recording_size(path)[1]})"
+    # A next session that is not recorded does not read as that one's recording.
+    window.record_button.setChecked(False)
+    window.start_session()
+    assert window.record_label.text() == (f"not recording (the last recording, {path.name}, "
+                                          "is what Export writes)")
+    window.stop_session(wait=True)
 
 
 def test_a_small_window_gets_short_legend_words_and_axis_labels(qtbot, window):

@@ -43,8 +43,11 @@ def run_gui(
         return 2
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "idt-desk"])
     app.setApplicationName("IDT Desk")
-    win = MainWindow(source=source, settings=settings or {}, speed=speed, record_dir=record,
+    # ``record`` is the recording itself (as `run --record`), later ones go beside it.
+    win = MainWindow(source=source, settings=settings or {}, speed=speed,
+                     record_dir=None if record is None else record.expanduser().parent,
                      watch_folder=watch_folder)
+    win.next_record_path = None if record is None else record.expanduser()
     app.aboutToQuit.connect(win.shutdown)
     remembered = _window_settings()
     if size is not None:

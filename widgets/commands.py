@@ -37,7 +37,8 @@ def _gui_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speed", default="1",
                    help="multiple of real time (> 0) or 'max' (default 1)")
     p.add_argument("--record", type=Path, metavar="DIR",
-                   help="folder for recordings; with --start, record from the start")
+                   help="record the session into DIR, as `run --record DIR` does (with "
+                        "--start from the start; later sessions into new folders beside it)")
     p.add_argument("--perturb", action="append", default=[], metavar="SPEC",
                    help="with --start, schedule a perturbation: NAME[:k=v,...]@START[-END] (s)")
     p.add_argument("--modulate", action="append", default=[], metavar="SPEC",
@@ -136,7 +137,9 @@ def _run_gui(args: argparse.Namespace) -> int:
 
     # The same checks as `idt-desk run`, before any window opens.
     speed = parse_speed(args.speed)
-    check_out_dir(args.record, "--record")
+    if check_out_dir(args.record, "--record") is not None and \
+            (args.record / "config.json").exists():
+        raise InputError(f"--record {args.record}: already holds a recording; choose a new path")
     size = _window_options(args)
     for option, specs in (("--perturb", args.perturb), ("--modulate", args.modulate)):
         if specs and not args.start:

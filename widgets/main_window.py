@@ -991,6 +991,11 @@ class MainWindow(QMainWindow):
         self.session = session
         if record is not None:
             self._recording_started(record)
+        else:  # an earlier session's "recorded: …" would read as this one's
+            last = self.last_recording
+            self.record_label.setText(
+                "not recording" if last is None else
+                f"not recording (the last recording, {last.name}, is what Export writes)")
         if source.notice:
             self.show_error(f"Note: {source.notice}")
         if source.metric_path != type(source).metric_path or \
@@ -1430,7 +1435,15 @@ class MainWindow(QMainWindow):
 
     # -- recording and export ---------------------------------------------------------------
 
+    #: The next recording's folder itself (``gui --record DIR``: DIR, as ``run --record DIR``
+    #: records into DIR); None: a new folder in the recordings folder.
+    next_record_path: Path | None = None
+
     def _new_record_path(self) -> Path:
+        if self.next_record_path is not None:
+            path, self.next_record_path = self.next_record_path, None
+            if not (path / "config.json").exists():
+                return path
         base = Path(self.record_dir_edit.text()).expanduser()
         name = self._source_cls.name if self._source_cls else "session"
         stamp = time.strftime("%Y%m%d-%H%M%S")
