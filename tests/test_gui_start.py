@@ -269,3 +269,15 @@ def test_fitting_a_small_screen_keeps_the_alarm_column(window):
     g = window.geometry()
     assert g.right() < 1024 and g.bottom() < 700 and g.left() >= 0 and g.top() >= 0
     assert window.main_split.sizes()[2] >= window.right_scroll.minimumWidth()
+
+
+def test_quit_asks_before_losing_an_unrecorded_session(qtbot, window, monkeypatch):
+    asked = _answer(monkeypatch, Button.Cancel)
+    window.start_session()
+    qtbot.waitUntil(lambda: _drawn(window) > 5, timeout=WAIT)
+    window.stop_session(wait=True)
+    QTest.keyClick(window, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)
+    assert len(asked) == 1 and "quitting loses" in asked[0] and window.isVisible()
+    _answer(monkeypatch, Button.Discard)
+    QTest.keyClick(window, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)
+    assert not window.isVisible()

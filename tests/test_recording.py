@@ -245,6 +245,12 @@ def test_export_round_trips_row_counts(good, tmp_path, fmt):
         assert len(out) == len(want) > 0 and list(out.columns) == list(want.columns), name
     np.testing.assert_array_equal(read(tmp_path / "out" / f"transitions.{fmt}").to_numpy(),
                                   rec.transitions.to_numpy())
+    # An export is not a recording, and a replay of it says what to replay instead (it said
+    # "not a recording (missing events.jsonl)").
+    with pytest.raises(idt_desk.RecordingError, match="an export of a recording") as err:
+        idt_desk.load_recording(tmp_path / "out")
+    assert f"replay the recording it was exported from, {good}" in str(err.value)
+    assert ("idt-desk analyze" in str(err.value)) == (fmt == "csv")
 
 
 def test_recording_size_in_words(tmp_path):

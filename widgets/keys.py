@@ -21,7 +21,7 @@ SHORTCUTS = (
     ("Ctrl+F", "Freeze / Follow the plots", "toggle_frozen"),
     ("Ctrl+R", "Record on / off", "toggle_recording"),
     ("Ctrl+S", "Save the plots (PNG)…", "save_plots"),
-    ("Ctrl+Q", "Quit", "close"),
+    ("Ctrl+Q", "Quit", "quit_asking"),
 )
 
 
@@ -46,12 +46,19 @@ def may_discard(parent: QWidget, windows: int, events: int, recorded: bool,
                 action: str = "reset") -> bool:
     """Whether a session's plots and event log may be cleared: asks when nothing is recorded.
 
-    ``action``: what clears them, ``reset`` (Reset) or ``start`` (Start or Ctrl+Return after
-    Stop: a new session replaces the stopped one). Cancel is the default answer, so a stray
+    ``action``: what clears them, ``reset`` (Reset), ``start`` (Start or Ctrl+Return after
+    Stop: a new session replaces the stopped one) or ``quit`` (Ctrl+Q, the window's close
+    button). Cancel is the default answer, so a stray
     Space or Return keeps the session.
     """
     if recorded or (windows == 0 and events == 0):
         return True
+    if action == "quit":
+        return _confirm(
+            parent, "Quit?",
+            f"This session is not recorded: quitting loses its {windows:,} windows and "
+            f"{events:,} events. (Export CSV keeps them.)\n\nQuit anyway?",
+            QMessageBox.StandardButton.Discard)
     if action == "start":
         return _confirm(
             parent, "Start a new session?",

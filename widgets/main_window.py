@@ -1223,8 +1223,25 @@ class MainWindow(QMainWindow):
         if self.events.expanded:
             self.events_height = self.centre_split.sizes()[1]
 
+    def may_quit(self) -> bool:
+        """Whether the window may close: asked when its session is not recorded."""
+        s = self.session
+        return s is None or may_discard(self, s.snapshot(limit=1).n_windows,
+                                        len(self.events.events),
+                                        recorded=s.recording_path is not None, action="quit")
+
+    def quit_asking(self) -> None:
+        """Ctrl+Q: close the window, once the user says so if the session is not recorded."""
+        if self.may_quit():
+            self._quit_confirmed = True
+            self.close()
+
     def closeEvent(self, event: Any) -> None:
-        """Join the worker before the window goes."""
+        """Join the worker before the window goes (the close button asks as Ctrl+Q does)."""
+        if event.spontaneous() and not getattr(self, "_quit_confirmed", False) and \
+                not self.may_quit():
+            event.ignore()
+            return
         self.shutdown()
         super().closeEvent(event)
 

@@ -50,6 +50,10 @@ def export_recording(
             df.to_parquet(p, index=False)
         paths.append(p)
     cfg = out / "config.json"
-    cfg.write_text(json.dumps(rec.config, indent=2) + "\n")
+    # Said in the copy of config.json: a reader then tells an export from a recording, and
+    # what to do with it (replay the recording; analyze the exported transitions).
+    exported = {**rec.config, "exported_from": str(rec.path) if rec.path else None,
+                "export_format": fmt}
+    cfg.write_text(json.dumps(exported, indent=2) + "\n")
     paths.append(cfg)
     return paths

@@ -64,6 +64,22 @@ class Recording:
         return list(self.config.get("action_names", []))
 
 
+def _not_a_recording(path: Path, missing: list[str]) -> str:
+    """Why ``path`` is not a recording, and, for an export of one, what to do instead."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        config = None
+    if isinstance(config, dict) and config.get("export_format"):
+        src = config.get("exported_from")
+        fmt = config["export_format"]
+        return (f"{path}: an export of a recording ({fmt} tables), not a recording: replay "
+                + (f"the recording it was exported from, {src}" if src else "its recording")
+                + (f", or analyze its transitions: idt-desk analyze {path}/transitions.csv "
+                   "--out DIR" if fmt == "csv" else ", or read its tables with pandas"))
+    return f"{path}: not a recording (missing {', '.join(missing)})"
+
+
 def load_recording(path: str | Path) -> Recording:
     """Read a recording directory and check it against what its config.json promises.
 
@@ -92,7 +108,7 @@ def load_recording(path: str | Path) -> Recording:
         raise RecordingError(f"{path}: a recording is a directory holding {', '.join(_FILES)}")
     missing = [f for f in _FILES if not (path / f).exists()]
     if missing:
-        raise RecordingError(f"{path}: not a recording (missing {', '.join(missing)})")
+        raise RecordingError(_not_a_recording(path, missing))
     for name in (*_FILES, "turns.jsonl"):
         if name in _FILES or (path / name).exists():
             check_regular(path / name)
