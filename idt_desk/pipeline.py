@@ -361,7 +361,8 @@ class Pipeline:
     monitor
         The detector (:func:`build_monitor`); None: windows without flags.
     state_names, action_names
-        Column names of S and A (``action_names`` None: a passive loop, P = I(S;S')/H(S,S')).
+        Column names of S and A (``action_names`` None: a passive loop,
+        P = MI(S;S') / (H(S) + H(S'))).
     state_bins, action_bins
         Bins per side (default the preset's; a discrete space may need its own count).
     calibration_windows, correction

@@ -206,10 +206,10 @@ def test_the_ewma_sees_a_sustained_shift_that_persistence_misses():
 
 
 def _idt_like(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Four components like the IDT's: H_f, H_b, P correlated with H_b, ΔH = H_b − H_f."""
+    """Four components like the IDT's: H_f, H_b, P correlated with H_b, ΔH = H_f − H_b."""
     hf, hb = _overlapping_windows(n, rng), _overlapping_windows(n, rng)
     return {"P": 0.6 * hb + 0.8 * _overlapping_windows(n, rng), "H_f": hf, "H_b": hb,
-            "dH": hb - hf}
+            "dH": hf - hb}
 
 
 def test_the_mewma_statistic_and_its_whitening_against_numpy():
@@ -227,7 +227,7 @@ def test_the_mewma_statistic_and_its_whitening_against_numpy():
         got, st = joint_statistic(lam, chunk, st)
         parts.append(got)
     np.testing.assert_array_equal(np.concatenate(parts), t2)
-    # Whitening: unit covariance; ΔH = H_b − H_f adds no direction (rank 3 of 4).
+    # Whitening: unit covariance; ΔH = H_f − H_b adds no direction (rank 3 of 4).
     x = _idt_like(2_000, rng)
     z = np.column_stack([(v - v.mean()) / v.std(ddof=1) for v in x.values()])
     w = whitening(z)
@@ -257,7 +257,7 @@ def test_the_mewma_keeps_the_budget_and_sees_a_shift_spread_over_components():
         x = _idt_like(n_base + 400, rng)
         sd = float(np.std(x["H_b"][:n_base], ddof=1))
         test = {c: v[n_base:].copy() for c, v in x.items()}
-        for c, k in (("H_b", 1.5), ("dH", 1.5), ("P", 0.9)):
+        for c, k in (("H_b", 1.5), ("dH", -1.5), ("P", 0.9)):  # ΔH = H_f − H_b falls
             test[c] += k * sd
         for kind in hits:
             cal = calibrate(DetectorSpec(kind), {c: v[:n_base] for c, v in x.items()}, arl,

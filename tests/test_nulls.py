@@ -128,7 +128,7 @@ def test_each_method_gives_the_budget_itself_on_an_exact_null():
 @pytest.mark.parametrize("kind", ["persistence", "cusum", "ewma", "mewma"])
 def test_calibrated_thresholds_keep_the_budget_on_200_simulated_null_hours(kind):
     """calibrate() on an 800-window baseline (the pendulum's default) of IDT-like components
-    (P correlated with H_b, ΔH = H_b − H_f; blocks AR(0.5), so the autocorrelation runs past
+    (P correlated with H_b, ΔH = H_f − H_b; blocks AR(0.5), so the autocorrelation runs past
     the overlap), 1/h, then 200 hours of the same null: the IDT alarm's episodes stay inside
     the budget's 95 % interval (at most 228, Poisson's for 200)."""
     rng = np.random.default_rng(7)
@@ -138,7 +138,7 @@ def test_calibrated_thresholds_keep_the_budget_on_200_simulated_null_hours(kind)
         return _windows(m, rng, phi=0.5)
 
     hf, hb, x = comp(800 + n), comp(800 + n), comp(800 + n)
-    series = {"P": 0.6 * hb + 0.8 * x, "H_f": hf, "H_b": hb, "dH": hb - hf}
+    series = {"P": 0.6 * hb + 0.8 * x, "H_f": hf, "H_b": hb, "dH": hf - hb}
     spec = DetectorSpec(kind)
     cal = calibrate(spec, {c: v[:800] for c, v in series.items()}, float(PER_HOUR), overlap=4.0)
     z = np.column_stack([cal.standardise(c, series[c][800:]) for c in cal.components])
@@ -158,7 +158,7 @@ def test_the_fast_fit_agrees_with_the_reference(kind):
     (its 20 simulated crossings: a few per cent), and the same verdict on its length."""
     rng = np.random.default_rng(9)
     hf, hb, x = (_windows(600, rng, phi=0.5) for _ in range(3))
-    base = {"P": 0.6 * hb + 0.8 * x, "H_f": hf, "H_b": hb, "dH": hb - hf}
+    base = {"P": 0.6 * hb + 0.8 * x, "H_f": hf, "H_b": hb, "dH": hf - hb}
     fast = calibrate(DetectorSpec(kind), base, 20_000.0, overlap=4.0)
     ref = reference_calibrate(DetectorSpec(kind), base, 20_000.0, overlap=4.0)
     for c in base:

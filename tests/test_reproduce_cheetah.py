@@ -161,7 +161,7 @@ def test_bad_settings_are_input_errors(tmp_path):
     with pytest.raises(InputError, match="no modulation"):
         reproduce(replace(TINY, auto=("brake",)), progress=False)
     with pytest.raises(InputError, match="groups to freeze"):  # freezing nothing: no trial
-        reproduce(replace(TINY, auto=("dim_reduction",)), progress=False)
+        reproduce(replace(TINY, auto=("dim_reduction:drop=",)), progress=False)
     with pytest.raises(InputError, match="unknown group"):
         reproduce(replace(TINY, auto=("dim_reduction:drop=tail",)), progress=False)
     assert main(["reproduce", "cheetah", "--episodes", "1", "--out", str(tmp_path)]) == 2
@@ -513,7 +513,7 @@ def test_the_live_block_judges_a_trial_as_a_live_monitor_would():
     n, j0 = 700, 300
     w = {m: 1.0 + 0.01 * np.convolve(rng.standard_normal(n + 5), np.ones(6) / 6, "valid")
          for m in ("P", "H_f", "H_b", "reward")}
-    w["dH"] = w["H_b"] - w["H_f"]
+    w["dH"] = w["H_f"] - w["H_b"]
     quiet = _live(w, j0, PRESETS["cheetah"], "1/1000windows", None)
     assert all(np.isnan(quiet[f"live_{k}_{g}"]) for k in LIVE_DETECTORS
                for g in ("IDT", "reward")), quiet

@@ -18,7 +18,7 @@ per hour of loop time"), into thresholds:
   that no single window shows; Roberts 1959, Lucas & Saccucci 1990 for its run lengths);
 - ``mewma``: the multivariate EWMA (Lowry et al. 1992) of a group's standardised components
   after whitening them with the baseline's own correlation matrix (u = z W, W the inverse
-  square root on its non-null eigenvectors: ΔH = H_b − H_f makes the IDT's four components
+  square root on its non-null eigenvectors: ΔH = H_f − H_b makes the IDT's four components
   rank three), ``M = λ u + (1 − λ) M``, alarm while ``T² = |M|² > h``: one statistic for the
   whole group, so a shift that moves several components a little each adds up. Its group
   alarm (``IDT``) is T²'s; each component's own flag (the panel's lights) is its univariate
@@ -346,7 +346,7 @@ def whitening(z: np.ndarray, rtol: float = 1e-8) -> np.ndarray:
 
     ``z`` holds standardised components (n × c); W is the inverse square root of their
     correlation on its non-null eigenvectors (rows with a NaN left out; a component that is
-    a combination of others, as ΔH = H_b − H_f, adds no direction).
+    a combination of others, as ΔH = H_f − H_b, adds no direction).
     """
     ok = np.isfinite(z).all(axis=1)
     x = z[ok] - z[ok].mean(axis=0)
