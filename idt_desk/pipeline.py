@@ -372,6 +372,28 @@ class Pipeline:
     turns
         A dialogue: one metric row a turn from its token counts, made elsewhere; the
         pipeline only judges them (no symbols, nothing to calibrate).
+
+    Examples
+    --------
+    Symbols fitted on the first 2 windows (150 transitions), a 20-window baseline after them,
+    every later window judged:
+
+    >>> import numpy as np
+    >>> from idt_desk.metrics.presets import Preset
+    >>> from idt_desk.pipeline import Pipeline, build_monitor
+    >>> preset = Preset("toy", "a toy loop", bins=4, window=100, stride=50)
+    >>> monitor = build_monitor(["P", "H_f", "H_b", "dH"], baseline_windows=20,
+    ...                         detector="persistence", false_alarms="1/1000windows",
+    ...                         stride=50, window=100)
+    >>> pipe = Pipeline(preset, monitor, state_names=["x"], action_names=["u"],
+    ...                 calibration_windows=2)
+    >>> rng = np.random.default_rng(0)
+    >>> x, u = rng.normal(size=(3001, 1)), rng.normal(size=(3000, 1))
+    >>> step = pipe.push(x[:-1], u, x[1:], {"reward": np.zeros(3000), "t": np.arange(3000.0)})
+    >>> step.calibrated["transitions"], len(step.windows["P"]), step.baseline_row
+    (150, 59, 21)
+    >>> int(np.isnan(step.flags["IDT"]).sum()), int(np.nansum(step.flags["IDT"]))  # no alarm
+    (22, 0)
     """
 
     def __init__(

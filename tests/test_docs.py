@@ -118,3 +118,45 @@ def test_the_dialogue_offers_ollama_first_and_says_what_the_offline_extra_costs(
                 and "Ollama" in p)
     assert para.index("Ollama") < para.index('pip install -e ".[llm')
     assert "minutes of CPU time" in para
+
+
+def test_the_layout_page_names_every_module():
+    """``layout.md`` is read to find one's way: every module of the core, the sources and the
+    widgets is named in it (it omitted limits, live/ranges, live/snapshot, cli/signals and
+    four widgets), under its package's line."""
+    import re
+
+    text = (ROOT / "assets" / "docs" / "layout.md").read_text()
+    block = text[text.index("```") + 3:text.index("```", text.index("```") + 3)]
+    # Each package's entry runs from its name to the next entry at the same indent.
+    entries = re.split(r"\n(?=  ?[a-z_]+/|  [a-z_]+\.py|[a-z_]+/)", block)
+
+    def entry(name: str) -> str:
+        return next((e for e in entries if e.strip().startswith(name)), "")
+
+    missing = []
+    for package, where in (("idt_desk", ""), ("sources", "sources/"), ("widgets", "widgets/")):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT / package)
+            stem = rel.stem.strip("_")
+            if stem in ("init", "main") or "__pycache__" in rel.parts:
+                continue
+            scope = entry(f"{rel.parts[0]}/") if package == "idt_desk" and len(rel.parts) > 1 \
+                else entry(where) if where else block
+            if not re.search(rf"\b{re.escape(stem)}\b", scope):
+                missing.append(str(path.relative_to(ROOT)))
+    assert not missing, f"layout.md does not name: {', '.join(missing)}"
+
+
+def test_the_pages_say_how_many_tests_there_are_within_a_tenth(request):
+    """testing.md said 725 tests when there were 751: the README and the tests page state the
+    suite's size as "about N tests", N within 10 % of what pytest collects."""
+    import re
+
+    collected = len(request.session.items)
+    if collected < 100:
+        pytest.skip("a part of the suite was selected: its size is not the suite's")
+    for page in (README, ROOT / "assets" / "docs" / "testing.md"):
+        (n,) = {int(m.replace(",", "")) for m in re.findall(r"about ([\d,]+) tests",
+                                                            page.read_text())}
+        assert abs(n - collected) <= 0.1 * collected, (page.name, n, collected)

@@ -173,6 +173,17 @@ def parse_budget(text: str) -> Budget:
     ValueError
         Anything else, with the accepted forms.
 
+    Examples
+    --------
+    >>> from idt_desk.detection.detectors import parse_budget
+    >>> b = parse_budget("1/10h")
+    >>> b.alarms, b.per, b.unit
+    (1.0, 36000.0, 's')
+    >>> b.windows_per_alarm(20 / 50)  # 20 transitions a second, a window every 50
+    14400.0
+    >>> str(parse_budget("2/100episodes"))
+    '≤ 2 false alarms / 100 episodes'
+
     """
     number = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
     m = re.fullmatch(rf"\s*({number})\s*(?:/|per)\s*({number})?\s*([A-Za-z]+)\s*",

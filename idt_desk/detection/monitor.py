@@ -289,6 +289,23 @@ class Monitor:
         the detectors are calibrated on those residuals. Windows without a phase count as
         phase 0.
 
+    Examples
+    --------
+    The first 400 windows set the baseline and calibrate an EWMA to one false alarm per
+    1,000 windows; a shift of 2σ is alarmed a few windows after it starts:
+
+    >>> import numpy as np
+    >>> from idt_desk.pipeline import build_monitor
+    >>> mon = build_monitor(["P"], baseline_windows=400, detector="ewma",
+    ...                     false_alarms="1/1000windows")
+    >>> rng = np.random.default_rng(1)
+    >>> flags = mon.update({"P": rng.normal(0.3, 0.01, 600)})
+    >>> mon.baseline is not None, int(flags["P"].sum())
+    (True, 0)
+    >>> flags = mon.update({"P": rng.normal(0.32, 0.01, 100)})
+    >>> int(np.argmax(flags["P"]))  # the first alarmed window of the shift
+    6
+
     """
 
     def __init__(

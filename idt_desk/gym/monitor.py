@@ -47,6 +47,20 @@ class IDTMonitor(gymnasium.Wrapper):
     :attr:`n_transitions`. Before calibration (the first
     ``window + (calibration_windows - 1) * stride`` transitions) the key is absent.
 
+    >>> import gymnasium as gym
+    >>> from idt_desk.gym import IDTMonitor
+    >>> env = IDTMonitor(gym.make("CartPole-v1"), window=100, stride=50,
+    ...                  calibration_windows=2)
+    >>> obs, _ = env.reset(seed=0)
+    >>> _ = env.action_space.seed(0)
+    >>> for _ in range(400):
+    ...     obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+    ...     if terminated or truncated:
+    ...         obs, _ = env.reset()
+    >>> len(env.windows), "P" in info["idt"]  # windows of 100 steps, every 50
+    (7, True)
+    >>> env.close()
+
     Parameters
     ----------
     env

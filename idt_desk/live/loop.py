@@ -153,10 +153,20 @@ def _column(x: Any, k: int, what: str) -> np.ndarray:
 class Recorder:
     """Write a loop's transitions as a recording, with the dashboard's metrics and alarms.
 
-    Use it as a context manager (the ``with`` block closes it, an exception as an error)::
+    Use it as a context manager (the ``with`` block closes it, an exception as an error):
 
-        with idt_desk.Recorder("runs/x", ["x", "v"], ["u"], rate=100.0) as rec:
-            rec.add(s, a, s_next)
+    >>> import tempfile
+    >>> import numpy as np
+    >>> import idt_desk
+    >>> path = tempfile.mkdtemp() + "/run"
+    >>> rng = np.random.default_rng(0)
+    >>> x, u = rng.normal(size=(2001, 1)), rng.normal(size=(2000, 1))
+    >>> with idt_desk.Recorder(path, ["x"], ["u"], window=100, stride=50,
+    ...                        calibration_windows=2, baseline_windows=10) as rec:
+    ...     rec.add(x[:-1], u, x[1:])  # a batch of rows; or one transition at a time
+    >>> recording = idt_desk.load_recording(path)
+    >>> len(recording.transitions), len(recording.windows), recording.complete
+    (2000, 39, True)
 
     A recorder still open when the interpreter exits (a script that ends without
     :meth:`close`) is closed then, its rows flushed, as a clean stop: nothing accepted is
