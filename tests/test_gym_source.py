@@ -456,3 +456,38 @@ def test_vecnormalize_statistics_beside_a_zip_are_found_and_applied(tiny_policy,
                        -vn.clip_obs, vn.clip_obs)
     a, _ = pol.model.predict(expected.astype(np.float32), deterministic=True)
     np.testing.assert_allclose(pol.act(obs, np.random.default_rng(1), True), a, atol=1e-5)
+
+
+def test_action_smoothing_is_an_ema_of_the_applied_action(tiny_policy):
+    """The applied action is α·(the policy's) + (1 − α)·(the last applied), from engaging."""
+    src = _source(tiny_policy)
+    src.step(20)
+    src.set_modulation("action_smoothing", {"alpha": 0.25})
+    policy_actions = []
+    orig = src.policy.act_many
+
+    def spy(obs, rngs, deterministic):
+        out = orig(obs, rngs, deterministic)
+        policy_actions.append(out[0].copy())
+        return out
+
+    src.policy.act_many = spy
+    b = src.step(30)
+    src.close()
+    pa = np.clip(np.array(policy_actions), src.low, src.high)
+    want = [pa[0]]
+    for x in pa[1:]:
+        want.append(0.25 * x + 0.75 * want[-1])
+    np.testing.assert_allclose(b.a, np.clip(want, src.low, src.high), atol=1e-12)
+    assert GymSource.modulation("action_smoothing").params[0].default == 0.5
+
+
+def test_observation_hold_repeats_the_previous_observation_at_random(tiny_policy):
+    src = _source(tiny_policy)
+    src.step(10)
+    src.set_modulation("obs_hold", {"probability": 0.4})
+    b = src.step(2000)
+    src.close()
+    repeats = np.all(b.s[1:] == b.s[:-1], axis=1)
+    # Each step repeats with probability 0.4 (binomial: 2,000 steps, ±4 σ).
+    assert abs(repeats.mean() - 0.4) < 4 * np.sqrt(0.4 * 0.6 / len(repeats))

@@ -36,6 +36,7 @@ from idt_desk.live.source import (
     HOLD,
     INPUT_FILTER,
     Batch,
+    Modulation,
     Param,
     Perturbation,
     Source,
@@ -223,6 +224,22 @@ def _force(name: str, newtons: float) -> Perturbation:
     )
 
 
+#: Action smoothing (the paper authors' app has it): an EMA of the applied action, restarted
+#: each episode — ``alpha`` is the newest action's weight (1: no smoothing).
+ACTION_SMOOTHING = Modulation(
+    "action_smoothing", "Action smoothing",
+    (Param("alpha", 0.5, "EMA weight", 0.01, 1.0,
+           help="weight of the policy's newest action in the applied one (1: none)"),),
+    "Apply an exponential moving average of the policy's actions (restarts each episode).")
+#: Probabilistic observation hold (the authors' app has it): with ``probability`` the policy
+#: sees the previous step's observation again instead of the new one.
+OBS_HOLD = Modulation(
+    "obs_hold", "Observation hold",
+    (Param("probability", 0.2, "Probability", 0.0, 1.0,
+           help="chance that a step's observation repeats the previous one"),),
+    "Show the policy its previous observation again, at random, instead of the new one.")
+
+
 class GymSource(Source):
     """A frozen SB3 policy in a Gymnasium environment (HalfCheetah by default)."""
 
@@ -273,7 +290,7 @@ class GymSource(Source):
         "drop", "front_leg", "Drop groups",
         help="comma-separated observation groups frozen at their running mean: torso, "
              "back_leg, front_leg (HalfCheetah); another env's groups are its variables, "
-             "obs_0, obs_1, …"),)))
+             "obs_0, obs_1, …"),)), ACTION_SMOOTHING, OBS_HOLD)
     view = "cheetah"
 
     def __init__(self, **settings: Any) -> None:
@@ -331,6 +348,9 @@ class GymSource(Source):
         self._obs: np.ndarray | None = None  # the next S (policy input)
         self._ema: np.ndarray | None = None
         self._prev_action: np.ndarray | None = None
+        #: Action smoothing's EMA and the policy's last observation (observation hold).
+        self._smoothed: np.ndarray | None = None
+        self._seen_obs: np.ndarray | None = None
         self._episode = 0
         self._episode_step = 0
         self._return = 0.0
@@ -380,6 +400,8 @@ class GymSource(Source):
         self._apply_physics()
         self._ema = None
         self._prev_action = None
+        self._smoothed: np.ndarray | None = None
+        self._seen_obs: np.ndarray | None = None
         self._obs = self._observe(raw)
 
     def step(self, n: int) -> Batch:
@@ -442,6 +464,11 @@ class GymSource(Source):
                 x += self._rng.standard_normal(x.shape) * p["scale"] * (p["percent"] / 100.0)
         for idx in self._frozen.values():
             x[list(idx)] = self._frozen_values[list(idx)]
+        held = self.active_modulations.get("obs_hold")
+        if held is not None and self._seen_obs is not None and \
+                self._rng.random() < held["probability"]:
+            x = self._seen_obs.copy()  # the policy sees the previous observation again
+        self._seen_obs = x.copy()
         f = self.active_modulations.get("input_filter")
         if f is not None:
             self._ema = x if self._ema is None else f["alpha"] * x + (1 - f["alpha"]) * self._ema
@@ -459,6 +486,11 @@ class GymSource(Source):
                 a = self._prev_action.copy()
             elif mode == "scale":
                 a = a * hold["scale"]
+        smooth = self.active_modulations.get("action_smoothing")
+        if smooth is not None:
+            self._smoothed = a if self._smoothed is None else \
+                smooth["alpha"] * a + (1.0 - smooth["alpha"]) * self._smoothed
+            a = self._smoothed.copy()
         self._prev_action = a.copy()
         for name in ("act_noise_1", "act_noise_3", "act_noise_4"):
             p = self.active_perturbations.get(name)
@@ -548,6 +580,8 @@ class GymSource(Source):
             self._frozen_values = self._mean.copy()
         elif name == "input_filter":
             self._ema = None
+        elif name == "action_smoothing":
+            self._smoothed = None
         return resolved
 
     # -- display ----------------------------------------------------------------------------
