@@ -37,9 +37,11 @@ from idt_desk.detection.detectors import DEFAULT_DETECTOR
 from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS
 
 __all__ = [
+    "ACTION_SMOOTHING",
     "DIM_REDUCTION",
     "HOLD",
     "INPUT_FILTER",
+    "OBS_HOLD",
     "Batch",
     "Modulation",
     "Param",
@@ -222,6 +224,20 @@ DIM_REDUCTION = Modulation(
     (Param("drop", "", "Drop groups", help="comma-separated group names to hide"),),
     "Hide noisy variable groups from the agent (held at their last calibrated mean).",
 )
+#: Action smoothing (the paper authors' app has it): an EMA of the applied action, restarted
+#: each episode — ``alpha`` is the newest action's weight (1: no smoothing).
+ACTION_SMOOTHING = Modulation(
+    "action_smoothing", "Action smoothing",
+    (Param("alpha", 0.5, "EMA weight", 0.01, 1.0,
+           help="weight of the policy's newest action in the applied one (1: none)"),),
+    "Apply an exponential moving average of the policy's actions (restarts each episode).")
+#: Probabilistic observation hold (the authors' app has it): with ``probability`` the policy
+#: sees the previous step's observation again instead of the new one.
+OBS_HOLD = Modulation(
+    "obs_hold", "Observation hold",
+    (Param("probability", 0.2, "Probability", 0.0, 1.0,
+           help="chance that a step's observation repeats the previous one"),),
+    "Show the policy its previous observation again, at random, instead of the new one.")
 
 
 @dataclass

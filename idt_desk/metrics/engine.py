@@ -1,5 +1,8 @@
 """The sliding-window metric engine: P, H_f, H_b, dH and friends over (S, A, S') streams.
 
+One file: the numba kernels and the engine driving them share one table layout (keys, home
+slots, counts, fixed-point sums), which no part of it can change alone.
+
 How it works
 ------------
 Six count tables are kept for the samples currently inside the window: S, A, S', (S, A),

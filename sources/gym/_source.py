@@ -15,6 +15,9 @@ What is recorded, exactly (one transition per environment step):
   episode's end, the terminal observation (and the next episode starts afresh: its first S
   comes from ``reset``, the EMA restarts).
 - reward per step, and the episode index; an ``episode_end`` event carries the return.
+
+One file: the source is one class whose step runs the env, the policy, the perturbations and
+the modulations in a fixed order; apart they would share every field of it.
 """
 
 from __future__ import annotations
@@ -32,11 +35,12 @@ from idt_desk_sources.gym._policy import FrozenPolicy, PolicyError
 from idt_desk import assets
 from idt_desk.detection.detectors import CONTROL_BUDGET, CONTROL_DETECTOR
 from idt_desk.live.source import (
+    ACTION_SMOOTHING,
     DIM_REDUCTION,
     HOLD,
     INPUT_FILTER,
+    OBS_HOLD,
     Batch,
-    Modulation,
     Param,
     Perturbation,
     Source,
@@ -222,22 +226,6 @@ def _force(name: str, newtons: float) -> Perturbation:
         "An external force (MuJoCo xfrc_applied) on a body while on (paper Table 9): "
         "constant by default, or pulsed by episode step as the authors' released code does.",
     )
-
-
-#: Action smoothing (the paper authors' app has it): an EMA of the applied action, restarted
-#: each episode — ``alpha`` is the newest action's weight (1: no smoothing).
-ACTION_SMOOTHING = Modulation(
-    "action_smoothing", "Action smoothing",
-    (Param("alpha", 0.5, "EMA weight", 0.01, 1.0,
-           help="weight of the policy's newest action in the applied one (1: none)"),),
-    "Apply an exponential moving average of the policy's actions (restarts each episode).")
-#: Probabilistic observation hold (the authors' app has it): with ``probability`` the policy
-#: sees the previous step's observation again instead of the new one.
-OBS_HOLD = Modulation(
-    "obs_hold", "Observation hold",
-    (Param("probability", 0.2, "Probability", 0.0, 1.0,
-           help="chance that a step's observation repeats the previous one"),),
-    "Show the policy its previous observation again, at random, instead of the new one.")
 
 
 class GymSource(Source):
