@@ -171,13 +171,15 @@ class ReplaySource(Source):
         self._episode_return = 0.0
         self._returns: list[list[float]] = []
 
-    def _episodes(self, sl: slice, done: bool) -> dict[str, Any]:
+    def _episodes(self, sl: slice, done: bool,
+                  events: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """Episode counters after the rows of ``sl`` (the RL source's info keys).
 
         From the recorded episode index and reward columns, so a loop recorded without
         ``episode_end`` events (``idt_desk.Recorder``) has its returns too. An episode ends
         when the index changes; the last one at the replay's end when it ran its recorded
-        length (``episode_steps``).
+        length (``episode_steps``). Each end is handed over as an ``episode_end`` event at its
+        last row (into ``events``), as the RL source does: what an alarm's cost is read from.
         """
         if self._r is None or not self._has_episodes:
             return {}
@@ -189,12 +191,12 @@ class ReplaySource(Source):
             for k, at in enumerate(starts):
                 e = int(ep[at])
                 if e != self._episode:
-                    self._finish_episode()
+                    self._finish_episode(events, int(at) - 1)
                     self._episode, self._episode_step, self._episode_return = e, 0, 0.0
                 self._episode_step += int(lengths[k])
                 self._episode_return += float(sums[k])
         if done and self.episode_steps and self._episode_step >= int(self.episode_steps):
-            self._finish_episode()
+            self._finish_episode(events, len(ep) - 1)
             self._episode_step, self._episode_return = 0, 0.0
         if self._episode is None or self._episode < 0:
             return {"episode_returns": [list(x) for x in self._returns]}
@@ -202,10 +204,15 @@ class ReplaySource(Source):
                 "episode_return": self._episode_return,
                 "episode_returns": [list(x) for x in self._returns]}
 
-    def _finish_episode(self) -> None:
+    def _finish_episode(self, events: list[dict[str, Any]] | None = None, row: int = -1
+                        ) -> None:
         if self._episode is not None and self._episode >= 0 and self._episode_step:
             self._returns.append([self._episode, self._episode_return])
             del self._returns[:-MAX_RETURNS]
+            if events is not None:
+                events.append({"kind": "episode_end", "row": row, "episode": self._episode,
+                               "return": self._episode_return,
+                               "length": self._episode_step, "replayed": True})
 
     def _say(self, text: str) -> None:
         """Add to what is said once before the replay runs (:attr:`notice`)."""
@@ -397,7 +404,7 @@ class ReplaySource(Source):
             [*(self._history if lo == 0 else ()), *self._turns[sl]],
             info={**self._view_info, "replay_progress": hi / max(total, 1),
                   "replay_position": hi, "replay_rows": total,
-                  **self._follow_info(done), **self._episodes(sl, done),
+                  **self._follow_info(done), **self._episodes(sl, done, events),
                   **({"y": self._n[hi - 1 - base].copy(), "time": float(self._t[hi - 1 - base])}
                      if hi > lo else {})},
         )

@@ -139,3 +139,31 @@ def test_an_alarm_already_on_is_not_the_next_perturbations_detection():
     alarms2.update(_table(30, 120), {m: always for m in (*metrics, "IDT")}, metrics, 30)
     (kind, _at, fields), = [e for e in log2.events if e[0].endswith("detected")]
     assert kind == "not_detected" and fields["alarm_carried"]
+
+
+def test_a_replay_says_what_a_change_cost_from_the_recorded_returns(tmp_path):
+    """The replay source hands over each episode's end (from the recorded episode and reward
+    columns), so a replayed alarm gets its cost as the live one did."""
+    from idt_desk_sources.replay import ReplaySource
+
+    import idt_desk
+    from idt_desk.live.session import Session, SessionConfig, run_headless
+
+    rng = np.random.default_rng(3)
+    steps, n = 100, 6000
+    ep = np.arange(n) // steps
+    x = rng.normal(size=(n + 1, 2))
+    u = rng.normal(size=(n, 1))
+    reward = np.where(np.arange(n) >= 4000, 0.9, 1.0) + 0.001 * rng.standard_normal(n)
+    path = tmp_path / "loop"
+    with idt_desk.Recorder(path, ["x", "y"], ["u"], rate=20.0, reward=True, window=50,
+                           stride=25, calibration_windows=2, baseline_windows=20) as rec:
+        rec.add(x[:3950], u[:3950], x[1:3951], reward=reward[:3950], episode=ep[:3950])
+        rec.perturb("friction", strength=2)
+        rec.add(x[3950:n], u[3950:], x[3951:], reward=reward[3950:], episode=ep[3950:])
+    replay = Session(SessionConfig(speed=None), source=ReplaySource(path=str(path)))
+    run_headless(replay)
+    (impact,) = [e for e in replay.events_since(0) if e["kind"] == "impact"]
+    # The first whole episode after the onset at 3,950 is episode 40 (steps 4,000-4,099).
+    assert impact["i"] == 4100 and impact["episodes"] == 20
+    assert impact["change"] == pytest.approx(-0.1, abs=0.002) and impact["costly"]

@@ -80,7 +80,9 @@ class Alarms:
                       "unit": "turn" if self.turns else "window", "z_sum": {}, "z_n": {},
                       # An alarm already on (an earlier change's) is not this one's detection:
                       # only an alarm that rises after it has cleared is.
-                      "carried": bool(self.alarm["IDT"])}
+                      "carried": bool(self.alarm["IDT"]),
+                      # The returns of the episodes that ended before it (the latest kept).
+                      "before": [r for end, r in self._returns if end <= i]}
 
     def episode_end(self, i: int, ret: float, length: int | None) -> None:
         """An episode ended at transition ``i`` with return ``ret`` (``length`` steps).
@@ -92,8 +94,6 @@ class Alarms:
         onset = self.onset
         if onset is not None and length is not None and i - int(length) >= onset["i"] \
                 and onset.get("off_i") is None:
-            if "before" not in onset:  # the episodes that ended before the onset
-                onset["before"] = [r for end, r in self._returns if end <= onset["i"]]
             before = np.array(onset["before"])
             onset.setdefault("after", []).append(float(ret))
             if before.size:
