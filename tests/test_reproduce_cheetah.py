@@ -66,6 +66,12 @@ def test_tiny_reproduction_writes_every_output(tiny_run):
     assert a["baseline_P"] == b["baseline_P"] and a["return_pre"] == b["return_pre"]
     assert a["return_post"] != b["return_post"]
     assert other["return_pre"] != a["return_pre"]
+    # Every episode's return is kept (for intervals over episodes), and the means are theirs.
+    for _, row in trials.iterrows():
+        pre, post = json.loads(row["returns_pre"]), json.loads(row["returns_post"])
+        assert len(pre) == 1 and len(post) == 2  # episode 1 before the onset, 2 and 3 after
+        assert np.mean(post) == pytest.approx(row["return_post"], abs=1e-5)
+        assert np.mean(pre) == pytest.approx(row["return_pre"], abs=1e-5)
     summary = json.loads((out / "summary.json").read_text())
     for key in ("baseline_P", "baseline_dH", "detection_rate", "median_latency",
                 "t_test_IDT_vs_reward", "cohens_d", "exclusions", "config"):

@@ -762,6 +762,10 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
         row["return_pre_cv"] = (float(pre.std(ddof=1) / abs(pre.mean()))
                                 if pre.size > 1 and pre.mean() != 0 else math.nan)
         row["return_post"] = float(post.mean()) if post.size else math.nan
+        # Every episode's return (JSON lists), for intervals over episodes: a modulation's
+        # recovered return, a perturbation's cost.
+        row["returns_pre"], row["returns_post"] = (json.dumps([round(x, 6) for x in v])
+                                                   for v in (pre.tolist(), post.tolist()))
         row.update(_engagements(log, onset, total, preset.window, preset.stride,
                                 by_hand=trial.auto.startswith(HAND)))
         row["group_wall_seconds"] = wall
