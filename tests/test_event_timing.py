@@ -9,6 +9,7 @@ import pytest
 from idt_desk_sources.pendulum import PendulumSource
 from idt_desk_sources.replay import ReplaySource
 
+from idt_desk.live.alarms import HORIZON_WINDOWS
 from idt_desk.live.session import Session, SessionConfig, run_headless, undefined_reason
 from idt_desk.live.source import Batch, Perturbation, Source
 from idt_desk.recordings import load_recording
@@ -271,8 +272,8 @@ def test_an_alarm_beyond_the_horizon_is_not_a_detection():
     session.schedule(400, "perturb", name="obs_noise", params={"sigma": 0.0})  # left on
     # The first window holding transition 400 is window 37 (it ends at 410); an alarm only
     # from window 37 + 100 on: one window past the horizon.
-    _force_alarm(session, lambda k: k >= 37 + Session.HORIZON_WINDOWS)
-    run_headless(session, steps=40 + 10 * (37 + Session.HORIZON_WINDOWS + 20))
+    _force_alarm(session, lambda k: k >= 37 + HORIZON_WINDOWS)
+    run_headless(session, steps=40 + 10 * (37 + HORIZON_WINDOWS + 20))
     onset = session.snapshot(1).onset
     assert session.snapshot(1).alarm["IDT"]  # the alarm fired...
     assert onset["first_window"] == 37 and onset["latency"] is None  # ...too late to count
@@ -317,7 +318,7 @@ def test_a_verdict_is_stamped_where_it_was_decided_at_every_speed(case, schedule
         for at, name, params in schedule:
             session.schedule(at, "perturb", name=name, params=params)
         _force_alarm(session, lambda k: k >= 10_000)  # never
-        run_headless(session, steps=40 + 10 * (37 + Session.HORIZON_WINDOWS + 30))
+        run_headless(session, steps=40 + 10 * (37 + HORIZON_WINDOWS + 30))
         got[speed] = [(e["kind"], e["i"]) for e in _verdicts(session)]
     assert got[None] == [expected], got
     assert got[10] == got[None] and got[20] == got[None]

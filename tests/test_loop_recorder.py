@@ -244,7 +244,7 @@ def test_a_full_disk_refuses_rows_until_there_is_room_and_tears_nothing(tmp_path
                 monkeypatch.setattr(_format.os, "write", full)
             if lo == 4000:
                 monkeypatch.setattr(_format.os, "write", real)  # room again
-                assert until(lambda: rec.session._recorder.error is None)
+                assert until(lambda: rec.session.sink.error is None)
             try:
                 rec.add(s[lo:lo + 200], a[lo:lo + 200], s2[lo:lo + 200])
                 kept.append(lo)

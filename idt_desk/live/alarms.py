@@ -11,12 +11,16 @@ gives it, so events land in transition order however the loop was chunked.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from idt_desk.detection.auto import AutoController
 from idt_desk.detection.monitor import IDT_METRICS
+
+if TYPE_CHECKING:
+    from idt_desk.live.seams import CalibrationHost
+    from idt_desk.live.source import Source
 
 __all__ = ["COSTLY_RETURN", "HORIZON_TURNS", "HORIZON_WINDOWS", "Alarms", "auto_controller",
            "baseline_overlap", "baseline_span", "impact_text", "overlap_text",
@@ -57,7 +61,7 @@ class Alarms:
         Logs an event at the end of a window being processed.
     """
 
-    def __init__(self, turns: bool, source: Any, later: Later) -> None:
+    def __init__(self, turns: bool, source: Source, later: Later) -> None:
         self.turns = turns
         self.source = source
         self.later = later
@@ -242,7 +246,7 @@ class Alarms:
                                        "engaged": a.engaged}
 
 
-def baseline_span(session: Any) -> tuple[int, int] | None:
+def baseline_span(session: CalibrationHost) -> tuple[int, int] | None:
     """Transitions ``[first, end)`` the calibration still to come is made of; None once set.
 
     The symbols' calibration windows (while the symbols are not calibrated) and the
@@ -259,15 +263,16 @@ def baseline_span(session: Any) -> tuple[int, int] | None:
         end = session.n_transitions + left
         return end - need, end
     window, stride = session.preset.window, session.preset.stride
-    if not session._pipe.calibrated:
-        first = session._offset
+    if not session.pipeline.calibrated:
+        first = session.offset
         end = first + window + (session.config.calibration_windows + need - 1) * stride
         return first, end
-    end = session._next_window_end() + (left - 1) * stride
+    end = session.next_window_end() + (left - 1) * stride
     return end - window - (need - 1) * stride, end
 
 
-def baseline_overlap(session: Any, on: int, off: int | None) -> dict[str, Any] | None:
+def baseline_overlap(session: CalibrationHost, on: int, off: int | None
+                     ) -> dict[str, Any] | None:
     """The overlap of a perturbation on over transitions ``[on, off)`` with the calibration.
 
     None when there is none (or the baseline is set); otherwise the event's fields:

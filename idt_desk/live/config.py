@@ -8,7 +8,9 @@ stays flat over hours). Plain data: no thread, no source.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -17,9 +19,20 @@ import numpy as np
 from idt_desk.detection.monitor import ADJUSTED_METRICS, Baseline
 from idt_desk.metrics.tokens import LENGTH_COLUMNS
 
-__all__ = ["AGENCY_EVERY", "MAX_SPEED_CHUNKS", "PACE_SLICE", "TURN_COLUMNS", "WINDOW_COLUMNS",
-           "SessionConfig", "Snapshot", "WindowRing", "undefined_reason", "versions",
-           "window_columns"]
+__all__ = [
+    "AGENCY_EVERY",
+    "MAX_SPEED_CHUNKS",
+    "PACE_SLICE",
+    "TURN_COLUMNS",
+    "WINDOW_COLUMNS",
+    "EventJournal",
+    "SessionConfig",
+    "Snapshot",
+    "WindowRing",
+    "undefined_reason",
+    "versions",
+    "window_columns",
+]
 
 #: Columns only a dialogue's windows (turns) have: its structural baselines
 #: (idt_desk.metrics.embeddings) and its token counts, length-adjusted metrics and their flags
@@ -233,6 +246,46 @@ class WindowRing:
         n = min(limit, self.total, self.capacity)
         pos = np.arange(self.total - n, self.total) % self.capacity
         return {c: self.data[c][pos] for c in self.columns}
+
+
+class EventJournal:
+    """A session's events: every one kept (a few a minute), the latest few for a snapshot.
+
+    Perturbation and modulation switches are also kept apart, so alarm chatter cannot push
+    the start of a long perturbation out of the bounded recent events. Thread-safe: the loop
+    appends, consumers copy.
+    """
+
+    def __init__(self, recent: int = 500, switches: int = 200) -> None:
+        self._lock = threading.Lock()
+        self._all: list[dict[str, Any]] = []
+        self._recent: deque[dict[str, Any]] = deque(maxlen=recent)
+        self._switches: deque[dict[str, Any]] = deque(maxlen=switches)
+        self._listeners: list[Callable[[dict[str, Any]], None]] = []
+
+    def add_listener(self, fn: Callable[[dict[str, Any]], None]) -> None:
+        """Call ``fn(event)`` with every event as it is logged (in the loop's thread)."""
+        self._listeners.append(fn)
+
+    def log(self, ev: dict[str, Any]) -> None:
+        """Keep ``ev`` and hand it to the listeners."""
+        with self._lock:
+            self._all.append(ev)
+            self._recent.append(ev)
+            if ev["kind"].startswith(("perturbation_", "modulation_")):
+                self._switches.append(ev)
+        for fn in self._listeners:
+            fn(ev)
+
+    def since(self, n: int) -> list[dict[str, Any]]:
+        """The events from the ``n``-th on (all of them from 0), oldest first."""
+        with self._lock:
+            return self._all[max(0, int(n)):]
+
+    def recent(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Copies of the latest events and of the latest switches."""
+        with self._lock:
+            return list(self._recent), list(self._switches)
 
 
 def versions() -> dict[str, str]:

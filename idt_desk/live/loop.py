@@ -396,9 +396,9 @@ class Recorder:
             raise RecordingError(f"{self.path}: the pipeline's thread failed "
                                  f"({type(self._failure).__name__}: {self._failure}); "
                                  "close the recorder (what it took is kept)")
-        rec = self.session._recorder
-        if rec is not None and rec.error is not None:
-            raise rec.error
+        error = self.session.sink.error
+        if error is not None:
+            raise error
         return False
 
     # -- the pipeline's side ----------------------------------------------------------------
@@ -434,8 +434,8 @@ class Recorder:
         (:meth:`_check`). Once a write succeeds, the rows go on; a close does not wait (its
         last write says whether there was room).
         """
-        rec = self.session._recorder
-        while rec is not None and rec.error is not None:
+        sink = self.session.sink
+        while sink.error is not None:
             with self._cond:
                 if self._closing:
                     return
@@ -480,9 +480,8 @@ class Recorder:
             while self._done < target and self._failure is None and self._thread.is_alive():
                 self._cond.wait(0.5)
             self._check()
-        rec = self.session._recorder
-        if rec is not None:
-            rec.flush()
+        if self.session.sink.recording:
+            self.session.sink.recorder.flush()
 
     def close(self, error: str | None = None) -> None:
         """Process what is left and close the recording (``session_end``).
@@ -509,8 +508,7 @@ class Recorder:
         ses = self.session
         if error is None and failure is not None:
             error = f"the pipeline failed: {type(failure).__name__}: {failure}"
-        ses._state = "error" if error else "stopped"
-        ses._error = error
+        ses.run.finish(error)
         ses.end()
         if given is None and ses.state == "error":  # not the loop's own exception: say it
             raise RecordingError(f"{self.path}: closed as an error: {ses.error}")

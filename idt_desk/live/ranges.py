@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from idt_desk.detection.monitor import IDT_METRICS
 from idt_desk.live.alarms import Later
 from idt_desk.metrics.engine import sliding_metrics
 from idt_desk.metrics.symbolize import Symbolizer
+
+if TYPE_CHECKING:
+    from idt_desk.live.seams import CalibrationHost
 
 __all__ = ["VERDICTS", "RangeWatch", "RowRing", "recheck", "recheck_text", "shift_verdict"]
 
@@ -183,7 +186,8 @@ class RangeWatch:
     #: Most memory the raw rows may take; a longer baseline is not re-checked.
     MAX_BYTES = 256 * 2**20
 
-    def __init__(self, warn: float, persist: int, later: Later, session: Any = None) -> None:
+    def __init__(self, warn: float, persist: int, later: Later,
+                 session: CalibrationHost | None = None) -> None:
         self.warn = warn
         self.recent: deque[float] = deque(maxlen=persist)
         self.later = later
@@ -269,7 +273,7 @@ class RangeWatch:
         recent = self._rows.rows(at - self._spans()[1], at)
         if recent is None:
             return None
-        pipe = ses._pipe
+        pipe = ses.pipeline
         return recheck(pipe.sym_s, pipe.sym_a, self.reference, recent,
                        window=ses.preset.window, stride=ses.preset.stride,
                        correction=ses.config.correction, k=ses.monitor.k, cache=self._cache)

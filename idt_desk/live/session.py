@@ -2,14 +2,15 @@
 
 ::
 
-    source (worker thread) --batches--> modulation state -> recorder -> symboliser -> engine
-        ^ commands (thread-safe queue)                                   -> monitor/controller
+    source (worker thread) --batches--> modulation state -> sink -> symboliser -> engine
+        ^ Commands (queue, schedule)                                 -> monitor/Alarms/Auto
     consumers (GUI timer, CLI progress) <-- snapshot() copies of lock-protected ring buffers
 
 Nothing here imports Qt: the GUI and the headless ``idt-desk run`` drive the same class.
-Commands take effect at the next chunk boundary (a few milliseconds of loop time); the
-worker checks its stop flag between chunks. A source exception stops the session cleanly
-with its message in ``error`` and an ``error`` event in the recording.
+Its helpers own their state and reach it through ``idt_desk.live.seams``. Commands take
+effect at the next chunk boundary (a few milliseconds of loop time); the worker checks its
+stop flag between chunks. A source exception stops the session cleanly with its message in
+``error`` and an ``error`` event in the recording.
 
 Event timing. Every event carries ``i``, the exact transition index at which it takes
 effect (the number of transitions processed before it), and ``t``, the loop time of that
@@ -30,10 +31,8 @@ arrives, live exactly as in a replay.
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -42,24 +41,25 @@ import numpy as np
 
 from idt_desk.detection.agency import agency_conditions
 from idt_desk.limits import PIPELINE_KEYS, check_finite, check_limit, check_pipeline
-from idt_desk.live.alarms import HORIZON_TURNS, HORIZON_WINDOWS, Alarms, auto_controller
-from idt_desk.live.commands import apply_command, source_events
+from idt_desk.live.alarms import Alarms, auto_controller
+from idt_desk.live.commands import Commands, source_events
 from idt_desk.live.config import (
     MAX_SPEED_CHUNKS,
     WINDOW_COLUMNS,
+    EventJournal,
     SessionConfig,
     Snapshot,
     WindowRing,
     undefined_reason,
 )
 from idt_desk.live.ranges import RangeWatch
-from idt_desk.live.sink import export_session, open_recording
-from idt_desk.live.snapshot import take_snapshot
+from idt_desk.live.sink import Sink, export_session, preset_record
+from idt_desk.live.snapshot import detector_info
 from idt_desk.live.source import Batch, Source
 from idt_desk.live.turns import TurnPath
-from idt_desk.live.worker import run_headless, run_loop
+from idt_desk.live.worker import LoopState, Pacer, run_headless, run_loop
 from idt_desk.pipeline import Pipeline, Step, source_monitor, source_preset
-from idt_desk.recordings import Recorder, RecordingError
+from idt_desk.recordings import RecordingError
 
 __all__ = ["MAX_SPEED_CHUNKS", "WINDOW_COLUMNS", "Session", "SessionConfig", "Snapshot",
            "run_headless", "undefined_reason"]
@@ -112,69 +112,59 @@ class Session:
         if source.metric_path not in ("windows", "turns"):
             raise ValueError(f"source {source.name}: metric_path must be 'windows' or 'turns', "
                              f"not {source.metric_path!r}")
-        self._turn_path = source.metric_path == "turns"
+        turn_path = source.metric_path == "turns"
         self.config.resolve_defaults(source)  # so a recording states what was in force
         #: The turn path (a dialogue: token metrics, transcript, length confound), or None.
-        self._turns: TurnPath | None = TurnPath(self) if self._turn_path else None
-        if not self._turn_path:
+        self.turns: TurnPath | None = TurnPath(self.config, source, self._emit, self._show) \
+            if turn_path else None
+        if not turn_path:
             self.config.baselines = False
         check_limit("history", self.config.history)  # before the window ring is allocated
-        check_pipeline(self._pipeline_dict())
+        check_pipeline(self.pipeline_settings())
         self._lock = threading.Lock()
-        self._commands: queue.Queue = queue.Queue()
-        self._stop = threading.Event()
-        self._resume = threading.Event()
-        self._resume.set()
+        #: Where the loop is (running, paused, stopped) and its stop/resume flags.
+        self.run = LoopState()
+        #: Loop time against the wall clock, and the loop's rate.
+        self.pacer = Pacer()
+        #: The commands waiting for the loop: the queue, the schedule, pending impulses.
+        self.commands = Commands()
+        #: The recording (``record``: from the start; ``start_recording`` can start later).
+        self.sink = Sink(record)
         self._thread: threading.Thread | None = None
-        self._state = "idle"
-        self._error: str | None = None
         self._ring = WindowRing(self.config.history, WINDOW_COLUMNS)
-        self._events: deque[dict[str, Any]] = deque(maxlen=500)
-        #: Every event of the session (a few per minute: kept whole for export_session).
-        self._event_log: list[dict[str, Any]] = []
-        #: The latest recording this session wrote (open or closed), or None.
-        self.recording_path: Path | None = None
-        # Perturbation/modulation switches, kept apart so alarm chatter cannot push the start
-        # of a long perturbation out of the bounded event log.
-        self._switches: deque[dict[str, Any]] = deque(maxlen=200)
+        #: Every event of the session, the latest ones and the switches.
+        self.journal = EventJournal()
         self._info: dict[str, Any] = {}
-        self._alarms = Alarms(self._turn_path, source, self._later)
-        self._recorder: Recorder | None = None
-        self._pending_record = Path(record) if record is not None else None
+        #: Alarm lights, the latest onset and its verdict, Auto.
+        self.alarms = Alarms(turn_path, source, self._later)
         self.n_transitions = 0
         #: Stop by itself after this many transitions (None: run until stopped).
         self.limit: int | None = None
-        self._schedule: list[tuple[int, str, dict[str, Any]]] = []
         self._sim_time = 0.0
-        self._throughput = 0.0
-        self._loop_rate = 0.0
         self._n_undefined = 0
-        self._impulses: list[str] = []
         self._agency: dict[str, Any] | None = None
-        self._agency_at = 0.0
         self._window_events: list[tuple[int, str, dict[str, Any]]] = []
         self._listeners: list[Callable[[], None]] = []
-        self._event_listeners: list[Callable[[dict[str, Any]], None]] = []
-        self._paused_reason: str | None = None
         self._known_ranges: dict[str, Any] = {}
+        self._detector: dict[str, Any] | None = None
         #: A failed write (a full disk) ends the session (True), or the caller holds its
         #: rows back until there is room again (``idt_desk.Recorder``).
         self.stop_on_write_error = True
-        self._build_pipeline()
-        source.should_stop = self._stop.is_set
-        source.publish = self._publish
+        self.rebuild_pipeline()
+        source.should_stop = lambda: self.run.stop_requested
+        source.publish = lambda info: self._show(None, info)
 
     # -- public API (any thread) ------------------------------------------------------------
 
     @property
     def state(self) -> str:
         """idle, running, paused, stopped or error."""
-        return self._state
+        return self.run.state
 
     @property
     def error(self) -> str | None:
         """The message that stopped the session, if one did."""
-        return self._error
+        return self.run.error
 
     @property
     def running(self) -> bool:
@@ -187,7 +177,7 @@ class Session:
 
     def add_event_listener(self, fn: Callable[[dict[str, Any]], None]) -> None:
         """Call ``fn(event)`` with every event as logged (a snapshot's are bounded)."""
-        self._event_listeners.append(fn)
+        self.journal.add_listener(fn)
 
     def start(self) -> None:
         """Start the worker thread."""
@@ -195,18 +185,18 @@ class Session:
             raise RuntimeError("a session runs once; build a new Session to run again")
         self._thread = threading.Thread(target=self._run, name=f"idt-{self.source.name}",
                                         daemon=True)
-        self._state = "running"
+        self.run.start()
         self._thread.start()
 
     def request_stop(self) -> None:
         """Ask the worker to stop, and return at once (:attr:`running` says when it has)."""
-        self._stop.set()
-        self._resume.set()
+        self.run.request_stop()
 
     @property
     def stopping(self) -> bool:
         """The loop is over (asked to stop, or at a replay's end) but the worker still runs."""
-        return self.running and (self._stop.is_set() or self._state in ("stopped", "error"))
+        return self.running and (self.run.stop_requested
+                                 or self.run.state in ("stopped", "error"))
 
     def stop(self, timeout: float = 10.0) -> None:
         """Ask the worker to stop and wait up to ``timeout`` s for it.
@@ -218,8 +208,8 @@ class Session:
             self._thread.join(timeout)
             if self._thread.is_alive():
                 raise RuntimeError(f"session worker did not stop within {timeout} s")
-        elif self._recorder is not None:
-            self._finish()
+        elif self.sink.recorder is not None:
+            self.end()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the worker to end by itself (a replay's end); True if it has."""
@@ -274,7 +264,7 @@ class Session:
         bad = set(changes) - allowed
         if bad:
             raise ValueError(f"cannot reconfigure {sorted(bad)}; allowed: {sorted(allowed)}")
-        source_preset(self.source, {**self._pipeline_dict(), **changes})  # validate now
+        source_preset(self.source, {**self.pipeline_settings(), **changes})  # validate now
         self._command("reconfigure", **changes)
 
     def schedule(self, at: int, kind: str, **args: Any) -> None:
@@ -287,8 +277,7 @@ class Session:
             raise RuntimeError("schedule commands before start(); send them live otherwise")
         if kind == "perturb" and args.get("params") is not None:
             args["params"] = self.source.perturbation(args["name"]).resolve(args["params"])
-        self._schedule.append((int(at), kind, args))
-        self._schedule.sort(key=lambda c: c[0])
+        self.commands.schedule(at, kind, args)
 
     def note(self, text: str) -> None:
         """Add a note event (recorded)."""
@@ -304,35 +293,80 @@ class Session:
 
     def snapshot(self, limit: int = 2000) -> Snapshot:
         """Copies of the latest ``limit`` windows and of the session's state."""
-        return take_snapshot(self, limit)
+        events, switches = self.journal.recent()
+        with self._lock:
+            windows = self._ring.tail(limit)
+            pipe, alarms, src = self.pipeline, self.alarms, self.source
+            self._detector = detector_info(self.monitor, self._detector)
+            return Snapshot(
+                state=self.run.state,
+                error=self.run.error,
+                source=src.name,
+                n_transitions=self.n_transitions,
+                n_windows=self._ring.total,
+                sim_time=self._sim_time,
+                speed=self.config.speed,
+                preset=self._preset_dict,
+                calibration=(pipe.n_buffered if not pipe.calibrated
+                             else pipe.calibration_transitions, pipe.calibration_transitions),
+                baseline=self.monitor.baseline,
+                baseline_progress=self.monitor.baseline_progress,
+                windows=windows,
+                info=dict(self._info),
+                events=events,
+                switches=switches,
+                active_perturbations={k: dict(v) for k, v in src.active_perturbations.items()},
+                active_modulations={k: dict(v) for k, v in src.active_modulations.items()},
+                auto=alarms.auto_state(),
+                alarm=dict(alarms.alarm),
+                onset=None if alarms.onset is None else dict(alarms.onset),
+                recording=str(self.sink.path) if self.sink.recording else None,
+                throughput=self.pacer.throughput,
+                loop_rate=self.pacer.loop_rate,
+                out_of_range_warning=None if self._range.warning is None
+                else dict(self._range.warning),
+                n_undefined=self._n_undefined,
+                agency=self._agency,
+                paused_reason=self.run.paused_reason,
+                tokenizer=self.config.tokenizer if self.turns is not None else None,
+                detector=self._detector,
+                n_alarms=alarms.n_alarms,
+            )
+
+    @property
+    def recording_path(self) -> Path | None:
+        """The latest recording this session wrote (open or closed), or None."""
+        return self.sink.path
 
     # -- pipeline ---------------------------------------------------------------------------
 
-    def _pipeline_dict(self) -> dict[str, Any]:
+    def pipeline_settings(self) -> dict[str, Any]:
+        """The pipeline's settings in force (``limits.PIPELINE_KEYS``)."""
         return {key: getattr(self.config, key) for key in PIPELINE_KEYS}
 
-    def _build_pipeline(self) -> None:
+    def rebuild_pipeline(self) -> None:
         """(Re)build symbolisers, engine and monitor from the configuration."""
         c = self.config
-        self.preset = source_preset(self.source, self._pipeline_dict())
+        self.preset = source_preset(self.source, self.pipeline_settings())
         self._preset_dict = self.preset.to_dict()  # snapshots are taken 30 times a second
-        self._detector_cache: dict[str, Any] | None = None
+        self._detector = None
         # Seconds of loop time convert through the source's rate, never the wall clock.
-        self.monitor = source_monitor(self.source, self._pipeline_dict(), self.preset)
-        self._offset = self.n_transitions  # transition index of the engine's sample 0
+        self.monitor = source_monitor(self.source, self.pipeline_settings(), self.preset)
+        #: Transition index of the pipeline's sample 0 (it restarts with every rebuild).
+        self.offset = self.n_transitions
         self._tail = np.empty((0, 1))
         self._range = RangeWatch(self.OUT_OF_RANGE_WARN, self.OUT_OF_RANGE_PERSIST,
                                  self._later, self)
-        self._alarms.auto = auto_controller(c.auto)
-        if self._turn_path:
+        self.alarms.auto = auto_controller(c.auto)
+        if self.turns is not None:
             # Token counts need no symbols: nothing to calibrate, one row per turn.
-            self._pipe = Pipeline(self.preset, self.monitor, turns=True)
+            self.pipeline = Pipeline(self.preset, self.monitor, turns=True)
         else:
-            self._pipe = Pipeline(
+            self.pipeline = Pipeline(
                 self.preset, self.monitor, state_names=self.source.state_names,
                 action_names=None if self.source.passive else self.source.action_names,
                 calibration_windows=c.calibration_windows, correction=c.correction)
-        self.engine = self._pipe.engine
+        self.engine = self.pipeline.engine
         # _tail (above): the loop time of recent transitions (for events' times).
 
     def _time_at(self, i: int) -> float:
@@ -353,46 +387,40 @@ class Session:
             return
         i0 = self.n_transitions
         t = b.t if b.t is not None else (i0 + 1 + np.arange(n)) / self.source.rate
-        if self._recorder is not None and self._recorder.error is not None and \
-                self.stop_on_write_error:
-            raise self._recorder.error  # a full disk: stop, rather than fill memory
-        if not self._turn_path:  # refused at the transition that carries it, unrecorded
+        if self.sink.error is not None and self.stop_on_write_error:
+            raise self.sink.error  # a full disk: stop, rather than fill memory
+        if self.turns is None:  # refused at the transition that carries it, unrecorded
             src = self.source
             check_finite("s", b.s, src.state_names, i0)
             if b.a is not None and not src.passive:
                 check_finite("a", b.a, src.action_names, i0)
             check_finite("s_next", b.s_next, src.state_names, i0)
-        if self._recorder is not None:
-            self._recorder.add_transitions(i0, t, b.s, b.a, b.s_next, b.reward, b.episode)
-            if self._turn_path:
-                turns = b.turns or ()
-                self._recorder.add_turns([t for t in turns if t.get("history")])
-                self._recorder.add_turns([{"i": i0 + j, **t} for j, t in enumerate(
-                    t for t in turns if not t.get("history"))])
+        self.sink.transitions(i0, t, b.s, b.a, b.s_next, b.reward, b.episode,
+                              None if self.turns is None else b.turns or ())
         # The loop times events of the next windows may ask for.
-        keep = self.preset.window + n + self._pipe.n_buffered
+        keep = self.preset.window + n + self.pipeline.n_buffered
         self._tail = np.concatenate([self._tail, np.asarray(t, dtype=np.float64)[:, None]]
                                     )[-keep:]
         self.n_transitions += n
         self._sim_time = float(t[-1])
-        if self._turn_path:
-            self._turns.feed(b, i0, t)
+        if self.turns is not None:
+            self.turns.feed(b, i0, t)
             return
         r = b.reward if b.reward is not None else np.full(n, np.nan)
-        a = None if self._pipe.sym_a is None else b.a
-        self._range.add_rows(b.s, a, b.s_next, self._pipe.n_buffered)
+        a = None if self.pipeline.sym_a is None else b.a
+        self._range.add_rows(b.s, a, b.s_next, self.pipeline.n_buffered)
         columns = {"reward": r, "t": np.asarray(t, dtype=np.float64)}
         if b.episode is not None:  # an episodic loop's windows know their phase
             columns["episode"] = b.episode
-        step = self._pipe.push(b.s, a, b.s_next, columns, ranges=self._value_ranges)
+        step = self.pipeline.push(b.s, a, b.s_next, columns, ranges=self._value_ranges)
         if step.calibrated is not None:
             cal = step.calibrated
-            self._event("calibrated", at=self._offset + cal["transitions"],
+            self.event("calibrated", at=self.offset + cal["transitions"],
                         transitions=cal["transitions"], value_ranges=self._known_ranges,
                         symbolizer=cal["symbolizer"],
                         action_symbolizer=cal["action_symbolizer"])
         if step.windows is not None:
-            self._emit_step(step, self._offset)
+            self._emit_step(step, self.offset)
 
     def _emit_step(self, step: Step, offset: int) -> None:
         """The windows of a judged pipeline step, as the session's table (see _emit)."""
@@ -409,9 +437,11 @@ class Session:
         return tuple({j: known[v] for j, v in enumerate(names) if v in known}
                      for names in (self.source.state_names, self.source.action_names))
 
-    def _publish(self, info: Mapping[str, Any]) -> None:
-        """A source's display state during a long step (``Source.publish``)."""
+    def _show(self, agency: dict[str, Any] | None, info: Mapping[str, Any]) -> None:
+        """Display state (``Source.publish``, the turn path's) and agency (None: same)."""
         with self._lock:
+            if agency is not None:
+                self._agency = agency
             self._info.update(info)
 
     def _emit(self, table: dict[str, np.ndarray], k: int, step: Step | None = None) -> None:
@@ -421,16 +451,15 @@ class Session:
         judged here.
         """
         self._n_undefined += int(np.isnan(table["P"]).sum())
-        self._judged(table, step := step or self._pipe.judge(table))
+        self._judged(table, step := step or self.pipeline.judge(table))
         self._range.update(table, step.baseline_row)
         # Events of these windows in transition order, however the loop was chunked.
         for at, kind, fields in sorted(self._window_events, key=lambda e: e[0]):
-            self._event(kind, at=at, **fields)
+            self.event(kind, at=at, **fields)
         self._window_events.clear()
         with self._lock:
             self._ring.append(table, k)
-        if self._recorder is not None:
-            self._recorder.add_windows(table)
+        self.sink.windows(table)
         for fn in self._listeners:
             fn()
 
@@ -448,19 +477,15 @@ class Session:
             self._later("baseline", at=int(table["end"][step.baseline_row]),
                         **self.monitor.baseline.to_dict(), detector=self.monitor.to_dict())
         if step.flags is not None and np.isfinite(step.flags["IDT"]).any():
-            onset = self._alarms.onset
+            onset = self.alarms.onset
             z = self.monitor.zscores(step.windows or table) if onset is not None and \
                 onset["latency"] is None and not onset.get("logged") else None
-            self._alarms.update(table, step.flags, self.monitor.metrics,
+            self.alarms.update(table, step.flags, self.monitor.metrics,
                                 self._ring.total, z)
 
-    #: Windows after an onset's first window within which an alarm counts as its detection
-    #: (the turn path: the paper's injection turn and the two after it).
-    HORIZON_WINDOWS, HORIZON_TURNS = HORIZON_WINDOWS, HORIZON_TURNS
-
-    def _update_agency(self) -> None:
+    def update_agency(self) -> None:
         """Choice, effect and asymmetry of the latest W transitions (display only)."""
-        if self.engine is None or not self._pipe.calibrated or \
+        if self.engine is None or not self.pipeline.calibrated or \
                 self.engine.n_seen < self.preset.window:
             return
         s, a, n = self.engine.recent()
@@ -469,43 +494,42 @@ class Session:
         with self._lock:
             self._agency = result
 
-    def _next_window_end(self) -> int:
+    def next_window_end(self) -> int:
         """Transition index at which the engine's next window ends."""
-        if self._turn_path:
+        if self.turns is not None:
             return self.n_transitions + 1
-        return self._offset + self.engine.next_window_start + self.preset.window
+        return self.offset + self.engine.next_window_start + self.preset.window
 
     # -- worker -----------------------------------------------------------------------------
 
-    def _event(self, kind: str, at: int | None = None, **fields: Any) -> None:
+    def event(self, kind: str, at: int | None = None, **fields: Any) -> None:
         """Log an event at transition ``at`` (default: now) to the ring and the recording."""
         i = self.n_transitions if at is None else int(at)
         ev = {"kind": kind, "i": i, "t": self._time_at(i), "wall": time.time(), **fields}
         if kind == "episode_end" and isinstance(fields.get("return"), int | float):
-            self._alarms.episode_end(i, float(fields["return"]), fields.get("length"))
-        with self._lock:
-            self._events.append(ev)
-            self._event_log.append(ev)
-            if kind.startswith(("perturbation_", "modulation_")):
-                self._switches.append(ev)
-        if self._recorder is not None:
-            self._recorder.add_event(ev)
-        for fn in self._event_listeners:
-            fn(ev)
+            self.alarms.episode_end(i, float(fields["return"]), fields.get("length"))
+        self.sink.event(ev)
+        self.journal.log(ev)
 
     def events_since(self, n: int) -> list[dict[str, Any]]:
         """The session's events from the ``n``-th on (all of them from 0), oldest first."""
-        with self._lock:
-            return list(self._event_log[max(0, int(n)):])
+        return self.journal.since(n)
 
     def export_session(self, out: str | Path, fmt: str = "csv") -> list[Path]:
         """Write what the session holds without a recording (see :func:`.sink.export_session`)."""
-        return export_session(self, out, fmt)
+        with self._lock:
+            windows = self._ring.tail(self.config.history)
+            n_windows = self._ring.total
+        events = self.journal.since(0)
+        return export_session(out, self.config, preset_record(self),
+                              {"name": self.source.name, "rate": self.source.rate}, windows,
+                              events, n_transitions=self.n_transitions, n_windows=n_windows,
+                              fmt=fmt)
 
     def _command(self, kind: str, **args: Any) -> None:
-        self._commands.put((kind, args))
+        self.commands.put(kind, args)
         if kind == "resume":
-            self._resume.set()
+            self.run.wake()
 
     # -- one step of the loop, for the worker thread and for drivers that step many sources
     # together (``reproduce cheetah``): begin(), then plan() / the source steps / advance(),
@@ -517,13 +541,11 @@ class Session:
         The kernels before the source's first step (:meth:`Pipeline.warm`): the loop's first
         rows never wait for them. The source is reset with the session's seed.
         """
-        if self._pending_record is not None:
-            open_recording(self, self._pending_record)
-            self._pending_record = None
-        self._pipe.warm()
+        self.sink.open_pending(self)
+        self.pipeline.warm()
         self.source.reset(seed=self.config.seed)
-        self._event("session_start", source=self.source.name, settings=dict(self.source.config),
-                    pipeline=self._pipeline_dict())
+        self.event("session_start", source=self.source.name, settings=dict(self.source.config),
+                    pipeline=self.pipeline_settings())
 
     def plan(self, n: int) -> int:
         """Apply the scheduled commands that are due; how many steps the source may take now.
@@ -532,16 +554,15 @@ class Session:
         window end while Auto is on (a switch acts right after the window that made it) and
         at ``limit``. 0: the limit is reached.
         """
-        while self._schedule and self._schedule[0][0] <= self.n_transitions:
-            _, kind, args = self._schedule.pop(0)
-            apply_command(self, kind, args)
-        if self._schedule:
-            n = min(n, self._schedule[0][0] - self.n_transitions)
-        if not self._pipe.calibrated:
+        self.commands.apply_due(self)
+        due = self.commands.next_due()
+        if due is not None:
+            n = min(n, due - self.n_transitions)
+        if not self.pipeline.calibrated:
             # Calibration asks the source for its value ranges: at its exact transition.
-            n = min(n, self._offset + self._pipe.calibration_transitions - self.n_transitions)
-        elif self._alarms.auto is not None:
-            n = min(n, self._next_window_end() - self.n_transitions)
+            n = min(n, self.offset + self.pipeline.calibration_transitions - self.n_transitions)
+        elif self.alarms.auto is not None:
+            n = min(n, self.next_window_end() - self.n_transitions)
         if self.limit is not None:
             n = min(n, self.limit - self.n_transitions)
             if n <= 0:
@@ -550,41 +571,30 @@ class Session:
 
     def advance(self, b: Batch) -> None:
         """Take in what the source returned for the steps :meth:`plan` allowed."""
-        for name in self._impulses:  # applied by that step: off again, silently
+        for name in self.commands.take_impulses():  # applied by that step: off, silently
             self.source.set_perturbation(name, None)
-        self._impulses.clear()
         if b.info:
-            with self._lock:
-                self._info.update(b.info)
+            self._show(None, b.info)
         source_events(self, b, before=True)
         self._process(b)
         source_events(self, b, before=False)
 
     def end(self) -> None:
         """Close the source and the recording (the worker thread does this when it stops)."""
-        self._finish()
-
-    def _run(self) -> None:
-        run_loop(self)
-
-    def _finish(self) -> None:
         try:
             self.source.close()
         finally:
-            rec = self._recorder
-            if rec is not None and not rec.closed:
-                if rec.error is not None and self._error is None:
-                    self._failed(rec.error)
-                self._event("session_end", state=self._state, error=self._error)
+            run = self.run
+            if self.sink.recording:
+                if self.sink.error is not None:
+                    run.fail(f"{type(self.sink.error).__name__}: {self.sink.error}")
+                self.event("session_end", state=run.state, error=run.error)
                 try:
-                    rec.close(final_state=self._state, error=self._error)
+                    self.sink.close(final_state=run.state, error=run.error)
                 except RecordingError as exc:  # a full disk: the run ends in error, said once
-                    self._failed(exc)
+                    run.fail(f"{type(exc).__name__}: {exc}")
             for fn in self._listeners:
                 fn()
 
-    def _failed(self, exc: BaseException) -> None:
-        """End the session in error with ``exc``'s message (the first error is kept)."""
-        if self._error is None:
-            self._error = f"{type(exc).__name__}: {exc}"
-        self._state = "error"
+    def _run(self) -> None:
+        run_loop(self)

@@ -10,8 +10,8 @@ transcript and, once the baseline turns are in, the length confound.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,19 +26,27 @@ from idt_desk.metrics.tokens import (
     load_tokenizer,
 )
 
+if TYPE_CHECKING:
+    from idt_desk.live.config import SessionConfig
+    from idt_desk.live.source import Batch, Source
+
 __all__ = ["TurnPath"]
 
 
 class TurnPath:
     """The dialogue so far and its per-turn metrics, for the session that owns it.
 
-    ``session`` is the :class:`~idt_desk.live.session.Session`; its configuration's tokenizer
-    and structural-baseline switch are resolved here (a recording states what was in force).
+    ``config`` is the session's configuration: its tokenizer and structural-baseline
+    switch are resolved here (a recording states what was in force). ``emit(table, k)``
+    hands the session ``k`` new metric rows to judge, log and keep; ``show(agency, info)``
+    publishes what the dashboard shows of the dialogue (under the session's lock).
     """
 
-    def __init__(self, session: Any) -> None:
-        self.session = session
-        cfg = session.config
+    def __init__(self, config: SessionConfig, source: Source,
+                 emit: Callable[[dict[str, np.ndarray], int], None],
+                 show: Callable[[dict[str, Any] | None, dict[str, Any]], None]) -> None:
+        self.config, self.source, self._emit, self._show = config, source, emit, show
+        cfg = config
         cfg.tokenizer = cfg.tokenizer or TOKENIZER
         #: Every turn's texts, which later turns' contexts and a recording started
         #: mid-dialogue need. The length model of the adjusted metrics fits the detectors'
@@ -56,27 +64,26 @@ class TurnPath:
         #: first turn, about 10 s, never in the caller's.
         self._baselines: StructuralBaselines | None = None
 
-    def feed(self, b: Any, i0: int, t: np.ndarray) -> None:
+    def feed(self, b: Batch, i0: int, t: np.ndarray) -> None:
         """One metric row per transition of batch ``b`` (transitions ``i0``...), judged."""
-        ses = self.session
         table = self.dialogue.push(b.turns or [])
-        if ses.config.baselines:
+        if self.config.baselines:
             if self._baselines is None:
                 self._baselines = StructuralBaselines(embeddings.load_embedder())
             table.update(self._baselines.push(b.turns or []))
         # A replay's first batch may lead with history turns (texts of earlier contexts).
         turns = [turn for turn in b.turns or [] if not turn.get("history")]
         if len(turns) != len(b):
-            raise ValueError(f"{ses.source.name}: a batch of {len(b)} transitions carries "
+            raise ValueError(f"{self.source.name}: a batch of {len(b)} transitions carries "
                              f"{len(turns)} turns")
         k = len(b)
         table["start"] = i0 + np.arange(k, dtype=np.float64)
         table["end"] = table["start"] + 1
         table["t"] = np.asarray(t, dtype=np.float64)
         table["out_of_range"] = np.zeros(k)
-        if ses.source.has_reward:
+        if self.source.has_reward:
             table["reward"] = np.asarray(b.reward, dtype=np.float64)
-        ses._emit(table, k)
+        self._emit(table, k)
         rows = [{**turn, "i": i0 + j, "P": float(table["P"][j]), "dH": float(table["dH"][j]),
                  "H_b": float(table["H_b"][j]), "P_adj": float(table["P_adj"][j]),
                  "alarm": table["x_IDT"][j] == 1.0}
@@ -90,11 +97,10 @@ class TurnPath:
             for name, v in (("choice", float(table["H_A_given_S"][-1])),
                             ("effect", float(table["MI_A_S_next_given_S"][-1])),
                             ("asymmetry", abs(float(table["dH"][-1]))))}
-        with ses._lock:
-            ses._agency = {**agency, "window_end": ses.n_transitions,
-                           "where": f"turn {ses.n_transitions} (its token counts)"}
-            # Replaced, never mutated: a snapshot's shallow copy stays consistent.
-            ses._info["transcript"] = tuple(self.log[-ses.config.history:])
+        end = i0 + k
+        # Replaced, never mutated: a snapshot's shallow copy stays consistent.
+        self._show({**agency, "window_end": end, "where": f"turn {end} (its token counts)"},
+                   {"transcript": tuple(self.log[-self.config.history:])})
 
     def _watch_length(self, table: Mapping[str, np.ndarray], k: int) -> None:
         """Gather the baseline turns' metrics and counts; at its end, the length confound.
@@ -102,8 +108,7 @@ class TurnPath:
         ``info["length_confound"]``: :func:`idt_desk.metrics.tokens.length_confound` over the
         baseline turns (the dashboard shows it beside the transcript).
         """
-        ses = self.session
-        need = int(ses.config.baseline_windows or 0)
+        need = int(self.config.baseline_windows or 0)
         have = self._length_rows
         if have is None or not need:
             return
@@ -113,5 +118,4 @@ class TurnPath:
             self._length_rows = None
             confound = length_confound([{c: np.array(v[:need]) for c, v in have.items()}],
                                        need)
-            with ses._lock:
-                ses._info["length_confound"] = {"turns": need, **confound}
+            self._show(None, {"length_confound": {"turns": need, **confound}})

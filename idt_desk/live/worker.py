@@ -1,112 +1,223 @@
 """A session's worker thread, and running a session headless.
 
 :func:`run_loop` is the thread's body: it paces the loop to the session's speed (real time,
-a multiple of it, or as fast as the machine goes), steps the source in chunks the session's
-:meth:`~idt_desk.live.session.Session.plan` allows, hands each batch to
-:meth:`~idt_desk.live.session.Session.advance`, keeps the loop-rate figures and ends the
-session cleanly on a stop, the source's end or an exception (its message in ``error``).
-:func:`run_headless` drives a session without a window (``idt-desk run``).
+a multiple of it, or as fast as the machine goes) with a :class:`Pacer`, steps the source in
+chunks the session's :meth:`~idt_desk.live.session.Session.plan` allows, hands each batch to
+:meth:`~idt_desk.live.session.Session.advance`, and ends the session cleanly on a stop, the
+source's end or an exception (its message in ``error``). :class:`LoopState` says where the
+loop is; :func:`run_headless` drives a session without a window (``idt-desk run``).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
-from idt_desk.live.commands import drain
 from idt_desk.live.config import AGENCY_EVERY, MAX_SPEED_CHUNKS, PACE_SLICE, Snapshot
 from idt_desk.live.source import SourcePaused
 
-__all__ = ["run_headless", "run_loop"]
+if TYPE_CHECKING:
+    from idt_desk.live.seams import LoopHost, Runnable
+
+__all__ = ["LoopState", "Pacer", "run_headless", "run_loop"]
 
 
-def run_loop(session: Any) -> None:
+class LoopState:
+    """Where a session's loop is, and the two flags its worker waits on.
+
+    ``state`` is idle, running, paused, stopped or error; ``error`` the message that stopped
+    it; ``paused_reason`` why the source paused it (None: paused by hand, or running).
+    """
+
+    def __init__(self) -> None:
+        self.state = "idle"
+        self.error: str | None = None
+        self.paused_reason: str | None = None
+        self._stop = threading.Event()
+        self._go = threading.Event()
+        self._go.set()
+
+    @property
+    def stop_requested(self) -> bool:
+        """Asked to stop (the worker ends after the step it is in)."""
+        return self._stop.is_set()
+
+    @property
+    def held(self) -> bool:
+        """Paused: the worker does not step the source."""
+        return not self._go.is_set()
+
+    def start(self) -> None:
+        """The worker thread runs."""
+        self.state = "running"
+
+    def pause(self, reason: str | None = None) -> None:
+        """Hold the loop (``reason``: the source cannot go on for now)."""
+        self.state = "paused"
+        self.paused_reason = reason
+        self._go.clear()
+
+    def resume(self) -> None:
+        """Go on after a pause."""
+        self.state = "running"
+        self.paused_reason = None
+        self._go.set()
+
+    def wake(self) -> None:
+        """Let a held worker look at its commands now (a resume is queued)."""
+        self._go.set()
+
+    def wait_held(self, seconds: float) -> None:
+        """Wait while held, up to ``seconds``."""
+        self._go.wait(seconds)
+
+    def request_stop(self) -> None:
+        """Ask the worker to stop (a held one too)."""
+        self._stop.set()
+        self._go.set()
+
+    def finish(self, error: str | None = None) -> None:
+        """The loop is over: stopped, or in error with ``error``."""
+        self.state = "error" if error else "stopped"
+        self.error = error
+
+    def fail(self, message: str) -> None:
+        """End in error with ``message`` (the first error is kept)."""
+        if self.error is None:
+            self.error = message
+        self.state = "error"
+
+
+class Pacer:
+    """Loop time against the wall clock: how many steps are due, and the loop's rate.
+
+    At a speed (a multiple of real time) the worker steps in slices of at least
+    :data:`~idt_desk.live.config.PACE_SLICE` of wall time; as fast as possible in big
+    chunks. :meth:`reset` re-anchors the pace (after a pause or a speed change), so the
+    loop never races to catch up the time it was held.
+    """
+
+    def __init__(self) -> None:
+        #: Transitions per second of wall time while running (0 while held).
+        self.loop_rate = 0.0
+        #: Transitions per second of the source's step alone (an EMA).
+        self.throughput = 0.0
+        self._reset_due = True
+        self._wall0, self._sim0 = 0.0, 0
+        self._rate_t0, self._rate_n0 = time.perf_counter(), 0
+        self._agency_at = 0.0
+
+    def reset(self) -> None:
+        """Pace from the next step on (a resume, a new speed)."""
+        self._reset_due = True
+
+    def idle(self, n_done: int) -> None:
+        """The loop is held: no rate, and measure afresh from ``n_done`` when it goes on."""
+        self.loop_rate = 0.0
+        self._rate_t0, self._rate_n0 = time.perf_counter(), n_done
+
+    def allowance(self, n_done: int, speed: float | None, rate: float, chunk: int) -> int:
+        """Steps due now after ``n_done``; 0 after sleeping a slice (none were due yet)."""
+        if self._reset_due:
+            self._wall0, self._sim0, self._reset_due = time.monotonic(), n_done, False
+        if not speed:
+            # As fast as possible: big slices keep the worker's Python (GIL-holding)
+            # overhead per transition low; each still takes only ~10 ms.
+            return chunk * MAX_SPEED_CHUNKS if rate >= 100 else chunk
+        per_s = speed * rate
+        due = (time.monotonic() - self._wall0) * per_s - (n_done - self._sim0)
+        # Step in slices of >= PACE_SLICE of wall time (or one transition): a worker waking
+        # a thousand times a second to make one step keeps taking the GIL from the GUI
+        # thread (measured: 10 frames/s instead of 30).
+        need = max(1.0, per_s * PACE_SLICE)
+        if due < need:
+            time.sleep(min(PACE_SLICE, (need - due) / per_s))
+            return 0
+        return int(min(due, max(chunk, per_s * 2 * PACE_SLICE)))
+
+    def stepped(self, k: int, t0: float, n_done: int) -> None:
+        """The source made ``k`` transitions from ``t0`` (``perf_counter``) on."""
+        now = time.perf_counter()
+        if now > t0 and k:
+            self.throughput = 0.9 * self.throughput + 0.1 * k / (now - t0)
+        if self._rate_n0 == 0 and now - t0 > 0.1:
+            # A slow first step (kernels loading from numba's cache) is start-up, not
+            # loop: pace and measure from its end rather than catch up after it.
+            self._reset_due = True
+            self._rate_t0, self._rate_n0 = now, n_done
+        elif now - self._rate_t0 >= 0.5:
+            self.loop_rate = (n_done - self._rate_n0) / (now - self._rate_t0)
+            self._rate_t0, self._rate_n0 = now, n_done
+
+    def agency_due(self) -> bool:
+        """Time to recompute the agency conditions (every ``AGENCY_EVERY`` s of wall time)."""
+        return time.perf_counter() - self._agency_at >= AGENCY_EVERY
+
+    def agency_done(self) -> None:
+        """The agency conditions were just recomputed."""
+        self._agency_at = time.perf_counter()
+
+
+def run_loop(host: LoopHost) -> None:
     """The worker thread's loop: pace, plan, step the source, take its batch in, repeat."""
-    src = session.source
+    run, pacer, src = host.run, host.pacer, host.source
     try:
-        session.begin()
-        session._pace_reset = True
-        rate_t0, rate_n0 = time.perf_counter(), 0
-        while not session._stop.is_set():
-            drain(session)
-            if not session._resume.is_set():
-                session._resume.wait(0.05)
-                session._loop_rate = 0.0
-                rate_t0, rate_n0 = time.perf_counter(), session.n_transitions
+        host.begin()
+        pacer.reset()
+        pacer.idle(0)
+        while not run.stop_requested:
+            host.commands.drain(host)
+            if run.held:
+                run.wait_held(0.05)
+                pacer.idle(host.n_transitions)
                 continue
-            if session._pace_reset:
-                wall0, sim0, session._pace_reset = time.monotonic(), session.n_transitions, False
-            speed = session.config.speed
-            if speed:
-                per_s = speed * src.rate
-                due = (time.monotonic() - wall0) * per_s - (session.n_transitions - sim0)
-                # Step in slices of >= PACE_SLICE of wall time (or one transition): a
-                # worker waking a thousand times a second to make one step keeps taking
-                # the GIL from the GUI thread (measured: 10 frames/s instead of 30).
-                need = max(1.0, per_s * PACE_SLICE)
-                if due < need:
-                    time.sleep(min(PACE_SLICE, (need - due) / per_s))
-                    continue
-                n = int(min(due, max(src.chunk, per_s * 2 * PACE_SLICE)))
-            else:
-                # As fast as possible: big slices keep the worker's Python (GIL-holding)
-                # overhead per transition low; each still takes only ~10 ms.
-                n = src.chunk * MAX_SPEED_CHUNKS if src.rate >= 100 else src.chunk
-            n = session.plan(n)
+            n = pacer.allowance(host.n_transitions, host.config.speed, src.rate, src.chunk)
+            if n == 0:
+                continue
+            n = host.plan(n)
             if n == 0:
                 break
             t0 = time.perf_counter()
             try:
                 b = src.step(n)
             except SourcePaused as exc:
-                _source_paused(session, exc)
+                _source_paused(host, exc)
                 continue
-            session.advance(b)
-            now = time.perf_counter()
-            if now > t0 and len(b):
-                session._throughput = 0.9 * session._throughput + 0.1 * len(b) / (now - t0)
-            if rate_n0 == 0 and now - t0 > 0.1:
-                # A slow first step (kernels loading from numba's cache) is start-up,
-                # not loop: pace and measure from its end rather than catch up after it.
-                session._pace_reset = True
-                rate_t0, rate_n0 = now, session.n_transitions
-            elif now - rate_t0 >= 0.5:
-                session._loop_rate = (session.n_transitions - rate_n0) / (now - rate_t0)
-                rate_t0, rate_n0 = now, session.n_transitions
-            if not src.passive and now - session._agency_at >= AGENCY_EVERY:
-                session._update_agency()
-                session._agency_at = time.perf_counter()
+            host.advance(b)
+            pacer.stepped(len(b), t0, host.n_transitions)
+            if not src.passive and pacer.agency_due():
+                host.update_agency()
+                pacer.agency_done()
             if b.done:
-                session._event("source_done")
+                host.event("source_done")
                 break
         # Commands sent just before stop() still count (a button pressed, then Stop).
-        drain(session)
-        session._state = "stopped"
-        session._loop_rate = 0.0
+        host.commands.drain(host)
+        run.finish()
+        pacer.loop_rate = 0.0
     except Exception as exc:  # reported, the thread ends cleanly
-        session._error = f"{type(exc).__name__}: {exc}"
-        session._state = "error"
+        run.finish(f"{type(exc).__name__}: {exc}")
         tb = traceback.format_exc(limit=8)
         try:
-            session._event("error", message=session._error, traceback=tb)
+            host.event("error", message=run.error, traceback=tb)
         except Exception:
             pass
     finally:
-        session._finish()
+        host.end()
 
-def _source_paused(session: Any, exc: SourcePaused) -> None:
+
+def _source_paused(host: LoopHost, exc: SourcePaused) -> None:
     """The source cannot go on for now: pause, keep what it made, wait for a resume."""
-    session._state = "paused"
-    session._resume.clear()
-    session._paused_reason = str(exc)
-    session._loop_rate = 0.0
-    session._event("source_paused", message=str(exc), **exc.record)
+    host.run.pause(str(exc))
+    host.pacer.loop_rate = 0.0
+    host.event("source_paused", message=str(exc), **exc.record)
 
 
 def run_headless(
-    session: Any,
+    session: Runnable,
     *,
     steps: int | None = None,
     progress: Callable[[Snapshot], None] | None = None,
@@ -130,4 +241,3 @@ def run_headless(
     if progress is not None:
         progress(snap)
     return snap
-
