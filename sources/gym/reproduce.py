@@ -1535,6 +1535,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(other --seed, the same policies) per policy and in all, "
                              "counting each distinct control once and warning of controls "
                              "two runs share; writes pooled.json and .md into --out")
+    parser.add_argument("--modulation", nargs="+", metavar="RUN",
+                        help="run nothing: from finished runs with --manual settings, each "
+                             "setting's recovered share of the return a perturbation lost "
+                             "and its cost on unperturbed controls, with 95 %% bootstrap "
+                             "intervals over policies, runs and episodes; writes "
+                             "modulation.json and .md into --out")
     parser.add_argument("--false-alarms", default=CONTROL_BUDGET,
                         help="budget of the live-calibrated block: every trial judged by "
                              "the detectors a live session calibrates on its own pre-onset "
@@ -1559,6 +1565,8 @@ def run(args: argparse.Namespace, print_fn: Callable[[str], None] = print) -> in
         return _run_out_of_sample(args, print_fn)
     if args.pool:
         return _run_pool(args, print_fn)
+    if args.modulation:
+        return _run_modulation(args, print_fn)
     config = CheetahConfig(
         policies=args.policies, perturbations=args.perturbations,
         control_seeds=0 if args.no_control else args.control_seeds, actions=args.actions,
@@ -1778,6 +1786,44 @@ def _run_pool(args: argparse.Namespace, print_fn: Callable[[str], None]) -> int:
         lines += ["## Signatures: how far each component moved (Cohen's d, mean ± σ over "
                   "trials)", "", *_signature_rows(result["signatures"]), ""]
     return _report(lines, result, args.out, "pooled", print_fn)
+
+
+def _run_modulation(args: argparse.Namespace, print_fn: Callable[[str], None]) -> int:
+    """``--modulation RUN ...``: what each hand-switched setting recovered, and cost."""
+    from idt_desk_sources.gym.modulation import (
+        COST_LIMIT,
+        HELPS_SHARE,
+        format_table,
+        modulation_table,
+        verdict,
+    )
+
+    tables = _read_runs(args.modulation, "--modulation")
+    try:
+        table = modulation_table(dict(zip(_run_names(args.modulation), tables, strict=True)))
+    except ValueError as exc:
+        raise InputError(f"--modulation: {exc}") from None
+    if not table["settings"]:
+        raise InputError("--modulation: no trial with a setting switched on by hand "
+                         "(run reproduce cheetah with --manual SPEC)")
+    said = verdict(table)
+    lines = [f"# What each modulation does: {', '.join(map(str, args.modulation))}", "",
+             "Recovered share of the return lost, (M − O) / (C − O), pooled over policies "
+             f"and runs, [95 % bootstrap, {table['draws']} draws over units and episodes]; "
+             "control cost (C_M − C) / C with the number of controls.", "",
+             *format_table(table), ""]
+    if said["helps"]:
+        lines.append(f"Helps (≥ {100 * HELPS_SHARE:.0f} % of a ≥ 10 % loss back, interval "
+                     f"above 0, controls within {100 * COST_LIMIT:.0f} %): " +
+                     "; ".join(f"{s} on {p}" for s, p in said["helps"]))
+    else:
+        lines.append(f"No setting recovers {100 * HELPS_SHARE:.0f} % of a loss of 10 % or "
+                     "more with its interval above 0 while costing controls at most "
+                     f"{100 * COST_LIMIT:.0f} %.")
+    lines += ["", "Least costly setting of each modulation: " +
+              ", ".join(f"{s} ({100 * table['settings'][s]['cost']:+.1f} %)".replace("-", "−")
+                        for s in said["cheapest"].values()), ""]
+    return _report(lines, {**table, "verdict": said}, args.out, "modulation", print_fn)
 
 
 def _report(lines: list[str], result: dict[str, Any], out: Path | None, stem: str,
