@@ -10,15 +10,30 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
 
-from idt_desk.detection.detectors import DETECTOR_KINDS, parse_budget
+from idt_desk.detection.detectors import DETECTOR_KINDS, Budget, DetectorSpec, parse_budget
 from idt_desk.metrics.presets import ANGLE_MODES, PRESETS
 
-__all__ = ["BUFFER_CAP", "LIMITS", "PIPELINE_KEYS", "check_buffers", "check_finite",
-           "check_limit", "check_pipeline", "check_preset_spec", "is_int", "is_number"]
+__all__ = ["BUFFER_CAP", "DEFAULTS", "LIMITS", "PIPELINE_KEYS", "PipelineSettings",
+           "SettingError", "check_buffers", "check_finite", "check_limit", "check_pipeline",
+           "check_preset_spec", "is_int", "is_number"]
+
+
+class SettingError(ValueError):
+    """A setting that cannot be used: ``field`` names it, ``value`` is what was given.
+
+    The message is ``"{field} {value!r}: {why}"`` (or ``why`` alone when it names the
+    field itself); a front end maps ``field`` to its own name for it (``--ewma-lambda``, a
+    form's row) without reading the message.
+    """
+
+    def __init__(self, field: str, value: Any, why: str, message: str | None = None) -> None:
+        super().__init__(message or f"{field} {value!r}: {why}")
+        self.field, self.value, self.why = field, value, why
 
 
 #: Allowed ranges (inclusive) of the pipeline's integer settings, wherever they come from
@@ -42,10 +57,6 @@ LIMITS: dict[str, tuple[int, int]] = {
 #: pendulum's 4 state variables, about twice their float64 values).
 BUFFER_CAP = 2 * 2**30
 
-#: The settings a pipeline is made of (what a recording states and a replay re-applies).
-PIPELINE_KEYS = ("preset", "bins", "window", "stride", "calibration_windows",
-                 "baseline_windows", "correction", "k", "preset_spec", "detector",
-                 "false_alarms", "persist", "drift", "ewma_lambda", "phase_baseline")
 
 _PRESET_FIELDS = ("name", "description", "bins", "window", "stride", "state_groups",
                   "action_groups", "angles", "angle_mode", "n_state", "n_action")
@@ -67,7 +78,7 @@ def _number(key: str, v: Any, lo: float, hi: float | None = None,
     ok = is_number(v) and (v > lo if lo_open else v >= lo) and (hi is None or v <= hi)
     if not ok:
         rng = f"{'>' if lo_open else '>='} {lo:g}" + ("" if hi is None else f" and <= {hi:g}")
-        raise ValueError(f"{key} {v!r}: must be a finite number {rng}")
+        raise SettingError(key, v, f"must be a finite number {rng}")
 
 
 def check_limit(key: str, value: Any) -> None:
@@ -80,7 +91,7 @@ def check_limit(key: str, value: Any) -> None:
     lo, hi = LIMITS[key]
     whole = is_int(value) or (isinstance(value, float) and value.is_integer())
     if not whole or not lo <= value <= hi:
-        raise ValueError(f"{key} {value!r}: must be an integer from {lo:,} to {hi:,}")
+        raise SettingError(key, value, f"must be an integer from {lo:,} to {hi:,}")
 
 
 def check_buffers(window: int, stride: int, calibration_windows: int, n_state: int,
@@ -103,46 +114,116 @@ def check_buffers(window: int, stride: int, calibration_windows: int, n_state: i
             "GiB): fewer calibration windows or a shorter window or stride")
 
 
-def check_pipeline(p: Mapping[str, Any], *, strict: bool = False) -> None:
-    """Check pipeline settings' types and ranges (:data:`LIMITS`), one line naming the first bad.
+@dataclass(frozen=True)
+class PipelineSettings:
+    """A pipeline's settings, checked: the one table of their defaults and their one parse.
 
-    ``strict``: every key must be one of :data:`PIPELINE_KEYS` (a recorded pipeline). Checked
-    before anything is allocated: a window of 10**9 is refused, not tried.
+    Built by :meth:`parse` from a mapping (the command line's options, the GUI's panels, a
+    recording's pipeline), which checks every value's type and range (:data:`LIMITS`) and
+    reads the false-alarm budget once (:attr:`budget`); an error names the field
+    (:class:`SettingError`). None leaves a setting to the source (its preset, detector,
+    budget, baseline) or to the detector (persistence's m).
+    """
+
+    preset: str | None = None
+    bins: int | None = None
+    window: int | None = None
+    stride: int | None = None
+    calibration_windows: int = 20
+    baseline_windows: int | None = None
+    correction: str | None = None
+    #: The paper rule's threshold, in baseline σ.
+    k: float = DetectorSpec.k
+    preset_spec: Mapping[str, Any] | None = None
+    detector: str | None = None
+    false_alarms: str | None = None
+    persist: int | None = None
+    #: CUSUM's reference, in σ.
+    drift: float = DetectorSpec.drift
+    #: EWMA and MEWMA: the newest window's weight λ (it averages about 2/λ − 1 windows).
+    ewma_lambda: float = DetectorSpec.lam
+    phase_baseline: bool = False
+
+    def __post_init__(self) -> None:
+        # Read once (parse checked it): the monitor takes it as it is.
+        object.__setattr__(self, "_budget", None if self.false_alarms is None
+                           else parse_budget(self.false_alarms))
+
+    @property
+    def budget(self) -> Budget | None:
+        """The false-alarm budget, read (None: the source's default)."""
+        return self._budget
+
+    @classmethod
+    def parse(cls, p: Mapping[str, Any], *, strict: bool = False) -> PipelineSettings:
+        """Check ``p`` and fill what it leaves out from :data:`DEFAULTS`.
+
+        ``strict``: every key must be one of :data:`PIPELINE_KEYS` (a recorded pipeline);
+        otherwise keys that are not pipeline settings are ignored. Checked before anything
+        is allocated: a window of 10**9 is refused, not tried.
+
+        Raises
+        ------
+        SettingError
+            An unknown key (strict), a wrong type, or a value out of range, named.
+        """
+        if not isinstance(p, Mapping):
+            raise SettingError("pipeline", p, "", "pipeline settings must be a mapping, got "
+                               f"{type(p).__name__}")
+        if strict and (bad := [k for k in p if k not in PIPELINE_KEYS]):
+            raise SettingError(bad[0], p[bad[0]], "", f"unknown pipeline setting {bad[0]!r}; "
+                               f"known: {', '.join(PIPELINE_KEYS)}")
+        for key in ("bins", "window", "stride", "calibration_windows", "baseline_windows",
+                    "persist"):
+            check_limit(key, p.get(key))
+        for key, lo, hi, lo_open in (("k", 0.0, None, True), ("drift", 0.0, None, False),
+                                     ("ewma_lambda", 0.0, 1.0, True)):
+            if p.get(key) is not None:
+                _number(key, p[key], lo, hi, lo_open=lo_open)
+        if p.get("phase_baseline") not in (None, True, False):
+            raise SettingError("phase_baseline", p["phase_baseline"], "must be true or false")
+        for key, allowed in (("detector", DETECTOR_KINDS),
+                             ("correction", (None, "miller-madow")),
+                             ("preset", (None, *PRESETS))):
+            if key in p and p[key] not in allowed and not (key == "detector" and p[key] is None):
+                known = ", ".join(str(a) for a in allowed if a is not None)
+                raise SettingError(key, p[key], f"unknown; known: {known}",
+                                   f"unknown {key} {p[key]!r}; known: {known}")
+        budget = p.get("false_alarms")
+        if budget is not None and not isinstance(budget, str):
+            raise SettingError("false_alarms", budget, "must be a budget such as '1/h'")
+        spec = p.get("preset_spec")
+        if spec is not None:
+            try:
+                check_preset_spec(spec)
+            except ValueError as exc:
+                raise SettingError("preset_spec", spec, str(exc), str(exc)) from None
+        given = {k: p[k] for k in PIPELINE_KEYS if k in p and p[k] is not None}
+        try:
+            return cls(**{**DEFAULTS, **given})  # the budget is read here, once
+        except ValueError as exc:
+            raise SettingError("false_alarms", budget, str(exc), str(exc)) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as a recording states them."""
+        return asdict(self)
+
+
+#: The pipeline settings' defaults: the one table every front end's defaults come from.
+DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(PipelineSettings)}
+#: The settings a pipeline is made of (what a recording states and a replay re-applies).
+PIPELINE_KEYS: tuple[str, ...] = tuple(DEFAULTS)
+
+
+def check_pipeline(p: Mapping[str, Any], *, strict: bool = False) -> None:
+    """Check pipeline settings (:meth:`PipelineSettings.parse`), one line naming the first bad.
 
     Raises
     ------
-    ValueError
+    SettingError
         An unknown key (strict), a wrong type, or a value out of range.
     """
-    if not isinstance(p, Mapping):
-        raise ValueError(f"pipeline settings must be a mapping, got {type(p).__name__}")
-    if strict and (bad := [k for k in p if k not in PIPELINE_KEYS]):
-        raise ValueError(f"unknown pipeline setting {bad[0]!r}; known: "
-                         f"{', '.join(PIPELINE_KEYS)}")
-    for key in ("bins", "window", "stride", "calibration_windows", "baseline_windows",
-                "persist"):
-        check_limit(key, p.get(key))
-    if p.get("k") is not None:
-        _number("k", p["k"], 0.0, lo_open=True)
-    if p.get("drift") is not None:
-        _number("drift", p["drift"], 0.0)
-    if p.get("ewma_lambda") is not None:
-        _number("ewma_lambda", p["ewma_lambda"], 0.0, 1.0, lo_open=True)
-    if p.get("phase_baseline") not in (None, True, False):
-        raise ValueError(f"phase_baseline {p['phase_baseline']!r}: must be true or false")
-    for key, allowed in (("detector", DETECTOR_KINDS), ("correction", (None, "miller-madow")),
-                         ("preset", (None, *PRESETS))):
-        if key in p and p[key] not in allowed and not (key == "detector" and p[key] is None):
-            raise ValueError(f"unknown {key} {p[key]!r}; known: "
-                             f"{', '.join(str(a) for a in allowed if a is not None)}")
-    budget = p.get("false_alarms")
-    if budget is not None:
-        if not isinstance(budget, str):
-            raise ValueError(f"false_alarms {budget!r}: must be a budget such as '1/h'")
-        parse_budget(budget)
-    spec = p.get("preset_spec")
-    if spec is not None:
-        check_preset_spec(spec)
+    PipelineSettings.parse(p, strict=strict)
 
 
 def check_preset_spec(spec: Any, n_state: int | None = None,

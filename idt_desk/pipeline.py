@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 
 from idt_desk.detection import nulls
-from idt_desk.detection.detectors import Budget, DetectorSpec, parse_budget
+from idt_desk.detection.detectors import DEFAULT_BUDGET, Budget, DetectorSpec, parse_budget
 from idt_desk.detection.monitor import ADJUSTED_METRICS, IDT_METRICS, Monitor
 from idt_desk.detection.phase import episode_steps, window_phase
-from idt_desk.limits import LIMITS, check_buffers, check_pipeline
+from idt_desk.limits import DEFAULTS, LIMITS, PipelineSettings, SettingError, check_buffers
 from idt_desk.metrics.engine import MetricEngine
 from idt_desk.metrics.presets import PRESETS, Preset
 from idt_desk.metrics.symbolize import Symbolizer
@@ -170,11 +170,11 @@ def build_monitor(
     *,
     baseline_windows: int,
     detector: str = "persistence",
-    false_alarms: str = "1/h",
-    k: float = 3.0,
+    false_alarms: str | Budget = DEFAULT_BUDGET,
+    k: float = DEFAULTS["k"],
     persist: int = 5,
-    drift: float = 0.5,
-    ewma_lambda: float = 0.05,
+    drift: float = DEFAULTS["drift"],
+    ewma_lambda: float = DEFAULTS["ewma_lambda"],
     rate: float | None = None,
     stride: int = 1,
     window: int = 1,
@@ -213,7 +213,23 @@ def build_monitor(
     """
     spec = DetectorSpec(detector, k=float(k), m=int(persist), drift=float(drift),
                         lam=float(ewma_lambda))
-    budget = parse_budget(false_alarms)
+    budget = false_alarms if isinstance(false_alarms, Budget) else parse_budget(false_alarms)
+    per_unit = budget_units(budget, rate=rate, stride=stride, turns=turns,
+                            episode_steps=episode_steps, what=what)
+    return Monitor(int(baseline_windows), float(k), metrics, spec=spec, budget=budget,
+                   windows_per_unit=per_unit, overlap=window / stride, phased=phased)
+
+
+def budget_units(budget: Budget, *, rate: float | None, stride: int, turns: bool,
+                 episode_steps: int | None, what: str) -> dict[str, float]:
+    """Windows per unit of loop time a budget may be given in; refuses a unit the loop lacks.
+
+    Raises
+    ------
+    SettingError
+        ``false_alarms`` in seconds for a loop without a rate, in episodes for one without
+        episodes, in turns for one without turns.
+    """
     per_unit: dict[str, float] = {}
     if rate:
         per_unit["s"] = float(rate) / stride
@@ -224,11 +240,11 @@ def build_monitor(
     if budget.unit not in ("windows", *per_unit):
         have = ", ".join(f"1/{'h' if u == 's' else '100' + u}"
                          for u in (*per_unit, "windows")) if per_unit else "1/1000windows"
-        raise ValueError(f"false-alarm budget {budget}: {what} has no "
-                         f"{'loop time' if budget.unit == 's' else budget.unit}; "
-                         f"give it as, e.g., {have}")
-    return Monitor(int(baseline_windows), float(k), metrics, spec=spec, budget=budget,
-                   windows_per_unit=per_unit, overlap=window / stride, phased=phased)
+        why = (f"{what} has no {'loop time' if budget.unit == 's' else budget.unit}; give it "
+               f"as, e.g., {have}")
+        raise SettingError("false_alarms", str(budget), why,
+                           f"false-alarm budget {budget}: {why}")
+    return per_unit
 
 
 def preset_from_spec(spec: Mapping[str, Any]) -> Preset:
@@ -241,7 +257,7 @@ def preset_from_spec(spec: Mapping[str, Any]) -> Preset:
     return Preset(**fields)
 
 
-def source_preset(source: Any, p: Mapping[str, Any]) -> Preset:
+def source_preset(source: Any, p: Mapping[str, Any] | PipelineSettings) -> Preset:
     """The symbolisation preset of pipeline settings ``p`` for ``source``, checked.
 
     ``p`` holds ``preset`` (a name; None: the source's first), or ``preset_spec`` (a preset
@@ -258,10 +274,10 @@ def source_preset(source: Any, p: Mapping[str, Any]) -> Preset:
     """
     from dataclasses import replace
 
-    check_pipeline(p)
-    name = p.get("preset") or (source.presets[0] if source.presets else None)
-    spec = p.get("preset_spec")
-    if spec is not None and not p.get("preset"):
+    s = p if isinstance(p, PipelineSettings) else PipelineSettings.parse(p)
+    name = s.preset or (source.presets[0] if source.presets else None)
+    spec = s.preset_spec
+    if spec is not None and not s.preset:
         base = preset_from_spec(spec)
     elif name is None:
         base = Preset("custom", "no preset", bins=8, window=300, stride=50)
@@ -269,16 +285,30 @@ def source_preset(source: Any, p: Mapping[str, Any]) -> Preset:
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
         base = PRESETS[name]
-    preset = replace(base, **{k: p[k] for k in ("bins", "window", "stride")
-                              if p.get(k) is not None})
+    preset = replace(base, **{k: getattr(s, k) for k in ("bins", "window", "stride")
+                              if getattr(s, k) is not None})
     if preset.n_state is not None and preset.n_state != len(source.state_names):
-        raise ValueError(f"preset {preset.name} expects {preset.n_state} state variables; "
-                         f"{source.name} has {len(source.state_names)}")
-    source_monitor(source, p, preset)  # validate
+        raise SettingError("preset", preset.name, "", f"preset {preset.name} expects "
+                           f"{preset.n_state} state variables; {source.name} has "
+                           f"{len(source.state_names)}")
+    _source_budget(source, s, preset)
     return preset
 
 
-def source_monitor(source: Any, p: Mapping[str, Any], preset: Preset) -> Monitor:
+def _source_budget(source: Any, s: PipelineSettings, preset: Preset) -> Budget:
+    """The budget of ``s`` (or the source's default), its units checked against the loop."""
+    turns = source.metric_path == "turns"
+    if s.phase_baseline and (turns or not getattr(source, "episode_steps", None)):
+        why = f"{source.name} has no episodes of a set length to take a phase from"
+        raise SettingError("phase_baseline", True, why, f"phase_baseline: {why}")
+    budget = s.budget or parse_budget(source.default_budget)
+    budget_units(budget, rate=source.rate, stride=1 if turns else preset.stride, turns=turns,
+                 episode_steps=getattr(source, "episode_steps", None), what=source.name)
+    return budget
+
+
+def source_monitor(source: Any, p: Mapping[str, Any] | PipelineSettings,
+                   preset: Preset) -> Monitor:
     """The alarm's monitor of ``source`` for pipeline settings ``p`` (see :func:`build_monitor`).
 
     The IDT components, a dialogue's length-adjusted ones on the turn path, and reward when
@@ -288,26 +318,22 @@ def source_monitor(source: Any, p: Mapping[str, Any], preset: Preset) -> Monitor
 
     Raises
     ------
-    ValueError
+    SettingError
         A bad detector setting, or ``phase_baseline`` for a loop without episodes.
     """
+    s = p if isinstance(p, PipelineSettings) else PipelineSettings.parse(p)
     turns = source.metric_path == "turns"
-    phased = bool(p.get("phase_baseline"))
-    if phased and (turns or not getattr(source, "episode_steps", None)):
-        raise ValueError(f"phase_baseline: {source.name} has no episodes of a set length to "
-                         "take a phase from")
+    budget = _source_budget(source, s, preset)
     metrics = (*IDT_METRICS, *(ADJUSTED_METRICS if turns else ()),
                *(("reward",) if source.has_reward else ()))
     return build_monitor(
-        metrics, baseline_windows=int(p.get("baseline_windows") or 2),
-        detector=p.get("detector") or source.default_detector,
-        false_alarms=p.get("false_alarms") or source.default_budget,
-        k=float(p.get("k", 3.0)), persist=int(p.get("persist") or 5),
-        drift=float(p.get("drift", 0.5)), ewma_lambda=float(p.get("ewma_lambda") or 0.05),
+        metrics, baseline_windows=int(s.baseline_windows or 2),
+        detector=s.detector or source.default_detector, false_alarms=budget,
+        k=s.k, persist=int(s.persist or 5), drift=s.drift, ewma_lambda=s.ewma_lambda,
         rate=source.rate,
         stride=1 if turns else preset.stride, window=1 if turns else preset.window,
         episode_steps=getattr(source, "episode_steps", None), turns=turns, what=source.name,
-        phased=phased)
+        phased=s.phase_baseline)
 
 
 #: Value ranges known in advance, by column index: (the state's, the action's).

@@ -18,6 +18,7 @@ from idt_desk.cli.validate import (
 )
 from idt_desk.detection.detectors import DETECTOR_KINDS, parse_budget
 from idt_desk.errors import InputError
+from idt_desk.limits import DEFAULTS
 
 __all__: list[str] = []
 
@@ -94,8 +95,9 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
                    "loop time (1/h) with --rate")
     p.add_argument("--persist", type=int, default=5,
                    help="persistence: windows in a row (default 5)")
-    p.add_argument("--ewma-lambda", type=float, default=0.05,
-                   help="ewma, mewma: the newest window's weight λ, in (0, 1] (default 0.05)")
+    p.add_argument("--ewma-lambda", type=float, default=DEFAULTS["ewma_lambda"],
+                   help="ewma, mewma: the newest window's weight λ, in (0, 1] (default "
+                        f"{DEFAULTS['ewma_lambda']:g})")
     p.add_argument("--rate", type=float,
                    help="transitions per second of loop time (for a budget in time)")
     p.set_defaults(func=_run_analyze)

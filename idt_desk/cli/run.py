@@ -11,6 +11,7 @@ import math
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from idt_desk.cli.signals import deferred_signals
 from idt_desk.cli.validate import (
@@ -24,8 +25,9 @@ from idt_desk.cli.validate import (
     path_arg,
     schedule_switches,
 )
-from idt_desk.detection.detectors import DETECTOR_KINDS, parse_budget
+from idt_desk.detection.detectors import DETECTOR_KINDS
 from idt_desk.errors import InputError
+from idt_desk.limits import DEFAULTS, PIPELINE_KEYS, PipelineSettings, SettingError
 
 __all__: list[str] = []
 
@@ -41,8 +43,9 @@ def _add_session_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bins", type=int, help="equal-width bins per variable (2 to 65536)")
     p.add_argument("--window", type=int, help="window length W in transitions (2 to 100000)")
     p.add_argument("--stride", type=int, help="window step in transitions (1 to 100000)")
-    p.add_argument("--calibration-windows", type=int, default=20,
-                   help="symbol statistics frozen from the first N windows (default 20)")
+    p.add_argument("--calibration-windows", type=int, default=DEFAULTS["calibration_windows"],
+                   help="symbol statistics frozen from the first N windows (default "
+                        f"{DEFAULTS['calibration_windows']})")
     p.add_argument("--baseline-windows", type=int, default=None,
                    help="baseline = the N windows that follow the calibration windows "
                         "(default 800, long enough for the default budget; a dialogue's 30 "
@@ -58,37 +61,39 @@ def _add_session_options(p: argparse.ArgumentParser) -> None:
                    "1/10episodes, 1/100turns (a dialogue's default), 1/1000windows")
     p.add_argument("--persist", type=int, default=None,
                    help="persistence: windows in a row (default 5; a dialogue's 1 turn)")
-    p.add_argument("--ewma-lambda", type=float, default=0.05,
-                   help="ewma, mewma: the newest window's weight λ, in (0, 1] (default 0.05)")
+    p.add_argument("--ewma-lambda", type=float, default=DEFAULTS["ewma_lambda"],
+                   help="ewma, mewma: the newest window's weight λ, in (0, 1] (default "
+                        f"{DEFAULTS['ewma_lambda']:g})")
     p.add_argument("--phase-baseline", action="store_true",
                    help="an episodic loop (the gym source): judge each window against the "
                         "baseline at the same phase of the episode (off by default)")
-    p.add_argument("--k", type=float, default=3.0,
-                   help="the paper rule's threshold in sigmas (> 0; default 3)")
+    p.add_argument("--k", type=float, default=DEFAULTS["k"],
+                   help=f"the paper rule's threshold in sigmas (> 0; default {DEFAULTS['k']:g})")
     p.add_argument("--correction", choices=("none", "miller-madow"), default="none")
     p.add_argument("--seed", type=int, default=0, help="seed of the source (>= 0)")
 
 
-def _check_pipeline(args: argparse.Namespace) -> None:
-    for key in ("bins", "window", "stride", "calibration_windows", "baseline_windows", "seed"):
-        check_limit(key, getattr(args, key))
-    check_float("--k", args.k, 0.0, lo_open=True)
-    check_int("--persist", args.persist, 1, 1000)
-    check_float("--ewma-lambda", args.ewma_lambda, 0.0, 1.0, lo_open=True)
-    if args.false_alarms is not None:
-        try:
-            parse_budget(args.false_alarms)
-        except ValueError as exc:
-            raise InputError(f"--false-alarms: {exc}") from None
+def _pipeline_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The pipeline settings the options give (``--correction none`` read as None)."""
+    given = {key: getattr(args, key) for key in PIPELINE_KEYS if hasattr(args, key)}
+    given["correction"] = None if args.correction == "none" else args.correction
+    return given
 
 
-#: The pipeline options' defaults (``--correction none`` read as None): an option that
-#: differs was given on the command line.
-_PIPELINE_DEFAULTS = {"preset": None, "bins": None, "window": None, "stride": None,
-                      "calibration_windows": 20, "baseline_windows": None,
-                      "detector": None, "false_alarms": None, "persist": None,
-                      "ewma_lambda": 0.05, "k": 3.0, "correction": None,
-                      "phase_baseline": False}
+def _blame(args: argparse.Namespace, exc: SettingError) -> InputError:
+    """The error as the option that gave the value: "--ewma-lambda 2.0: must be ..."."""
+    value = getattr(args, exc.field)
+    flag = f"--{exc.field.replace('_', '-')}" + ("" if isinstance(value, bool) else f" {value}")
+    return InputError(f"{flag}: {exc.why or exc}")
+
+
+def _check_pipeline(args: argparse.Namespace) -> PipelineSettings:
+    """Every pipeline option checked, read once, before anything is built (errors: the flag)."""
+    check_limit("seed", args.seed)
+    try:
+        return PipelineSettings.parse(_pipeline_args(args))
+    except SettingError as exc:
+        raise _blame(args, exc) from None
 
 
 def _overridden(args: argparse.Namespace, session) -> str:
@@ -96,9 +101,8 @@ def _overridden(args: argparse.Namespace, session) -> str:
     if not getattr(session.source, "pipeline_overrides", lambda: None)():
         return ""
     out = []
-    for key, default in _PIPELINE_DEFAULTS.items():
-        given = getattr(args, key)
-        given = None if key == "correction" and given == "none" else given
+    for key, given in _pipeline_args(args).items():
+        default = DEFAULTS[key]
         used = getattr(session.config, key)
         if used is None and key in ("bins", "window", "stride"):
             used = getattr(session.preset, key)  # the recorded preset's
@@ -144,19 +148,14 @@ def _build_session(args: argparse.Namespace, source, speed: float | None,
     )
     try:
         return Session(config, source=source, record=record)
-    except ValueError as exc:  # a pipeline check of the core that the CLI does not repeat
-        msg = str(exc)
-        if "false-alarm budget" in msg:  # it names its units ("1/1000windows"): first
-            raise InputError(f"--false-alarms {config.false_alarms}: {msg}") from None
+    except SettingError as exc:  # what only the source decides (its preset, its units)
         # Blame an option only if it was given; else say where the value came from.
-        key = next((k for k in ("calibration_windows", "baseline_windows", "bins", "window",
-                                "stride", "preset") if k in msg
-                    and getattr(args, k) != _PIPELINE_DEFAULTS[k]), None)
-        if key is not None:
-            raise InputError(f"--{key.replace('_', '-')} {getattr(args, key)}: {msg}") from None
+        given = _pipeline_args(args)
+        if exc.field in given and given[exc.field] != DEFAULTS[exc.field]:
+            raise _blame(args, exc) from None
         origin = "the recording's pipeline" if args.source == "replay" else \
             f"{source.name}'s default settings"
-        raise InputError(f"{origin}: {msg}") from None
+        raise InputError(f"{origin}: {exc}") from None
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:

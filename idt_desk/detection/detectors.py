@@ -82,6 +82,7 @@ from idt_desk.detection import nulls
 __all__ = [
     "CONTROL_BUDGET",
     "CONTROL_DETECTOR",
+    "DEFAULT_BUDGET",
     "DEFAULT_DETECTOR",
     "DETECTOR_KINDS",
     "Budget",
@@ -116,6 +117,8 @@ CONTROL_DETECTOR = "mewma"
 #: On the shipped default agent MEWMA sees 8 of 8 at both budgets with 4 of 20 controls alarmed
 #: at 1/h and 1 of 20 at 1/10h (``assets/docs/rl.md``, "The RL budget").
 CONTROL_BUDGET = "1/10h"
+#: The false-alarm budget of a loop that declares none (a source's ``default_budget``).
+DEFAULT_BUDGET = "1/h"
 #: Threshold inflation beyond which a baseline is reported as too short for its budget.
 TOO_SHORT_INFLATION = 1.25
 

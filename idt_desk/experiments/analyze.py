@@ -18,6 +18,7 @@ import pandas as pd
 
 from idt_desk.detection.monitor import IDT_METRICS, Detection, detect
 from idt_desk.errors import InputError
+from idt_desk.limits import DEFAULTS
 from idt_desk.metrics.engine import sliding_metrics, surrogate_null, window_means
 from idt_desk.metrics.presets import ANGLE_MODES, Preset
 from idt_desk.metrics.symbolize import Symbolizer, wrap_angle
@@ -136,7 +137,7 @@ def analyze_trajectory(
     detector: str = "paper",
     false_alarms: str | None = None,
     persist: int = 5,
-    ewma_lambda: float = 0.05,
+    ewma_lambda: float = DEFAULTS["ewma_lambda"],
     rate: float | None = None,
 ) -> AnalysisResult:
     """Symbolise a trajectory (whole file as calibration), window it, summarise it.

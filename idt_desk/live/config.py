@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from idt_desk.detection.monitor import ADJUSTED_METRICS, Baseline
+from idt_desk.limits import DEFAULTS
 from idt_desk.metrics.tokens import LENGTH_COLUMNS
 
 __all__ = [
@@ -113,17 +114,17 @@ class SessionConfig:
     bins: int | None = None
     window: int | None = None
     stride: int | None = None
-    calibration_windows: int = 20
+    calibration_windows: int = DEFAULTS["calibration_windows"]
     baseline_windows: int | None = None
     detector: str | None = None
     false_alarms: str | None = None
     #: Persistence's m; None: 5 windows, or 1 on the turn path (an injection is one turn).
     persist: int | None = None
-    drift: float = 0.5
+    drift: float = DEFAULTS["drift"]
     #: The EWMA detector's λ (the newest window's weight).
-    ewma_lambda: float = 0.05
+    ewma_lambda: float = DEFAULTS["ewma_lambda"]
     phase_baseline: bool = False
-    k: float = 3.0
+    k: float = DEFAULTS["k"]
     correction: str | None = None
     speed: float | None = 1.0
     seed: int = 0

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from idt_desk.detection.detectors import DEFAULT_BUDGET
 from idt_desk.limits import check_finite
 from idt_desk.live.source import Batch, Source
 from idt_desk.recordings import RecordingError
@@ -74,7 +75,7 @@ class LoopSource(Source):
         self.has_reward = bool(has_reward)
         # Without a rate the loop's time is its step count and budgets count windows.
         self.rate = float(rate) if rate else 1.0
-        self.default_budget = "1/h" if rate else "1/1000windows"
+        self.default_budget = DEFAULT_BUDGET if rate else "1/1000windows"
 
     def reset(self, seed: int | None = None) -> None:
         """Nothing to reset: the loop runs elsewhere."""

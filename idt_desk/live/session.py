@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from idt_desk.detection.agency import agency_conditions
-from idt_desk.limits import PIPELINE_KEYS, check_finite, check_limit, check_pipeline
+from idt_desk.limits import PIPELINE_KEYS, PipelineSettings, check_finite, check_limit
 from idt_desk.live.alarms import Alarms, auto_controller
 from idt_desk.live.commands import Commands, source_events
 from idt_desk.live.config import (
@@ -103,8 +103,8 @@ class Session:
         if overrides:
             # A replay re-runs the pipeline exactly as it was recorded: its settings checked
             # as any other (a recording is data, not code).
-            check_pipeline({k: v for k, v in overrides.items() if k != "tokenizer"},
-                           strict=True)
+            PipelineSettings.parse({k: v for k, v in overrides.items() if k != "tokenizer"},
+                                   strict=True)
             if not isinstance(overrides.get("tokenizer", ""), str):
                 raise ValueError(f"tokenizer {overrides['tokenizer']!r}: must be a name")
             for key, value in overrides.items():
@@ -120,7 +120,7 @@ class Session:
         if not turn_path:
             self.config.baselines = False
         check_limit("history", self.config.history)  # before the window ring is allocated
-        check_pipeline(self.pipeline_settings())
+        settings = PipelineSettings.parse(self.pipeline_settings())
         self._lock = threading.Lock()
         #: Where the loop is (running, paused, stopped) and its stop/resume flags.
         self.run = LoopState()
@@ -150,7 +150,7 @@ class Session:
         #: A failed write (a full disk) ends the session (True), or the caller holds its
         #: rows back until there is room again (``idt_desk.Recorder``).
         self.stop_on_write_error = True
-        self.rebuild_pipeline()
+        self.rebuild_pipeline(settings)
         source.should_stop = lambda: self.run.stop_requested
         source.publish = lambda info: self._show(None, info)
 
@@ -260,10 +260,8 @@ class Session:
         The symboliser is re-calibrated from the data that follows, and the engine and
         baseline start afresh.
         """
-        allowed = set(PIPELINE_KEYS)
-        bad = set(changes) - allowed
-        if bad:
-            raise ValueError(f"cannot reconfigure {sorted(bad)}; allowed: {sorted(allowed)}")
+        if bad := set(changes) - set(PIPELINE_KEYS):
+            raise ValueError(f"cannot reconfigure {sorted(bad)}; allowed: {sorted(PIPELINE_KEYS)}")
         source_preset(self.source, {**self.pipeline_settings(), **changes})  # validate now
         self._command("reconfigure", **changes)
 
@@ -344,14 +342,15 @@ class Session:
         """The pipeline's settings in force (``limits.PIPELINE_KEYS``)."""
         return {key: getattr(self.config, key) for key in PIPELINE_KEYS}
 
-    def rebuild_pipeline(self) -> None:
-        """(Re)build symbolisers, engine and monitor from the configuration."""
+    def rebuild_pipeline(self, settings: PipelineSettings | None = None) -> None:
+        """(Re)build symbols, engine and monitor from the configuration (or its ``settings``)."""
         c = self.config
-        self.preset = source_preset(self.source, self.pipeline_settings())
+        settings = settings or PipelineSettings.parse(self.pipeline_settings())
+        self.preset = source_preset(self.source, settings)
         self._preset_dict = self.preset.to_dict()  # snapshots are taken 30 times a second
         self._detector = None
         # Seconds of loop time convert through the source's rate, never the wall clock.
-        self.monitor = source_monitor(self.source, self.pipeline_settings(), self.preset)
+        self.monitor = source_monitor(self.source, settings, self.preset)
         #: Transition index of the pipeline's sample 0 (it restarts with every rebuild).
         self.offset = self.n_transitions
         self._tail = np.empty((0, 1))

@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from idt_desk.detection.detectors import DEFAULT_DETECTOR
+from idt_desk.detection.detectors import DEFAULT_BUDGET, DEFAULT_DETECTOR
 from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS
 
 __all__ = [
@@ -291,7 +291,7 @@ class Source(ABC):
     has_reward: bool = False
     #: The false-alarm budget a session uses unless told otherwise (``idt_desk.detection.detectors``
     #: ``parse_budget``): per hour of loop time; a dialogue's is per turns.
-    default_budget: str = "1/h"
+    default_budget: str = DEFAULT_BUDGET
     #: The baseline's length a session uses unless told otherwise, in windows (turns on the
     #: turn path): long enough for the default budget (``DEFAULT_BASELINE_WINDOWS``).
     default_baseline: int = DEFAULT_BASELINE_WINDOWS

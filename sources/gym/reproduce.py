@@ -78,7 +78,7 @@ import numpy as np
 from idt_desk_sources.gym._source import ACTIONS
 
 from idt_desk.cli.validate import check_float, check_int, check_out_dir
-from idt_desk.detection.detectors import CONTROL_BUDGET
+from idt_desk.detection.detectors import CONTROL_BUDGET, DEFAULT_BUDGET
 from idt_desk.errors import InputError
 
 __all__ = [
@@ -157,7 +157,7 @@ class CheetahConfig:
     manual: tuple[str, ...] = ()
     #: The Auto controller's alarm: a calibrated detector and its budget, or ``paper``.
     auto_detector: str = "persistence"
-    auto_false_alarms: str = "1/h"
+    auto_false_alarms: str = DEFAULT_BUDGET
     #: The budget of the live-calibrated block: each trial judged by the detectors a live
     #: session calibrates on the trial's own pre-onset windows to this budget (the gym
     #: source's default).
@@ -277,7 +277,7 @@ class TrialGroup:
     k: float
     deterministic: bool = True
     auto_detector: str = "persistence"
-    auto_false_alarms: str = "1/h"
+    auto_false_alarms: str = DEFAULT_BUDGET
     false_alarms: str = CONTROL_BUDGET
 
 
@@ -1523,7 +1523,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "persistence (the default, which the documented closed-loop "
                              "tables used), cusum, ewma or mewma (a live RL session's "
                              "default), or the paper's 3σ rule (paper)")
-    parser.add_argument("--auto-false-alarms", default="1/h", metavar="BUDGET",
+    parser.add_argument("--auto-false-alarms", default=DEFAULT_BUDGET, metavar="BUDGET",
                         help="Auto's false-alarm budget in loop time (1/h; 1/10episodes)")
     parser.add_argument("--out-of-sample", nargs=2, metavar=("RUN_A", "RUN_B"),
                         help="run nothing: from two finished runs (other --seed, same "

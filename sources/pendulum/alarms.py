@@ -48,6 +48,7 @@ import pandas as pd
 
 from idt_desk.cli.validate import check_float, check_int, check_out_dir
 from idt_desk.detection.detectors import (
+    DEFAULT_BUDGET,
     DETECTOR_KINDS,
     DetectorSpec,
     detector_statistic,
@@ -87,7 +88,7 @@ class AlarmTask:
     seed: int
     seconds: float = 60.0
     onset: float = 20.0
-    budget: str = "1/h"
+    budget: str = DEFAULT_BUDGET
 
 
 @dataclass
@@ -97,7 +98,7 @@ class AlarmsConfig:
     seeds: int = 10
     seconds: float = 60.0
     onset: float = 20.0
-    budget: str = "1/h"
+    budget: str = DEFAULT_BUDGET
     conditions: tuple[str, ...] = tuple(c[0] for c in CONDITIONS)
     workers: int | None = None
     out: Path | None = None
@@ -287,7 +288,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=60.0,
                         help="loop time per trial (60 s)")
     parser.add_argument("--onset", type=float, default=20.0, help="perturbation onset (20 s)")
-    parser.add_argument("--false-alarms", default="1/h", metavar="BUDGET",
+    parser.add_argument("--false-alarms", default=DEFAULT_BUDGET, metavar="BUDGET",
                         help="the calibrated detectors' budget (1/h)")
     parser.add_argument("--conditions", type=lambda s: tuple(x for x in s.split(",") if x),
                         default=tuple(c[0] for c in CONDITIONS), metavar="NAME,NAME",
