@@ -18,6 +18,7 @@ from idt_desk_sources.gym._source import _CHEETAH_GROUPS, POLICY_DIR
 from idt_desk_sources.gym.cards import NormalizedActor, evaluate
 from idt_desk_sources.gym.train import train
 
+from idt_desk import assets
 from idt_desk.live.session import Session, SessionConfig, run_headless
 from idt_desk.live.source import check_source
 from idt_desk.recordings import load_recording
@@ -250,14 +251,14 @@ def test_dim_reduction_by_default_freezes_a_group_that_exists(tiny_policy):
     groups, and an empty choice is refused rather than drawn as a band that does nothing."""
     decl = GymSource.modulation("dim_reduction")
     (drop,) = decl.params
-    assert drop.default == "front_leg"
+    assert drop.default == "back_leg"  # the least costly group (the study's)
     assert all(g in drop.help for g in _CHEETAH_GROUPS)
     src = _source(tiny_policy)
     src.step(100)
     mean = src._mean.copy()
     src.set_modulation("dim_reduction", {})
     b = src.step(20)
-    idx = list(_CHEETAH_GROUPS["front_leg"])
+    idx = list(_CHEETAH_GROUPS["back_leg"])
     np.testing.assert_allclose(b.s[1:, idx], np.broadcast_to(mean[idx], (19, len(idx))))
     src.set_modulation("dim_reduction", None)
     with pytest.raises(ValueError, match="name the groups to freeze; known: torso, back_leg"):
@@ -479,7 +480,24 @@ def test_action_smoothing_is_an_ema_of_the_applied_action(tiny_policy):
     for x in pa[1:]:
         want.append(0.25 * x + 0.75 * want[-1])
     np.testing.assert_allclose(b.a, np.clip(want, src.low, src.high), atol=1e-12)
-    assert GymSource.modulation("action_smoothing").params[0].default == 0.5
+
+
+def test_each_buttons_default_is_the_least_costly_setting_the_study_measured():
+    """None recovered return (the shipped study's verdict): each default is the setting that
+    cost the unperturbed controls least, and its tooltip quotes that cost."""
+    study = json.loads(assets.path("data", "modulation_study.json").read_text())
+    assert study["verdict"]["helps"] == []
+    for family, setting in study["verdict"]["cheapest"].items():
+        decl = GymSource.modulation(family)
+        given = dict(kv.split("=") for kv in setting.split(":", 1)[1].split(","))
+        defaults = {p.name: p.default for p in decl.params}
+        for key, value in given.items():
+            want = type(defaults[key])(value) if not isinstance(defaults[key], str) else value
+            assert defaults[key] == want, (family, key)
+        cost = 100 * study["settings"][setting]["cost"]
+        quoted = f"{cost:+.1f} %".replace("-", "−").replace("+", "") if abs(cost) < 10 \
+            else f"{cost:+.0f} %".replace("-", "−")
+        assert quoted in decl.help, (family, quoted, decl.help)
 
 
 def test_observation_hold_repeats_the_previous_observation_at_random(tiny_policy):
