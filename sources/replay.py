@@ -16,11 +16,18 @@ from typing import Any
 
 import numpy as np
 
-from idt_desk.limits import PIPELINE_KEYS
-from idt_desk.live.plugins import SourceLoadError, load_source
-from idt_desk.live.session import MAX_SPEED_CHUNKS
-from idt_desk.live.source import Batch, Param, Source
-from idt_desk.recordings import RecordingError, RecordingTail, load_recording
+from idt_desk.plugin import (
+    MAX_SPEED_CHUNKS,
+    PIPELINE_KEYS,
+    Batch,
+    Param,
+    RecordingError,
+    RecordingTail,
+    Source,
+    SourceLoadError,
+    load_recording,
+    load_source,
+)
 
 __all__ = ["DRAWN_FROM_RECORDING", "ReplaySource"]
 

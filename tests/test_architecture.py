@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parent.parent
 
 
@@ -18,9 +20,11 @@ def test_import_contracts_are_kept():
         cwd=ROOT, capture_output=True, text=True,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "Contracts: 3 kept, 0 broken" in r.stdout
+    assert "Contracts: 4 kept, 0 broken" in r.stdout
     assert "The core's layers: each imports only those below it KEPT" in r.stdout
     assert "The core imports no source KEPT" in r.stdout
+    assert "Sources import the core only through its plug-in API (idt_desk.plugin) KEPT" \
+        in r.stdout
 
 
 def test_importing_the_core_loads_no_qt():
@@ -95,3 +99,23 @@ def test_no_long_file_without_a_reason():
                 if "One file:" not in doc:
                     long.append(f"{f.relative_to(ROOT)} ({text.count(chr(10))} lines)")
     assert long == []
+
+
+def test_the_plugin_api_hands_out_the_cores_own_objects_and_nothing_else():
+    """``idt_desk.plugin``: every name in ``__all__`` is the object of the module it names;
+    an unknown one is refused with the list (the shipped sources are kept to it by the
+    import-linter contract above)."""
+    import importlib
+
+    import idt_desk.plugin as api
+
+    assert api.__all__ == sorted(api.__all__) and len(api.__all__) == len(set(api.__all__))
+    for name in api.__all__:
+        home = api._MODULES.get(name)
+        if home is not None:
+            assert getattr(api, name) is importlib.import_module(home)
+        else:
+            assert getattr(api, name) is getattr(importlib.import_module(api._WHERE[name]), name)
+    assert dir(api) == api.__all__
+    with pytest.raises(AttributeError, match="a plugin may import: ACTION_SMOOTHING"):
+        api.Sesion  # noqa: B018 (a typo)

@@ -48,7 +48,7 @@ from idt_desk_sources.dialogue._texts import (
     teacher_instruction,
 )
 
-from idt_desk.live.source import Batch, Modulation, Param, Perturbation, Source, SourcePaused
+from idt_desk.plugin import Batch, Modulation, Param, Perturbation, Source, SourcePaused
 
 __all__ = ["CONDITIONS", "DialogueSource"]
 
@@ -293,7 +293,7 @@ class DialogueSource(Source):
     def _token_count(self) -> Any:
         """Token count of a text, with the default tokenizer (``tokens.TOKENIZER``)."""
         if self._count is None:
-            from idt_desk.metrics.tokens import load_tokenizer
+            from idt_desk.plugin import load_tokenizer
 
             tok = load_tokenizer()
             self._count = lambda text: len(tok.encode(text))

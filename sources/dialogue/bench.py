@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from idt_desk import assets
+from idt_desk.plugin import assets
 
 __all__ = ["HELP", "SHIPPED", "add_arguments", "bench_dialogue", "run"]
 
@@ -61,9 +61,13 @@ def bench_dialogue(recording: Path = SHIPPED, turns: int = 100, rounds: int = 3,
         The embeddings extra is missing, or the recording has no turns.
 
     """
-    from idt_desk.metrics import embeddings
-    from idt_desk.metrics.tokens import TOKENIZER, DialogueMetrics, load_tokenizer
-    from idt_desk.recordings import load_recording
+    from idt_desk.plugin import (
+        TOKENIZER,
+        DialogueMetrics,
+        embeddings,
+        load_recording,
+        load_tokenizer,
+    )
 
     rec = load_recording(recording)
     dialogue = [t for t in rec.turns if not t.get("history")][:turns]
@@ -128,8 +132,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``idt-desk bench dialogue`` from parsed arguments."""
-    from idt_desk.cli.validate import check_int
-    from idt_desk.errors import InputError
+    from idt_desk.plugin import InputError, check_int
 
     check_int("--turns", args.turns, 1, 100_000)
     check_int("--rounds", args.rounds, 1, 100)

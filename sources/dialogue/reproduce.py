@@ -57,9 +57,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from idt_desk.detection.turns import BASELINE_TURNS, RESPONSE_TURNS, detect_injection, response_z
-from idt_desk.errors import InputError
-from idt_desk.metrics.tokens import ADJUSTED, LENGTH_COLUMNS
+from idt_desk.plugin import (
+    ADJUSTED,
+    BASELINE_TURNS,
+    LENGTH_COLUMNS,
+    RESPONSE_TURNS,
+    InputError,
+    detect_injection,
+    response_z,
+)
 
 __all__ = ["HELP", "PAPER", "TESTS", "Dialogue", "DialogueConfig", "add_arguments",
            "make_dialogues", "run", "run_dialogue"]
@@ -239,7 +245,7 @@ def run_dialogue(task: Dialogue, *, run: bool = True) -> dict[str, Any]:
     """
     from idt_desk_sources.dialogue._source import DialogueSource
 
-    from idt_desk.live.source import SourcePaused
+    from idt_desk.plugin import SourcePaused
 
     test = TESTS[task.test]
     path = task.path
@@ -322,8 +328,7 @@ def turn_table(results: Sequence[dict[str, Any]], *, tokenizer: str | None = Non
     import numpy as np
     import pandas as pd
 
-    from idt_desk.metrics import embeddings
-    from idt_desk.metrics.tokens import TOKENIZER, DialogueMetrics, load_tokenizer
+    from idt_desk.plugin import TOKENIZER, DialogueMetrics, embeddings, load_tokenizer
 
     tok = load_tokenizer(tokenizer or TOKENIZER)
     use_baselines = embeddings.available() if baselines is None else baselines
@@ -415,7 +420,7 @@ def effect_sizes(rows: Any) -> list[dict[str, Any]]:
 
     Turns k and k + 1 of every injection against turns 1–30.
     """
-    from idt_desk.stats import cohens_d
+    from idt_desk.plugin import cohens_d
 
     dets = _detectors(rows)
     out = []
@@ -436,7 +441,7 @@ def correlations(rows: Any) -> list[dict[str, Any]]:
     Pearson's r with the prompt–reply cosine similarity (and with the judge's mean score when
     it was on) over all turns, Fisher's 95 % CI and p.
     """
-    from idt_desk.stats import correlation
+    from idt_desk.plugin import correlation
 
     out = []
     for (test, cond, seed), g in _dialogues(rows):
@@ -464,10 +469,14 @@ def summarize(rows: Any, results: Sequence[dict[str, Any]], config: DialogueConf
     """The ``summary.json`` content (module docstring for every rule)."""
     import numpy as np
 
-    from idt_desk.experiments.analyze import summarize as metric_table
-    from idt_desk.experiments.analyze import summary_document
-    from idt_desk.metrics import embeddings
-    from idt_desk.metrics.tokens import TOKENIZER, length_confound, load_tokenizer
+    from idt_desk.plugin import (
+        TOKENIZER,
+        embeddings,
+        length_confound,
+        load_tokenizer,
+        summary_document,
+    )
+    from idt_desk.plugin import summarize as metric_table
 
     dets = _detectors(rows)
     inj = detection_table(rows)
@@ -585,7 +594,7 @@ def _matched(real: Sequence[dict[str, Any]], ctrl: Sequence[dict[str, Any]], d: 
     """
     import numpy as np
 
-    from idt_desk.detection.matched import matched_threshold
+    from idt_desk.plugin import matched_threshold
 
     def peak(r: dict[str, Any]) -> float:
         z = [abs(x) for x in r[f"z_{d}"] if x is not None]
@@ -667,7 +676,7 @@ def reproduce(config: DialogueConfig, *, executor: Any | None = None, progress: 
         Bad settings, Dask missing, or an unreachable scheduler.
 
     """
-    from idt_desk.experiments.executor import run_tasks
+    from idt_desk.plugin import run_tasks
 
     config = config.resolved()
     tasks = make_dialogues(config)
@@ -913,7 +922,7 @@ def plot_figure4(rows: Any, summary: dict[str, Any], path: Path) -> None:
 
 def write_outputs(result: DialogueResult, out: Path) -> list[Path]:
     """``turns.csv``, ``summary.json``, ``table.md`` and ``figure4.png`` into ``out``."""
-    from idt_desk.experiments.executor import write_report
+    from idt_desk.plugin import write_report
 
     return write_report(out, rows=result.rows, rows_name="turns.csv", summary=result.summary,
                         markdown=format_tables(result.summary),

@@ -32,21 +32,22 @@ from typing import Any
 import numpy as np
 from idt_desk_sources.gym._policy import FrozenPolicy, PolicyError
 
-from idt_desk import assets
-from idt_desk.detection.detectors import CONTROL_BUDGET, CONTROL_DETECTOR
-from idt_desk.live.source import (
+from idt_desk.plugin import (
     ACTION_SMOOTHING,
+    CONTROL_BUDGET,
+    CONTROL_DETECTOR,
     DIM_REDUCTION,
     HOLD,
     INPUT_FILTER,
     OBS_HOLD,
+    PRESETS,
     Batch,
     Param,
     Perturbation,
     Source,
     Suggestion,
+    assets,
 )
-from idt_desk.metrics.presets import PRESETS
 
 __all__ = ["ACTIONS", "HALFCHEETAH_ACTIONS", "HALFCHEETAH_OBS", "GymSource", "default_policy",
            "shipped_policies", "step_together"]

@@ -44,7 +44,7 @@ def _bare(policy: str, steps: int, deterministic: bool) -> float:
 def _session(policy: str, steps: int, record: Path | None, deterministic: bool) -> float:
     from idt_desk_sources.gym import GymSource
 
-    from idt_desk.live.session import Session, SessionConfig, run_headless
+    from idt_desk.plugin import Session, SessionConfig, run_headless
 
     session = Session(SessionConfig(speed=None),
                       source=GymSource(policy=policy, deterministic=deterministic), record=record)
@@ -99,7 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``idt-desk bench rl`` from parsed arguments."""
-    from idt_desk.cli.validate import check_int
+    from idt_desk.plugin import check_int
 
     check_int("--steps", args.steps, 500, 10**7)
     check_int("--rounds", args.rounds, 1, 100)

@@ -111,7 +111,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``idt-desk bench reproduce``."""
-    from idt_desk.cli.validate import check_int
+    from idt_desk.plugin import check_int
 
     check_int("--trials", args.trials, 1, 512)
     check_int("--episodes", args.episodes, 2, 100)

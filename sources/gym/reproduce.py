@@ -77,9 +77,14 @@ from typing import Any
 import numpy as np
 from idt_desk_sources.gym._source import ACTIONS
 
-from idt_desk.cli.validate import check_float, check_int, check_out_dir
-from idt_desk.detection.detectors import CONTROL_BUDGET, DEFAULT_BUDGET
-from idt_desk.errors import InputError
+from idt_desk.plugin import (
+    CONTROL_BUDGET,
+    DEFAULT_BUDGET,
+    InputError,
+    check_float,
+    check_int,
+    check_out_dir,
+)
 
 __all__ = [
     "HELP",
@@ -181,8 +186,7 @@ class CheetahConfig:
 
         from idt_desk_sources.gym._source import _CHEETAH_GROUPS, GymSource
 
-        from idt_desk.cli.validate import parse_auto, parse_switch
-        from idt_desk.detection.detectors import DETECTOR_KINDS, parse_budget
+        from idt_desk.plugin import DETECTOR_KINDS, parse_auto, parse_budget, parse_switch
 
         known = _perturbation_names()
         perts = self.perturbations or known
@@ -343,9 +347,7 @@ def analyze_trial(
     rows need each row's ``episode``), and each episode-return monitor's
     (:data:`RETURN_MONITORS`; ``returns``: (end step, return) of every finished episode).
     """
-    from idt_desk.detection.monitor import IDT_METRICS, detect
-    from idt_desk.metrics.engine import sliding_metrics, window_means
-    from idt_desk.metrics.symbolize import Symbolizer
+    from idt_desk.plugin import IDT_METRICS, Symbolizer, detect, sliding_metrics, window_means
 
     sym_s = Symbolizer(s.shape[1], preset.bins, preset.state_groups)
     sym_a = Symbolizer(a.shape[1], preset.bins, preset.action_groups)
@@ -383,7 +385,7 @@ def analyze_trial(
     row.update(_records(w, det, metrics))
     if live_false_alarms is not None:
         if episode is not None:
-            from idt_desk.detection.phase import episode_steps, window_phase
+            from idt_desk.plugin import episode_steps, window_phase
 
             steps, _ = episode_steps(episode)
             w["phase"] = window_phase(steps[w["start"] + preset.window - 1], preset.stride)
@@ -421,8 +423,7 @@ def _live(w: dict[str, Any], j0: int, preset: Any, budget: str, rate: float | No
     row needs ``w["phase"]`` (skipped without it). Also ``live_<row>_needed``: the baseline
     windows the IDT's calibration asked for (0: it called the baseline long enough).
     """
-    from idt_desk.detection.monitor import IDT_METRICS
-    from idt_desk.pipeline import build_monitor
+    from idt_desk.plugin import IDT_METRICS, build_monitor
 
     metrics = (*IDT_METRICS, "reward")
     out = {}
@@ -452,12 +453,7 @@ def _return_monitors(returns: Sequence[tuple[int, float]], onset: int, stride: i
     after the onset on the windows' clock (the first window holding a perturbed step is 0).
     The budget converts to episodes through the loop's rate (or counts them).
     """
-    from idt_desk.detection.detectors import (
-        DetectorSpec,
-        calibrate,
-        detector_statistic,
-        parse_budget,
-    )
+    from idt_desk.plugin import DetectorSpec, calibrate, detector_statistic, parse_budget
 
     ends = np.array([e for e, _ in returns], dtype=np.int64)
     values = np.array([r for _, r in returns], dtype=np.float64)
@@ -509,14 +505,14 @@ def _records(w: dict[str, Any], det: Any, metrics: Sequence[str]) -> dict[str, s
     onset: the trial is detected at threshold θ iff its last record exceeds θ, and the latency
     is the first record above θ. So any threshold can be applied across trials afterwards.
     """
-    from idt_desk.detection.detectors import (
+    from idt_desk.plugin import (
         DetectorSpec,
         detector_statistic,
         joint_statistic,
+        records,
         standardise,
         whitening,
     )
-    from idt_desk.detection.matched import records
 
     j0 = det.onset_index
     zs = {m: standardise(w[m], det.baseline.mean[m], det.baseline.std[m]) for m in metrics}
@@ -571,7 +567,7 @@ def _at_matched(name: str, metric: str, fit: Any, control: Any, perturbed: Any
 
     In sample ``fit`` is ``control``; out of sample they are another batch's.
     """
-    from idt_desk.detection.matched import first_above, matched_threshold
+    from idt_desk.plugin import first_above, matched_threshold
 
     theta, _ = matched_threshold(_scores(fit, name, metric)[0], MATCHED_RATE)
     c_scores, _ = _scores(control, name, metric)
@@ -639,7 +635,7 @@ HAND = "by hand: "
 def _auto_config(spec: str) -> dict[str, Any] | None:
     from idt_desk_sources.gym._source import GymSource
 
-    from idt_desk.cli.validate import parse_auto
+    from idt_desk.plugin import parse_auto
 
     return parse_auto(spec, GymSource) if spec and not spec.startswith(HAND) else None
 
@@ -654,9 +650,7 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
     import torch
     from idt_desk_sources.gym._source import GymSource, step_together
 
-    from idt_desk.cli.validate import parse_switch
-    from idt_desk.live.session import Session, SessionConfig
-    from idt_desk.metrics.presets import PRESETS
+    from idt_desk.plugin import PRESETS, Session, SessionConfig, parse_switch
 
     # One torch thread per worker process (one process per core): a small MLP gains nothing
     # from more, and with every core busy extra threads spin (measured: 10 ms per layer).
@@ -821,7 +815,7 @@ def summarize_trials(rows: Any, config: CheetahConfig, wall: float) -> dict[str,
     Every protocol (``actions``) present gets its own block under ``protocols``; the first of
     ``config.actions`` is also written at the top level (the tables' main protocol).
     """
-    from idt_desk.experiments.analyze import summary_document
+    from idt_desk.plugin import summary_document
 
     rows = _with_defaults(rows, config)
     ok = rows[rows["error"] == ""]
@@ -941,7 +935,7 @@ def _by_chance(control: Any, budget: str) -> dict[str, Any] | None:
     count at or above it says the budget was not kept). None: a budget not in loop time, or
     trials without their loop time (older runs).
     """
-    from idt_desk.detection.detectors import parse_budget
+    from idt_desk.plugin import parse_budget
 
     b = parse_budget(budget)
     if b.unit != "s" or "loop_seconds_per_step" not in control or not len(control):
@@ -973,7 +967,7 @@ def _pre_onset_runs(open_loop: Any, control: Any) -> Any:
 
 def _detection(open_loop: Any, seeds: list[str]) -> dict[str, Any]:
     """Detection statistics over the open-loop trials of ``seeds``."""
-    from idt_desk.stats import paired_t_test
+    from idt_desk.plugin import paired_t_test
 
     mine = open_loop[open_loop["policy"].isin(seeds)]
     perturbed = mine[mine["perturbation"] != CONTROL]
@@ -1076,7 +1070,7 @@ def reproduce(config: CheetahConfig, *, executor: Any | None = None, progress: b
     """
     import pandas as pd
 
-    from idt_desk.experiments.executor import run_tasks
+    from idt_desk.plugin import run_tasks
 
     config = config.resolved()
     groups = make_groups(config)
@@ -1461,7 +1455,7 @@ def plot_roc(rows: Any, path: Path) -> bool:
 
 def write_outputs(result: CheetahResult, out: Path) -> list[Path]:
     """``trials.csv``, ``summary.json``, ``table.md``, ``detection.png`` and ``roc.png``."""
-    from idt_desk.experiments.executor import write_report
+    from idt_desk.plugin import write_report
 
     files = write_report(out, rows=result.trials, rows_name="trials.csv",
                          summary=result.summary, markdown=format_tables(result.summary),
@@ -1483,7 +1477,7 @@ def _names(text: str) -> tuple[str, ...]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``idt-desk reproduce cheetah`` options (and ``func=run``)."""
-    from idt_desk.detection.detectors import DETECTOR_KINDS
+    from idt_desk.plugin import DETECTOR_KINDS
 
     parser.description = (
         "Evaluate frozen policies in HalfCheetah with each of the paper's perturbations from "

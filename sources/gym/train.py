@@ -57,7 +57,7 @@ from idt_desk_sources.gym.cards import (
 from idt_desk_sources.gym.jax_models import export_sbx, load_checkpoint
 from idt_desk_sources.gym.runs import KEPT, progress, settled_running
 
-from idt_desk.cli.signals import deferred_signals
+from idt_desk.plugin import deferred_signals
 
 __all__ = ["ALGOS", "HELP", "TRAINERS", "add_arguments", "policy_name", "train"]
 
@@ -513,8 +513,7 @@ def _summary(card: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Entry of ``idt-desk train``."""
-    from idt_desk.cli.validate import check_int, check_out_dir
-    from idt_desk.errors import InputError
+    from idt_desk.plugin import InputError, check_int, check_out_dir
 
     check_int("--eval-episodes", args.eval_episodes, 1, 1000)
     command = "idt-desk " + " ".join(shlex.quote(a) for a in sys.argv[1:])

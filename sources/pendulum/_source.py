@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from idt_desk_sources.pendulum._dynamics import PendulumParams, Stepper, energy
 
-from idt_desk.live.source import Batch, Param, Perturbation, Source
+from idt_desk.plugin import Batch, Param, Perturbation, Source
 
 __all__ = ["PendulumSource"]
 

@@ -46,19 +46,25 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from idt_desk.cli.validate import check_float, check_int, check_out_dir
-from idt_desk.detection.detectors import (
+from idt_desk.plugin import (
     DEFAULT_BUDGET,
     DETECTOR_KINDS,
+    IDT_METRICS,
     DetectorSpec,
+    InputError,
+    build_monitor,
+    check_float,
+    check_int,
+    check_out_dir,
     detector_statistic,
+    first_above,
+    judge,
+    matched_threshold,
     parse_budget,
+    records,
+    run_tasks,
+    write_report,
 )
-from idt_desk.detection.matched import first_above, matched_threshold, records
-from idt_desk.detection.monitor import IDT_METRICS
-from idt_desk.errors import InputError
-from idt_desk.experiments.executor import run_tasks, write_report
-from idt_desk.pipeline import build_monitor, judge
 
 HELP = "detect the pendulum's perturbations, with false alarms counted on unperturbed runs"
 
@@ -120,7 +126,7 @@ class AlarmsConfig:
             raise InputError(f"--false-alarms: {exc}") from None
         from idt_desk_sources.pendulum import PendulumSource
 
-        from idt_desk.metrics.presets import PRESETS
+        from idt_desk.plugin import PRESETS
 
         p = PRESETS[PendulumSource.presets[0]]
         ready = (p.window + (CALIBRATION_WINDOWS + BASELINE_WINDOWS - 1) * p.stride) / 1000
@@ -136,7 +142,7 @@ def run_trial(task: AlarmTask) -> dict[str, Any]:
     """Simulate one trial and flag its windows with every detector (see the module)."""
     from idt_desk_sources.pendulum import PendulumSource
 
-    from idt_desk.live.session import Session, SessionConfig, run_headless
+    from idt_desk.plugin import Session, SessionConfig, run_headless
 
     cond = {c[0]: c for c in CONDITIONS}[task.condition]
     src = PendulumSource(random_start=True)
@@ -178,7 +184,7 @@ def run_trial(task: AlarmTask) -> dict[str, Any]:
 
 
 def _summary(config: AlarmsConfig, trials: pd.DataFrame, wall: float) -> dict[str, Any]:
-    from idt_desk.experiments.analyze import summarize, summary_document
+    from idt_desk.plugin import summarize, summary_document
 
     control = trials[trials["condition"] == "none"]
     out: dict[str, Any] = summary_document(

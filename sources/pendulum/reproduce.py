@@ -67,18 +67,22 @@ from idt_desk_sources.pendulum._dynamics import (
     random_initial_condition,
 )
 
-from idt_desk.cli.validate import check_int, check_out_dir
-from idt_desk.errors import InputError
-from idt_desk.experiments.analyze import summarize, summary_document, symbolize_trajectory
-from idt_desk.experiments.executor import (
+from idt_desk.plugin import (
+    InputError,
+    Preset,
+    Trajectory,
+    check_int,
+    check_out_dir,
     default_workers,
     executor_description,
+    get_preset,
     run_tasks,
+    sliding_metrics,
+    summarize,
+    summary_document,
+    symbolize_trajectory,
     write_report,
 )
-from idt_desk.metrics.engine import sliding_metrics
-from idt_desk.metrics.presets import Preset, get_preset
-from idt_desk.recordings.trajectory import Trajectory
 
 __all__ = [
     "BATCH_PRESETS",

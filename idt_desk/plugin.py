@@ -1,0 +1,103 @@
+"""What a source plugin may import from the core: the plug-in API, in one place.
+
+A source (``idt_desk_sources``, or your own package's entry point in the ``idt_desk.sources``
+group) imports the core only from here, ``from idt_desk.plugin import Source, Param``; an
+import-linter contract (``pyproject.toml``) keeps the shipped sources to it. Everything else
+in the core may change between versions without notice; these names are the ones a plugin
+can rely on. Each name is the core's own object, imported on first use (a plugin that needs
+a source class only does not load the reproductions' machinery):
+
+>>> from idt_desk.plugin import Source, Param
+>>> Param("gain", 1.0, "Gain", 0.0, 10.0).default
+1.0
+>>> import idt_desk.plugin as api
+>>> "Source" in api.__all__ and api.Source is Source
+True
+
+The names, by what a plugin does with them:
+
+- **declare a source** (``idt_desk.live.source``, ``assets/docs/plugins.md``): Source,
+  Batch, Param, Perturbation, Modulation, Suggestion, SourcePaused, check_source, the shared
+  modulations HOLD, INPUT_FILTER, DIM_REDUCTION, ACTION_SMOOTHING, OBS_HOLD; its presets
+  (PRESETS, Preset, get_preset) and data shipped with the product (assets);
+- **run sessions** (a reproduction, a benchmark): Session, SessionConfig, run_headless,
+  MAX_SPEED_CHUNKS, load_source, SourceLoadError, load_recording, RecordingError,
+  RecordingTail, Trajectory, PIPELINE_KEYS;
+- **judge windows** (the detection layer, its defaults): build_monitor, judge, detect,
+  IDT_METRICS, DetectorSpec, DETECTOR_KINDS, DEFAULT_BUDGET, CONTROL_BUDGET,
+  CONTROL_DETECTOR, parse_budget, calibrate, standardise, whitening, detector_statistic,
+  joint_statistic, first_above, matched_threshold, records, episode_steps, window_phase, and
+  a dialogue's per-turn rule (BASELINE_TURNS, RESPONSE_TURNS, detect_injection, response_z);
+- **compute metrics**: Symbolizer, sliding_metrics, window_means, a dialogue's token metrics
+  (DialogueMetrics, load_tokenizer, TOKENIZER, ADJUSTED, LENGTH_COLUMNS, length_confound,
+  embeddings), statistics (cohens_d, correlation, paired_t_test);
+- **run reproductions and their command lines**: run_tasks, default_workers,
+  executor_description, write_report, summarize, summary_document, symbolize_trajectory,
+  deferred_signals, check_float, check_int, check_out_dir, parse_auto, parse_switch,
+  InputError.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: Each name and the core module it comes from (a module itself where the name is one).
+_WHERE: dict[str, str] = {
+    **dict.fromkeys(("ACTION_SMOOTHING", "Batch", "DIM_REDUCTION", "HOLD", "INPUT_FILTER",
+                     "Modulation", "OBS_HOLD", "Param", "Perturbation", "Source",
+                     "SourcePaused", "Suggestion", "check_source"), "idt_desk.live.source"),
+    **dict.fromkeys(("PRESETS", "Preset", "get_preset"), "idt_desk.metrics.presets"),
+    **dict.fromkeys(("MAX_SPEED_CHUNKS", "Session", "SessionConfig", "run_headless"),
+                    "idt_desk.live.session"),
+    **dict.fromkeys(("SourceLoadError", "load_source"), "idt_desk.live.plugins"),
+    **dict.fromkeys(("RecordingError", "RecordingTail", "load_recording"),
+                    "idt_desk.recordings"),
+    "Trajectory": "idt_desk.recordings.trajectory",
+    "PIPELINE_KEYS": "idt_desk.limits",
+    **dict.fromkeys(("build_monitor", "judge"), "idt_desk.pipeline"),
+    **dict.fromkeys(("IDT_METRICS", "detect"), "idt_desk.detection.monitor"),
+    **dict.fromkeys(("CONTROL_BUDGET", "CONTROL_DETECTOR", "DEFAULT_BUDGET", "DETECTOR_KINDS",
+                     "DetectorSpec", "calibrate", "detector_statistic", "joint_statistic",
+                     "parse_budget", "standardise", "whitening"),
+                    "idt_desk.detection.detectors"),
+    **dict.fromkeys(("first_above", "matched_threshold", "records"),
+                    "idt_desk.detection.matched"),
+    **dict.fromkeys(("episode_steps", "window_phase"), "idt_desk.detection.phase"),
+    **dict.fromkeys(("BASELINE_TURNS", "RESPONSE_TURNS", "detect_injection", "response_z"),
+                    "idt_desk.detection.turns"),
+    "Symbolizer": "idt_desk.metrics.symbolize",
+    **dict.fromkeys(("sliding_metrics", "window_means"), "idt_desk.metrics.engine"),
+    **dict.fromkeys(("ADJUSTED", "DialogueMetrics", "LENGTH_COLUMNS", "TOKENIZER",
+                     "length_confound", "load_tokenizer"), "idt_desk.metrics.tokens"),
+    **dict.fromkeys(("cohens_d", "correlation", "paired_t_test"), "idt_desk.stats"),
+    **dict.fromkeys(("default_workers", "executor_description", "run_tasks", "write_report"),
+                    "idt_desk.experiments.executor"),
+    **dict.fromkeys(("summarize", "summary_document", "symbolize_trajectory"),
+                    "idt_desk.experiments.analyze"),
+    "deferred_signals": "idt_desk.cli.signals",
+    **dict.fromkeys(("check_float", "check_int", "check_out_dir", "parse_auto",
+                     "parse_switch"), "idt_desk.cli.validate"),
+    "InputError": "idt_desk.errors",
+}
+#: Names that are modules: the shipped assets' reader and a dialogue's sentence embeddings.
+_MODULES = {"assets": "idt_desk.assets", "embeddings": "idt_desk.metrics.embeddings"}
+
+__all__ = sorted([*_WHERE, *_MODULES])
+
+
+def __getattr__(name: str) -> Any:
+    """The core's object ``name``, imported on first use (PEP 562)."""
+    if name in _MODULES:
+        value = importlib.import_module(_MODULES[name])
+    elif name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name]), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}; a plugin may "
+                             f"import: {', '.join(__all__)}")
+    globals()[name] = value  # the next look-up is a plain one
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
