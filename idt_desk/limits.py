@@ -107,11 +107,12 @@ def check_buffers(window: int, stride: int, calibration_windows: int, n_state: i
     rows = int(window) + (int(calibration_windows) - 1) * int(stride)
     size = rows * 16 * (2 * int(n_state) + int(n_action) + 4)
     if size > BUFFER_CAP:
-        raise ValueError(
-            f"window {int(window):,}, stride {int(stride):,} and calibration_windows "
-            f"{int(calibration_windows):,} calibrate the symbols on {rows:,} transitions, "
-            f"about {size / 2**30:,.0f} GiB held until then (at most {BUFFER_CAP / 2**30:g} "
-            "GiB): fewer calibration windows or a shorter window or stride")
+        text = (f"window {int(window):,}, stride {int(stride):,} and calibration_windows "
+                f"{int(calibration_windows):,} calibrate the symbols on {rows:,} transitions, "
+                f"about {size / 2**30:,.0f} GiB held until then (at most "
+                f"{BUFFER_CAP / 2**30:g} GiB): fewer calibration windows or a shorter window "
+                "or stride")
+        raise SettingError("calibration_windows", calibration_windows, text, text)
 
 
 @dataclass(frozen=True)

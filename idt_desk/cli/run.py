@@ -153,9 +153,15 @@ def _build_session(args: argparse.Namespace, source, speed: float | None,
         given = _pipeline_args(args)
         if exc.field in given and given[exc.field] != DEFAULTS[exc.field]:
             raise _blame(args, exc) from None
-        origin = "the recording's pipeline" if args.source == "replay" else \
-            f"{source.name}'s default settings"
-        raise InputError(f"{origin}: {exc}") from None
+        raise InputError(f"{_origin(args, source)}: {exc}") from None
+    except ValueError as exc:  # what the source's own checks refuse (a recording's data)
+        raise InputError(f"{_origin(args, source)}: {exc}") from None
+
+
+def _origin(args: argparse.Namespace, source) -> str:
+    """Where a value no option gave came from."""
+    return "the recording's pipeline" if args.source == "replay" else \
+        f"{source.name}'s default settings"
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:
