@@ -50,13 +50,13 @@ def test_every_source_defaults_to_a_known_detector_and_the_window_shows_it(qtbot
     assert Session(SessionConfig(speed=None)).monitor.spec.kind == "persistence"
     w = MainWindow(speed=None, record_dir=tmp_path)
     qtbot.addWidget(w)
-    assert w.detector_combo.currentData() == "persistence"
-    assert w.budget_edit.placeholderText() == "1/h"
+    assert w.pipeline_panel.detector_combo.currentData() == "persistence"
+    assert w.pipeline_panel.budget_edit.placeholderText() == "1/h"
     w._select_source("gym", {})
-    assert w.detector_combo.currentData() == "mewma"
-    assert w.budget_edit.placeholderText() == "1/10h"
+    assert w.pipeline_panel.detector_combo.currentData() == "mewma"
+    assert w.pipeline_panel.budget_edit.placeholderText() == "1/10h"
     w._select_source("pendulum", {})
-    assert w.detector_combo.currentData() == "persistence"
+    assert w.pipeline_panel.detector_combo.currentData() == "persistence"
     w.close()
 
 
@@ -120,7 +120,7 @@ def test_the_window_says_so_when_a_perturbation_goes_on_during_the_calibration(q
     w.show()
     assert w.start_session()
     qtbot.waitUntil(lambda: w.session.snapshot(1).n_transitions > 0, timeout=30_000)
-    w.perturb_buttons["sensor_noise"].click()  # seconds in: the calibration runs to 61.7 s
+    w.switches.perturb_buttons["sensor_noise"].click()  # seconds in: the calibration runs to 61.7 s
     qtbot.waitUntil(lambda: any(e["kind"] == "baseline_overlap" for e in w.events.events),
                     timeout=30_000)
     w.refresh()

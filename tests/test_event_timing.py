@@ -109,15 +109,15 @@ def test_same_windows_and_events_in_the_gui(qtbot, tmp_path, reference, speed):
 
     win = MainWindow(speed=speed, record_dir=tmp_path)
     qtbot.addWidget(win)
-    win.record_button.setChecked(True)
-    win.baseline_spin.setValue(30)  # as the headless reference
+    win.record_panel.record_button.setChecked(True)
+    win.pipeline_panel.baseline_spin.setValue(30)  # as the headless reference
     assert win.start_session(schedule=_resolved(SCRIPT))
     qtbot.waitUntil(lambda: win.session.snapshot(1).n_transitions >= STEPS + 500,
                     timeout=60_000)
-    win.stop_button.click()  # the window stays live while the worker finishes
-    qtbot.waitUntil(lambda: not win.session.running and win.start_button.isEnabled(),
+    win.source_panel.stop_button.click()  # the window stays live while the worker finishes
+    qtbot.waitUntil(lambda: not win.session.running and win.source_panel.start_button.isEnabled(),
                     timeout=150_000)
-    w, ev = _timeline(win.last_recording)
+    w, ev = _timeline(win.record_panel.last_recording)
     w_ref, ev_ref = _timeline(reference)
     w = w[w["end"] <= STEPS].reset_index(drop=True)
     ev = ev[ev["i"] <= STEPS].reset_index(drop=True)

@@ -198,7 +198,8 @@ def test_the_window_follows_a_growing_recording(qtbot, tmp_path):
         # It shows windows while the writer is still writing ...
         qtbot.waitUntil(lambda: w.session.snapshot(1).n_windows > 20, timeout=30_000)
         assert proc.poll() is None
-        qtbot.waitUntil(lambda: f"following {src.name} (the writer: writing)" in w.status.text(),
+        status = w.status_line.status
+        qtbot.waitUntil(lambda: f"following {src.name} (the writer: writing)" in status.text(),
                         timeout=5_000)
         qtbot.waitUntil(lambda: w.plots.curves["P"].getData()[0] is not None and
                         len(w.plots.curves["P"].getData()[0]) > 20, timeout=30_000)
@@ -208,8 +209,8 @@ def test_the_window_follows_a_growing_recording(qtbot, tmp_path):
         proc.wait(60)
     writer = load_recording(src)
     assert w.session.snapshot(1).n_windows == len(writer.windows)
-    qtbot.waitUntil(w.start_button.isEnabled, timeout=5_000)  # the window saw it end
-    assert "(the writer: ended the run)" in w.status.text()
+    qtbot.waitUntil(w.source_panel.start_button.isEnabled, timeout=5_000)  # the window saw it end
+    assert "(the writer: ended the run)" in w.status_line.status.text()
 
 
 def test_bench_follow_reports_and_the_follower_gets_every_row(qtbot):

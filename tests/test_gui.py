@@ -59,11 +59,11 @@ def _legend_texts(w: MainWindow) -> list[str]:
 
 
 def test_launch_shows_live_pendulum_windows(qtbot, window):
-    assert window.source_combo.currentData() == "pendulum"
+    assert window.source_panel.source_combo.currentData() == "pendulum"
     # Before Start: the empty plots say what to do; the alarm says it is not running.
     assert window.plots.hint.isVisible() and "Press <b>Start</b>" in window.plots.hint.text()
     assert window.alarms.idt.state == "idle" and "not running" in window.alarms.idt.text()
-    qtbot.mouseClick(window.start_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(window.source_panel.start_button, Qt.MouseButton.LeftButton)
     # The source is built on a thread of its own; the session starts once it is.
     qtbot.waitUntil(lambda: window.session is not None and window.session.running,
                     timeout=WAIT)
@@ -78,7 +78,7 @@ def test_launch_shows_live_pendulum_windows(qtbot, window):
     assert "Alarm: persistence (5 windows in a row), ≤ 1 false alarm / hour" in text
     assert "Baseline: 800 windows, long enough for the budget" in text
     assert window.view._y is not None  # the pendulum is drawn from live data
-    assert "transitions" in window.status.text()
+    assert "transitions" in window.status_line.status.text()
     # Entropy bands stop at 0 bits; ΔH's may go below.
     b = window.session.snapshot(1).baseline
     for key in ("P", "H_f", "H_b"):
@@ -103,14 +103,14 @@ def test_alarm_lights_say_their_state(qtbot, window):
     lights = window.alarms.lights
     assert window.alarms.idt.text() == "IDT: not running"
     assert all("waiting" in lt.text() for lt in lights.values())
-    window.speed_combo.setCurrentText("0.1×")
+    window.source_panel.speed_combo.setCurrentText("0.1×")
     window.start_session()
     qtbot.waitUntil(lambda: "calibrating symbols" in window.alarms.idt.text(), timeout=WAIT)
     assert window.alarms.idt.state == "idle"
     # The empty plots say why, once the loop's first step is taken (after the kernels load).
     qtbot.waitUntil(lambda: "Calibrating symbols" in window.plots.hint.text(), timeout=WAIT)
     assert "no baseline yet" in lights["P"].toolTip()
-    window.speed_combo.setCurrentText("max")
+    window.source_panel.speed_combo.setCurrentText("max")
     qtbot.waitUntil(lambda: window.alarms.idt.state != "idle", timeout=WAIT)
     idt = window.alarms.idt
     assert idt.text() == ("IDT ALARM" if idt.state == "alarm" else "IDT: no alarm")
@@ -122,7 +122,7 @@ def test_alarm_lights_say_their_state(qtbot, window):
             assert "alarm" in light.toolTip()
         else:
             assert "ok" in light.text()
-    window.perturb_buttons["sensor_noise"].click()
+    window.switches.perturb_buttons["sensor_noise"].click()
     qtbot.waitUntil(lambda: window.alarms.idt.state == "alarm", timeout=WAIT)
     assert window.alarms.idt.text() == "IDT ALARM"
     qtbot.waitUntil(lambda: "▲ high" in lights["H_f"].text(), timeout=WAIT)  # noise: H_f up
@@ -132,13 +132,13 @@ def test_alarm_lights_say_their_state(qtbot, window):
 
 
 def test_perturbation_button_records_an_event_and_shades_the_plot(qtbot, window):
-    window.record_button.setChecked(True)  # armed: records from the start
+    window.record_panel.record_button.setChecked(True)  # armed: records from the start
     window.start_session()
     # Once the baseline is set: switched on while it is gathered, the noise would be part of
     # it (said as a baseline_overlap) and the alarm calibrated on it could not see it.
     qtbot.waitUntil(lambda: window.session.snapshot(1).detector["calibrated"], timeout=4 * WAIT)
     qtbot.waitUntil(lambda: _windows_on_plot(window) > 10, timeout=WAIT)
-    button = window.perturb_buttons["sensor_noise"]
+    button = window.switches.perturb_buttons["sensor_noise"]
     assert button.isEnabled()
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: any(e["kind"] == "perturbation_on"
@@ -149,39 +149,40 @@ def test_perturbation_button_records_an_event_and_shades_the_plot(qtbot, window)
     assert region.getRegion()[0] == pytest.approx(onset["t"], abs=0.01)
     qtbot.waitUntil(lambda: "Detected" in window.alarms.latency.text(), timeout=WAIT)
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)  # off again
-    qtbot.mouseClick(window.stop_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(window.source_panel.stop_button, Qt.MouseButton.LeftButton)
     # At max speed the writer closes on up to a second's rows: the window says "stopping"
     # meanwhile and gives the controls back when the recording is whole.
     qtbot.waitUntil(lambda: not window.session.running and
-                    window.export_csv_button.isEnabled(), timeout=WAIT)
-    rec = load_recording(window.last_recording)
+                    window.record_panel.export_csv_button.isEnabled(), timeout=WAIT)
+    rec = load_recording(window.record_panel.last_recording)
     kinds = rec.events["kind"].tolist()
     assert kinds.count("perturbation_on") == 1 and kinds.count("perturbation_off") == 1
     on = rec.events[rec.events["kind"] == "perturbation_on"].iloc[0]
     assert on["name"] == "sensor_noise" and on["params"]["sigma_rate"] == 0.3
     # Export buttons write the tables.
-    assert window.export_csv_button.isEnabled()
-    qtbot.mouseClick(window.export_parquet_button, Qt.MouseButton.LeftButton)
-    out = window.last_recording.with_name(window.last_recording.name + "-parquet")
+    assert window.record_panel.export_csv_button.isEnabled()
+    qtbot.mouseClick(window.record_panel.export_parquet_button, Qt.MouseButton.LeftButton)
+    last = window.record_panel.last_recording
+    out = last.with_name(last.name + "-parquet")
     assert (out / "windows.parquet").exists() and (out / "events.parquet").exists()
 
 
 def test_pause_speed_baseline_and_resymbolise_controls(qtbot, window):
-    window.speed_combo.setCurrentText("1× (real time)")
+    window.source_panel.speed_combo.setCurrentText("1× (real time)")
     window.start_session()
     qtbot.waitUntil(lambda: window.session.snapshot(1).n_transitions > 200, timeout=WAIT)
-    window.pause_button.click()
+    window.source_panel.pause_button.click()
     qtbot.waitUntil(lambda: window.session.state == "paused", timeout=WAIT)
     n = window.session.snapshot(1).n_transitions
     qtbot.wait(300)
     assert window.session.snapshot(1).n_transitions == n
-    window.pause_button.click()
-    window.speed_combo.setCurrentText("max")
+    window.source_panel.pause_button.click()
+    window.source_panel.speed_combo.setCurrentText("max")
     qtbot.waitUntil(lambda: window.session.snapshot(1).n_transitions > n + 3000, timeout=WAIT)
-    window.baseline_spin.setValue(12)
-    window.baseline_button.click()
-    window.preset_combo.setCurrentText("pendulum-batch2")
-    window.apply_symbols_button.click()
+    window.pipeline_panel.baseline_spin.setValue(12)
+    window.pipeline_panel.baseline_button.click()
+    window.pipeline_panel.preset_combo.setCurrentText("pendulum-batch2")
+    window.pipeline_panel.apply_symbols_button.click()
     qtbot.waitUntil(lambda: window.session.snapshot(1).preset["name"] == "pendulum-batch2",
                     timeout=WAIT)
     kinds = [e["kind"] for e in window.session.snapshot(1).events]
@@ -190,19 +191,20 @@ def test_pause_speed_baseline_and_resymbolise_controls(qtbot, window):
 
 
 def test_status_bar_separates_loop_rate_compute_and_frame_rate(qtbot, window, monkeypatch):
-    window.speed_combo.setCurrentText("1× (real time)")
+    window.source_panel.speed_combo.setCurrentText("1× (real time)")
     window.start_session()
-    qtbot.waitUntil(lambda: window.fps_label.text() != "GUI —", timeout=WAIT)
-    assert window.fps_label.text().endswith(" fps")
-    qtbot.waitUntil(lambda: "loop 1," in window.rates.text() or "loop 9" in window.rates.text(),
+    fps, rates = window.status_line.fps_label, window.status_line.rates
+    qtbot.waitUntil(lambda: fps.text() != "GUI —", timeout=WAIT)
+    assert fps.text().endswith(" fps")
+    qtbot.waitUntil(lambda: "loop 1," in rates.text() or "loop 9" in rates.text(),
                     timeout=WAIT)  # about 1,000 transitions per second at real time
-    assert "compute" in window.rates.text() and "tr/s" in window.rates.text()
+    assert "compute" in rates.text() and "tr/s" in rates.text()
     window.stop_session(wait=True)
     # No stale frame rate or loop rate once nothing runs.
-    assert window.fps_label.text() == "GUI —" and "loop —" in window.rates.text()
+    assert fps.text() == "GUI —" and "loop —" in rates.text()
     _clear_when_asked(monkeypatch)
     window.reset_session()
-    assert window.fps_label.text() == "GUI —"
+    assert fps.text() == "GUI —"
 
 
 @pytest.mark.parametrize("speed, label", [(3.0, "3×"), (2.0, "2×"), (0.75, "0.75×"),
@@ -210,9 +212,10 @@ def test_status_bar_separates_loop_rate_compute_and_frame_rate(qtbot, window, mo
 def test_any_speed_is_shown_and_used(qtbot, tmp_path, speed, label):
     w = MainWindow(speed=speed, record_dir=tmp_path)
     qtbot.addWidget(w)
-    items = [w.speed_combo.itemText(i) for i in range(w.speed_combo.count())]
-    assert w.speed_combo.currentText() == label and items.count(label) == 1
-    numeric = [w.speeds[t] for t in items if w.speeds[t] is not None]
+    combo = w.source_panel.speed_combo
+    items = [combo.itemText(i) for i in range(combo.count())]
+    assert combo.currentText() == label and items.count(label) == 1
+    numeric = [w.source_panel.speeds[t] for t in items if w.source_panel.speeds[t] is not None]
     assert numeric == sorted(numeric)  # a new multiple sits in order among the presets
     assert w.start_session()
     assert w.session.config.speed == speed
@@ -223,15 +226,15 @@ def test_any_speed_is_shown_and_used(qtbot, tmp_path, speed, label):
 def test_a_speed_that_is_not_positive_falls_back_with_a_message(qtbot, tmp_path):
     w = MainWindow(speed=-2.0, record_dir=tmp_path)
     qtbot.addWidget(w)
-    assert w.speed_combo.currentText() == "1× (real time)"
+    assert w.source_panel.speed_combo.currentText() == "1× (real time)"
     assert "speed must be a positive multiple" in w.banner.text()
 
 
 def test_kick_with_period_0_is_a_one_shot_marker(qtbot, window):
     window.start_session()
     qtbot.waitUntil(lambda: _windows_on_plot(window) > 5, timeout=WAIT)
-    button = window.perturb_buttons["kick"]
-    assert window.perturb_forms["kick"].values()["period"] == 0
+    button = window.switches.perturb_buttons["kick"]
+    assert window.switches.perturb_forms["kick"].values()["period"] == 0
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
     assert not button.isChecked()  # an impulse, not a state: the button does not stay down
 
@@ -248,7 +251,7 @@ def test_kick_with_period_0_is_a_one_shot_marker(qtbot, window):
     snap = window.session.snapshot(1)
     assert "kick" not in snap.active_perturbations and not button.isChecked()
     # A repeating kick is a state: a toggle and a band.
-    window.perturb_forms["kick"].set_values({"period": 0.5})
+    window.switches.perturb_forms["kick"].set_values({"period": 0.5})
     qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
     assert button.isChecked()
     qtbot.waitUntil(lambda: len(window.plots._regions) == 1, timeout=WAIT)
@@ -262,7 +265,7 @@ def test_kick_with_period_0_is_a_one_shot_marker(qtbot, window):
 def test_out_of_range_symbols_show_a_notice_that_recalibrates(qtbot, window, monkeypatch):
     # A big kick takes the pendulum's velocities far outside the calibrated bins.
     kick = {"d_omega1": 40.0, "d_omega2": -40.0, "period": 0.0}
-    window.baseline_spin.setValue(30)  # a verdict before the kick at 6 s
+    window.pipeline_panel.baseline_spin.setValue(30)  # a verdict before the kick at 6 s
     window.start_session(schedule=[(6000, "perturb", {"name": "kick", "params": kick})])
     bar, notice = window.alarms.out_of_range, window.alarms.notice
     assert bar.isVisible() and not notice.isVisible()
@@ -365,8 +368,8 @@ def test_control_panel_needs_no_horizontal_scrolling(qtbot, tmp_path, name):
     w = MainWindow(speed=1.0, record_dir=tmp_path)
     qtbot.addWidget(w)
     if name == "toy":
-        w.source_combo.addItem(ToySource.label, "toy")
-        w._entries = discover()
+        w.source_panel.source_combo.addItem(ToySource.label, "toy")
+        w.source_panel.entries = discover()
     w._select_source(name, {})
     w.show()
     qtbot.waitExposed(w)
@@ -376,31 +379,31 @@ def test_control_panel_needs_no_horizontal_scrolling(qtbot, tmp_path, name):
     assert scroll.horizontalScrollBar().maximum() == 0
     assert not scroll.horizontalScrollBar().isVisible()
     assert _fits(scroll) == []
-    if w.perturb_buttons:  # every perturbation's parameter form is shown and fits
-        assert all(f.isVisible() for f in w.perturb_forms.values())
+    if w.switches.perturb_buttons:  # every perturbation's parameter form is shown and fits
+        assert all(f.isVisible() for f in w.switches.perturb_forms.values())
     w.close()
 
 
 def test_passive_source_explains_why_modulation_is_disabled(window):
-    assert not window.modulate_buttons
-    label = window.findChild(type(window.source_info), "modulation_disabled")
+    assert not window.switches.modulate_buttons
+    label = window.findChild(type(window.source_panel.source_info), "modulation_disabled")
     assert label is not None and "passive" in label.text()
-    assert not window.auto_check.isEnabled()
+    assert not window.switches.auto_check.isEnabled()
 
 
 def test_agent_source_gets_generated_modulation_panel(qtbot, window):
     register(ToySource)
-    window.source_combo.addItem(ToySource.label, "toy")
-    window._entries = discover()
+    window.source_panel.source_combo.addItem(ToySource.label, "toy")
+    window.source_panel.entries = discover()
     window._select_source("toy", {})
-    assert set(window.modulate_buttons) == {"hold", "input_filter", "dim_reduction"}
+    assert set(window.switches.modulate_buttons) == {"hold", "input_filter", "dim_reduction"}
     assert window.plots.plots["reward"].isVisible() and window.alarms.lights["reward"].isVisible()
-    window.window_spin.setValue(100)
-    window.stride_spin.setValue(20)
+    window.pipeline_panel.window_spin.setValue(100)
+    window.pipeline_panel.stride_spin.setValue(20)
     window.start_session()
     qtbot.waitUntil(lambda: window.session.snapshot(1).n_windows > 5, timeout=WAIT)
-    window.modulate_forms["hold"].set_values({"mode": "repeat"})
-    window.modulate_buttons["hold"].click()
+    window.switches.modulate_forms["hold"].set_values({"mode": "repeat"})
+    window.switches.modulate_buttons["hold"].click()
     qtbot.waitUntil(lambda: "hold" in window.session.snapshot(1).active_modulations,
                     timeout=WAIT)
     assert window.session.snapshot(1).active_modulations["hold"]["mode"] == "repeat"
@@ -412,13 +415,13 @@ def test_agent_source_gets_generated_modulation_panel(qtbot, window):
 
 def test_source_errors_show_in_the_banner(qtbot, window):
     register(ToySource)
-    window._entries = discover()
-    window.source_combo.addItem(ToySource.label, "toy")
+    window.source_panel.entries = discover()
+    window.source_panel.source_combo.addItem(ToySource.label, "toy")
     window._select_source("toy", {"fail_at": 300})
     window.start_session()
     qtbot.waitUntil(lambda: window.banner.isVisible(), timeout=WAIT)
     assert "failed on purpose" in window.banner.text()
-    qtbot.waitUntil(lambda: window.start_button.isEnabled(), timeout=WAIT)
+    qtbot.waitUntil(lambda: window.source_panel.start_button.isEnabled(), timeout=WAIT)
 
 
 def test_bad_settings_show_a_message_not_a_traceback(window):
@@ -438,8 +441,8 @@ def test_replay_in_the_window_reproduces_the_recorded_windows(qtbot, window, tmp
     np.testing.assert_array_equal(got["P"], want["P"].to_numpy())
     np.testing.assert_array_equal(got["dH"], want["dH"].to_numpy())
     # The window's timer settles the controls at its next tick after the worker ends.
-    qtbot.waitUntil(lambda: window.start_button.isEnabled() and not window.timer.isActive(),
-                    timeout=WAIT)
+    start = window.source_panel.start_button
+    qtbot.waitUntil(lambda: start.isEnabled() and not window.timer.isActive(), timeout=WAIT)
 
 
 def test_plots_export_to_png_and_svg(qtbot, window, tmp_path):
@@ -528,12 +531,13 @@ def test_the_mouse_wheel_scrolls_the_panel_and_never_changes_a_setting(qtbot, wi
     qtbot.wait(50)
     bar = window.controls_scroll.verticalScrollBar()
     assert bar.maximum() > 0  # the panel is taller than the window: it scrolls
-    theta2 = window.settings_form.editors["theta2"]
-    kick = window.perturb_forms["kick"].editors["d_omega2"]
-    sigma = window.perturb_forms["sensor_noise"].editors["sigma_angle"]
-    damping = window.perturb_forms["friction"].editors["damping"]
-    boxes = [theta2, kick, sigma, damping, window.baseline_spin, window.k_spin,
-             window.detector_combo, window.preset_combo]
+    theta2 = window.source_panel.settings_form.editors["theta2"]
+    kick = window.switches.perturb_forms["kick"].editors["d_omega2"]
+    sigma = window.switches.perturb_forms["sensor_noise"].editors["sigma_angle"]
+    damping = window.switches.perturb_forms["friction"].editors["damping"]
+    pipeline = window.pipeline_panel
+    boxes = [theta2, kick, sigma, damping, pipeline.baseline_spin, pipeline.k_spin,
+             pipeline.detector_combo, pipeline.preset_combo]
     before = [b.value() if hasattr(b, "value") else b.currentIndex() for b in boxes]
     for box in boxes:
         # The box under the pointer, never clicked; the panel can scroll down from there.
@@ -650,12 +654,13 @@ def test_small_windows_show_every_plot_whole_and_nothing_overlaps(qtbot, window,
 
 
 def test_export_without_having_pressed_record(qtbot, window, tmp_path):
-    window.baseline_spin.setValue(30)
+    window.pipeline_panel.baseline_spin.setValue(30)
     window.start_session(schedule=[(3000, "perturb", {"name": "sensor_noise",
                                                       "params": {"sigma_angle": 0.05}})])
     qtbot.waitUntil(lambda: window.session.snapshot(1).n_windows > 80, timeout=WAIT)
     window.stop_session(wait=True)
-    assert window.last_recording is None and window.export_csv_button.isEnabled()
+    record = window.record_panel
+    assert record.last_recording is None and record.export_csv_button.isEnabled()
     paths = window.export_last_recording("csv", tmp_path / "out")
     names = sorted(p.name for p in paths)
     assert names == ["config.json", "events.csv", "windows.csv"]  # no transitions: no Record
@@ -680,28 +685,30 @@ def _grey(img) -> np.ndarray:
 
 
 def test_a_figure_at_twice_the_resolution_with_its_title_line(qtbot, window, tmp_path):
+    from idt_desk_widgets.recording import figure_title
     from PySide6.QtGui import QImage
 
-    window.baseline_spin.setValue(30)
+    window.pipeline_panel.baseline_spin.setValue(30)
     window.start_session()
     qtbot.waitUntil(lambda: window.alarms.idt.state in ("ok", "alarm"), timeout=WAIT)
     window.stop_session(wait=True)
     window.refresh()
-    title = window.figure_title_text()
+    title = figure_title(window.session)
     assert title.startswith("Double pendulum · preset pendulum-live (16 bins, W 300, stride 75)")
     assert "baseline 30 windows" in title and "persistence (5 windows in a row)" in title
     width = window.plots.ci.boundingRect().width()
-    window.figure_scale.setCurrentIndex(window.figure_scale.findData(2))
+    scale = window.record_panel.figure_scale
+    scale.setCurrentIndex(scale.findData(2))
     window.save_figure(tmp_path / "fig.png")
     img = QImage(str(tmp_path / "fig.png"))
     assert abs(img.width() - 2 * width) <= 2
     assert img.height() > 2 * window.plots.ci.boundingRect().height()  # plus the title strip
     # Everything grows with the scale, the legend's text too: the 2× figure shrunk back
     # to 1× looks like the 1× one, the legend row included.
-    window.figure_title.setChecked(False)
-    window.figure_scale.setCurrentIndex(window.figure_scale.findData(1))
+    window.record_panel.figure_title.setChecked(False)
+    scale.setCurrentIndex(scale.findData(1))
     window.save_figure(tmp_path / "one.png")
-    window.figure_scale.setCurrentIndex(window.figure_scale.findData(2))
+    scale.setCurrentIndex(scale.findData(2))
     window.save_figure(tmp_path / "two.png")
     one = _grey(QImage(str(tmp_path / "one.png")))
     two = QImage(str(tmp_path / "two.png"))
@@ -712,7 +719,7 @@ def test_a_figure_at_twice_the_resolution_with_its_title_line(qtbot, window, tmp
     assert one.shape == two.shape
     ink_one, ink_two = (one[rows] < 200).mean(), (two[rows] < 200).mean()
     assert ink_one > 0.005 and abs(ink_two - ink_one) < 0.3 * ink_one
-    window.figure_title.setChecked(True)
+    window.record_panel.figure_title.setChecked(True)
     window.save_figure(tmp_path / "fig.svg")
     svg = (tmp_path / "fig.svg").read_text()
     assert "Double pendulum" in svg and "persistence" in svg  # the title line is in it
@@ -732,7 +739,7 @@ def test_a_slow_start_says_what_it_is_doing(qtbot, tmp_path, monkeypatch):
     real_init = PendulumSource.__init__
 
     def slow_init(self, **settings):
-        seen.append((w.status.text(), w.plots.hint.text()))
+        seen.append((w.status_line.status.text(), w.plots.hint.text()))
         real_init(self, **settings)
 
     monkeypatch.setattr(PendulumSource, "__init__", slow_init)
@@ -764,7 +771,8 @@ def _wheel_on_plot(plots: pg.GraphicsView, steps: int = 1) -> None:
 
 def test_plot_navigation_follows_latest_freezes_and_reads_values(qtbot, window):
     plots, nav = window.plots, window.navigator
-    window.set_speed(10.0)  # the frozen span stays among the windows held while it runs on
+    # The frozen span stays among the windows held while it runs on.
+    window.source_panel.set_speed(10.0)
     window.start_session()
     qtbot.waitUntil(lambda: _windows_on_plot(window) > 300, timeout=WAIT)
     x = plots.curves["P"].getData()[0]
@@ -821,12 +829,12 @@ def test_plot_navigation_follows_latest_freezes_and_reads_values(qtbot, window):
 def test_whole_history_is_the_whole_session(qtbot, window):
     """More windows than a refresh copies: the plots still hold the session from its start,
     the early perturbation's band in view."""
-    from idt_desk_widgets.main_window import CUSTOM
+    from idt_desk_widgets.pipeline_panel import CUSTOM
 
-    window.preset_combo.setCurrentText(CUSTOM)
-    window.window_spin.setValue(100)
-    window.stride_spin.setValue(10)  # 100 windows a second of loop time
-    window.baseline_spin.setValue(30)
+    window.pipeline_panel.preset_combo.setCurrentText(CUSTOM)
+    window.pipeline_panel.window_spin.setValue(100)
+    window.pipeline_panel.stride_spin.setValue(10)  # 100 windows a second of loop time
+    window.pipeline_panel.baseline_spin.setValue(30)
     window.start_session(schedule=[
         (3000, "perturb", {"name": "sensor_noise", "params": {"sigma_angle": 0.3}}),
         (6000, "perturb", {"name": "sensor_noise", "params": None})])
@@ -851,7 +859,7 @@ def test_whole_history_is_the_whole_session(qtbot, window):
 
 
 def test_the_event_log_lists_centres_and_exports(qtbot, window, tmp_path, monkeypatch):
-    window.baseline_spin.setValue(30)
+    window.pipeline_panel.baseline_spin.setValue(30)
     log = window.events
     window.start_session(schedule=[
         (20_000, "perturb", {"name": "sensor_noise", "params": {"sigma_angle": 0.05}}),
@@ -906,7 +914,7 @@ def test_the_event_log_lists_centres_and_exports(qtbot, window, tmp_path, monkey
 
 
 def test_a_band_name_whose_line_left_the_view_is_hidden_not_cut(qtbot, window):
-    window.set_speed(10.0)
+    window.source_panel.set_speed(10.0)
     window.start_session(schedule=[(25_000, "perturb", {"name": "sensor_noise",
                                                         "params": {"sigma_angle": 0.05}})])
     qtbot.waitUntil(lambda: bool(window.plots._regions) and window.plots._last is not None
@@ -927,7 +935,7 @@ def test_a_band_name_whose_line_left_the_view_is_hidden_not_cut(qtbot, window):
 def test_a_band_name_too_long_for_either_side_is_cut_with_an_ellipsis(qtbot, window):
     # At 1024 px a name with its parameters ran past the plot's right edge ("Sensor noise ·
     # sigm"): now it is cut inside the plot, and whole again where there is room.
-    window.set_speed(10.0)
+    window.source_panel.set_speed(10.0)
     params = {"sigma_angle": 0.2, "sigma_rate": 0.5}
     window.start_session(schedule=[(25_000, "perturb", {"name": "sensor_noise",
                                                         "params": params})])

@@ -22,7 +22,7 @@ def _pixels(path) -> np.ndarray:
 
 def test_the_cursor_goes_when_the_pointer_leaves_and_never_into_a_figure(qtbot, window,
                                                                         tmp_path):
-    window.baseline_spin.setValue(30)
+    window.pipeline_panel.baseline_spin.setValue(30)
     window.start_session()
     plots = window.plots
     qtbot.waitUntil(lambda: plots._last is not None and len(plots._last[0]) > 20,
@@ -54,10 +54,10 @@ def test_file_dialogs_open_in_the_recordings_folder(qtbot, window, tmp_path, mon
     monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(save))
     monkeypatch.setattr(QFileDialog, "getExistingDirectory",
                         staticmethod(lambda _p, _c, where="": asked.append(where) or ""))
-    window._save_plots_dialog("png")
+    window.record_panel.ask_figure_path("png")
     window.events._export_dialog()
     window._select_source("replay", {})
-    window.browse_button.click()
+    window.source_panel.browse_button.click()
     folder = tmp_path / "recordings"
     assert asked == [str(folder / "idt-plots.png"), str(folder / "events.csv"), str(folder)]
 
@@ -65,27 +65,28 @@ def test_file_dialogs_open_in_the_recordings_folder(qtbot, window, tmp_path, mon
 def test_a_dialogue_speaks_of_turns(qtbot, tmp_path):
     w = MainWindow(source="dialogue", speed=1.0, record_dir=tmp_path)
     qtbot.addWidget(w)
-    items = [w.speed_combo.itemText(i) for i in range(w.speed_combo.count())]
-    assert w.speed_combo.currentText() == "1 turn/s" and "10 turns/s" in items
+    combo = w.source_panel.speed_combo
+    items = [combo.itemText(i) for i in range(combo.count())]
+    assert combo.currentText() == "1 turn/s" and "10 turns/s" in items
     assert "max" in items and not any("real time" in t for t in items)
-    assert w.speeds["10 turns/s"] == 10.0 and w.speeds["max"] is None
-    labels = [lab.text() for lab in w.modulate_box.findChildren(QLabel)]
+    assert w.source_panel.speeds["10 turns/s"] == 10.0 and w.source_panel.speeds["max"] is None
+    labels = [lab.text() for lab in w.switches.modulate_box.findChildren(QLabel)]
     assert "Engage after (turns)" in labels and "Release after quiet (turns)" in labels
-    editor = w.perturb_forms["contradiction"].editors["variant"]
-    assert w.perturb_forms["contradiction"].layout().labelForField(editor).text() == \
+    editor = w.switches.perturb_forms["contradiction"].editors["variant"]
+    assert w.switches.perturb_forms["contradiction"].layout().labelForField(editor).text() == \
         "Which text (0–2)"
-    assert w.budget_edit.placeholderText() == "1/100turns"
+    assert w.pipeline_panel.budget_edit.placeholderText() == "1/100turns"
     # Back to the pendulum: seconds again.
     w._select_source("pendulum", {})
-    assert w.speed_combo.currentText() == "1× (real time)"
+    assert w.source_panel.speed_combo.currentText() == "1× (real time)"
     assert "Engage after" not in " ".join(
-        lab.text() for lab in w.modulate_box.findChildren(QLabel))
+        lab.text() for lab in w.switches.modulate_box.findChildren(QLabel))
     w._select_source("replay", {})
-    assert w.budget_edit.placeholderText() == "the recording's"
+    assert w.pipeline_panel.budget_edit.placeholderText() == "the recording's"
 
 
 def test_the_latency_line_says_how_far_into_the_horizon(qtbot, window):
-    window.baseline_spin.setValue(30)
+    window.pipeline_panel.baseline_spin.setValue(30)
     # Paused by the schedule well within the horizon's 100 windows, whatever the load (a
     # loop catching up after its calibration ran hundreds of windows past a polled stop).
     window.start_session(schedule=[
@@ -105,20 +106,21 @@ def test_the_recording_says_how_large_it_is(qtbot, window, tmp_path):
 
     from idt_desk.recordings import recording_size
 
-    window.record_button.setChecked(True)
+    record = window.record_panel
+    record.record_button.setChecked(True)
     window.start_session()
-    path = window.last_recording
-    qtbot.waitUntil(lambda: " so far (" in window.record_label.text(), timeout=WAIT)
-    text = window.record_label.text()
+    path = record.last_recording
+    qtbot.waitUntil(lambda: " so far (" in record.record_label.text(), timeout=WAIT)
+    text = record.record_label.text()
     assert text.startswith(f"recording into {path} — ") and text.endswith(" MB/s)")
     window.stop_session(wait=True)
     total = sum(os.path.getsize(p) for p in path.iterdir() if p.is_file())
     assert recording_size(path)[0] == total > 0
-    assert window.record_label.text() == f"recorded: {path} ({recording_size(path)[1]})"
+    assert record.record_label.text() == f"recorded: {path} ({recording_size(path)[1]})"
     # A next session that is not recorded does not read as that one's recording.
-    window.record_button.setChecked(False)
+    record.record_button.setChecked(False)
     window.start_session()
-    assert window.record_label.text() == (f"not recording (the last recording, {path.name}, "
+    assert record.record_label.text() == (f"not recording (the last recording, {path.name}, "
                                           "is what Export writes)")
     window.stop_session(wait=True)
 
@@ -155,9 +157,9 @@ def test_a_long_status_line_is_cut_with_an_ellipsis_and_never_widens_the_window(
     qtbot.waitExposed(w)
     before = w.minimumSizeHint().width()
     whole = "stopped — following " + "a-very-long-run-name-" * 20 + " — 411,725 transitions"
-    w.status.setText(whole)
+    w.status_line.status.setText(whole)
     assert w.minimumSizeHint().width() == before
-    assert w.status.text() == whole  # what the window says, whole: for tests and copies
-    assert w.status.toolTip() == whole  # cut on screen: the whole text on hover
-    w.status.setText("idle")
-    assert w.status.toolTip() == ""
+    assert w.status_line.status.text() == whole  # what the window says, whole: for tests and copies
+    assert w.status_line.status.toolTip() == whole  # cut on screen: the whole text on hover
+    w.status_line.status.setText("idle")
+    assert w.status_line.status.toolTip() == ""

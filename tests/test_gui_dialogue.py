@@ -44,7 +44,7 @@ def test_dialogue_transcript_injection_and_a_failure_that_pauses(qtbot, tmp_path
     qtbot.addWidget(w)
     w.show()
     # Token metrics per turn: no symbol settings, the turn as the x axis.
-    assert not w.bins_spin.isVisible() and w.tokens_label.isVisible()
+    assert not w.pipeline_panel.bins_spin.isVisible() and w.pipeline_panel.tokens_label.isVisible()
     assert w.plots.plots["dH"].getAxis("bottom").labelText == "turn"
     assert "from its token counts" in w.plots.hint.text()  # no symbols to calibrate
     assert w.start_session(), w.banner.text()
@@ -53,7 +53,7 @@ def test_dialogue_transcript_injection_and_a_failure_that_pauses(qtbot, tmp_path
     text = w.view.text.toPlainText()
     assert "Teacher · 1" in text and "P = 0." in text
     assert "student: student:1b (ollama)" in w.view.backends.text()
-    assert "turns" in w.status.text()
+    assert "turns" in w.status_line.status.text()
     cos = w.plots.plots["cos_sim"]
     if embeddings.available():
         # The structural baselines get a plot of their own, three curves, the lowest one.
@@ -71,7 +71,7 @@ def test_dialogue_transcript_injection_and_a_failure_that_pauses(qtbot, tmp_path
     qtbot.waitUntil(lambda: "of 3</b> conditions hold on turn" in w.agency.footer.text(),
                     timeout=WAIT)
     # An injection by button: the next teacher prompt, highlighted with its type.
-    w.perturb_buttons["contradiction"].click()
+    w.switches.perturb_buttons["contradiction"].click()
     qtbot.waitUntil(lambda: ": contradiction" in w.view.text.toPlainText(), timeout=WAIT)
     assert "injected at turn " in w.view.text.toPlainText()
     assert "That doesn't sound right" in w.view.text.toPlainText()
@@ -81,14 +81,15 @@ def test_dialogue_transcript_injection_and_a_failure_that_pauses(qtbot, tmp_path
     qtbot.waitUntil(lambda: w.banner.isVisible() and "dropped" in w.banner.text(),
                     timeout=WAIT)
     assert "dropped" in w.banner.text() and "Resume" in w.banner.text()
-    assert w.pause_button.isChecked() and w.pause_button.text() == "Resume"
+    pause = w.source_panel.pause_button
+    assert pause.isChecked() and pause.text() == "Resume"
     # The partial reply stays on show, marked as interrupted.
     qtbot.waitUntil(lambda: "was interrupted; kept: " in w.view.partial.text(), timeout=WAIT)
     n = w.session.snapshot(1).n_transitions
-    w.pause_button.click()
+    w.source_panel.pause_button.click()
     qtbot.waitUntil(lambda: w.session.snapshot(1).n_transitions >= n + 2, timeout=WAIT)
     qtbot.waitUntil(lambda: not w.banner.isVisible(), timeout=WAIT)
-    assert w.pause_button.text() == "Pause"
+    assert w.source_panel.pause_button.text() == "Pause"
     w.close()
 
 
@@ -131,7 +132,7 @@ def test_a_dialogue_replays_in_the_window_with_its_transcript(qtbot, tmp_path, s
     qtbot.waitUntil(lambda: not w.session.running, timeout=WAIT)
     qtbot.waitUntil(lambda: "Student · 6" in w.view.text.toPlainText(), timeout=WAIT)
     assert w.plots.plots["dH"].getAxis("bottom").labelText == "turn"
-    assert not w.bins_spin.isVisible() and w.tokens_label.isVisible()
+    assert not w.pipeline_panel.bins_spin.isVisible() and w.pipeline_panel.tokens_label.isVisible()
     assert "student: student:1b (ollama)" in w.view.backends.text()
     bar = w.view.text.verticalScrollBar()
     assert bar.maximum() > 0 and bar.value() == bar.maximum()  # follows the dialogue

@@ -65,7 +65,7 @@ def test_a_replayed_agent_shows_its_reward_returns_and_agency(qtbot, agent_recor
     np.testing.assert_allclose(y, [r for _, r in expected], rtol=1e-12)
     # An agent, never called passive: the Modulation box and the Agency panel agree.
     assert w.agency.passive is False
-    box = w.modulate_box.findChild(QLabel, "modulation_disabled")
+    box = w.switches.modulate_box.findChild(QLabel, "modulation_disabled")
     assert box is not None and "passive" not in box.text()
     assert "cannot be modulated" in box.text()
     # The System panel says where the replay stands, in words (no raw dump of its info).
@@ -89,7 +89,7 @@ def test_a_replayed_passive_loop_is_called_passive(qtbot, tmp_path):
     w.show()
     assert w.start_session()
     qtbot.waitUntil(lambda: not w.session.running, timeout=WAIT)
-    box = w.modulate_box.findChild(QLabel, "modulation_disabled")
+    box = w.switches.modulate_box.findChild(QLabel, "modulation_disabled")
     assert "passive" in box.text() and w.agency.passive is True
     assert not w.plots.plots["reward"].isVisible() and w.returns.isHidden()
     w.close()

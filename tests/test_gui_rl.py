@@ -306,13 +306,13 @@ def test_window_with_cheetah_source(qtbot, tmp_path):
     assert w.agency.passive_label.text() == PASSIVE_TEXT
     assert "no choice or effect" in w.agency.passive_label.text()
     assert w.returns.isHidden()
-    w._entries = discover()
-    w.source_combo.addItem(FakeCheetah.label, FakeCheetah.name)
+    w.source_panel.entries = discover()
+    w.source_panel.source_combo.addItem(FakeCheetah.label, FakeCheetah.name)
     w._select_source(FakeCheetah.name, {})
     assert isinstance(w.view, CheetahView)
     assert not w.returns.isHidden() and w.agency.table.isVisible()
-    w.window_spin.setValue(100)
-    w.stride_spin.setValue(20)
+    w.pipeline_panel.window_spin.setValue(100)
+    w.pipeline_panel.stride_spin.setValue(20)
     assert w.start_session()
     qtbot.waitUntil(lambda: _points(w.returns.curve) >= 3, timeout=WAIT)
     x, y = w.returns.curve.getData()
@@ -388,7 +388,7 @@ def test_the_policy_setting_lists_the_shipped_agents_and_marks_those_upside_down
 
     w = MainWindow(source="gym", speed=None, record_dir=tmp_path)
     qtbot.addWidget(w)
-    box = w.settings_form.editors["policy"]
+    box = w.source_panel.settings_form.editors["policy"]
     assert isinstance(box, QComboBox) and box.isEditable()
     labels = [box.itemText(i) for i in range(box.count())]
     values = [box.itemData(i) for i in range(box.count())]
@@ -396,7 +396,7 @@ def test_the_policy_setting_lists_the_shipped_agents_and_marks_those_upside_down
     shipped = sorted(str(p) for p in POLICY_DIR.glob("*.zip"))
     assert values[0] == "" and sorted(values[1:]) == shipped
     assert values[1] == str(default_policy("HalfCheetah-v5"))
-    assert w.settings_form.values()["policy"] == ""
+    assert w.source_panel.settings_form.values()["policy"] == ""
     for label, value in zip(labels[1:], values[1:], strict=True):
         card = json.loads(Path(value).with_suffix(".json").read_text())
         assert f"{card['return_deterministic']['mean']:,.0f}" in label
@@ -406,11 +406,12 @@ def test_the_policy_setting_lists_the_shipped_agents_and_marks_those_upside_down
     assert "closed loop" in tip and "CV" in tip
     # Picking a line gives its zip; any other text is taken as typed.
     box.setCurrentIndex(2)
-    assert w.settings_form.values()["policy"] == values[2]
+    assert w.source_panel.settings_form.values()["policy"] == values[2]
     box.setEditText("/somewhere/else/policy.zip")
-    assert w.settings_form.values()["policy"] == "/somewhere/else/policy.zip"
+    assert w.source_panel.settings_form.values()["policy"] == "/somewhere/else/policy.zip"
     # After Start the form shows what the source resolved: a shipped zip by its label.
-    w.settings_form.set_values({"policy": values[1]})
-    assert box.currentText() == labels[1] and w.settings_form.values()["policy"] == values[1]
-    w.settings_form.set_values({"policy": "mine.zip"})
+    w.source_panel.settings_form.set_values({"policy": values[1]})
+    assert box.currentText() == labels[1]
+    assert w.source_panel.settings_form.values()["policy"] == values[1]
+    w.source_panel.settings_form.set_values({"policy": "mine.zip"})
     assert box.currentText() == "mine.zip"

@@ -21,7 +21,7 @@ def window(window, qtbot):
     """conftest's window, active (shortcuts need it), with a baseline it never reaches."""
     # No baseline calibration within these tests: it runs in the loop's thread, which on a
     # loaded machine may not stop within Session.stop's 10 s while it calibrates.
-    window.baseline_spin.setValue(10_000)
+    window.pipeline_panel.baseline_spin.setValue(10_000)
     window.activateWindow()
     qtbot.waitUntil(window.isActiveWindow)
     return window
@@ -46,40 +46,40 @@ def _answer(monkeypatch, button: Button) -> list[str]:
 
 def test_after_stop_no_key_press_clears_an_unrecorded_session(qtbot, window, monkeypatch):
     asked = _answer(monkeypatch, Button.Cancel)
-    qtbot.mouseClick(window.start_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(window.source_panel.start_button, Qt.MouseButton.LeftButton)
     # Start disabled itself: the focus went to Stop, not on to Reset.
-    assert window.stop_button.hasFocus(), QApplication.focusWidget()
+    assert window.source_panel.stop_button.hasFocus(), QApplication.focusWidget()
     qtbot.waitUntil(lambda: _drawn(window) > 20, timeout=WAIT)
-    assert window.isActiveWindow() and window.stop_button.hasFocus()
-    qtbot.mouseClick(window.stop_button, Qt.MouseButton.LeftButton)
+    assert window.isActiveWindow() and window.source_panel.stop_button.hasFocus()
+    qtbot.mouseClick(window.source_panel.stop_button, Qt.MouseButton.LeftButton)
     # Stop disabled itself: the focus went to the plots, not on to Reset.
-    assert window.plots.hasFocus() and not window.reset_button.hasFocus()
+    assert window.plots.hasFocus() and not window.source_panel.reset_button.hasFocus()
     drawn, events = _drawn(window), len(window.events.events)
     QTest.keyClick(QApplication.focusWidget(), Qt.Key.Key_Space)
     assert _drawn(window) == drawn and len(window.events.events) == events and not asked
     # Space on Reset itself asks first; Cancel (the default) keeps everything.
-    window.reset_button.setFocus()
-    QTest.keyClick(window.reset_button, Qt.Key.Key_Space)
+    window.source_panel.reset_button.setFocus()
+    QTest.keyClick(window.source_panel.reset_button, Qt.Key.Key_Space)
     assert len(asked) == 1 and "not recorded" in asked[0] and f"{events:,} events" in asked[0]
     assert window.session is not None and _drawn(window) == drawn
     assert len(window.events.events) == events
     # Answered Reset: cleared.
     _answer(monkeypatch, Button.Reset)
-    window.reset_button.click()
+    window.source_panel.reset_button.click()
     assert window.session is None and _drawn(window) == 0 and not window.events.events
 
 
 def test_start_after_stop_asks_before_replacing_an_unrecorded_session(qtbot, window,
                                                                        monkeypatch):
     asked = _answer(monkeypatch, Button.Cancel)
-    qtbot.mouseClick(window.start_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(window.source_panel.start_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: _drawn(window) > 20, timeout=WAIT)
-    qtbot.mouseClick(window.stop_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(window.source_panel.stop_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not window.session.running, timeout=WAIT)
     first, drawn, events = window.session, _drawn(window), len(window.events.events)
     assert not asked
     # Start, then Ctrl+Return: each asks; Cancel (the default) keeps the stopped session.
-    qtbot.mouseClick(window.start_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(window.source_panel.start_button, Qt.MouseButton.LeftButton)
     QTest.keyClick(window, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
     assert len(asked) == 2 and all("not recorded" in q and f"{events:,} events" in q
                                    for q in asked)
@@ -87,7 +87,7 @@ def test_start_after_stop_asks_before_replacing_an_unrecorded_session(qtbot, win
     assert len(window.events.events) == events and window._builder is None
     # Discard: a new session starts.
     _answer(monkeypatch, Button.Discard)
-    qtbot.mouseClick(window.start_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(window.source_panel.start_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.session is not first and window.session is not None
                     and window.session.running, timeout=WAIT)
     window.stop_session(wait=True)
@@ -95,18 +95,18 @@ def test_start_after_stop_asks_before_replacing_an_unrecorded_session(qtbot, win
 
 def test_a_recorded_session_is_reset_without_a_question(qtbot, window, monkeypatch):
     asked = _answer(monkeypatch, Button.Cancel)
-    window.record_button.setChecked(True)
+    window.record_panel.record_button.setChecked(True)
     window.start_session()
     qtbot.waitUntil(lambda: _drawn(window) > 5, timeout=WAIT)
     window.stop_session(wait=True)
-    window.reset_button.click()
+    window.source_panel.reset_button.click()
     assert not asked and window.session is None
 
 
 def test_shortcuts_start_stop_freeze_record_save_quit(qtbot, window, tmp_path, monkeypatch):
     ctrl = Qt.KeyboardModifier.ControlModifier
     QTest.keyClick(window, Qt.Key.Key_R, ctrl)
-    assert window.record_button.isChecked()  # armed: records from the start
+    assert window.record_panel.record_button.isChecked()  # armed: records from the start
     QTest.keyClick(window, Qt.Key.Key_Return, ctrl)  # the source is built in the background
     qtbot.waitUntil(lambda: window.session is not None and window.session.running,
                     timeout=WAIT)
@@ -117,7 +117,8 @@ def test_shortcuts_start_stop_freeze_record_save_quit(qtbot, window, tmp_path, m
     QTest.keyClick(window, Qt.Key.Key_F, ctrl)
     assert not window.plots.frozen
     QTest.keyClick(window, Qt.Key.Key_R, ctrl)
-    assert not window.record_button.isChecked()  # the recording closes, the session runs
+    # The recording closes, the session runs.
+    assert not window.record_panel.record_button.isChecked()
     QTest.keyClick(window, Qt.Key.Key_Return, ctrl)
     assert not window.session.running
     target = tmp_path / "plots.png"
@@ -128,8 +129,8 @@ def test_shortcuts_start_stop_freeze_record_save_quit(qtbot, window, tmp_path, m
     QTest.keyClick(window, Qt.Key.Key_Q, ctrl)
     assert not window.isVisible()
     # Each shortcut's key is in its button's tooltip.
-    assert "Ctrl+Return" in window.start_button.toolTip()
-    assert "Ctrl+R" in window.record_button.toolTip()
+    assert "Ctrl+Return" in window.source_panel.start_button.toolTip()
+    assert "Ctrl+R" in window.record_panel.record_button.toolTip()
     assert "Ctrl+F" in window.navigator.freeze_button.toolTip()
 
 
@@ -159,18 +160,19 @@ def test_a_slow_source_loads_off_the_gui_thread_and_can_be_cancelled(qtbot, wind
     timer = QTimer()
     timer.timeout.connect(lambda: ticks.append(1))
     timer.start(20)
-    qtbot.mouseClick(window.start_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(window.source_panel.start_button, Qt.MouseButton.LeftButton)
     qtbot.wait(600)
     # The window stayed live while the source was built on a thread of its own...
     assert built == ["idt-load-pendulum"] and len(ticks) >= 10
     assert window.plots.hint.text().startswith("Loading Double pendulum… ")
     assert "Cancel" in window.plots.hint.text()
     # ...and Stop, now Cancel, gives the loading up at once.
-    assert window.stop_button.text() == "Cancel" and window.stop_button.isEnabled()
-    assert not window.start_button.isEnabled() and not window.settings_form.isEnabled()
-    qtbot.mouseClick(window.stop_button, Qt.MouseButton.LeftButton)
-    assert window.session is None and window.start_button.isEnabled()
-    assert window.stop_button.text() == "Stop" and "Press <b>Start</b>" in \
+    panel = window.source_panel
+    assert panel.stop_button.text() == "Cancel" and panel.stop_button.isEnabled()
+    assert not panel.start_button.isEnabled() and not panel.settings_form.isEnabled()
+    qtbot.mouseClick(window.source_panel.stop_button, Qt.MouseButton.LeftButton)
+    assert window.session is None and window.source_panel.start_button.isEnabled()
+    assert window.source_panel.stop_button.text() == "Stop" and "Press <b>Start</b>" in \
         window.plots.hint.text()
     # What the cancelled build made is closed when it ends, never started.
     gate.set()
@@ -178,7 +180,7 @@ def test_a_slow_source_loads_off_the_gui_thread_and_can_be_cancelled(qtbot, wind
     assert window.session is None
     timer.stop()
     # Started again and left to load: it runs.
-    qtbot.mouseClick(window.start_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(window.source_panel.start_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.session is not None and window.session.running,
                     timeout=WAIT)
     window.stop_session(wait=True)
@@ -186,12 +188,12 @@ def test_a_slow_source_loads_off_the_gui_thread_and_can_be_cancelled(qtbot, wind
 
 def test_a_source_that_fails_to_build_says_why_in_the_banner(qtbot, window):
     window._select_source("replay", {})  # no recording chosen
-    qtbot.mouseClick(window.start_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(window.source_panel.start_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.banner.isVisible(), timeout=WAIT)
     assert window.banner.text() == ("Cannot start Replay a recording: replay: set 'path' to "
                                     "a recording directory")
-    assert window.session is None and window.start_button.isEnabled()
-    assert window.stop_button.text() == "Stop"
+    assert window.session is None and window.source_panel.start_button.isEnabled()
+    assert window.source_panel.stop_button.text() == "Stop"
 
 
 def test_a_worker_that_cannot_stop_is_waited_for_once(qtbot, window, capsys):

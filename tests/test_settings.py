@@ -98,3 +98,13 @@ def test_a_setting_error_the_source_raises_maps_to_its_flag_without_reading_the_
         SettingError("window", 300, "too long")))
     assert main(["run", "--steps", "10"]) == 2
     assert "pendulum's default settings: window 300: too long" in capsys.readouterr().err
+
+
+def test_the_windows_settings_panel_starts_at_the_table_s_defaults(qtbot):
+    from idt_desk_widgets.pipeline_panel import PipelinePanel
+
+    panel = PipelinePanel()
+    qtbot.addWidget(panel)
+    assert panel.lambda_spin.value() == DEFAULTS["ewma_lambda"]
+    assert panel.k_spin.value() == DEFAULTS["k"]
+    assert panel.calib_spin.value() == DEFAULTS["calibration_windows"]

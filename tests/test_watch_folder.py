@@ -120,7 +120,8 @@ def test_the_window_switches_to_a_new_run_and_stays_there(qtbot, tmp_path):
         qtbot.waitUntil(lambda: any(e.get("kind") == "note" and e.get("text") == said
                                     for e in w.events.events), timeout=10_000)
         qtbot.waitUntil(lambda: new.snapshot(1).n_transitions > 0, timeout=30_000)
-        qtbot.waitUntil(lambda: f"following {run2.name} (the writer:" in w.status.text(),
+        status = w.status_line.status
+        qtbot.waitUntil(lambda: f"following {run2.name} (the writer:" in status.text(),
                         timeout=10_000)
         # The first run ends while the second is written: its config.json is rewritten
         # (the newest file in the folder), yet the window stays with the run that started last.

@@ -47,7 +47,7 @@ def run_gui(
     win = MainWindow(source=source, settings=settings or {}, speed=speed,
                      record_dir=None if record is None else record.expanduser().parent,
                      watch_folder=watch_folder)
-    win.next_record_path = None if record is None else record.expanduser()
+    win.record_panel.next_record_path = None if record is None else record.expanduser()
     app.aboutToQuit.connect(win.shutdown)
     remembered = _window_settings()
     if size is not None:
@@ -63,7 +63,7 @@ def run_gui(
                                                                 win.saveGeometry()))
     win.show()
     if record is not None:
-        win.record_button.setChecked(True)
+        win.record_panel.record_button.setChecked(True)
     if start:
         # The window paints and takes Cancel while the source loads (the RL source: seconds).
         win.start_session(schedule=schedule, background=True)
@@ -85,8 +85,8 @@ def run_gui(
     win.shutdown()
     if received:
         print(f"idt-desk gui: stopped by {received[0].name}"
-              + (f"; the recording in {win.last_recording} is complete"
-                 if win.last_recording is not None else ""), file=sys.stderr)
+              + (f"; the recording in {win.record_panel.last_recording} is complete"
+                 if win.record_panel.last_recording is not None else ""), file=sys.stderr)
         return 128 + int(received[0])
     return int(rc)
 

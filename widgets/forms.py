@@ -8,6 +8,7 @@ from typing import Any
 from PySide6.QtCore import QCoreApplication, QEvent, QObject, QSize, Qt
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import (
+    QAbstractButton,
     QAbstractSpinBox,
     QApplication,
     QCheckBox,
@@ -23,7 +24,8 @@ from PySide6.QtWidgets import (
 
 from idt_desk.live.source import Param
 
-__all__ = ["ElidedLabel", "ParamForm", "WheelGuard", "compact_combo", "compact_form"]
+__all__ = ["ElidedLabel", "ParamForm", "WheelGuard", "compact_combo", "compact_form",
+           "set_quietly", "spin"]
 
 
 class WheelGuard(QObject):
@@ -79,6 +81,21 @@ def _no_wheel_focus(widget: QObject) -> None:
     if isinstance(widget, QAbstractSpinBox | QComboBox) and \
             widget.focusPolicy() == Qt.FocusPolicy.WheelFocus:
         widget.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+
+
+def set_quietly(button: QAbstractButton, on: bool) -> None:
+    """Check or uncheck a toggle without firing its slot (the state changed elsewhere)."""
+    button.blockSignals(True)
+    button.setChecked(on)
+    button.blockSignals(False)
+
+
+def spin(lo: int, hi: int, value: int, parent: QWidget | None = None) -> QSpinBox:
+    """An integer spin box from ``lo`` to ``hi`` showing ``value``."""
+    s = QSpinBox(parent)
+    s.setRange(lo, hi)
+    s.setValue(value)
+    return s
 
 
 def compact_form(layout: QFormLayout) -> QFormLayout:

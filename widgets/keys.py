@@ -34,9 +34,9 @@ def install_shortcuts(window: Any) -> dict[str, QShortcut]:
         shortcut.activated.connect(getattr(window, method))
         shortcut.setWhatsThis(what)
         out[method] = shortcut
-    for button, keys in ((window.start_button, "Ctrl+Return"),
-                         (window.stop_button, "Ctrl+Return"),
-                         (window.record_button, "Ctrl+R")):
+    for button, keys in ((window.source_panel.start_button, "Ctrl+Return"),
+                         (window.source_panel.stop_button, "Ctrl+Return"),
+                         (window.record_panel.record_button, "Ctrl+R")):
         tip = button.toolTip()
         button.setToolTip(f"{tip}<br>({keys})" if tip else f"{button.text()} ({keys})")
     return out

@@ -116,7 +116,8 @@ class ClickStorm:
     lifecycle_share
         Fraction of actions spent on the lifecycle buttons (when enabled).
     lifecycle
-        The lifecycle buttons, by attribute name (default Start, Stop, Reset, Pause).
+        The lifecycle buttons, by attribute name in the window's source panel (default
+        Start, Stop, Reset, Pause).
     """
 
     LIFECYCLE = ("start_button", "stop_button", "reset_button", "pause_button")
@@ -131,7 +132,7 @@ class ClickStorm:
         self.interval_ms = int(interval_ms)
         self.lifecycle_share = float(lifecycle_share)
         self.lifecycle = tuple(lifecycle)
-        name = window.source_combo.currentData() or "?"
+        name = window.source_panel.source_combo.currentData() or "?"
         self.report = StormReport(seed=seed, source=str(name))
         self._session_ids: set[int] = set()
         #: Every session's source the storm saw, weakly: the stopped ones must be freed.
@@ -143,9 +144,9 @@ class ClickStorm:
     def controls(self) -> tuple[list[QAbstractButton], list[QWidget]]:
         """(lifecycle buttons, other controls) that are enabled and visible now."""
         w = self.window
-        life = [getattr(w, n) for n in self.lifecycle]
+        life = [getattr(w.source_panel, n) for n in self.lifecycle]
         life = [b for b in life if b.isEnabled() and b.isVisible()]
-        skip = {id(b) for b in life} | {id(w.source_combo)}
+        skip = {id(b) for b in life} | {id(w.source_panel.source_combo)}
         others: list[QWidget] = []
         for c in (*w.findChildren(QAbstractButton), *w.findChildren(QComboBox)):
             if id(c) in skip or not c.isEnabled() or not c.isVisible():
@@ -340,7 +341,7 @@ class ClickStorm:
         while w.session is not None and w.session.running and time.monotonic() < end:
             app.processEvents()
             time.sleep(0.01)
-        end = time.monotonic() + 0.5 + getattr(w, "COLLECT_EVERY", 0.0)
+        end = time.monotonic() + 0.5 + getattr(getattr(w, "collector", None), "EVERY", 0.0)
         while time.monotonic() < end:
             app.processEvents()
             time.sleep(0.01)

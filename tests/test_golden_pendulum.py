@@ -1,0 +1,61 @@
+"""A scripted pendulum session gives the windows and events it gave before the live package was
+recut into collaborators (``tests/golden_pendulum.json``, written by the same script at the
+commit before the cut): every window's columns by hash, every event field by field."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from idt_desk.live.session import Session, SessionConfig
+
+GOLDEN = json.loads((Path(__file__).parent / "golden_pendulum.json").read_text())
+
+
+def _run(variant: str, rec: Path) -> Session:
+    s = Session(SessionConfig(source="pendulum", speed=None, seed=7, baseline_windows=200))
+    s.schedule(30000, "perturb", name="gravity", params={"factor": 1.3})
+    s.schedule(36000, "perturb", name="gravity", params=None)
+    s.schedule(40000, "perturb", name="kick", params={})
+    s.schedule(41000, "note", text="hello")
+    s.schedule(45000, "perturb", name="sensor_noise", params={})
+    s.schedule(47000, "perturb", name="sensor_noise", params=None)
+    if variant == "auto_rec":  # a recording started mid-run, a new baseline, new symbols
+        s.schedule(49000, "calibrate_baseline", n=100)
+        s.schedule(52000, "reconfigure", bins=6)
+        s.schedule(25000, "record", path=str(rec))
+    s.limit = 60000
+    s.start()
+    assert s.wait(300)
+    s.stop()
+    return s
+
+
+def _plain(events: list, rec: Path) -> list:
+    """Events as the golden file holds them: JSON, no wall clock, the recording's path out."""
+    out = json.loads(json.dumps([{k: v for k, v in e.items() if k != "wall"} for e in events],
+                                default=str))
+    for e in out:
+        if e.get("path") == str(rec) or e.get("path") == "/tmp/golden48_rec":
+            e["path"] = "<recording>"
+    return out
+
+
+@pytest.mark.parametrize("variant", ["plain", "auto_rec"])
+def test_a_scripted_session_gives_the_windows_and_events_it_gave_before(variant, tmp_path):
+    rec = tmp_path / "rec"
+    s = _run(variant, rec)
+    want = GOLDEN[variant]
+    assert (s.n_transitions, s.state) == (want["n"], want["state"])
+    w = s.snapshot(limit=100_000).windows
+    assert len(w["P"]) == want["windows"]
+    got = {c: hashlib.sha256(np.round(np.asarray(x, dtype=float), 10).tobytes()).hexdigest()[:16]
+           for c, x in w.items()}
+    assert got == want["window_sha"]
+    events = _plain(s.events_since(0), rec)
+    assert [e["kind"] for e in events] == [e["kind"] for e in want["events"]]
+    assert events == _plain(want["events"], Path("/tmp/golden48_rec"))

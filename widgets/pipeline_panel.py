@@ -1,0 +1,235 @@
+"""The pipeline panel: symbolisation (or a dialogue's token metrics), baseline and detector.
+
+It builds the pipeline settings a new session (or Apply) is given (:meth:`PipelinePanel.
+settings`), shows the pipeline a session actually runs (:meth:`PipelinePanel.show_pipeline`)
+and switches between a loop's windows and a dialogue's turns
+(:meth:`PipelinePanel.set_metric_path`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from idt_desk_widgets.forms import compact_combo, compact_form, spin
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QWidget,
+)
+
+from idt_desk.detection.detectors import DEFAULT_BUDGET, DEFAULT_DETECTOR
+from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS
+from idt_desk.limits import DEFAULTS
+from idt_desk.live.session import Session
+from idt_desk.metrics.presets import PRESETS
+from idt_desk.metrics.tokens import TOKENIZER
+
+__all__ = ["CUSTOM", "DETECTORS", "PipelinePanel"]
+
+#: The preset choice that means "no preset: the numbers below".
+CUSTOM = "(custom)"
+#: The alarm detectors offered: (kind, label).
+DETECTORS = (("persistence", "persistence (m in a row)"), ("cusum", "CUSUM"),
+             ("ewma", "EWMA of z (λ)"), ("mewma", "MEWMA, whitened (λ)"),
+             ("paper", "paper rule (3σ, uncalibrated)"))
+
+
+class PipelinePanel(QGroupBox):
+    """The "Symbolisation and baseline" group (a dialogue's "Token metrics and baseline").
+
+    Preset, bins, window, stride, the symbols' calibration windows, the entropy correction
+    and Apply; the baseline's length, the alarm detector, its EWMA λ, its false-alarm budget
+    and the paper rule's k; "Calibrate baseline now". Apply emits ``apply_requested`` with
+    :meth:`settings`; "Calibrate baseline now" emits ``calibrate_requested`` with the
+    baseline's length.
+    """
+
+    #: Apply was clicked: the pipeline settings to re-symbolise with (:meth:`settings`).
+    apply_requested = Signal(dict)
+    #: "Calibrate baseline now" was clicked: the number of windows (turns) to take.
+    calibrate_requested = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__("Symbolisation and baseline", parent)
+        form = compact_form(QFormLayout(self))
+        self._form = form
+        self.tokens_label = QLabel("", self)
+        self.tokens_label.setWordWrap(True)
+        form.addRow(self.tokens_label)
+        self.preset_combo = compact_combo(QComboBox(self))
+        self.preset_combo.addItems([*PRESETS, CUSTOM])
+        self.preset_combo.setToolTip("Paper configurations; '(custom)' uses the bins, window "
+                                     "and stride below, each variable its own group")
+        self.preset_combo.currentTextChanged.connect(self.apply_preset)
+        form.addRow("Preset", self.preset_combo)
+        self.bins_spin = spin(1, 64, 16, self)
+        self.window_spin = spin(2, 100000, 300, self)
+        self.stride_spin = spin(1, 100000, 75, self)
+        self.calib_spin = spin(2, 10000, DEFAULTS["calibration_windows"], self)
+        self.calib_spin.setToolTip("Symbol statistics (z-score, bin edges) are frozen from the "
+                                   "first N windows of data")
+        form.addRow("Bins", self.bins_spin)
+        form.addRow("Window W", self.window_spin)
+        form.addRow("Stride", self.stride_spin)
+        form.addRow("Calibrate on first N windows", self.calib_spin)
+        self.correction_combo = QComboBox(self)
+        self.correction_combo.addItems(["none", "miller-madow"])
+        form.addRow("Entropy correction", self.correction_combo)
+        self.apply_symbols_button = QPushButton("Apply (re-symbolise)", self)
+        self.apply_symbols_button.setToolTip("Re-calibrate symbols and baseline from the data "
+                                             "that follows, with these settings")
+        self.apply_symbols_button.clicked.connect(
+            lambda: self.apply_requested.emit(self.settings()))
+        form.addRow(self.apply_symbols_button)
+        # Rows that only symbols over windows use: hidden for a source whose metrics come
+        # per turn from token counts (a dialogue), which shows its tokenizer instead.
+        self._symbol_rows = (self.preset_combo, self.bins_spin, self.window_spin,
+                             self.stride_spin, self.calib_spin, self.correction_combo,
+                             self.apply_symbols_button)
+        self.baseline_spin = spin(2, 100000, DEFAULT_BASELINE_WINDOWS, self)
+        self.baseline_spin.setToolTip(
+            "Windows after the symbols' calibration that set the baseline and calibrate the "
+            "detector; the alarm panel says when they are too few for the budget")
+        form.addRow("Baseline windows", self.baseline_spin)
+        self.detector_combo = QComboBox(self)
+        for kind, label in DETECTORS:
+            self.detector_combo.addItem(label, kind)
+        self.detector_combo.setToolTip(
+            "persistence: m windows in a row beyond a kσ calibrated to the budget; EWMA: the "
+            "exponentially weighted mean of each component's z (weight λ), calibrated to the "
+            "budget; MEWMA: one multivariate EWMA of the components whitened by the baseline's "
+            "correlation, calibrated to the budget (the IDT light is its alarm); CUSUM: a "
+            "two-sided CUSUM calibrated to the budget (needs a long baseline); paper rule: "
+            "the first window beyond kσ, as the paper's tables use (no budget)")
+        form.addRow("Alarm detector", self.detector_combo)
+        self.lambda_spin = QDoubleSpinBox(self)
+        self.lambda_spin.setRange(0.01, 1.0)
+        self.lambda_spin.setDecimals(2)
+        self.lambda_spin.setSingleStep(0.01)
+        self.lambda_spin.setValue(DEFAULTS["ewma_lambda"])
+        self.lambda_spin.setToolTip(
+            "EWMA, MEWMA: the newest window's weight λ (it averages about 2/λ − 1 windows; smaller "
+            "sees smaller sustained shifts, later)")
+        form.addRow("EWMA λ", self.lambda_spin)
+        self.budget_edit = QLineEdit(self)
+        self.budget_edit.setPlaceholderText(DEFAULT_BUDGET)
+        self.budget_edit.setToolTip(
+            "At most this many false alarms per span of loop time: 1/h, 2/30min, "
+            "1/10episodes, 1/100turns, 1/1000windows (blank: the source's default)")
+        form.addRow("False alarms ≤", self.budget_edit)
+        self.k_spin = QDoubleSpinBox(self)
+        self.k_spin.setRange(0.5, 20)
+        self.k_spin.setValue(DEFAULTS["k"])
+        self.k_spin.setSuffix(" σ")
+        self.k_spin.setToolTip("The paper rule's threshold (the calibrated detectors set their "
+                               "own from the budget)")
+        form.addRow("Paper rule k", self.k_spin)
+        self.baseline_button = QPushButton("Calibrate baseline now", self)
+        self.baseline_button.setToolTip("The next N windows become the new baseline")
+        self.baseline_button.clicked.connect(
+            lambda: self.calibrate_requested.emit(self.baseline_spin.value()))
+        form.addRow(self.baseline_button)
+
+    # -- what a session is given ------------------------------------------------------------
+
+    def settings(self) -> dict[str, Any]:
+        """The pipeline settings shown: a session's ``preset``, ``bins`` ... ``correction``.
+
+        With a preset, only the numbers that differ from it are given.
+        """
+        preset = self.preset_combo.currentText()
+        base = PRESETS.get(preset)
+        bins, window, stride = (self.bins_spin.value(), self.window_spin.value(),
+                                self.stride_spin.value())
+        if base is not None:  # a preset: the numbers that differ from it
+            bins = bins if bins != base.bins else None
+            window = window if window != base.window else None
+            stride = stride if stride != base.stride else None
+        correction = self.correction_combo.currentText()
+        return {
+            "preset": None if base is None else preset, "bins": bins, "window": window,
+            "stride": stride, "calibration_windows": self.calib_spin.value(),
+            "baseline_windows": self.baseline_spin.value(), "k": self.k_spin.value(),
+            **self.alarm_settings(),
+            "correction": None if correction == "none" else correction,
+        }
+
+    def alarm_settings(self) -> dict[str, Any]:
+        """The detector and its budget (blank budget: the source's default)."""
+        return {"detector": self.detector_combo.currentData(),
+                "ewma_lambda": self.lambda_spin.value(),
+                "false_alarms": self.budget_edit.text().strip() or None}
+
+    def apply_preset(self, name: str) -> None:
+        """Show preset ``name``'s bins, window and stride (nothing for "(custom)")."""
+        p = PRESETS.get(name)
+        if p is not None:
+            self.bins_spin.setValue(p.bins)
+            self.window_spin.setValue(p.window)
+            self.stride_spin.setValue(p.stride)
+
+    def use_presets(self, presets: Sequence[str]) -> None:
+        """Select a source's first preset (its own numbers), or "(custom)" without one."""
+        if presets:
+            self.preset_combo.setCurrentText(presets[0])
+            self.apply_preset(presets[0])
+        else:
+            self.preset_combo.setCurrentText(CUSTOM)
+
+    # -- what a session shows ---------------------------------------------------------------
+
+    def set_metric_path(self, turns: bool, cls: Any) -> None:
+        """Symbol settings over windows, or a dialogue's token metrics per turn.
+
+        ``cls``: the selected source's class (None: none loaded): its default baseline,
+        detector and budget are shown.
+        """
+        self.setTitle("Token metrics and baseline" if turns else "Symbolisation and baseline")
+        self._form.setRowVisible(self.tokens_label, turns)
+        self.tokens_label.setText(
+            "Per turn, from the token counts of S (context), A (reply) and S' (next prompt): "
+            f"tokenizer {TOKENIZER} (32,000 SentencePiece pieces). Baseline: turns 1 to N."
+            if turns else "")
+        for widget in self._symbol_rows:
+            self._form.setRowVisible(widget, not turns)
+        self.baseline_spin.setValue(int(getattr(cls, "default_baseline", 0)) or
+                                    (30 if turns else DEFAULT_BASELINE_WINDOWS))
+        self._form.labelForField(self.baseline_spin).setText(
+            "Baseline turns" if turns else "Baseline windows")
+        self.detector_combo.setCurrentIndex(max(0, self.detector_combo.findData(
+            getattr(cls, "default_detector", DEFAULT_DETECTOR))))
+        self.budget_edit.setPlaceholderText(
+            "the recording's" if getattr(cls, "name", "") == "replay"
+            else getattr(cls, "default_budget", DEFAULT_BUDGET))
+
+    def show_pipeline(self, session: Session) -> None:
+        """Show the session's actual symbolisation (a replay's is the recorded one)."""
+        p, c = session.preset, session.config
+        widgets = (self.preset_combo, self.bins_spin, self.window_spin, self.stride_spin,
+                   self.calib_spin, self.baseline_spin)
+        for w in widgets:
+            w.blockSignals(True)
+        self.preset_combo.setCurrentText(p.name if p.name in PRESETS else CUSTOM)
+        self.bins_spin.setValue(p.bins)
+        self.window_spin.setValue(p.window)
+        self.stride_spin.setValue(p.stride)
+        self.calib_spin.setValue(c.calibration_windows)
+        self.baseline_spin.setValue(c.baseline_windows)
+        self.detector_combo.setCurrentIndex(max(0, self.detector_combo.findData(c.detector)))
+        self.lambda_spin.setValue(c.ewma_lambda)
+        if session.source.name == "replay":  # the budget the recording ran with
+            self.budget_edit.setPlaceholderText(str(c.false_alarms or "—"))
+        for w in widgets:
+            w.blockSignals(False)
+
+    def set_live(self, live: bool) -> None:
+        """Apply and "Calibrate baseline now" act on a running session only."""
+        for b in (self.baseline_button, self.apply_symbols_button):
+            b.setEnabled(live)

@@ -1,0 +1,123 @@
+"""The status line: what the session is doing, its rates and the dashboard's frame rate.
+
+:class:`StatusLine` puts three labels in the window's status bar: the session's state
+(a normal widget, so a temporary message such as "exported ..." shows in its place
+briefly), and the loop's and the pipeline's rates and the GUI's frames per second (permanent
+widgets, on the right).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+from idt_desk_widgets.alarms import plural
+from idt_desk_widgets.forms import ElidedLabel
+from PySide6.QtCore import QObject
+from PySide6.QtWidgets import QLabel, QStatusBar
+
+from idt_desk.live.session import Snapshot
+
+__all__ = ["StatusLine", "rate"]
+
+
+def rate(per_s: float | None) -> str:
+    """Transitions per second, short: 1,000 / 12.3 k / 1.2 M."""
+    if per_s is None or not math.isfinite(per_s) or per_s <= 0:
+        return "—"
+    if per_s >= 1e6:
+        return f"{per_s / 1e6:.1f} M"
+    if per_s >= 1e4:
+        return f"{per_s / 1e3:.0f} k"
+    return f"{per_s:,.0f}"
+
+
+class StatusLine(QObject):
+    """The status bar's labels: ``status`` (the state), ``rates`` and ``fps_label``.
+
+    The frame rate is counted here: the window calls :meth:`count_frame` once a refresh.
+    """
+
+    def __init__(self, bar: QStatusBar) -> None:
+        super().__init__(bar)
+        self.status = ElidedLabel("idle — choose a source and press Start", bar)
+        # A normal widget: a temporary message ("exported ...") shows in its place briefly.
+        bar.addWidget(self.status, 1)
+        self.rates = QLabel("", bar)
+        self.rates.setObjectName("rates")
+        self.rates.setToolTip(
+            "<b>loop</b>: transitions per second the loop actually advances (about speed × "
+            "the source's rate at real time).<br><b>compute</b>: transitions per second the "
+            "IDT pipeline can process (its compute throughput; the loop can go no faster "
+            "at max speed).")
+        bar.addPermanentWidget(self.rates)
+        self.fps_label = QLabel("GUI —", bar)
+        self.fps_label.setObjectName("fps")
+        self.fps_label.setToolTip("Frames per second the dashboard redraws (target 30); "
+                                  "— when no session is running")
+        self.fps_label.setMinimumWidth(90)
+        for label in (self.rates, self.fps_label):
+            label.setStyleSheet("QLabel { border-left: 1px solid #b9bec6; padding: 0 8px; }")
+        bar.addPermanentWidget(self.fps_label)
+        #: Frames per second the dashboard redrew over the last second (0: none yet).
+        self.fps = 0.0
+        self._frames = 0
+        self._fps_t0 = time.monotonic()
+
+    def say(self, text: str) -> None:
+        """Show ``text`` as the session's state."""
+        self.status.setText(text)
+
+    def reset_fps(self) -> None:
+        """Count frames afresh (a new session)."""
+        self._frames, self._fps_t0, self.fps = 0, time.monotonic(), 0.0
+
+    def stop_fps(self) -> None:
+        """No frame rate to report: never a stale one (the session ended)."""
+        self.fps = 0.0
+        self.fps_label.setText("GUI —")
+
+    def count_frame(self) -> None:
+        """One more frame drawn; the rate is updated once a second."""
+        self._frames += 1
+        now = time.monotonic()
+        if now - self._fps_t0 >= 1.0:
+            self.fps = self._frames / (now - self._fps_t0)
+            self._frames, self._fps_t0 = 0, now
+
+    def show_snapshot(self, snap: Snapshot, running: bool, stopping: bool) -> None:
+        """Say what ``snap`` shows: state, source, speed, time, counts, rates.
+
+        ``running``: the session's worker runs; ``stopping``: it was asked to stop.
+        """
+        speed = "max speed" if not snap.speed else f"{snap.speed:g}× real time"
+        text = (f"{snap.state} — {snap.source} at {speed} — t = {snap.sim_time:.2f} s — "
+                f"{snap.n_transitions:,} transitions, {snap.n_windows:,} windows")
+        if snap.info.get("following"):  # a recording another program writes
+            run = Path(snap.info["following"]).name  # its path is in the Recording field
+            text = (f"{snap.state} — following {run} (the writer: "
+                    f"{snap.info.get('writer', '?')}) — t = {snap.sim_time:.2f} s — "
+                    f"{snap.n_transitions:,} transitions, {snap.n_windows:,} windows")
+        if snap.tokenizer is not None:  # one transition per turn
+            n = snap.n_transitions
+            text = f"{snap.state} — {snap.source} — {n:,} {plural('turn', n)}"
+        if snap.paused_reason:
+            n = snap.n_transitions
+            text = f"paused by the source — {snap.source} — {n:,} {plural('turn', n)}"
+        if stopping:
+            text = (f"stopping — {snap.source}: scoring the last windows and closing the "
+                    "recording (nothing is lost)")
+        elif snap.state == "running" and snap.n_transitions == 0:
+            text = ("starting… (the first launch compiles the numba kernels, about 10 s; "
+                    "they are cached afterwards)")
+        running = snap.state in ("running", "paused") and running
+        loop = snap.loop_rate if snap.state == "running" else None
+        rates = (f"loop {rate(loop)} tr/s  ·  compute {rate(snap.throughput)} tr/s"
+                 if snap.n_transitions else "")
+        if snap.tokenizer is not None and snap.n_transitions:  # seconds a turn, not rates
+            rates = (f"{1 / snap.throughput:.1f} s a turn" if snap.throughput > 0 else "")
+        fps = f"GUI {self.fps:.0f} fps" if running and self.fps > 0 else "GUI —"
+        for label, value in ((self.status, text), (self.rates, rates), (self.fps_label, fps)):
+            if label.text() != value:
+                label.setText(value)
