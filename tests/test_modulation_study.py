@@ -95,3 +95,32 @@ def test_the_command_line_writes_the_table_and_refuses_runs_it_cannot_read(tmp_p
     assert "returns_post" in capsys.readouterr().err
     assert main(["reproduce", "cheetah", "--modulation", str(tmp_path),
                  "--out", str(out)]) == 2
+
+
+def test_the_study_runs_its_batches_once_and_writes_the_table(tmp_path, monkeypatch, capsys):
+    """``--modulation-study`` (here a one-batch, one-policy stand-in for the page's four):
+    each batch into ``m{seed}``, the table after; a second call keeps the finished batch."""
+    from idt_desk_sources.gym import modulation, reproduce
+
+    monkeypatch.setattr(modulation, "STUDY", ((7, ("act_noise_4:percent=30",),
+                                               ("hold:mode=scale,scale=0.9",)),))
+    monkeypatch.setattr(modulation, "STUDY_POLICIES", ("halfcheetah-v5-ppo-seed0.zip",))
+    real = reproduce.reproduce
+    runs = []
+
+    def small(config, **kw):
+        runs.append(config.seed)
+        from dataclasses import replace
+
+        return real(replace(config, episodes=3, onset=2, workers=1), **kw)
+
+    monkeypatch.setattr(reproduce, "reproduce", small)
+    argv = ["reproduce", "cheetah", "--modulation-study", "--no-progress", "--out",
+            str(tmp_path)]
+    assert main(argv) == 0
+    assert runs == [7] and (tmp_path / "m7" / "trials.csv").is_file()
+    got = json.loads((tmp_path / "modulation.json").read_text())
+    assert set(got["settings"]) == {"hold:mode=scale,scale=0.9"}
+    assert got["settings"]["hold:mode=scale,scale=0.9"]["controls"] == 2
+    assert main(argv) == 0  # resumed: nothing run again
+    assert runs == [7] and "kept from" in capsys.readouterr().out

@@ -1535,6 +1535,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "and its cost on unperturbed controls, with 95 %% bootstrap "
                              "intervals over policies, runs and episodes; writes "
                              "modulation.json and .md into --out")
+    parser.add_argument("--modulation-study", action="store_true",
+                        help="run the RL page's modulation study (four batches of --manual "
+                             "settings on the three shipped SAC seeds, about 35 minutes on 2 "
+                             "cores; batches already in --out are kept) and write its table "
+                             "as --modulation does")
     parser.add_argument("--false-alarms", default=CONTROL_BUDGET,
                         help="budget of the live-calibrated block: every trial judged by "
                              "the detectors a live session calibrates on its own pre-onset "
@@ -1559,6 +1564,11 @@ def run(args: argparse.Namespace, print_fn: Callable[[str], None] = print) -> in
         return _run_out_of_sample(args, print_fn)
     if args.pool:
         return _run_pool(args, print_fn)
+    if args.modulation_study:
+        from idt_desk_sources.gym.modulation import run_study
+
+        args.modulation = run_study(args.out, workers=args.workers,
+                                    progress=not args.no_progress, print_fn=print_fn)
     if args.modulation:
         return _run_modulation(args, print_fn)
     config = CheetahConfig(
