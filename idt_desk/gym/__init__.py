@@ -56,8 +56,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from idt_desk.gym._stream import GENERIC_PRESET, IDT_COLUMNS, LOGGED_METRICS, resolve_preset
 from idt_desk.gym.monitor import IDTMonitor
+from idt_desk.gym.stream import GENERIC_PRESET, IDT_COLUMNS, LOGGED_METRICS, resolve_preset
 
 __all__ = [
     "GENERIC_PRESET",

@@ -21,20 +21,20 @@ if TYPE_CHECKING:
 
     from idt_desk.live.loop import Recorder
 
-from idt_desk.gym._stream import (
+from idt_desk.gym.stream import (
     ALARM_DEFAULTS,
     IDT_COLUMNS,
     LOGGED_METRICS,
-    _alarm_monitor,
-    _check_options,
-    _check_recordable,
-    _flat,
-    _frame,
-    _loop_rate,
-    _open_recording,
-    _record_path,
-    _SpaceCodec,
-    _Stream,
+    SpaceCodec,
+    Stream,
+    alarm_monitor,
+    check_options,
+    check_recordable,
+    flat,
+    frame,
+    loop_rate,
+    open_recording,
+    record_path,
     resolve_preset,
 )
 
@@ -127,7 +127,7 @@ class _IDTCallbackImpl:
         phase_baseline: bool = False,
     ) -> None:
         super().__init__(verbose)  # BaseCallback's (see _callback_class)
-        self._record = _record_path(record)
+        self._record = record_path(record)
         bad = [m for m in metrics if m not in IDT_COLUMNS]
         if bad:
             raise ValueError(f"unknown metrics {bad}; window keys: {', '.join(IDT_COLUMNS)}")
@@ -144,13 +144,13 @@ class _IDTCallbackImpl:
                        "phase_baseline": bool(phase_baseline)}
         if self._record is not None:
             # What does not depend on the env, refused now rather than when training starts.
-            _check_options(correction, self._alarm)
+            check_options(correction, self._alarm)
         self._recorders: list[Recorder] = []
         self._recording_ended = False
         self.every = every
         self.metrics = tuple(metrics)
         self.preset: Preset | None = None
-        self._streams: list[_Stream] = []
+        self._streams: list[Stream] = []
         self._episodes: list[int] = []
         self._prev: np.ndarray | None = None
         self._last_dump = 0
@@ -183,7 +183,7 @@ class _IDTCallbackImpl:
         table = self._streams[env].flush()  # with block > stride, windows not yet logged
         if table is not None:
             self._log(table)
-        return _frame(self._streams[env].windows())
+        return frame(self._streams[env].windows())
 
     # -- SB3 hooks --------------------------------------------------------------------------
 
@@ -195,13 +195,13 @@ class _IDTCallbackImpl:
                                          self._options["window"], self._options["stride"])
             first = venv.envs[0] if hasattr(venv, "envs") else None
             steps = getattr(getattr(first, "spec", None), "max_episode_steps", None)
-            rate = None if first is None else _loop_rate(first)
-            state = _SpaceCodec(venv.observation_space, "observation")
-            action = _SpaceCodec(venv.action_space, "action")
+            rate = None if first is None else loop_rate(first)
+            state = SpaceCodec(venv.observation_space, "observation")
+            action = SpaceCodec(venv.action_space, "action")
             streams = [
-                _Stream(self.preset, state, action, self._calibration_windows,
+                Stream(self.preset, state, action, self._calibration_windows,
                         self._correction, self._block,
-                        _alarm_monitor(self._alarm, self.preset, rate, steps))
+                        alarm_monitor(self._alarm, self.preset, rate, steps))
                 for _ in range(venv.num_envs)
             ]
             if self._record is not None:
@@ -246,7 +246,7 @@ class _IDTCallbackImpl:
                     s_next = new_obs[i]
                 table = stream.add(prev[i], actions[i], s_next, rewards[i], self._episodes[i])
                 if self._recorders:
-                    self._recorders[i].add(_flat(prev[i]), _flat(actions[i]), _flat(s_next),
+                    self._recorders[i].add(flat(prev[i]), flat(actions[i]), flat(s_next),
                                            reward=float(rewards[i]),
                                            episode=self._episodes[i])
                 if dones[i]:
@@ -266,17 +266,17 @@ class _IDTCallbackImpl:
             self._recording_ended = True
             _close_all(self._recorders)
 
-    def _open_recordings(self, n: int, state: _SpaceCodec, action: _SpaceCodec,
+    def _open_recordings(self, n: int, state: SpaceCodec, action: SpaceCodec,
                          rate: float | None, steps: int | None) -> list[Recorder]:
         assert self._record is not None and self.preset is not None
-        _check_recordable(self.preset, state, action, self._correction, self._alarm)
+        check_recordable(self.preset, state, action, self._correction, self._alarm)
         paths = [self._record] if n == 1 else [self._record / f"env-{i}" for i in range(n)]
         for path in paths:
-            _record_path(path)  # refused before any is created
+            record_path(path)  # refused before any is created
         opened: list[Recorder] = []
         try:
             for path in paths:
-                opened.append(_open_recording(path, self._options["preset"], self.preset,
+                opened.append(open_recording(path, self._options["preset"], self.preset,
                                               state, action, self._calibration_windows,
                                               self._alarm, rate, steps))
         except BaseException as exc:

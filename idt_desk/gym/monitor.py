@@ -19,17 +19,17 @@ if TYPE_CHECKING:
 
     from idt_desk.live.loop import Recorder
 
-from idt_desk.gym._stream import (
+from idt_desk.gym.stream import (
     ALARM_DEFAULTS,
-    _alarm_monitor,
-    _check_recordable,
-    _flat,
-    _frame,
-    _loop_rate,
-    _open_recording,
-    _record_path,
-    _SpaceCodec,
-    _Stream,
+    SpaceCodec,
+    Stream,
+    alarm_monitor,
+    check_recordable,
+    flat,
+    frame,
+    loop_rate,
+    open_recording,
+    record_path,
     resolve_preset,
 )
 
@@ -164,23 +164,23 @@ class IDTMonitor(gymnasium.Wrapper):
     ) -> None:
         super().__init__(env)
         self._recorder: Recorder | None = None
-        path = _record_path(record)
+        path = record_path(record)
         self.preset = resolve_preset(preset, env.observation_space, env.action_space,
                                      bins, window, stride)
         spec = getattr(env, "spec", None)
         alarm = {"detector": detector, "false_alarms": false_alarms,
                  "baseline_windows": baseline_windows, "persist": persist, "k": k,
                  "phase_baseline": bool(phase_baseline)}
-        rate, steps = _loop_rate(env), getattr(spec, "max_episode_steps", None)
+        rate, steps = loop_rate(env), getattr(spec, "max_episode_steps", None)
         #: The alarm's monitor (None without a detector): its ``describe()`` and calibration.
-        self.monitor = _alarm_monitor(alarm, self.preset, rate, steps)
-        state = _SpaceCodec(env.observation_space, "observation")
-        action = _SpaceCodec(env.action_space, "action")
-        self._stream = _Stream(self.preset, state, action, calibration_windows, correction,
+        self.monitor = alarm_monitor(alarm, self.preset, rate, steps)
+        state = SpaceCodec(env.observation_space, "observation")
+        action = SpaceCodec(env.action_space, "action")
+        self._stream = Stream(self.preset, state, action, calibration_windows, correction,
                                block, self.monitor)
         if path is not None:
-            _check_recordable(self.preset, state, action, correction, alarm)
-            self._recorder = _open_recording(path, preset, self.preset, state, action,
+            check_recordable(self.preset, state, action, correction, alarm)
+            self._recorder = open_recording(path, preset, self.preset, state, action,
                                              calibration_windows, alarm, rate, steps)
         self._obs: Any = None
         self._done = False
@@ -219,7 +219,7 @@ class IDTMonitor(gymnasium.Wrapper):
         With ``block`` > ``stride`` the transitions still buffered are symbolised first, so
         the last rows may be newer than ``info["idt"]``.
         """
-        return _frame(self._stream.windows())
+        return frame(self._stream.windows())
 
     @property
     def symbolizers(self) -> tuple[Symbolizer, Symbolizer]:
@@ -247,7 +247,7 @@ class IDTMonitor(gymnasium.Wrapper):
         else:
             self._stream.add(self._obs, action, obs, reward, self.episode)
             if self._recorder is not None:
-                self._recorder.add(_flat(self._obs), _flat(action), _flat(obs),
+                self._recorder.add(flat(self._obs), flat(action), flat(obs),
                                    reward=float(reward), episode=self.episode)
         self._obs = np.array(obs)
         self._done = bool(terminated or truncated)

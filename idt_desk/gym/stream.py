@@ -1,7 +1,7 @@
 """The wrapper's and the callback's shared parts: spaces, presets, the stream, recording.
 
-A Gymnasium space becomes symbol-ready columns (:class:`_SpaceCodec`), a preset is chosen
-for the env (:func:`resolve_preset`), and :class:`_Stream` buffers one env's transitions
+A Gymnasium space becomes symbol-ready columns (:class:`SpaceCodec`), a preset is chosen
+for the env (:func:`resolve_preset`), and :class:`Stream` buffers one env's transitions
 into blocks for the :class:`~idt_desk.pipeline.Pipeline`. See :mod:`idt_desk.gym`.
 """
 
@@ -30,7 +30,9 @@ if TYPE_CHECKING:
 
     from idt_desk.live.loop import Recorder
 
-__all__ = ["ALARM_DEFAULTS", "GENERIC_PRESET", "IDT_COLUMNS", "LOGGED_METRICS", "resolve_preset"]
+__all__ = ["ALARM_DEFAULTS", "GENERIC_PRESET", "IDT_COLUMNS", "LOGGED_METRICS", "SpaceCodec",
+           "Stream", "alarm_monitor", "check_options", "check_recordable", "flat", "frame",
+           "loop_rate", "open_recording", "record_path", "resolve_preset"]
 
 #: Keys of a window, in order (``info["idt"]``, the rows of ``windows``): ``start`` and
 #: ``end`` (first transition and one past the last: the number of transitions seen when the
@@ -61,7 +63,7 @@ GENERIC_PRESET = Preset(
 # ---------------------------------------------------------------------------------------------
 
 
-class _SpaceCodec:
+class SpaceCodec:
     """How one Gymnasium space becomes a row of variables."""
 
     def __init__(self, space: gymnasium.Space, role: str) -> None:
@@ -90,6 +92,7 @@ class _SpaceCodec:
         return self.discrete_n if self.discrete_n is not None else preset_bins
 
     def buffer(self, capacity: int) -> np.ndarray:
+        """An empty float64 store of ``capacity`` rows of this space."""
         return np.empty((capacity, *self.shape), dtype=np.float64)
 
 
@@ -125,8 +128,8 @@ def resolve_preset(
         ``n_state`` / ``n_action`` or groups do not fit the spaces.
 
     """
-    obs = _SpaceCodec(observation_space, "observation")
-    act = _SpaceCodec(action_space, "action")
+    obs = SpaceCodec(observation_space, "observation")
+    act = SpaceCodec(action_space, "action")
     if preset is None:
         base = GENERIC_PRESET
     elif isinstance(preset, str):
@@ -196,7 +199,7 @@ class _Columns:
         return {c: v[: self.n].copy() for c, v in self._data.items()}
 
 
-class _Stream:
+class Stream:
     """One (S, A, S') stream: a buffer before the window stage and its monitor.
 
     :meth:`add` copies a transition into a buffer; when the buffer completes the calibration
@@ -207,8 +210,8 @@ class _Stream:
     def __init__(
         self,
         preset: Preset,
-        state: _SpaceCodec,
-        action: _SpaceCodec,
+        state: SpaceCodec,
+        action: SpaceCodec,
         calibration_windows: int = 20,
         correction: str | None = None,
         block: int | None = None,
@@ -314,7 +317,7 @@ ALARM_DEFAULTS: dict[str, Any] = {"detector": CONTROL_DETECTOR, "false_alarms": 
                                   "k": 3.0, "phase_baseline": False}
 
 
-def _loop_rate(env: Any) -> float | None:
+def loop_rate(env: Any) -> float | None:
     """Steps per second of the env's own time: 1 / ``dt``, else its ``render_fps``."""
     dt = getattr(getattr(env, "unwrapped", env), "dt", None)
     if isinstance(dt, int | float) and dt > 0:
@@ -323,7 +326,7 @@ def _loop_rate(env: Any) -> float | None:
     return float(fps) if isinstance(fps, int | float) and fps > 0 else None
 
 
-def _alarm_monitor(options: Mapping[str, Any], preset: Preset, rate: float | None,
+def alarm_monitor(options: Mapping[str, Any], preset: Preset, rate: float | None,
                    episode_steps: int | None) -> Monitor | None:
     """A session's monitor for a wrapped stream (``detector`` None: windows only)."""
     if options["detector"] is None:
@@ -355,7 +358,7 @@ def _budget(options: Mapping[str, Any], rate: float | None, episode_steps: int |
 # ---------------------------------------------------------------------------------------------
 
 
-def _record_path(record: Any) -> Path | None:
+def record_path(record: Any) -> Path | None:
     """``record`` as a Path (None: no recording); a path already holding one is refused."""
     if record is None:
         return None
@@ -373,7 +376,7 @@ def _record_path(record: Any) -> Path | None:
     return path
 
 
-def _check_options(correction: str | None, alarm: Mapping[str, Any]) -> None:
+def check_options(correction: str | None, alarm: Mapping[str, Any]) -> None:
     """Refuse options :class:`~idt_desk.Recorder` does not take (it runs their defaults)."""
     fixed = [f"{key}={alarm[key]!r}" for key in ("persist", "k")
              if alarm[key] != ALARM_DEFAULTS[key]]
@@ -385,10 +388,10 @@ def _check_options(correction: str | None, alarm: Mapping[str, Any]) -> None:
                          f"recorded: leave it at its default or drop record=")
 
 
-def _check_recordable(preset: Preset, state: _SpaceCodec, action: _SpaceCodec,
+def check_recordable(preset: Preset, state: SpaceCodec, action: SpaceCodec,
                       correction: str | None, alarm: Mapping[str, Any]) -> None:
     """Refuse what :class:`~idt_desk.Recorder`'s pipeline cannot reproduce exactly."""
-    _check_options(correction, alarm)
+    check_options(correction, alarm)
     for role, codec in (("observation", state), ("action", action)):
         n = codec.discrete_n
         if n is not None and n > preset.bins:
@@ -398,7 +401,7 @@ def _check_recordable(preset: Preset, state: _SpaceCodec, action: _SpaceCodec,
                 f"each value its own symbol (pass bins={n} or more, or drop record=)")
 
 
-def _recorder_preset(given: str | Preset | None, preset: Preset, state: _SpaceCodec) -> str:
+def _recorder_preset(given: str | Preset | None, preset: Preset, state: SpaceCodec) -> str:
     """The preset name :class:`~idt_desk.Recorder` takes for the resolved ``preset``.
 
     The recording states its preset by name (with ``bins``, ``window`` and ``stride`` given
@@ -426,12 +429,12 @@ def _recorder_preset(given: str | Preset | None, preset: Preset, state: _SpaceCo
         f"idt_desk.PRESETS (or a Preset without groups and wrapped angles), or drop record=")
 
 
-def _open_recording(
+def open_recording(
     path: Path,
     given: str | Preset | None,
     preset: Preset,
-    state: _SpaceCodec,
-    action: _SpaceCodec,
+    state: SpaceCodec,
+    action: SpaceCodec,
     calibration_windows: int,
     alarm: Mapping[str, Any],
     rate: float | None,
@@ -471,12 +474,13 @@ def _open_recording(
     return rec
 
 
-def _flat(x: Any) -> np.ndarray:
+def flat(x: Any) -> np.ndarray:
     """One observation or action as a flat row of floats (a recording's variables)."""
     return np.asarray(x, dtype=np.float64).reshape(-1)
 
 
-def _frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+def frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The columns as a DataFrame (the wrapper's and the callback's ``windows``)."""
     import pandas as pd
 
     return pd.DataFrame(columns)
