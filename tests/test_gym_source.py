@@ -509,3 +509,31 @@ def test_observation_hold_repeats_the_previous_observation_at_random(tiny_policy
     repeats = np.all(b.s[1:] == b.s[:-1], axis=1)
     # Each step repeats with probability 0.4 (binomial: 2,000 steps, ±4 σ).
     assert abs(repeats.mean() - 0.4) < 4 * np.sqrt(0.4 * 0.6 / len(repeats))
+
+
+def test_a_perturbation_acts_by_its_declaration_not_its_name(tiny_policy):
+    """A subclass's sensor noise under a name of its own is observation noise all the same."""
+    from idt_desk_sources.gym._source import _noise
+
+    class Jittery(GymSource):
+        name = "jittery"
+        perturbations = (*GymSource.perturbations,
+                         _noise("jitter", 50.0, "each variable's σ", "sensor", "Jitter"))
+
+    assert "jitter" in Jittery.SENSOR_NOISE and "jitter" not in GymSource.SENSOR_NOISE
+    assert Jittery.FORCES == GymSource.FORCES == ("force_torso_5N", "force_torso_10N")
+    src = Jittery(policy=str(tiny_policy))
+    src.reset(seed=3)
+    src.step(200)
+    src.set_perturbation("jitter", {})
+    b = src.step(50)
+    src.close()
+    truth = GymSource(policy=str(tiny_policy))
+    truth.reset(seed=3)
+    truth.step(200)
+    clean = truth.step(50)
+    truth.close()
+    # Same seed, same policy, the same state when the noise went on; from then on what the
+    # policy sees differs (the noise), and with it the loop.
+    np.testing.assert_array_equal(b.s[0], clean.s[0])
+    assert not np.allclose(b.s[1:], clean.s[1:])

@@ -312,8 +312,26 @@ class GymSource(Source):
         _noise("obs_noise_1", 1.0, _OBS_UNIT, "sensor", "Observation noise 1 %"),
         _noise("obs_noise_3", 3.0, _OBS_UNIT, "sensor", "Observation noise 3 %"),
     )
+    #: The perturbations by what they act on, read from their declarations (never their
+    #: names; a subclass's own are sorted the same way): noise on the observation, noise on
+    #: the applied action, forces on a body.
+    SENSOR_NOISE: tuple[str, ...] = ()
+    ACTION_NOISE: tuple[str, ...] = ()
+    FORCES: tuple[str, ...] = ()
     modulations = RL_MODULATIONS
     view = "cheetah"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._sort_perturbations()
+
+    @classmethod
+    def _sort_perturbations(cls) -> None:
+        """SENSOR_NOISE, ACTION_NOISE and FORCES from the declared perturbations."""
+        perts = cls.perturbations
+        cls.SENSOR_NOISE = tuple(p.name for p in perts if p.target == "sensor")
+        cls.ACTION_NOISE = tuple(p.name for p in perts if p.target == "actuator")
+        cls.FORCES = tuple(p.name for p in perts if any(q.name == "force" for q in p.params))
 
     def __init__(self, **settings: Any) -> None:
         import gymnasium as gym
@@ -480,7 +498,7 @@ class GymSource(Source):
         self._mean += delta / self._n_seen
         self._m2 += delta * (raw - self._mean)
         x = raw.copy()
-        for name in ("obs_noise_1", "obs_noise_3"):
+        for name in self.SENSOR_NOISE:
             p = self.active_perturbations.get(name)
             if p is not None:
                 x += self._rng.standard_normal(x.shape) * p["scale"] * (p["percent"] / 100.0)
@@ -514,7 +532,7 @@ class GymSource(Source):
                 smooth["alpha"] * a + (1.0 - smooth["alpha"]) * self._smoothed
             a = self._smoothed.copy()
         self._prev_action = a.copy()
-        for name in ("act_noise_1", "act_noise_3", "act_noise_4"):
+        for name in self.ACTION_NOISE:
             p = self.active_perturbations.get(name)
             if p is not None:
                 # In the action's own units, as the released evaluation adds it: σ = percent
@@ -531,7 +549,7 @@ class GymSource(Source):
         g = self.active_perturbations.get("gravity_110")
         model.opt.gravity[:] = self._gravity0 * (g["factor"] if g is not None else 1.0)
         self._pulsed = any(p["interval"] > 0 for name, p in self.active_perturbations.items()
-                           if name.startswith("force"))
+                           if name in self.FORCES)
         self._apply_forces()
 
     def _apply_forces(self) -> None:
@@ -545,7 +563,7 @@ class GymSource(Source):
             return
         data = self._mj[1]
         data.xfrc_applied[:] = 0.0
-        for name in ("force_torso_5N", "force_torso_10N"):
+        for name in self.FORCES:
             p = self.active_perturbations.get(name)
             if p is not None and (p["interval"] <= 0
                                   or self._episode_step % p["interval"] < p["duration"]):
@@ -558,13 +576,13 @@ class GymSource(Source):
         if params is None:
             self._apply_physics()
             return resolved
-        if name.startswith("obs_noise"):
+        if name in self.SENSOR_NOISE:
             # σ is a percentage of each variable's standard deviation over the run so far,
             # frozen at onset (1 before any data).
             n = self._n_seen
             scale = np.sqrt(self._m2 / (n - 1)) if n > 1 else np.ones_like(self._mean)
             resolved["scale"] = np.where(scale > 0, scale, 1.0)
-        elif name.startswith("force"):
+        elif name in self.FORCES:
             if self._mj is None:
                 self.active_perturbations.pop(name)
                 raise ValueError(f"{name}: {self.config['env_id']} is not a MuJoCo env")
@@ -621,6 +639,9 @@ class GymSource(Source):
                         body_parent=[int(p) for p in model.body_parentid],
                         forward_velocity=float(data.qvel[0]))
         return info
+
+
+GymSource._sort_perturbations()
 
 
 def step_together(sources: list[GymSource], n: int, info: bool = True) -> list[Batch]:
