@@ -376,3 +376,35 @@ def test_an_armed_schedule_is_no_onset_and_no_shaded_period(server):
     shipped = ReplaySource(path="assets/recordings/dialogue-smollm2-contradictions")
     ons = [ev for _i, ev in shipped._events if ev["kind"] == "perturbation_on"]
     assert [(ev["name"], ev.get("scheduled")) for ev in ons] == [("paper_schedule", True)]
+
+
+def test_the_embedder_loads_before_the_first_turn_so_a_stop_never_waits_for_it(server,
+                                                                             monkeypatch):
+    """The structural baselines' model loads when the loop begins, in its thread, before the
+    source's first step; a stop asked during the first turn ends the session at once."""
+    import threading
+
+    from idt_desk.metrics import embeddings
+
+    order: list[tuple[str, str]] = []
+    real_load, real_step = embeddings.load_embedder, DialogueSource.step
+
+    def load(*a, **k):
+        order.append(("load", threading.current_thread().name))
+        return real_load(*a, **k)
+
+    def step(self, n):
+        order.append(("step", threading.current_thread().name))
+        return real_step(self, n)
+
+    monkeypatch.setattr(embeddings, "load_embedder", load)
+    monkeypatch.setattr(DialogueSource, "step", step)
+    src = DialogueSource(host=server.host, **MODELS)
+    s = Session(SessionConfig(source="dialogue", speed=None, baselines=True), source=src)
+    s.start()
+    _wait(s, lambda snap: any(k == "step" for k, _ in order) or snap.state != "running")
+    t0 = time.monotonic()
+    s.stop()
+    assert time.monotonic() - t0 < 5.0
+    assert [k for k, _ in order][:2] == ["load", "step"]
+    assert order[0][1] == order[1][1] == f"idt-{src.name}"  # the loop's thread, not ours

@@ -115,8 +115,7 @@ class Session:
         turn_path = source.metric_path == "turns"
         self.config.resolve_defaults(source)  # so a recording states what was in force
         #: The turn path (a dialogue: token metrics, transcript, length confound), or None.
-        self.turns: TurnPath | None = TurnPath(self.config, source, self._emit, self._show) \
-            if turn_path else None
+        self.turns = TurnPath(self.config, source, self._emit, self._show) if turn_path else None
         if not turn_path:
             self.config.baselines = False
         check_limit("history", self.config.history)  # before the window ring is allocated
@@ -537,11 +536,13 @@ class Session:
     def begin(self) -> None:
         """Open the recording asked for, load the kernels, reset the source, log the start.
 
-        The kernels before the source's first step (:meth:`Pipeline.warm`): the loop's first
-        rows never wait for them. The source is reset with the session's seed.
+        The kernels (:meth:`Pipeline.warm`) and a dialogue's embedder before the source's first
+        step: its first rows never wait for them. The source is reset with the session's seed.
         """
         self.sink.open_pending(self)
         self.pipeline.warm()
+        if self.turns is not None:
+            self.turns.warm()
         self.source.reset(seed=self.config.seed)
         self.event("session_start", source=self.source.name, settings=dict(self.source.config),
                     pipeline=self.pipeline_settings())

@@ -60,16 +60,24 @@ class TurnPath:
         self.log: list[dict[str, Any]] = []
         #: The baseline turns' metrics and token counts, until the length confound is out.
         self._length_rows: dict[str, list[float]] | None = {}
-        #: The structural baselines (when on): the model loads in the loop's thread at the
-        #: first turn, about 10 s, never in the caller's.
+        #: The structural baselines (when on): the model loads in the loop's thread before
+        #: its first step (:meth:`warm`), about 10 s, never in the caller's.
         self._baselines: StructuralBaselines | None = None
+
+    def warm(self) -> None:
+        """Load the structural baselines' model (when on) now, before the first step.
+
+        In the loop's thread, never the caller's: a Stop during the first turn then never
+        waits for it (about 10 s: torch).
+        """
+        if self.config.baselines and self._baselines is None:
+            self._baselines = StructuralBaselines(embeddings.load_embedder())
 
     def feed(self, b: Batch, i0: int, t: np.ndarray) -> None:
         """One metric row per transition of batch ``b`` (transitions ``i0``...), judged."""
         table = self.dialogue.push(b.turns or [])
         if self.config.baselines:
-            if self._baselines is None:
-                self._baselines = StructuralBaselines(embeddings.load_embedder())
+            self.warm()
             table.update(self._baselines.push(b.turns or []))
         # A replay's first batch may lead with history turns (texts of earlier contexts).
         turns = [turn for turn in b.turns or [] if not turn.get("history")]
