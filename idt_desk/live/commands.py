@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from idt_desk.limits import check_limit, check_pipeline
 from idt_desk.live.alarms import auto_controller, baseline_overlap
+from idt_desk.live.sink import pipeline_record
 from idt_desk.live.source import Batch
 
 if TYPE_CHECKING:
@@ -174,7 +175,7 @@ def _reconfigure(host: CommandHost, args: dict[str, Any]) -> None:
     for key, value in args.items():
         setattr(host.config, key, value)
     host.rebuild_pipeline()
-    host.event("reconfigure", pipeline=host.sink.pipeline_record(host))
+    host.event("reconfigure", pipeline=pipeline_record(host))
     warn_overlap(host, list(host.source.active_perturbations))
     host.sink.rewrite_config(host)
 

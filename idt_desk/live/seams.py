@@ -110,9 +110,6 @@ class Recording(Protocol):
     def rewrite_config(self, host: RecordedHost) -> None:
         """The pipeline changed: the header says so."""
 
-    def pipeline_record(self, host: RecordedHost) -> dict[str, Any]:
-        """The pipeline as recorded."""
-
 
 class AlarmState(Protocol):
     """Alarm lights, onsets and Auto (``alarms.Alarms``)."""

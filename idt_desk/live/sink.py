@@ -137,11 +137,6 @@ class Sink:
         if self.recording:
             self.recorder.add_event(ev)
 
-    @staticmethod
-    def pipeline_record(host: RecordedHost) -> dict[str, Any]:
-        """The pipeline as recorded (:func:`pipeline_record`)."""
-        return pipeline_record(host)
-
 
 def pipeline_record(host: RecordedHost) -> dict[str, Any]:
     """The pipeline as recorded (a replay rebuilds it): the preset in full, by value.
