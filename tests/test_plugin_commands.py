@@ -180,6 +180,7 @@ def test_the_built_in_commands_come_from_the_entry_points():
     entries = plugins.discover_commands(refresh=True)
     assert {name: e.value for name, e in entries.items()} == {
         "bench.dialogue": "idt_desk_sources.dialogue.bench",
+        "bench.llama": "idt_desk_sources.dialogue.bench_llama",
         "bench.pendulum": "idt_desk_sources.pendulum.bench",
         "bench.reproduce": "idt_desk_sources.gym.bench_reproduce",
         "bench.rl": "idt_desk_sources.gym.bench",

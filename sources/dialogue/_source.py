@@ -124,7 +124,8 @@ class DialogueSource(Source):
         Param("threads", 1, "Threads (built-in)", 1, 64,
               help="llama.cpp threads; 1 is steadiest on a shared machine"),
         Param("timeout", 120.0, "Timeout", 1.0, 3600.0, unit="s",
-              help="longest wait for the next piece of an Ollama reply"),
+              help="longest wait for the next piece of a reply (Ollama's, or a sign of life "
+                   "from the built-in model's process, which is then stopped)"),
         Param("judge", "off", "LLM judge", choices=("off", "ollama", "builtin"),
               help="score every reply 1-7 for relevance, coherence and helpfulness (paper "
                    "§11.5); recorded in the turn; one more model call a turn"),
@@ -182,7 +183,8 @@ class DialogueSource(Source):
                 backend: ChatBackend = OllamaBackend(
                     self._host(role), self.config[f"{role}_model"], self.config["timeout"])
             else:
-                backend = BuiltinBackend(threads=self.config["threads"], role=role)
+                backend = BuiltinBackend(threads=self.config["threads"], role=role,
+                                         timeout=self.config["timeout"])
             backend.check()
             self._backends[role] = backend
             self.publish({f"{role}_backend": backend.describe()})
