@@ -185,6 +185,7 @@ def test_the_built_in_commands_come_from_the_entry_points():
         "bench.reproduce": "idt_desk_sources.gym.bench_reproduce",
         "bench.rl": "idt_desk_sources.gym.bench",
         "reproduce.cheetah": "idt_desk_sources.gym.reproduce",
+        "reproduce.cheetah-estimator": "idt_desk_sources.gym.estimator_study",
         "reproduce.dialogue": "idt_desk_sources.dialogue.reproduce",
         "reproduce.pendulum": "idt_desk_sources.pendulum.reproduce",
         "reproduce.pendulum-alarms": "idt_desk_sources.pendulum.alarms",
