@@ -40,3 +40,13 @@ def test_the_study_keeps_its_runs_and_sees_the_settled_agent_s_cycle(tmp_path):
     counts = [len(set(zip(s[i:i + 300], a[i:i + 300], n[i:i + 300], strict=True)))
               for i in range(0, len(s) - 299, 50)]
     assert comp["distinct"] == float(np.median(counts))
+
+    sig = study.signatures(tmp_path, "parts-2", 300, agents=("sac-seed3",), seeds=(5, 6))
+    assert set(sig["signatures"]) == {f"sac-seed3_{s}_{c}" for s in (5, 6)
+                                      for c in study.PERTURBATIONS}
+    # One IDT per body part, seven terms each.
+    assert all(len(v) == 3 * len(study.TERMS) for v in sig["signatures"].values())
+    for scope in ("per_agent", "pooled"):
+        conf = sig[scope]["confusion"]
+        assert sig[scope]["of"] == 4 == sum(sum(row.values()) for row in conf.values())
+        assert sig[scope]["right"] == sum(conf[c][c] for c in conf)

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["HELP", "add_arguments", "analyze", "rollouts", "run"]
+__all__ = ["HELP", "add_arguments", "analyze", "rollouts", "run", "signatures"]
 
 #: ``idt-desk reproduce cheetah-estimator``'s one-line help.
 HELP = "the estimator's regime on the RL source: distinct triples and shifts per view"
@@ -192,6 +192,69 @@ def analyze(out: Path, windows=(300, 600, 1000), stride: int = 50, agents=AGENTS
     return rows
 
 
+#: The terms of a signature: the four metrics and the paper's decomposition of predictive
+#: power, MI(S;S') (the environment's passive predictability) + MI(A;S'|S) (the agent's causal
+#: contribution), with the choice H(A|S).
+TERMS = ("P", "H_f", "H_b", "dH", "H_A_given_S", "MI_S_S_next", "MI_A_S_next_given_S")
+
+
+def signatures(out: Path, view_name: str = "parts-2", window: int = 1000, agents=AGENTS,
+               seeds=(101, 1301)) -> dict[str, Any]:
+    """Each run's signature, and a nearest-centroid attribution judged on the held-out seed.
+
+    A signature is the mean change after onset of every term of :data:`TERMS` in every IDT of
+    the view, in the clean run's standard deviations. Centroids (of unit-length signatures)
+    are fitted on the choice seed, per agent and pooled over agents; each held-out run is
+    given the class whose centroid is nearest in direction.
+    """
+    from idt_desk.plugin import sliding_metrics
+
+    def metrics(s: np.ndarray, a: np.ndarray, n: np.ndarray) -> dict[str, np.ndarray]:
+        c = sliding_metrics(s, n, a, window, 50)
+        c["MI_S_S_next"] = c["H_S"] + c["H_S_next"] - c["H_SS_next"]
+        return c
+
+    sig: dict[tuple[str, int, str], np.ndarray] = {}
+    for agent in agents:
+        def load(seed: int, cls: str, agent: str = agent) -> dict[str, np.ndarray]:
+            return dict(np.load(out / "runs" / f"{agent}_{seed}_{cls}.npz"))
+
+        view = _View(*VIEWS[view_name], load(seeds[0], "clean"))
+        for seed in seeds:
+            clean = {k: metrics(*v) for k, v in view.symbols(load(seed, "clean")).items()}
+            for cls in PERTURBATIONS:
+                run = load(seed, cls)
+                v = []
+                for idt, syms in view.symbols(run).items():
+                    c, p = clean[idt], metrics(*syms)
+                    post = c["start"] >= int(run["onset"])
+                    for t in TERMS:
+                        sd = np.nanstd(c[t][post])
+                        dm = np.nanmean(p[t][post]) - np.nanmean(c[t][post])
+                        v.append(dm / sd if sd > 0 else 0.0)
+                sig[(agent, seed, cls)] = np.asarray(v)
+
+    def unit(v: np.ndarray) -> np.ndarray:
+        return v / (np.linalg.norm(v) or 1.0)
+
+    result: dict[str, Any] = {"view": view_name, "window": window, "terms": list(TERMS),
+                              "signatures": {f"{a}_{s}_{c}": v.round(3).tolist()
+                                             for (a, s, c), v in sig.items()}}
+    classes = list(PERTURBATIONS)
+    for scope in ("per_agent", "pooled"):
+        confusion = {c: dict.fromkeys(classes, 0) for c in classes}
+        for agent in agents:
+            fit = [agent] if scope == "per_agent" else list(agents)
+            cents = {c: unit(np.mean([unit(sig[(a, seeds[0], c)]) for a in fit], 0))
+                     for c in classes}
+            for c in classes:
+                x = unit(sig[(agent, seeds[1], c)])
+                confusion[c][max(classes, key=lambda k: float(x @ cents[k]))] += 1
+        result[scope] = {"right": sum(confusion[c][c] for c in classes),
+                         "of": len(agents) * len(classes), "confusion": confusion}
+    return result
+
+
 def _table(rows: list[dict[str, Any]], print_fn: Callable[[str], None]) -> None:
     head = (f"{'agent':>9} {'split':>8} {'view':>11} {'estimator':>12} {'W':>5} "
             f"{'distinct':>8} {'H_f=0':>6} " + " ".join(f"{k:>9}" for k in PERTURBATIONS))
@@ -235,4 +298,13 @@ def run(args: argparse.Namespace) -> int:
                    seeds=tuple(args.seeds))
     (args.out / "table.json").write_text(json.dumps(rows, indent=1))
     _table(rows, print)
+    sig = signatures(args.out, agents=tuple(args.agents), seeds=tuple(args.seeds))
+    (args.out / "signatures.json").write_text(json.dumps(sig, indent=1))
+    for scope in ("per_agent", "pooled"):
+        r = sig[scope]
+        print(f"attribution ({sig['view']}, W {sig['window']}, centroids from seed "
+              f"{args.seeds[0]}, judged on {args.seeds[1]}), {scope.replace('_', ' ')}: "
+              f"{r['right']}/{r['of']} right; true -> given: " + "; ".join(
+                  f"{t} -> " + ", ".join(f"{g} {n}" for g, n in row.items() if n)
+                  for t, row in r["confusion"].items()))
     return 0
