@@ -323,7 +323,10 @@ class ModelProcess:
 
         def read_out() -> None:
             for line in proc.stdout:
-                lines.put(json.loads(line))
+                try:
+                    lines.put(json.loads(line))
+                except json.JSONDecodeError:  # not the protocol's: kept with stderr's lines
+                    stderr.append(line.rstrip())
             lines.put(None)
 
         def read_err() -> None:
@@ -347,18 +350,20 @@ class ModelProcess:
             self._seq += 1
             msg = {**msg, "seq": self._seq}
         partial: list[str] = []
-        try:
-            self._send(msg)
-        except OSError:
-            return self._died("".join(partial))
+        self._send(msg)
         heard, stop_sent = time.monotonic(), False
+
+        def stop_if_asked() -> bool:
+            if should_stop is not None and not stop_sent and should_stop():
+                self._send({"op": "stop", "seq": msg["seq"]})
+                return True
+            return stop_sent
+
         while True:
             try:
                 answer = self._lines.get(timeout=0.1)
             except queue.Empty:
-                if should_stop is not None and not stop_sent and should_stop():
-                    stop_sent = True
-                    self._send({"op": "stop", "seq": msg["seq"]})
+                stop_sent = stop_if_asked()
                 if time.monotonic() - heard > timeout:
                     self.kill()
                     raise BackendError(f"the built-in model sent nothing for {timeout:g} s, so "
@@ -372,9 +377,7 @@ class ModelProcess:
                 partial.append(answer["piece"])
                 if on_piece is not None:
                     on_piece("".join(partial))
-                if should_stop is not None and not stop_sent and should_stop():
-                    stop_sent = True
-                    self._send({"op": "stop", "seq": msg["seq"]})
+                stop_sent = stop_if_asked()
             elif "alive" not in answer:
                 if "system_info" in answer:
                     self.system_info = answer["system_info"]
