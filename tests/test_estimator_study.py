@@ -26,7 +26,7 @@ def test_the_study_keeps_its_runs_and_sees_the_settled_agent_s_cycle(tmp_path):
                          views=("composite-3", "parts-3"))
     assert {(r["split"], r["view"], r["estimator"]) for r in rows} == {
         (sp, v, e) for sp in ("choice", "held-out") for v in ("composite-3", "parts-3")
-        for e in ("plug-in", "miller-madow")}
+        for e in ("plug-in", "miller-madow", "chao-shen")}
     comp = next(r for r in rows if r["view"] == "composite-3" and r["split"] == "choice"
                 and r["estimator"] == "plug-in")
     # The settled agent's gait: a short exact cycle is what a window of its symbols holds.
@@ -50,3 +50,24 @@ def test_the_study_keeps_its_runs_and_sees_the_settled_agent_s_cycle(tmp_path):
         conf = sig[scope]["confusion"]
         assert sig[scope]["of"] == 4 == sum(sum(row.values()) for row in conf.values())
         assert sig[scope]["right"] == sum(conf[c][c] for c in conf)
+
+
+def test_chao_shen_by_hand():
+    # No singletons: coverage 1, and with n large the weights are 1: the plug-in entropy.
+    assert np.isclose(study._chao_shen(np.array([100, 100, 100]), 300), np.log2(3))
+    # Two singletons of n = 4 (counts 2, 1, 1): coverage 1/2, p = (1/4, 1/8, 1/8), each
+    # term divided by 1 - (1 - p)^4.
+    p = np.array([0.25, 0.125, 0.125])
+    want = -np.sum(p * np.log2(p) / (1 - (1 - p) ** 4))
+    assert np.isclose(study._chao_shen(np.array([2, 1, 1]), 4), want)
+    assert want > np.log2(3) > 1.5  # above the plug-in's 1.5 bits: unseen symbols counted
+    # Per window, its K_SAS is the engine's.
+    rng = np.random.default_rng(1)
+    s, a = rng.integers(0, 6, 900), rng.integers(0, 3, 900)
+    n = (s + a + rng.integers(0, 2, 900)) % 6
+    cs = study.chao_shen_metrics(s, n, a, 300, 100)
+    from idt_desk.plugin import sliding_metrics
+
+    ref = sliding_metrics(s, n, a, 300, 100)
+    np.testing.assert_array_equal(cs["K_SAS"], ref["K_SAS"])
+    np.testing.assert_allclose(cs["dH"], cs["H_f"] - cs["H_b"])

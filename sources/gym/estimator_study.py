@@ -145,8 +145,45 @@ VIEWS = {"composite-3": ("composite", 3, 0), "composite-2": ("composite", 2, 0),
          "pca3-4": ("pca", 4, 3), "pca4-3": ("pca", 3, 4), "pca2-6": ("pca", 6, 2)}
 
 
+def _chao_shen(counts: np.ndarray, n: int) -> float:
+    """Chao–Shen entropy in bits, for windows where most symbols are seen once.
+
+    Coverage-adjusted probabilities, Horvitz–Thompson weighted (Chao & Shen, Environmental
+    and Ecological Statistics 10, 2003).
+    """
+    f1 = int(np.sum(counts == 1))
+    coverage = 1.0 - min(f1, n - 1) / n
+    p = coverage * counts / n
+    return float(-np.sum(p * np.log2(p) / (1.0 - (1.0 - p) ** n)))
+
+
+def chao_shen_metrics(s: np.ndarray, n: np.ndarray, a: np.ndarray, window: int,
+                      stride: int) -> dict[str, np.ndarray]:
+    """P, H_f, H_b, dH, K_SAS and start per window, from Chao–Shen entropies (numpy)."""
+    keys = {"S": (s,), "A": (a,), "N": (n,), "SA": (s, a), "SN": (s, n), "SAN": (s, a, n)}
+    starts = np.arange(0, len(s) - window + 1, stride)
+    out = {k: np.empty(len(starts)) for k in ("P", "H_f", "H_b", "dH", "K_SAS")}
+    for i, t in enumerate(starts):
+        h = {}
+        for name, cols in keys.items():
+            rows = np.stack([c[t:t + window] for c in cols], axis=1)
+            counts = np.unique(rows, axis=0, return_counts=True)[1]
+            h[name] = _chao_shen(counts, window)
+            if name == "SAN":
+                out["K_SAS"][i] = len(counts)
+        mi = h["SA"] + h["N"] - h["SAN"]
+        denom = h["S"] + h["A"] + h["N"]
+        out["P"][i] = mi / denom if denom > 0 else np.nan
+        out["H_f"][i] = h["SAN"] - h["SA"]
+        out["H_b"][i] = h["SAN"] - h["N"]
+        out["dH"][i] = out["H_f"][i] - out["H_b"][i]
+    out["start"] = starts
+    return out
+
+
 def analyze(out: Path, windows=(300, 600, 1000), stride: int = 50, agents=AGENTS,
-            seeds=(101, 1301), views=tuple(VIEWS)) -> list[dict[str, Any]]:
+            seeds=(101, 1301), views=tuple(VIEWS),
+            estimators=("plug-in", "miller-madow", "chao-shen")) -> list[dict[str, Any]]:
     """The table's rows from the runs in ``out/runs``."""
     from idt_desk.plugin import sliding_metrics
 
@@ -165,21 +202,26 @@ def analyze(out: Path, windows=(300, 600, 1000), stride: int = 50, agents=AGENTS
                 onset = int(next(iter(perturbed.values()))["onset"])
                 psym = {cls: view.symbols(r) for cls, r in perturbed.items()}
                 for window in windows:
-                    for est in ("plug-in", "miller-madow"):
+                    for est in estimators:
                         corr = None if est == "plug-in" else "miller-madow"
                         row: dict[str, Any] = {"agent": agent, "seed": seed, "split": split,
                                                "view": view_name, "estimator": est,
                                                "window": window}
                         distinct, hf0 = [], []
                         shift = {cls: 0.0 for cls in PERTURBATIONS}
+                        def metrics(s, a, n, est=est, corr=corr, window=window):
+                            if est == "chao-shen":
+                                return chao_shen_metrics(s, n, a, window, stride)
+                            return sliding_metrics(s, n, a, window, stride, corr)
+
                         for idt, (s, a, n) in clean.items():
-                            c = sliding_metrics(s, n, a, window, stride, corr)
+                            c = metrics(s, a, n)
                             distinct.append(float(np.median(c["K_SAS"])))
                             hf0.append(float(np.mean(c["H_f"] == 0)))
                             post = c["start"] >= onset
                             for cls in PERTURBATIONS:
                                 ps, pa, pn = psym[cls][idt]
-                                p = sliding_metrics(ps, pn, pa, window, stride, corr)
+                                p = metrics(ps, pa, pn)
                                 for m in METRICS:
                                     sd = np.nanstd(c[m][post])
                                     dm = np.nanmean(p[m][post]) - np.nanmean(c[m][post])
