@@ -145,6 +145,18 @@ VIEWS = {"composite-3": ("composite", 3, 0), "composite-2": ("composite", 2, 0),
          "pca3-4": ("pca", 4, 3), "pca4-3": ("pca", 3, 4), "pca2-6": ("pca", 6, 2)}
 
 
+def _load(out: Path, agent: str, seed: int, cls: str) -> dict[str, np.ndarray]:
+    """One kept run: S, A, S' (and its onset, -1 for a clean run)."""
+    return dict(np.load(out / "runs" / f"{agent}_{seed}_{cls}.npz"))
+
+
+def _change(clean: dict[str, np.ndarray], perturbed: dict[str, np.ndarray], post: np.ndarray,
+            term: str) -> tuple[float, float]:
+    """A term's mean change after onset, and the clean run's spread over the same windows."""
+    sd = float(np.nanstd(clean[term][post]))
+    return float(np.nanmean(perturbed[term][post]) - np.nanmean(clean[term][post])), sd
+
+
 def _chao_shen(counts: np.ndarray, n: int) -> float:
     """Chao–Shen entropy in bits, for windows where most symbols are seen once.
 
@@ -190,7 +202,7 @@ def analyze(out: Path, windows=(300, 600, 1000), stride: int = 50, agents=AGENTS
     rows = []
     for agent in agents:
         def load(seed: int, cls: str, agent: str = agent) -> dict[str, np.ndarray]:
-            return dict(np.load(out / "runs" / f"{agent}_{seed}_{cls}.npz"))
+            return _load(out, agent, seed, cls)
 
         cal = load(seeds[0], "clean")
         for view_name in views:
@@ -223,8 +235,7 @@ def analyze(out: Path, windows=(300, 600, 1000), stride: int = 50, agents=AGENTS
                                 ps, pa, pn = psym[cls][idt]
                                 p = metrics(ps, pa, pn)
                                 for m in METRICS:
-                                    sd = np.nanstd(c[m][post])
-                                    dm = np.nanmean(p[m][post]) - np.nanmean(c[m][post])
+                                    dm, sd = _change(c, p, post, m)
                                     z = abs(dm) / sd if sd > 0 else (np.inf if dm else 0.0)
                                     shift[cls] = max(shift[cls], float(z))
                         row["distinct"] = float(np.median(distinct))
@@ -259,7 +270,7 @@ def signatures(out: Path, view_name: str = "parts-2", window: int = 1000, agents
     sig: dict[tuple[str, int, str], np.ndarray] = {}
     for agent in agents:
         def load(seed: int, cls: str, agent: str = agent) -> dict[str, np.ndarray]:
-            return dict(np.load(out / "runs" / f"{agent}_{seed}_{cls}.npz"))
+            return _load(out, agent, seed, cls)
 
         view = _View(*VIEWS[view_name], load(seeds[0], "clean"))
         for seed in seeds:
@@ -271,8 +282,7 @@ def signatures(out: Path, view_name: str = "parts-2", window: int = 1000, agents
                     c, p = clean[idt], metrics(*syms)
                     post = c["start"] >= int(run["onset"])
                     for t in TERMS:
-                        sd = np.nanstd(c[t][post])
-                        dm = np.nanmean(p[t][post]) - np.nanmean(c[t][post])
+                        dm, sd = _change(c, p, post, t)
                         v.append(dm / sd if sd > 0 else 0.0)
                 sig[(agent, seed, cls)] = np.asarray(v)
 
