@@ -59,7 +59,8 @@ BUFFER_CAP = 2 * 2**30
 
 
 _PRESET_FIELDS = ("name", "description", "bins", "window", "stride", "state_groups",
-                  "action_groups", "angles", "angle_mode", "n_state", "n_action")
+                  "action_groups", "angles", "angle_mode", "n_state", "n_action", "parts",
+                  "range_margin", "detector")
 
 
 def is_int(v: Any) -> bool:
@@ -261,6 +262,15 @@ def check_preset_spec(spec: Any, n_state: int | None = None,
                     isinstance(g, list | tuple) and all(is_int(j) and j in index for j in g)
                     for g in groups)):
             raise ValueError(f"preset_spec: {key} must be lists of variable indices")
+    parts = spec.get("parts", ())
+    if not (isinstance(parts, list | tuple) and all(isinstance(p, str) for p in parts)
+            and (not parts or len(parts) == len(spec.get("state_groups") or ()))):
+        raise ValueError("preset_spec: parts must name each state group")
+    margin = spec.get("range_margin", 0.0)
+    if isinstance(margin, bool) or not isinstance(margin, int | float) or not 0 <= margin <= 10:
+        raise ValueError(f"preset_spec: range_margin {margin!r}: must be a number from 0 to 10")
+    if spec.get("detector") is not None and not isinstance(spec["detector"], str):
+        raise ValueError("preset_spec: detector must be a detector's name")
     for key, count in (("angles", n_state), ("state_groups", n_state),
                        ("action_groups", n_action)):
         value = spec.get(key) or []

@@ -2,11 +2,10 @@
 
 :class:`Pipeline` is what the live session (``idt_desk.live.session``) and the Gymnasium
 wrapper and SB3 callback (``idt_desk.gym``) build, so a wrapper's windows and alarms equal a
-session's on the same stream. Inside it, :class:`WindowStage` symbolises transitions with
-symbolisers calibrated on the first windows, pushes them through the
-:class:`~idt_desk.metrics.engine.MetricEngine`, and gives each window the mean of
-per-transition columns over its W transitions (reward, the fraction clamped to an edge bin)
-and the value of others at its last transition (loop time, episode); :func:`judge` flags
+session's on the same stream. Inside it, :class:`WindowStage` symbolises transitions,
+pushes them through the :class:`~idt_desk.metrics.engine.MetricEngine` (one per part of a
+preset with parts), and gives each window per-transition columns' means over its W
+transitions and others' values at its last transition (loop time, episode); :func:`judge` flags
 windows with a :class:`~idt_desk.detection.monitor.Monitor`: no verdict (NaN) for the
 windows the symbols were calibrated on and for the baseline's. :func:`build_monitor` makes
 the monitor of a stream; :func:`source_preset` and :func:`source_monitor` read a source's
@@ -24,15 +23,16 @@ import numpy as np
 
 from idt_desk.detection import nulls
 from idt_desk.detection.detectors import DEFAULT_BUDGET, Budget, DetectorSpec, parse_budget
-from idt_desk.detection.monitor import ADJUSTED_METRICS, IDT_METRICS, Monitor
+from idt_desk.detection.monitor import ADJUSTED_METRICS, IDT_METRICS, Monitor, base_metric
 from idt_desk.detection.phase import episode_steps, window_phase
 from idt_desk.limits import DEFAULTS, LIMITS, PipelineSettings, SettingError, check_buffers
 from idt_desk.metrics.engine import MetricEngine
-from idt_desk.metrics.presets import PRESETS, Preset
+from idt_desk.metrics.parts import part_metrics, part_windows
+from idt_desk.metrics.presets import PRESETS, Preset, preset_from_spec
 from idt_desk.metrics.symbolize import Symbolizer
 
 __all__ = ["FLAG_COLUMNS", "Pipeline", "Step", "WindowStage", "build_monitor", "judge",
-           "preset_from_spec", "source_monitor", "source_preset"]
+           "part_metrics", "part_windows", "preset_from_spec", "source_monitor", "source_preset"]
 
 #: The flag column of each detector in a window table.
 FLAG_COLUMNS = {"P": "x_P", "H_f": "x_H_f", "H_b": "x_H_b", "dH": "x_dH", "IDT": "x_IDT",
@@ -52,10 +52,8 @@ class WindowStage:
         The symbols are fitted on the first this-many windows' transitions.
     correction
         The engine's entropy correction (None or "miller-madow").
-    mean_columns
-        Per-transition columns averaged over each window's W transitions.
-    end_columns
-        Per-transition columns read at each window's last transition.
+    mean_columns, end_columns
+        Per-transition columns averaged over each window's W transitions; read at its last.
 
     """
 
@@ -74,6 +72,12 @@ class WindowStage:
         self.sym_s, self.sym_a = sym_s, sym_a
         self.engine = MetricEngine(preset.window, preset.stride, has_action=sym_a is not None,
                                    correction=correction)
+        #: A preset with parts: one more engine per part after the first (``engine`` is the
+        #: first part's), each fed that part's composite of S and S'.
+        self.parts = tuple(preset.parts)
+        self.engines = [self.engine] + [
+            MetricEngine(preset.window, preset.stride, has_action=sym_a is not None,
+                         correction=correction) for _ in self.parts[1:]]
         #: Transitions the symbols are calibrated on.
         self.calibration_transitions = (
             preset.window + (int(calibration_windows) - 1) * preset.stride)
@@ -92,9 +96,10 @@ class WindowStage:
             ranges_a: Mapping[int, tuple[float, float]] | None = None) -> None:
         """Fit the symbols on the first ``calibration_transitions`` rows of S (and A)."""
         need = self.calibration_transitions
-        self.sym_s.fit(np.asarray(s)[:need], ranges_s or {})
+        margin = self.preset.range_margin
+        self.sym_s.fit(np.asarray(s)[:need], ranges_s or {}, margin)
         if self.sym_a is not None:
-            self.sym_a.fit(np.asarray(a)[:need], ranges_a or {})
+            self.sym_a.fit(np.asarray(a)[:need], ranges_a or {}, margin)
 
     def push(self, s: np.ndarray, a: np.ndarray | None, s_next: np.ndarray,
              columns: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
@@ -105,7 +110,9 @@ class WindowStage:
         """
         k = len(s)
         # S and S' in one call: the symboliser costs far more per call than per row.
-        sn, out_sn = self.sym_s.symbolize(np.concatenate([s, s_next]))
+        both = np.concatenate([s, s_next])
+        sn, out_sn = (self.sym_s.symbolize_groups(both) if self.parts
+                      else self.sym_s.symbolize(both))
         out = out_sn[:k] | out_sn[k:]
         a_sym = None
         if self.sym_a is not None:
@@ -115,7 +122,11 @@ class WindowStage:
             [*(np.asarray(columns[c], dtype=np.float64) for c in self.mean_columns), out,
              *(np.asarray(columns[c], dtype=np.float64) for c in self.end_columns)])
         tail = np.concatenate([self._tail, block])
-        w = self.engine.push(sn[:k], sn[k:], a_sym)
+        if self.parts:
+            w = part_windows(self.parts, [
+                e.push(sn[:k, j], sn[k:, j], a_sym) for j, e in enumerate(self.engines)])
+        else:
+            w = self.engine.push(sn[:k], sn[k:], a_sym)
         W = self.preset.window
         self._tail = tail[-W:]
         m = len(w["start"])
@@ -160,7 +171,7 @@ def judge(monitor: Monitor, table: Mapping[str, np.ndarray], first: int, skip_fi
             flags_all[m][verdict] = f[verdict.start - skip:]
         if gathering and monitor.baseline is not None:
             completed = skip + gathering - 1
-    if not any(m in IDT_METRICS for m in monitor.metrics):
+    if not any(base_metric(m) in IDT_METRICS for m in monitor.metrics):
         flags_all.pop("IDT")
     return flags_all, completed
 
@@ -247,16 +258,6 @@ def budget_units(budget: Budget, *, rate: float | None, stride: int, turns: bool
     return per_unit
 
 
-def preset_from_spec(spec: Mapping[str, Any]) -> Preset:
-    """A preset by value, as a recording states it (``Preset.to_dict()``; lists as tuples)."""
-    fields = dict(spec)
-    for key in ("state_groups", "action_groups"):
-        if fields.get(key) is not None:
-            fields[key] = tuple(tuple(g) for g in fields[key])
-    fields["angles"] = tuple(fields.get("angles", ()))
-    return Preset(**fields)
-
-
 def source_preset(source: Any, p: Mapping[str, Any] | PipelineSettings) -> Preset:
     """The symbolisation preset of pipeline settings ``p`` for ``source``, checked.
 
@@ -324,11 +325,11 @@ def source_monitor(source: Any, p: Mapping[str, Any] | PipelineSettings,
     s = p if isinstance(p, PipelineSettings) else PipelineSettings.parse(p)
     turns = source.metric_path == "turns"
     budget = _source_budget(source, s, preset)
-    metrics = (*IDT_METRICS, *(ADJUSTED_METRICS if turns else ()),
+    metrics = (*part_metrics(preset, IDT_METRICS), *(ADJUSTED_METRICS if turns else ()),
                *(("reward",) if source.has_reward else ()))
     return build_monitor(
         metrics, baseline_windows=int(s.baseline_windows or 2),
-        detector=s.detector or source.default_detector, false_alarms=budget,
+        detector=s.detector or preset.detector or source.default_detector, false_alarms=budget,
         k=s.k, persist=int(s.persist or 5), drift=s.drift, ewma_lambda=s.ewma_lambda,
         rate=source.rate,
         stride=1 if turns else preset.stride, window=1 if turns else preset.window,
@@ -595,5 +596,5 @@ class Pipeline:
                ) -> None:
         """A judged step: its flags, into its windows' flag columns too."""
         for m, f in flags.items():
-            step.windows[FLAG_COLUMNS[m]] = f
+            step.windows[FLAG_COLUMNS.get(m, f"x_{m}")] = f
         step.flags, step.baseline_row = flags, baseline_row

@@ -23,10 +23,12 @@ The names, by what a plugin does with them:
 - **run sessions** (a reproduction, a benchmark): Session, SessionConfig, run_headless,
   MAX_SPEED_CHUNKS, load_source, SourceLoadError, load_recording, RecordingError,
   RecordingTail, Trajectory, PIPELINE_KEYS;
-- **judge windows** (the detection layer, its defaults): build_monitor, judge, detect,
-  IDT_METRICS, DetectorSpec, DETECTOR_KINDS, DEFAULT_BUDGET, CONTROL_BUDGET,
-  CONTROL_DETECTOR, parse_budget, calibrate, standardise, whitening, detector_statistic,
-  joint_statistic, first_above, matched_threshold, records, episode_steps, window_phase, and
+- **judge windows** (the detection layer, its defaults): Pipeline, build_monitor, judge,
+  part_metrics, detect, first_post_onset_window, IDT_METRICS, DetectorSpec, DETECTOR_KINDS,
+  DEFAULT_BUDGET, CONTROL_BUDGET, CONTROL_DETECTOR, parse_budget, calibrate, standardise,
+  whitening, detector_statistic, joint_statistic, Attributor, evidence, term_columns (an
+  alarm's class of change), first_above, matched_threshold, records, episode_steps,
+  window_phase, and
   a dialogue's per-turn rule (BASELINE_TURNS, RESPONSE_TURNS, detect_injection, response_z);
 - **compute metrics**: Symbolizer, sliding_metrics, window_means, a dialogue's token metrics
   (DialogueMetrics, load_tokenizer, TOKENIZER, ADJUSTED, LENGTH_COLUMNS, length_confound,
@@ -55,12 +57,15 @@ _WHERE: dict[str, str] = {
                     "idt_desk.recordings"),
     "Trajectory": "idt_desk.recordings.trajectory",
     "PIPELINE_KEYS": "idt_desk.limits",
-    **dict.fromkeys(("build_monitor", "judge"), "idt_desk.pipeline"),
-    **dict.fromkeys(("IDT_METRICS", "detect"), "idt_desk.detection.monitor"),
+    **dict.fromkeys(("Pipeline", "build_monitor", "judge", "part_metrics"), "idt_desk.pipeline"),
+    **dict.fromkeys(("IDT_METRICS", "detect", "first_post_onset_window"),
+                    "idt_desk.detection.monitor"),
     **dict.fromkeys(("CONTROL_BUDGET", "CONTROL_DETECTOR", "DEFAULT_BUDGET", "DETECTOR_KINDS",
                      "DetectorSpec", "calibrate", "detector_statistic", "joint_statistic",
                      "parse_budget", "standardise", "whitening"),
                     "idt_desk.detection.detectors"),
+    **dict.fromkeys(("Attributor", "evidence", "term_columns"),
+                    "idt_desk.detection.attribution"),
     **dict.fromkeys(("first_above", "matched_threshold", "records"),
                     "idt_desk.detection.matched"),
     **dict.fromkeys(("episode_steps", "window_phase"), "idt_desk.detection.phase"),

@@ -11,6 +11,7 @@ from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS
 from idt_desk.live.alarms import baseline_span
 from idt_desk.live.plugins import discover
 from idt_desk.live.session import Session, SessionConfig, run_headless
+from idt_desk.metrics.presets import PRESETS
 
 from .cli_call import call
 
@@ -34,9 +35,11 @@ def test_every_source_defaults_to_its_own_baseline():
 
 
 def test_every_source_defaults_to_a_known_detector_and_the_window_shows_it(qtbot, tmp_path):
-    """Persistence unless a source says otherwise; a policy in an environment alarms by MEWMA
-    at ≤ 1 false alarm per 10 h (the comparison in assets/docs/rl.md), the others at 1/h or
-    per turns. The side panel follows the chosen source."""
+    """Persistence unless a source (or its first preset) says otherwise; a policy in an
+    environment alarms by MEWMA under the paper's preset and by the union of the body parts'
+    EWMAs under the live cheetah preset, at ≤ 1 false alarm per 10 h (the comparisons in
+    assets/docs/rl.md), the others at 1/h or per turns. The side panel follows the chosen
+    source."""
     pytest.importorskip("pytestqt")
     from idt_desk_widgets.main_window import MainWindow
 
@@ -52,8 +55,9 @@ def test_every_source_defaults_to_a_known_detector_and_the_window_shows_it(qtbot
     qtbot.addWidget(w)
     assert w.pipeline_panel.detector_combo.currentData() == "persistence"
     assert w.pipeline_panel.budget_edit.placeholderText() == "1/h"
+    assert PRESETS["cheetah-live"].detector == "ewma" and PRESETS["cheetah"].detector is None
     w._select_source("gym", {})
-    assert w.pipeline_panel.detector_combo.currentData() == "mewma"
+    assert w.pipeline_panel.detector_combo.currentData() == "ewma"
     assert w.pipeline_panel.budget_edit.placeholderText() == "1/10h"
     w._select_source("pendulum", {})
     assert w.pipeline_panel.detector_combo.currentData() == "persistence"

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from idt_desk.live.alarms import impact_text, severity_text
+from idt_desk.live.alarms import attribution_text, impact_text, severity_text
 from idt_desk.live.ranges import recheck_text
 from idt_desk.live.session import Session, Snapshot, undefined_reason
 
@@ -297,6 +297,8 @@ class AlarmPanel(QGroupBox):
                         f"of <i>{name}</i>")
                 moved = severity_text(onset.get("severity"), top=2)
                 text += f"; moved {html.escape(moved)}" if moved else ""
+                named = attribution_text(onset.get("attribution"), top=2)
+                text += f"<br>Likeliest change: <b>{html.escape(named)}</b>" if named else ""
             elif onset.get("expired"):
                 h = onset.get("horizon")
                 text = f"<i>{name}</i>: not detected within {h} {plural(unit, h)}"

@@ -203,8 +203,11 @@ class PipelinePanel(QGroupBox):
                                     (30 if turns else DEFAULT_BASELINE_WINDOWS))
         self._form.labelForField(self.baseline_spin).setText(
             "Baseline turns" if turns else "Baseline windows")
+        presets = getattr(cls, "presets", ())
+        preset = PRESETS.get(presets[0]) if presets else None
         self.detector_combo.setCurrentIndex(max(0, self.detector_combo.findData(
-            getattr(cls, "default_detector", DEFAULT_DETECTOR))))
+            (preset.detector if preset is not None else None)
+            or getattr(cls, "default_detector", DEFAULT_DETECTOR))))
         self.budget_edit.setPlaceholderText(
             "the recording's" if getattr(cls, "name", "") == "replay"
             else getattr(cls, "default_budget", DEFAULT_BUDGET))

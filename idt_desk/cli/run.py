@@ -339,7 +339,7 @@ def _warn_overlaps(session, specs: list[str], steps: int | None) -> None:
 
 def _verdict_lines(events: list[dict]) -> list[str]:
     """Each perturbation's verdict, how far it moved the components and what it cost."""
-    from idt_desk.live.alarms import impact_text, severity_text
+    from idt_desk.live.alarms import attribution_text, impact_text, severity_text
 
     lines = []
     for ev in events:
@@ -352,8 +352,10 @@ def _verdict_lines(events: list[dict]) -> list[str]:
         if ev["kind"] == "detected":
             unit, n = ev.get("unit", "window"), ev.get("latency")
             moved = severity_text(ev.get("severity"))
+            named = attribution_text(ev)
             lines.append(head + f"detected {n} {unit}{'s' if n != 1 else ''} after the onset"
-                         + (f"; moved {moved}" if moved else ""))
+                         + (f"; moved {moved}" if moved else "")
+                         + (f"; likeliest change: {named}" if named else ""))
         elif ev["kind"] == "not_detected":
             lines.append(head + ("not detected while it was on" if ev.get("off") else
                                  f"not detected within {ev.get('horizon')} "

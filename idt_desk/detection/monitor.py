@@ -33,6 +33,7 @@ __all__ = [
     "Baseline",
     "Detection",
     "Monitor",
+    "base_metric",
     "detect",
     "detection_latency",
     "first_post_onset_window",
@@ -57,22 +58,43 @@ ADJUSTED_METRICS = tuple(ADJUSTED.values())
 UNIONS = {"IDT": IDT_METRICS, "IDT_adj": ADJUSTED_METRICS}
 
 
+def base_metric(metric: str) -> str:
+    """A component's metric: ``P`` of ``P@torso`` (one part's IDT, ``Preset.parts``)."""
+    return metric.split("@", 1)[0]
+
+
 def metric_groups(metrics: Iterable[str]) -> dict[str, list[str]]:
     """Detector groups: each shares one false-alarm budget; its alarm is its metrics' union.
 
-    ``IDT`` and ``IDT_adj`` (:data:`UNIONS`); ``reward`` is the rest.
+    ``IDT`` and ``IDT_adj`` (:data:`UNIONS`; a part's components, ``P@torso`` …, belong to
+    their metric's group); ``reward`` is the rest.
     """
     metrics = list(metrics)
-    groups = {g: [m for m in metrics if m in members] for g, members in UNIONS.items()}
-    groups["reward"] = [m for m in metrics if not any(m in v for v in UNIONS.values())]
+    groups = {g: [m for m in metrics if base_metric(m) in members]
+              for g, members in UNIONS.items()}
+    groups["reward"] = [m for m in metrics
+                        if not any(base_metric(m) in v for v in UNIONS.values())]
     return groups
 
 
-def union_flags(flags: dict[str, np.ndarray], metrics: Iterable[str]) -> None:
-    """Add each group's union alarm (``IDT``, ``IDT_adj``) to per-metric ``flags``."""
+def part_flag_names(metrics: Iterable[str]) -> list[str]:
+    """The plain metrics whose flags are the union of their parts' (``P`` of ``P@torso``…)."""
     metrics = list(metrics)
+    return [b for b in dict.fromkeys(base_metric(m) for m in metrics if "@" in m)
+            if b not in metrics]
+
+
+def union_flags(flags: dict[str, np.ndarray], metrics: Iterable[str]) -> None:
+    """Add each group's union alarm (``IDT``, ``IDT_adj``) to per-metric ``flags``.
+
+    A plain metric watched per part gets its parts' union (``P`` from ``P@torso`` …).
+    """
+    metrics = list(metrics)
+    for b in part_flag_names(metrics):
+        flags[b] = np.logical_or.reduce([flags[m] for m in metrics
+                                         if base_metric(m) == b and m in flags])
     for g, members in UNIONS.items():
-        part = [flags[m] for m in members if m in metrics and m in flags]
+        part = [flags[m] for m in metrics if base_metric(m) in members and m in flags]
         if part:
             flags[g] = np.logical_or.reduce(part)
 
@@ -478,8 +500,8 @@ class Monitor:
     def flag_names(self) -> tuple[str, ...]:
         """The flags :meth:`update` returns: each metric's, ``IDT`` and ``IDT_adj`` if tracked."""
         unions = [g for g, members in UNIONS.items()
-                  if g == "IDT" or any(m in members for m in self.metrics)]
-        return (*self.metrics, *unions)
+                  if g == "IDT" or any(base_metric(m) in members for m in self.metrics)]
+        return (*self.metrics, *part_flag_names(self.metrics), *unions)
 
     def update(self, windows: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Flag a batch of new windows; windows used for the baseline are not flagged."""

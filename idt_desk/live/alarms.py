@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from idt_desk.detection.auto import AutoController
-from idt_desk.detection.monitor import IDT_METRICS
+from idt_desk.detection.monitor import IDT_METRICS, base_metric
 
 if TYPE_CHECKING:
+    from idt_desk.detection.attribution import AttributionWatch
     from idt_desk.live.seams import CalibrationHost
     from idt_desk.live.source import Source
 
-__all__ = ["COSTLY_RETURN", "HORIZON_TURNS", "HORIZON_WINDOWS", "Alarms", "auto_controller",
-           "baseline_overlap", "baseline_span", "impact_text", "overlap_text",
+__all__ = ["COSTLY_RETURN", "HORIZON_TURNS", "HORIZON_WINDOWS", "Alarms", "attribution_text",
+           "auto_controller", "baseline_overlap", "baseline_span", "impact_text", "overlap_text",
            "severity_text"]
 
 #: Windows after an onset's first window within which an alarm counts as its detection
@@ -59,12 +60,20 @@ class Alarms:
         The session's source (Auto switches its modulation).
     later
         Logs an event at the end of a window being processed.
+    attribute
+        The session's attribution (None: none): called with a row of the latest block, it
+        gives that alarm's ``{"attribution", "confidence", "evidence", ...}``, added to its
+        ``alarm_on`` and ``detected`` events (:mod:`idt_desk.detection.attribution`).
     """
 
-    def __init__(self, turns: bool, source: Source, later: Later) -> None:
+    def __init__(self, turns: bool, source: Source, later: Later,
+                 attribute: AttributionWatch | None = None) -> None:
         self.turns = turns
         self.source = source
         self.later = later
+        self.attribute = attribute
+        #: The latest alarm's attribution (what the panel shows), or None.
+        self.attribution: dict[str, Any] | None = None
         #: The light of each detector: on while its latest judged window alarmed.
         self.alarm = {m: False for m in (*IDT_METRICS, "IDT", "reward")}
         #: IDT alarms so far (rising edges).
@@ -142,11 +151,14 @@ class Alarms:
         before = np.concatenate([[self.alarm["IDT"]], idt[:-1]])
         self.n_alarms += int(np.count_nonzero(idt & ~before))
         for j in judged[idt != before]:
-            self.later("alarm_on" if flags["IDT"][j] == 1.0 else "alarm_off", at=int(ends[j]),
-                       metric="IDT", window_start=int(table["start"][j]))
+            on = flags["IDT"][j] == 1.0
+            got = self._attribute(int(j)) if on else {}
+            if got:
+                self.attribution = got
+            self.later("alarm_on" if on else "alarm_off", at=int(ends[j]),
+                       metric="IDT", window_start=int(table["start"][j]), **got)
         # Published whole: a snapshot (another thread) never sees half of the lights changed.
-        self.alarm = {m: bool(flags[m][judged[-1]] == 1.0)
-                      if m in flags and (m == "IDT" or m in metrics) else on
+        self.alarm = {m: bool(flags[m][judged[-1]] == 1.0) if m in flags else on
                       for m, on in self.alarm.items()}
         onset = self.onset
         if onset is not None and onset["latency"] is None and not onset.get("logged"):
@@ -198,6 +210,7 @@ class Alarms:
             onset["z_n"][m] = onset["z_n"].get(m, 0) + int(v.size)
         if hits.size:
             onset["latency"] = windows_before + int(hits[0]) - onset["first_window"]
+            onset["attribution"] = self._attribute(int(hits[0]))
             self._verdict(onset, at=int(ends[hits[0]]))
         elif last.size:
             onset["expired"] = True
@@ -220,12 +233,17 @@ class Alarms:
             severity = {m: onset["z_sum"][m] / n for m, n in onset["z_n"].items() if n}
             onset["severity"] = severity
             self.later("detected", at=at, latency=onset["latency"], severity=severity,
-                       **common)
+                       **onset.get("attribution", {}), **common)
         else:
             self.later("not_detected", at=at, horizon=onset["horizon"],
                        off=onset.get("off_i") is not None and not onset.get("expired"),
                        **({"alarm_carried": True} if onset.get("carried") else {}),
                        **common)
+
+    def _attribute(self, row: int) -> dict[str, Any]:
+        """The attribution of an alarm at ``row`` of the latest block ({}: none)."""
+        got = self.attribute(row) if self.attribute is not None else None
+        return dict(got) if got else {}
 
     def _auto_switch(self, what: str, at: int, window_start: int) -> None:
         name = self.auto.modulation
@@ -306,13 +324,43 @@ def overlap_text(name: str, overlap: dict[str, Any]) -> str:
 _NAMES = {"P": "P", "H_f": "H_f", "H_b": "H_b", "dH": "ΔH", "reward": "reward"}
 
 
+def _component_name(m: str) -> str:
+    """"ΔH", or one part's: "ΔH (back leg)"."""
+    base, _, part = m.partition("@")
+    name = _NAMES.get(base, base)
+    return f"{name} ({part.replace('_', ' ')})" if part else name
+
+
+def attribution_text(event: Mapping[str, Any] | None, top: int = 4) -> str:
+    """An alarm's attribution in words: "actuator (0.71): H(A|S) (torso) +4.2σ, …"."""
+    if not event or not event.get("attribution"):
+        return ""
+    ev = dict(list((event.get("evidence") or {}).items())[:top])
+    terms = ", ".join(f"{_term_name(t)} {v:+.1f}σ".replace("-", "−") for t, v in ev.items())
+    conf = event.get("confidence")
+    head = event["attribution"] + (f" ({float(conf):.2f})" if conf is not None else "")
+    return head + (f": {terms}" if terms else "")
+
+
+#: The attribution's terms as the panels name them.
+_TERMS = {"H_A_given_S": "H(A|S)", "MI_S_S_next": "MI(S;S')",
+          "MI_A_S_next_given_S": "MI(A;S'|S)"}
+
+
+def _term_name(t: str) -> str:
+    base, _, part = t.partition("@")
+    name = _TERMS.get(base) or _NAMES.get(base, base)
+    return f"{name} ({part.replace('_', ' ')})" if part else name
+
+
 def severity_text(severity: Mapping[str, float] | None, top: int = 4) -> str:
     """How far each component moved, largest first: "ΔH −5.2σ, H_b +1.7σ; reward −0.1σ"."""
     if not severity:
         return ""
-    idt = sorted(((m, v) for m, v in severity.items() if m in IDT_METRICS and np.isfinite(v)),
+    idt = sorted(((m, v) for m, v in severity.items()
+                  if base_metric(m) in IDT_METRICS and np.isfinite(v)),
                  key=lambda mv: -abs(mv[1]))[:top]
-    text = ", ".join(f"{_NAMES[m]} {v:+.1f}σ".replace("-", "−") for m, v in idt)
+    text = ", ".join(f"{_component_name(m)} {v:+.1f}σ".replace("-", "−") for m, v in idt)
     r = severity.get("reward")
     if r is not None and np.isfinite(r):
         text += f"; reward {r:+.1f}σ".replace("-", "−")

@@ -162,7 +162,7 @@ class SessionConfig:
         if self.false_alarms is None:
             self.false_alarms = source.default_budget
         if self.detector is None:
-            self.detector = source.default_detector
+            self.detector = preset_detector(source, self) or source.default_detector
         if self.persist is None:
             self.persist = 1 if self.metric_path == "turns" else 5
 
@@ -173,6 +173,17 @@ class SessionConfig:
             for key in self.SYMBOL_FIELDS:
                 out.pop(key, None)
         return out
+
+
+def preset_detector(source: Any, config: Any) -> str | None:
+    """The detector the preset a session would use names (``Preset.detector``), or None."""
+    from idt_desk.metrics.presets import PRESETS
+
+    name = getattr(config, "preset", None) or (source.presets[0] if source.presets else None)
+    spec = getattr(config, "preset_spec", None)
+    if spec and not getattr(config, "preset", None):
+        return spec.get("detector")
+    return PRESETS[name].detector if name in PRESETS else None
 
 
 @dataclass

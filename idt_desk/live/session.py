@@ -6,17 +6,14 @@
         ^ Commands (queue, schedule)                                 -> monitor/Alarms/Auto
     consumers (GUI timer, CLI progress) <-- snapshot() copies of lock-protected ring buffers
 
-Nothing here imports Qt: the GUI and the headless ``idt-desk run`` drive the same class.
-Its helpers own their state and reach it through ``idt_desk.live.seams``. Commands take
-effect at the next chunk boundary (a few milliseconds of loop time); the worker checks its
-stop flag between chunks. A source exception stops the session cleanly with its message in
-``error`` and an ``error`` event in the recording.
+No Qt here: the GUI and ``idt-desk run`` drive the same class; its helpers reach its state
+through ``idt_desk.live.seams``. Commands act at the next chunk boundary; a source exception
+stops the session with its message in ``error`` and an ``error`` event.
 
-Event timing. Every event carries ``i``, the exact transition index at which it takes
-effect (the number of transitions processed before it), and ``t``, the loop time of that
-moment (the time of transition ``i - 1``'s S'). Neither depends on how the loop was cut into
-chunks, so a scripted experiment (:meth:`Session.schedule`) gives the same windows and the
-same events at any speed, headless or in the GUI, and in its replay:
+Event timing. Every event carries ``i``, the transition index at which it takes effect,
+and ``t``, the loop time of that moment (transition ``i - 1``'s S'); neither depends on the
+chunking, so a scripted experiment (:meth:`Session.schedule`) gives the same windows and
+events at any speed, headless or in the GUI, and in its replay:
 
 - scheduled commands cut the chunk at their transition;
 - alarms, symbol-range warnings and the baseline are stamped at the end of the window that
@@ -24,9 +21,8 @@ same events at any speed, headless or in the GUI, and in its replay:
 - while automatic modulation is on, chunks end at window ends, so a switch it makes takes
   effect at the transition right after the window that triggered it.
 
-The detector's thresholds are fitted where the loop runs, by the window that completes the
-baseline, in milliseconds (``idt_desk.detection.nulls``): every window is judged as it
-arrives, live exactly as in a replay.
+Thresholds are fitted by the window that completes the baseline, in milliseconds
+(``idt_desk.detection.nulls``): every window is judged as it arrives, as in a replay.
 """
 
 from __future__ import annotations
@@ -40,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from idt_desk.detection.agency import agency_conditions
+from idt_desk.detection.attribution import attribution_watch
 from idt_desk.limits import PIPELINE_KEYS, PipelineSettings, check_finite, check_limit
 from idt_desk.live.alarms import Alarms, auto_controller
 from idt_desk.live.commands import Commands, source_events
@@ -365,6 +362,8 @@ class Session:
                 action_names=None if self.source.passive else self.source.action_names,
                 calibration_windows=c.calibration_windows, correction=c.correction)
         self.engine = self.pipeline.engine
+        self.alarms.attribute = attribution_watch(self.source, self.preset,
+                                                  int(c.baseline_windows or 2))
         # _tail (above): the loop time of recent transitions (for events' times).
 
     def _time_at(self, i: int) -> float:
@@ -466,14 +465,16 @@ class Session:
         self._window_events.append((at, kind, fields))
 
     def _judged(self, table: dict[str, np.ndarray], step: Step) -> None:
-        """The baseline's event and the alarms of newly judged windows.
+        """The baseline's event, and the alarms (and their attribution) of judged windows.
 
-        The windows the symbols were calibrated on come first and get no verdict (NaN); the
-        baseline is the windows that follow them; every later window is flagged against it.
+        The symbols' calibration windows get no verdict; the baseline is the next ones.
         """
         if step.baseline_row is not None:
             self._later("baseline", at=int(table["end"][step.baseline_row]),
                         **self.monitor.baseline.to_dict(), detector=self.monitor.to_dict())
+        if (watch := self.alarms.attribute) is not None and step.windows is not None:
+            watch.take(step.windows, step.baseline_row,
+                       self.monitor.baseline is None or step.baseline_row is not None)
         if step.flags is not None and np.isfinite(step.flags["IDT"]).any():
             onset = self.alarms.onset
             z = self.monitor.zscores(step.windows or table) if onset is not None and \

@@ -5,10 +5,11 @@ See the paper's §3 and §10 and assets/docs/engine.md.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["PRESETS", "Preset", "get_preset"]
+__all__ = ["PRESETS", "Preset", "get_preset", "preset_from_spec"]
 
 #: Angle handling before z-scoring: "unwrap" (continuous angle, as the authors' released
 #: pendulum pipeline does), "wrap" (to (-pi, pi]) or "none".
@@ -34,6 +35,22 @@ class Preset:
         One of ``ANGLE_MODES``.
     n_state, n_action
         Number of state / action variables the preset expects (None: any).
+    range_margin
+        Each variable's calibrated range widened by this fraction of its span on each side
+        (``Symbolizer.fit``'s ``margin``; the live cheetah's: with 2 bins the same symbols,
+        and what the run-up of two episodes did not reach is not called out of range).
+    detector
+        The detector a session uses with this preset unless told otherwise (None: the
+        source's). The live cheetah's is the union of each part component's EWMA: a MEWMA
+        whitens its twelve components with a covariance that a baseline of about forty
+        independent windows (one episode each) cannot pin down, and alarmed on 28 of 48
+        unperturbed controls at a budget of 1 in 10 h (the EWMA union: 4 of 48).
+    parts
+        Names of the state groups when each is an IDT of its own (empty: one IDT of the
+        composite of every group). A part's S and S' are that group's composite symbol; A is
+        the whole action. A window then has each part's metrics (``P@torso`` …) and, under
+        the plain names, their mean over the parts (what the plots show); the detector
+        watches every part's components.
 
     """
 
@@ -48,6 +65,19 @@ class Preset:
     angle_mode: str = "none"
     n_state: int | None = None
     n_action: int | None = None
+    parts: tuple[str, ...] = ()
+    #: Each variable's calibrated range widened by this fraction of its span on each side
+    #: (``Symbolizer.fit``'s ``margin``).
+    range_margin: float = 0.0
+    #: The alarm's detector a session uses with this preset unless told otherwise (None: the
+    #: source's ``default_detector``).
+    detector: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.parts and (self.state_groups is None
+                           or len(self.parts) != len(self.state_groups)):
+            raise ValueError(f"preset {self.name}: {len(self.parts)} part names for "
+                             f"{len(self.state_groups or ())} state groups")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
@@ -56,6 +86,8 @@ class Preset:
 
 _CHEETAH_S = ((0, 1, 8, 9, 10), (2, 3, 4, 11, 12, 13), (5, 6, 7, 14, 15, 16))
 _CHEETAH_A = ((0, 1, 2), (3, 4, 5))
+#: The names of the cheetah's state groups, as parts.
+CHEETAH_PARTS = ("torso", "back_leg", "front_leg")
 
 PRESETS: dict[str, Preset] = {
     p.name: p
@@ -91,6 +123,16 @@ PRESETS: dict[str, Preset] = {
             n_state=17, n_action=6,
         ),
         Preset(
+            "cheetah-live",
+            "HalfCheetah, live: one IDT per body part (torso, back leg, front leg: S and S' "
+            "that part's observations, A all six torques), 2 bins, W = 1000 (one episode), "
+            "stride 50. Chosen on training seeds, judged on held-out ones: a window of every "
+            "mature agent holds neither one repeated gait cycle nor mostly unseen triples "
+            "(assets/docs/rl.md, 'What a window sees').",
+            bins=2, window=1000, stride=50, state_groups=_CHEETAH_S, action_groups=_CHEETAH_A,
+            n_state=17, n_action=6, parts=CHEETAH_PARTS, range_margin=0.5, detector="ewma",
+        ),
+        Preset(
             "gym",
             "Any Gymnasium agent: the paper's HalfCheetah numbers (3 bins, W = 300, stride 50) "
             "with each variable its own group.",
@@ -106,3 +148,14 @@ def get_preset(name: str) -> Preset:
         return PRESETS[name]
     except KeyError:
         raise KeyError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}") from None
+
+
+def preset_from_spec(spec: Mapping[str, Any]) -> Preset:
+    """A preset by value, as a recording states it (``Preset.to_dict()``; lists as tuples)."""
+    fields = dict(spec)
+    for key in ("state_groups", "action_groups"):
+        if fields.get(key) is not None:
+            fields[key] = tuple(tuple(g) for g in fields[key])
+    fields["angles"] = tuple(fields.get("angles", ()))
+    fields["parts"] = tuple(fields.get("parts", ()))
+    return Preset(**fields)

@@ -158,13 +158,17 @@ class Symbolizer:
         return self._cal is not None
 
     def fit(
-        self, x: np.ndarray, ranges: Mapping[int, tuple[float, float]] | None = None
+        self, x: np.ndarray, ranges: Mapping[int, tuple[float, float]] | None = None,
+        margin: float = 0.0,
     ) -> Symbolizer:
         """Freeze mean, standard deviation and z-range of each variable from ``x`` (n, d).
 
         ``ranges`` gives known (low, high) bounds of some variables (by index, in their own
         units); their bins span those bounds, together with the data, instead of the data's
-        range alone. A circular variable's bins always span the whole circle.
+        range alone. A circular variable's bins always span the whole circle. ``margin``
+        widens every other variable's range by that fraction of its span on each side: with
+        2 bins the edge stays the range's midpoint (the same symbols), and a value counts as
+        out of range only once it is that far beyond anything calibrated.
         """
         x = self._prepare(x)
         if x.shape[0] < 1:
@@ -174,6 +178,9 @@ class Symbolizer:
         std = np.where(std > 0, std, 1.0)  # a constant variable keeps z = 0
         z = (x - mean) / std
         z_lo, z_hi = z.min(axis=0), z.max(axis=0)
+        if margin:
+            span = z_hi - z_lo
+            z_lo, z_hi = z_lo - margin * span, z_hi + margin * span
         known = {j: (-np.pi, np.pi) for j in self.circular}
         known.update({int(j): r for j, r in (ranges or {}).items() if j not in known})
         for j, (lo, hi) in known.items():
@@ -239,6 +246,15 @@ class Symbolizer:
             [combine_digits(d[:, list(g)], [int(self.bins[j]) for j in g]) for g in self.groups],
             axis=1,
         )
+
+    def symbolize_groups(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each group's composite symbol (n, n_groups), and the rows out of range.
+
+        Per row, whether a value left the calibrated range (as :meth:`symbolize`): the
+        symbols of a preset whose groups are IDTs of their own (``Preset.parts``).
+        """
+        d, outside = self._digits(x)
+        return self._group_symbols(d), outside
 
     def group_radices(self) -> list[int]:
         """Alphabet size of each group's composite symbol."""

@@ -281,8 +281,11 @@ class GymSource(Source):
     #: Steps per call at full speed: about 0.1 s of compute, so the session's per-call cost
     #: stays under 1 % (commands still act within 0.1 s; Auto cuts calls at window ends).
     chunk = 200
-    presets = ("cheetah", "gym")
-    #: MEWMA: the detector that sees most on the shipped agents (``assets/docs/rl.md``).
+    #: The live cheetah first (one IDT per body part, W 1000, its own detector: the union of
+    #: the components' EWMA), then the paper's preset, kept for the paper's tables.
+    presets = ("cheetah-live", "cheetah", "gym")
+    #: MEWMA: the detector that sees most on the shipped agents under the paper's preset
+    #: (``assets/docs/rl.md``); the live cheetah preset names its own.
     default_detector = CONTROL_DETECTOR
     #: 1/10h of loop time: at most 1 of 20 half-hour unperturbed runs alarmed by chance.
     default_budget = CONTROL_BUDGET
@@ -364,7 +367,7 @@ class GymSource(Source):
         self.state_names = HALFCHEETAH_OBS if cheetah else tuple(f"obs_{j}" for j in range(n_obs))
         self.action_names = (tuple(f"torque_{a}" for a in HALFCHEETAH_ACTIONS) if cheetah
                              else tuple(f"act_{j}" for j in range(n_act)))
-        self.presets = ("cheetah",) if cheetah else ("gym",)
+        self.presets = ("cheetah-live", "cheetah") if cheetah else ("gym",)
         self.groups = dict(_CHEETAH_GROUPS) if cheetah else {
             name: (j,) for j, name in enumerate(self.state_names)}
         self.rate = 1.0 / float(getattr(env.unwrapped, "dt", 0.05))
