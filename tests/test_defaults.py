@@ -36,10 +36,10 @@ def test_every_source_defaults_to_its_own_baseline():
 
 def test_every_source_defaults_to_a_known_detector_and_the_window_shows_it(qtbot, tmp_path):
     """Persistence unless a source (or its first preset) says otherwise; a policy in an
-    environment alarms by MEWMA under the paper's preset and by the union of the body parts'
-    EWMAs under the live cheetah preset, at ≤ 1 false alarm per 10 h (the comparisons in
-    assets/docs/rl.md), the others at 1/h or per turns. The side panel follows the chosen
-    source."""
+    environment alarms by MEWMA under the paper's preset (its default) and by the union of the
+    body parts' EWMAs under the live cheetah preset, at ≤ 1 false alarm per 10 h (the
+    comparisons in assets/docs/rl.md), the others at 1/h or per turns. The side panel follows
+    the chosen source."""
     pytest.importorskip("pytestqt")
     from idt_desk_widgets.main_window import MainWindow
 
@@ -57,7 +57,13 @@ def test_every_source_defaults_to_a_known_detector_and_the_window_shows_it(qtbot
     assert w.pipeline_panel.budget_edit.placeholderText() == "1/h"
     assert PRESETS["cheetah-live"].detector == "ewma" and PRESETS["cheetah"].detector is None
     w._select_source("gym", {})
+    assert w.pipeline_panel.detector_combo.currentData() == "mewma"
+    # The live cheetah preset brings its own detector; back to the paper's, the source's.
+    w.pipeline_panel.preset_combo.setCurrentText("cheetah-live")
     assert w.pipeline_panel.detector_combo.currentData() == "ewma"
+    assert w.pipeline_panel.settings()["detector"] == "ewma"
+    w.pipeline_panel.preset_combo.setCurrentText("cheetah")
+    assert w.pipeline_panel.detector_combo.currentData() == "mewma"
     assert w.pipeline_panel.budget_edit.placeholderText() == "1/10h"
     w._select_source("pendulum", {})
     assert w.pipeline_panel.detector_combo.currentData() == "persistence"

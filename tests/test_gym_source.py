@@ -271,8 +271,8 @@ def test_auto_engages_and_releases_on_a_scripted_alarm(tiny_policy, tmp_path):
     # The paper's rule needs no fitted thresholds, so the monitor judges every window in this
     # process, through the scripted update below (a calibrated detector's baseline window
     # would be judged by a copy of the monitor in a child process, unscripted).
-    cfg = SessionConfig(speed=None, preset="cheetah", calibration_windows=2, baseline_windows=3,
-                        detector="paper", auto={"modulation": "hold", "params": {"mode": "repeat"},
+    cfg = SessionConfig(speed=None, calibration_windows=2, baseline_windows=3, detector="paper",
+                        auto={"modulation": "hold", "params": {"mode": "repeat"},
                               "persist": 2, "release": 3})
     session = Session(cfg, source=GymSource(policy=str(tiny_policy)), record=tmp_path / "r")
     # Windows the monitor sees: 3 baseline ones, then judged ones: 2 quiet, 4 alarmed, quiet.
@@ -302,16 +302,17 @@ def test_auto_engages_and_releases_on_a_scripted_alarm(tiny_policy, tmp_path):
 
 def test_a_session_given_no_detector_alarms_by_its_presets_and_records_it(tiny_policy,
                                                                           tmp_path):
-    """The RL default: the live cheetah preset (one IDT per body part) and its detector, the
-    union of every part component's EWMA, at 1/10h; under the paper's preset, MEWMA (the
-    comparisons in assets/docs/rl.md); a detector or budget given wins.
+    """The RL default: the paper's preset and MEWMA at 1/10h; the live cheetah preset (one IDT
+    per body part) brings its detector, the union of every part component's EWMA, and the
+    attribution (the comparisons in assets/docs/rl.md); a detector or budget given wins.
 
     The pendulum keeps persistence (``tests/test_defaults.py``); the gym wrapper's default is
     the gym source's (``tests/test_gym_wrapper.py``).
     """
-    cfg = SessionConfig(speed=None, calibration_windows=2, baseline_windows=40)
+    cfg = SessionConfig(speed=None, preset="cheetah-live", calibration_windows=2,
+                        baseline_windows=40)
     session = Session(cfg, source=GymSource(policy=str(tiny_policy)), record=tmp_path / "r")
-    assert session.preset.name == "cheetah-live" and session.preset.parts
+    assert session.preset.parts and session.alarms.attribute is not None
     assert session.config.detector == "ewma" and session.monitor.spec.kind == "ewma"
     assert session.monitor.metrics[:2] == ("P@torso", "H_f@torso")
     assert session.config.false_alarms == "1/10h"
@@ -322,10 +323,10 @@ def test_a_session_given_no_detector_alarms_by_its_presets_and_records_it(tiny_p
     assert rec.config["session"]["false_alarms"] == "1/10h"
     (base,) = rec.events[rec.events["kind"] == "baseline"]["detector"]
     assert base["detector"] == "ewma", base
-    paper = Session(SessionConfig(speed=None, preset="cheetah"),
-                    source=GymSource(policy=str(tiny_policy)))
-    assert paper.monitor.spec.kind == "mewma" and paper.monitor.metrics[:4] == (
-        "P", "H_f", "H_b", "dH")
+    paper = Session(SessionConfig(speed=None), source=GymSource(policy=str(tiny_policy)))
+    assert paper.preset.name == "cheetah" and paper.monitor.spec.kind == "mewma"
+    assert paper.monitor.metrics[:4] == ("P", "H_f", "H_b", "dH")
+    assert paper.alarms.attribute is None  # fitted on the parts' terms, not the composite's
     given = Session(SessionConfig(speed=None, detector="persistence", false_alarms="2/h"),
                     source=GymSource(policy=str(tiny_policy)))
     assert given.monitor.spec.kind == "persistence" and given.config.false_alarms == "2/h"

@@ -60,6 +60,8 @@ class PipelinePanel(QGroupBox):
         super().__init__("Symbolisation and baseline", parent)
         form = compact_form(QFormLayout(self))
         self._form = form
+        #: The selected source's own detector (a preset without one of its own shows it).
+        self._source_detector: str | None = None
         self.tokens_label = QLabel("", self)
         self.tokens_label.setWordWrap(True)
         form.addRow(self.tokens_label)
@@ -168,12 +170,20 @@ class PipelinePanel(QGroupBox):
                 "false_alarms": self.budget_edit.text().strip() or None}
 
     def apply_preset(self, name: str) -> None:
-        """Show preset ``name``'s bins, window and stride (nothing for "(custom)")."""
+        """Show preset ``name``'s bins, window, stride and detector (nothing for "(custom)").
+
+        A preset that names its detector (the live cheetah's) selects it; another, the
+        source's default.
+        """
         p = PRESETS.get(name)
         if p is not None:
             self.bins_spin.setValue(p.bins)
             self.window_spin.setValue(p.window)
             self.stride_spin.setValue(p.stride)
+            detector = p.detector or self._source_detector
+            if detector is not None:
+                self.detector_combo.setCurrentIndex(
+                    max(0, self.detector_combo.findData(detector)))
 
     def use_presets(self, presets: Sequence[str]) -> None:
         """Select a source's first preset (its own numbers), or "(custom)" without one."""
@@ -205,6 +215,7 @@ class PipelinePanel(QGroupBox):
             "Baseline turns" if turns else "Baseline windows")
         presets = getattr(cls, "presets", ())
         preset = PRESETS.get(presets[0]) if presets else None
+        self._source_detector = getattr(cls, "default_detector", DEFAULT_DETECTOR)
         self.detector_combo.setCurrentIndex(max(0, self.detector_combo.findData(
             (preset.detector if preset is not None else None)
             or getattr(cls, "default_detector", DEFAULT_DETECTOR))))

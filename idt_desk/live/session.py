@@ -364,7 +364,6 @@ class Session:
         self.engine = self.pipeline.engine
         self.alarms.attribute = attribution_watch(self.source, self.preset,
                                                   int(c.baseline_windows or 2))
-        # _tail (above): the loop time of recent transitions (for events' times).
 
     def _time_at(self, i: int) -> float:
         """Loop time at the moment ``i`` transitions have been processed."""

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["HELP", "add_arguments", "bench_rl", "run"]
+__all__ = ["HELP", "add_arguments", "bench_estimator", "bench_rl", "run"]
 
 #: ``idt-desk bench rl``'s one-line help.
 HELP = "RL loop steps/s bare, with the IDT, and with the IDT and a recording"
@@ -85,6 +85,48 @@ def bench_rl(policy: str = "", steps: int = 6000, rounds: int = 3, print_fn=prin
     return best
 
 
+def bench_estimator(policy: str = "", steps: int = 20_000, rounds: int = 3,
+                    print_fn=print) -> dict[str, float]:
+    """Windows/s of the live cheetah preset's estimator against the paper preset's, one run.
+
+    One rollout of ``steps`` transitions goes through a :class:`~idt_desk.pipeline.Pipeline`
+    of each preset (symbols, the engine or, per part, the engines; no monitor) in chunks of
+    the source's size, interleaved rounds, the best kept.
+    """
+    from idt_desk_sources.gym import GymSource
+    from idt_desk_sources.gym._source import default_policy
+
+    from idt_desk.plugin import PRESETS, Pipeline
+
+    src = GymSource(policy=policy or str(default_policy("HalfCheetah-v5")))
+    src.reset(seed=0)
+    b = src.step(steps)
+    src.close()
+
+    def once(name: str) -> float:
+        pipe = Pipeline(PRESETS[name], None, state_names=src.state_names,
+                        action_names=src.action_names, calibration_windows=20)
+        t0, made = time.perf_counter(), 0
+        for i in range(0, steps, GymSource.chunk):
+            j = slice(i, i + GymSource.chunk)
+            w = pipe.push(b.s[j], b.a[j], b.s_next[j], {"reward": b.reward[j],
+                                                         "t": b.reward[j]}).windows
+            made += 0 if w is None else len(w["start"])
+        return made / (time.perf_counter() - t0)
+
+    best = {"cheetah": 0.0, "cheetah-live": 0.0}
+    for name in best:
+        once(name)  # warm-up: the kernels load once per process
+    for _ in range(rounds):
+        for name in best:
+            best[name] = max(best[name], once(name))
+    print_fn(f"{steps:,} transitions in chunks of {GymSource.chunk}, {rounds} rounds (best)")
+    for name, v in best.items():
+        print_fn(f"{name:>13}: {v:9,.0f} windows/s ({v / best['cheetah']:.2f} of the paper "
+                 "preset's)")
+    return best
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``idt-desk bench rl`` options to ``parser`` (and ``func=run``)."""
     parser.add_argument("--policy", default="", help="SB3 zip (default: the shipped one)")
@@ -94,6 +136,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--actions", choices=ACTIONS, default=ACTIONS[0],
                         help="how the policy acts (deterministic)")
+    parser.add_argument("--estimator", action="store_true",
+                        help="instead: windows/s of the live cheetah preset's estimator (one "
+                             "IDT per body part) against the paper preset's")
     parser.set_defaults(func=run)
 
 
@@ -103,5 +148,8 @@ def run(args: argparse.Namespace) -> int:
 
     check_int("--steps", args.steps, 500, 10**7)
     check_int("--rounds", args.rounds, 1, 100)
+    if args.estimator:
+        bench_estimator(args.policy, max(args.steps, 2_000), args.rounds)
+        return 0
     bench_rl(args.policy, args.steps, args.rounds, actions=args.actions)
     return 0
