@@ -34,7 +34,8 @@ class Picture:
 
     ``switches`` are ``--perturb`` specs (``NAME[:k=v]@START[-END]``, seconds of loop time);
     ``at`` is the loop time (seconds; a dialogue: turns) at which the session pauses and the
-    picture is taken (None: at the source's end, a replay's); ``panel`` names the window's
+    picture is taken (None: at the source's end, a replay's); ``preset`` is picked in the side
+    panel before the start (empty: the source's first); ``panel`` names the window's
     attribute to save instead of the whole window; ``needs`` are files without which the
     picture is skipped.
     """
@@ -50,6 +51,7 @@ class Picture:
     what: str = ""
     #: Writes what the picture's session reads into a scratch folder; returns settings.
     prepare: Callable[[Path], dict[str, Any]] | None = None
+    preset: str = ""
 
 
 def _watched_loop(scratch: Path) -> dict[str, Any]:
@@ -93,6 +95,10 @@ PICTURES = (
     Picture("screenshot_shipped_default_act_noise_1.png", "gym",
             switches=("act_noise_1@2500",), at=2800.0,
             what="README: the shipped default, 1 % action noise from 2,500 s"),
+    Picture("screenshot_cheetah_live_act_noise_4.png", "gym", switches=("act_noise_4@2150",),
+            at=2400.0, preset="cheetah-live",
+            what="rl.md: the live cheetah preset, 4 % action noise from 2,150 s: the alarm "
+                 "names the likeliest class of change"),
     Picture("screenshot_sac2_act_noise_1.png", "gym", {"policy": _SAC2},
             switches=("act_noise_1@2500",), at=2800.0,
             what="rl.md: SAC seed 2 (chaotic), 1 % action noise from 2,500 s"),
@@ -163,6 +169,8 @@ def _take(app: Any, pic: Picture, path: Path, timeout: float) -> Path:
         try:
             win.resize(*pic.size)
             win.show()
+            if pic.preset:
+                win.pipeline_panel.preset_combo.setCurrentText(pic.preset)
             if not win.start_session(schedule=schedule):
                 raise RuntimeError(f"{pic.name}: the session did not start: "
                                    f"{win.banner.text()}")

@@ -38,13 +38,13 @@ class Preset:
     range_margin
         Each variable's calibrated range widened by this fraction of its span on each side
         (``Symbolizer.fit``'s ``margin``; the live cheetah's: with 2 bins the same symbols,
-        and what the run-up of two episodes did not reach is not called out of range).
+        and a value is out of range only far beyond the first two episodes' range).
     detector
         The detector a session uses with this preset unless told otherwise (None: the
         source's). The live cheetah's is the union of each part component's EWMA: a MEWMA
         whitens its twelve components with a covariance that a baseline of about forty
         independent windows (one episode each) cannot pin down, and alarmed on 28 of 48
-        unperturbed controls at a budget of 1 in 10 h (the EWMA union: 4 of 48).
+        unperturbed controls of the choice split at 1 in 10 h (the EWMA union: 4 of 48).
     parts
         Names of the state groups when each is an IDT of its own (empty: one IDT of the
         composite of every group). A part's S and S' are that group's composite symbol; A is
@@ -127,8 +127,9 @@ PRESETS: dict[str, Preset] = {
             "HalfCheetah, live: one IDT per body part (torso, back leg, front leg: S and S' "
             "that part's observations, A all six torques), 2 bins, W = 1000 (one episode), "
             "stride 50. Chosen on training seeds, judged on held-out ones: a window of every "
-            "mature agent holds neither one repeated gait cycle nor mostly unseen triples "
-            "(assets/docs/rl.md, 'What a window sees').",
+            "mature agent holds neither one repeated gait cycle nor mostly unseen triples, and "
+            "alarms name the likeliest class of change. Not the default: on held-out controls "
+            "its alarm went off more often than its budget allows (assets/docs/rl.md).",
             bins=2, window=1000, stride=50, state_groups=_CHEETAH_S, action_groups=_CHEETAH_A,
             n_state=17, n_action=6, parts=CHEETAH_PARTS, range_margin=0.5, detector="ewma",
         ),
