@@ -77,3 +77,19 @@ def test_the_gym_source_offers_the_live_cheetah_preset_beside_its_default():
     live = PRESETS["cheetah-live"]
     assert live.parts == ("torso", "back_leg", "front_leg")
     assert (live.bins, live.window, live.stride, live.detector) == (2, 1000, 50, "ewma")
+
+
+def test_the_shipped_attribution_is_the_live_cheetahs_and_says_how_it_was_made():
+    from idt_desk.detection.attribution import TERMS, Attributor, attribution_watch
+    from idt_desk.plugin import assets
+
+    live, paper = PRESETS["cheetah-live"], PRESETS["cheetah"]
+    model = Attributor.load(assets.path("data", GymSource.attribution))
+    assert set(model.features) == {f"{t}@{p}" for p in live.parts for t in TERMS}
+    assert set(model.centroids) == {"sensor", "actuator", "force", "dynamics"}
+    made = model.made
+    assert made["command"] == "idt-desk reproduce cheetah-live" and made["preset"] == live.name
+    held = made["held_out"]
+    assert 0 < held["right"] <= held["judged"] == sum(n for _, n in held["per_agent"].values())
+    assert attribution_watch(GymSource, live, 800) is not None
+    assert attribution_watch(GymSource, paper, 800) is None  # no parts: the default names none
