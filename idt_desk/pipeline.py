@@ -70,14 +70,12 @@ class WindowStage:
     ) -> None:
         self.preset = preset
         self.sym_s, self.sym_a = sym_s, sym_a
-        self.engine = MetricEngine(preset.window, preset.stride, has_action=sym_a is not None,
-                                   correction=correction)
-        #: A preset with parts: one more engine per part after the first (``engine`` is the
-        #: first part's), each fed that part's composite of S and S'.
+        #: One engine, or one per part of a preset with parts (each fed that part's composite
+        #: of S and S'); ``engine`` is the first.
         self.parts = tuple(preset.parts)
-        self.engines = [self.engine] + [
-            MetricEngine(preset.window, preset.stride, has_action=sym_a is not None,
-                         correction=correction) for _ in self.parts[1:]]
+        self.engines = [MetricEngine(preset.window, preset.stride, has_action=sym_a is not None,
+                                     correction=correction) for _ in self.parts or (None,)]
+        self.engine = self.engines[0]
         #: Transitions the symbols are calibrated on.
         self.calibration_transitions = (
             preset.window + (int(calibration_windows) - 1) * preset.stride)

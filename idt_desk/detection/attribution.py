@@ -56,17 +56,24 @@ def term_columns(table: Mapping[str, np.ndarray], parts: Sequence[str] = ()
     return out
 
 
+def _stats(x: np.ndarray) -> tuple[float, float]:
+    """Mean and σ (ddof 1) of a term's finite baseline values (0 where too few)."""
+    x = x[np.isfinite(x)]
+    return (float(x.mean()) if x.size else 0.0, float(x.std(ddof=1)) if x.size > 1 else 0.0)
+
+
+def _z(v: float, stats: tuple[float, float]) -> float:
+    """``v`` in σ of the baseline (0 where σ is 0 or ``v`` undefined)."""
+    mu, sd = stats
+    return (v - mu) / sd if sd > 0 and math.isfinite(v) else 0.0
+
+
 def evidence(terms: Mapping[str, np.ndarray], baseline: slice | np.ndarray,
              at: int | slice) -> dict[str, float]:
     """Each term at window(s) ``at`` (a slice: their mean) in σ of its ``baseline`` windows."""
-    out = {}
-    for name, x in terms.items():
-        base = x[baseline]
-        base = base[np.isfinite(base)]
-        sd = float(base.std(ddof=1)) if base.size > 1 else 0.0
-        v = float(np.nanmean(x[at])) if isinstance(at, slice) else float(x[at])
-        out[name] = (v - float(base.mean())) / sd if sd > 0 and math.isfinite(v) else 0.0
-    return out
+    return {name: _z(float(np.nanmean(x[at])) if isinstance(at, slice) else float(x[at]),
+                     _stats(x[baseline]))
+            for name, x in terms.items()}
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
@@ -195,7 +202,7 @@ class AttributionWatch:
     :meth:`take` every block of windows (all the pipeline's columns); the ``baseline_windows``
     windows up to the monitor's baseline row are the reference. Calling the watch with a row
     of the latest block gives that window's attribution (:meth:`Attributor.classify`), or
-    None before a baseline.
+    None before a baseline; the block's terms are read only then (alarms are rare).
     """
 
     def __init__(self, attributor: Attributor, parts: Sequence[str],
@@ -203,39 +210,36 @@ class AttributionWatch:
         self.attributor = attributor
         self.parts = tuple(parts)
         self.n = int(baseline_windows)
-        self._gathered: list[dict[str, np.ndarray]] = []
+        self._gathered: dict[str, np.ndarray] | None = None
         self._stats: dict[str, tuple[float, float]] | None = None
+        self._windows: Mapping[str, np.ndarray] | None = None
         self._block: dict[str, np.ndarray] | None = None
 
     def take(self, windows: Mapping[str, np.ndarray], baseline_row: int | None,
              gathering: bool) -> None:
         """A new block; ``gathering``: the monitor's baseline is not set (or set in it)."""
-        terms = term_columns(windows, self.parts)
-        self._block = terms
+        self._windows, self._block = windows, None
         if not gathering:
             return
         if self._stats is not None:  # a new baseline is being gathered
-            self._stats, self._gathered = None, []
+            self._stats, self._gathered = None, None
         upto = None if baseline_row is None else baseline_row + 1
-        self._gathered.append({k: v[:upto] for k, v in terms.items()})
-        base = {k: np.concatenate([g[k] for g in self._gathered])[-self.n:] for k in terms}
-        self._gathered = [base]
+        terms = term_columns(windows, self.parts)
+        old = self._gathered
+        self._gathered = {k: (v[:upto] if old is None else
+                              np.concatenate([old[k], v[:upto]]))[-self.n:]
+                          for k, v in terms.items()}
         if baseline_row is not None:
-            self._stats = {}
-            for k, x in base.items():
-                x = x[np.isfinite(x)]
-                self._stats[k] = (float(x.mean()) if x.size else 0.0,
-                                  float(x.std(ddof=1)) if x.size > 1 else 0.0)
+            self._stats = {k: _stats(x) for k, x in self._gathered.items()}
 
     def __call__(self, row: int) -> dict[str, Any] | None:
         """The attribution of the alarm at ``row`` of the latest block (None: no baseline)."""
-        if self._stats is None or self._block is None:
+        if self._stats is None or self._windows is None:
             return None
-        ev = {}
-        for k, (mu, sd) in self._stats.items():
-            v = float(self._block[k][row])
-            ev[k] = (v - mu) / sd if sd > 0 and math.isfinite(v) else 0.0
-        return self.attributor.classify(ev)
+        if self._block is None:
+            self._block = term_columns(self._windows, self.parts)
+        return self.attributor.classify(
+            {k: _z(float(self._block[k][row]), st) for k, st in self._stats.items()})
 
 
 def attribution_watch(source: Any, preset: Any, baseline_windows: int
@@ -246,7 +250,7 @@ def attribution_watch(source: Any, preset: Any, baseline_windows: int
     ``assets/data``); it applies to a preset with parts whose terms it was fitted on.
     """
     name = getattr(source, "attribution", None)
-    if not name or not getattr(preset, "parts", ()):
+    if not name or not preset.parts:
         return None
     from idt_desk import assets
 

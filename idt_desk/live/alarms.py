@@ -72,8 +72,6 @@ class Alarms:
         self.source = source
         self.later = later
         self.attribute = attribute
-        #: The latest alarm's attribution (what the panel shows), or None.
-        self.attribution: dict[str, Any] | None = None
         #: The light of each detector: on while its latest judged window alarmed.
         self.alarm = {m: False for m in (*IDT_METRICS, "IDT", "reward")}
         #: IDT alarms so far (rising edges).
@@ -153,8 +151,6 @@ class Alarms:
         for j in judged[idt != before]:
             on = flags["IDT"][j] == 1.0
             got = self._attribute(int(j)) if on else {}
-            if got:
-                self.attribution = got
             self.later("alarm_on" if on else "alarm_off", at=int(ends[j]),
                        metric="IDT", window_start=int(table["start"][j]), **got)
         # Published whole: a snapshot (another thread) never sees half of the lights changed.

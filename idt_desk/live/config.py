@@ -179,10 +179,9 @@ def preset_detector(source: Any, config: Any) -> str | None:
     """The detector the preset a session would use names (``Preset.detector``), or None."""
     from idt_desk.metrics.presets import PRESETS
 
-    name = getattr(config, "preset", None) or (source.presets[0] if source.presets else None)
-    spec = getattr(config, "preset_spec", None)
-    if spec and not getattr(config, "preset", None):
-        return spec.get("detector")
+    if config.preset is None and config.preset_spec:  # a replay's preset, by value
+        return config.preset_spec.get("detector")
+    name = config.preset or (source.presets[0] if source.presets else None)
     return PRESETS[name].detector if name in PRESETS else None
 
 

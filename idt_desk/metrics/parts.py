@@ -17,6 +17,7 @@ from idt_desk.metrics.presets import Preset
 
 __all__ = ["part_metrics", "part_windows"]
 
+
 def part_windows(parts: Sequence[str], tables: Sequence[Mapping[str, np.ndarray]]
                  ) -> dict[str, np.ndarray]:
     """One table from the parts' engine tables (``Preset.parts``).

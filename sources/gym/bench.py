@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 __all__ = ["HELP", "add_arguments", "bench_estimator", "bench_rl", "run"]
 
 #: ``idt-desk bench rl``'s one-line help.
@@ -102,6 +104,7 @@ def bench_estimator(policy: str = "", steps: int = 20_000, rounds: int = 3,
     src.reset(seed=0)
     b = src.step(steps)
     src.close()
+    t = np.arange(steps, dtype=np.float64) / src.rate
 
     def once(name: str) -> float:
         pipe = Pipeline(PRESETS[name], None, state_names=src.state_names,
@@ -110,7 +113,7 @@ def bench_estimator(policy: str = "", steps: int = 20_000, rounds: int = 3,
         for i in range(0, steps, GymSource.chunk):
             j = slice(i, i + GymSource.chunk)
             w = pipe.push(b.s[j], b.a[j], b.s_next[j], {"reward": b.reward[j],
-                                                         "t": b.reward[j]}).windows
+                                                         "t": t[j]}).windows
             made += 0 if w is None else len(w["start"])
         return made / (time.perf_counter() - t0)
 

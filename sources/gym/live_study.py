@@ -156,6 +156,12 @@ def load_trial(path: Path) -> dict[str, np.ndarray]:
                 for k in d.files}
 
 
+def _onset(path: Path) -> int:
+    """A kept trial's onset, read without its arrays."""
+    with np.load(path) as d:
+        return int(d["onset"])
+
+
 def trial_table(run: dict[str, np.ndarray], preset: Any, calibration_windows: int,
                 chunk: int = 5_000) -> dict[str, np.ndarray]:
     """The windows a live session makes of a trial (no monitor: judged by :func:`judge_trial`).
@@ -270,13 +276,11 @@ def judge_split(out: Path, agent: str, split: str, preset: Any, settings: dict[s
     decl = {p.name: p for p in GymSource.perturbations}
     rows = []
     paths = sorted((out / "trials").glob(f"{agent}_{split}_*.npz"))
-    onset = None
+    # Every trial of a split shares the onset; a control, which has none, takes its trials'.
+    onset = next((_onset(p) for p in paths if "_control_" not in p.name), 0)
     for path in paths:
         kind, j = path.stem[len(f"{agent}_{split}_"):].rsplit("_", 1)
         run = load_trial(path)
-        if onset is None:  # every trial of a split shares the onset; a control has none
-            with np.load(paths[-1]) as d:
-                onset = int(d["onset"])
         on = int(run["onset"]) if int(run["onset"]) >= 0 else onset
         table = trial_table(run, preset, settings["calibration_windows"])
         row = judge_trial(table, on, preset, **settings)
@@ -392,7 +396,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=85_000, help="steps per trial")
     parser.add_argument("--onset", type=int, default=50_000, help="perturbation onset (step)")
     parser.add_argument("--preset", default="cheetah-live",
-                        help="the symbols and windows judged (default: the live default)")
+                        help="the symbols and windows judged (default: cheetah-live)")
     parser.add_argument("--calibration", type=int, default=None,
                         help="windows the symbols are fitted on (default: the gym source's)")
     parser.add_argument("--baseline", type=int, default=None,
