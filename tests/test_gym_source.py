@@ -546,3 +546,19 @@ def test_a_perturbation_acts_by_its_declaration_not_its_name(tiny_policy):
     # policy sees differs (the noise), and with it the loop.
     np.testing.assert_array_equal(b.s[0], clean.s[0])
     assert not np.allclose(b.s[1:], clean.s[1:])
+
+
+def test_a_clean_default_session_is_not_told_its_symbols_are_out_of_range():
+    """The shipped default (SAC seed 3, the paper's preset) unperturbed for 3,000 s of loop time:
+    its symbols, calibrated on the first episode, clamp 2-15 % of every later window (the gait
+    reaches a little past the run-up's range), which moves no IDT component. That is no notice:
+    it was said at 117.5 s, long before anything happened (``idt_desk.live.ranges``)."""
+    session = Session(SessionConfig(speed=None), source=GymSource())
+    notices = []
+    session.add_event_listener(
+        lambda ev: notices.append(ev) if ev["kind"].startswith("symbols_") else None)
+    snap = run_headless(session, steps=60_000)
+    assert snap.error is None and snap.baseline is not None
+    oor = np.asarray(session.snapshot(limit=2_000).windows["out_of_range"])
+    assert len(oor) > 1_000 and np.nanmax(oor) > Session.OUT_OF_RANGE_WARN  # it is there
+    assert notices == [] and snap.out_of_range_warning is None

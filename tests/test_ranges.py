@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 
@@ -192,21 +190,81 @@ def test_the_recheck_in_words_names_the_components_and_the_advice():
     assert "cannot be compared" in text
 
 
-def test_a_warning_raised_before_the_baseline_is_rechecked_once_there_is_one(tmp_path):
-    """Out of range while the baseline is still being gathered: nothing to compare with yet;
-    the first re-check after the baseline comes is announced, measured against it."""
+def test_clamping_while_the_baseline_is_gathered_is_judged_once_there_is_one(tmp_path):
+    """Kicked while the baseline is still being gathered: nothing is said then (the baseline
+    is gathered with that clamping); once it exists, heavy clamping is said with its re-check
+    against it, which finds no component moved (the baseline holds the kicked loop too)."""
+    from idt_desk.live.ranges import RangeWatch
     from idt_desk.live.session import Session
 
-    session, ev, w, base = _kicked(tmp_path, 2500, 9000)
-    warn = ev[ev["kind"] == "symbols_out_of_range"].iloc[0]
-    assert warn["i"] < base["i"] and not isinstance(warn.get("recheck"), dict)
-    checks = ev[ev["kind"] == "symbols_recheck"]
-    first = checks.iloc[0]
-    stride = session.preset.stride
-    assert base["i"] < first["i"] <= base["i"] + Session.OUT_OF_RANGE_PERSIST * stride
-    _assert_calibrated_shifts(first["recheck"], int(first["i"]), w, base)
-    verdicts = [c["verdict"] for c in checks["recheck"]]
-    assert all(a != b for a, b in itertools.pairwise(verdicts))  # changes only
+    _session, ev, w, base = _kicked(tmp_path, 2500, 9000)
+    said = ev[ev["kind"] == "symbols_out_of_range"]
+    assert len(said) == 1
+    warn = said.iloc[0]
+    assert warn["i"] >= base["i"] and warn["recheck"]["verdict"] == "none"
+    assert warn["fraction"] > RangeWatch.HEAVY * Session.OUT_OF_RANGE_WARN
+    _assert_calibrated_shifts(warn["recheck"], int(warn["i"]), w, base)
+
+
+N_REF = W + 39 * STRIDE  # rows of a 40-window baseline
+N_RECENT = W + 19 * STRIDE  # rows of the latest 20 windows
+
+
+def _watch(armed: bool = True):
+    """A RangeWatch over a stand-in session (40-window baseline), and the events it says."""
+    from types import SimpleNamespace
+
+    from idt_desk.live.ranges import RangeWatch
+
+    sym_s, sym_a = _symbolizers()
+    events: list = []
+    ses = SimpleNamespace(
+        preset=SimpleNamespace(window=W, stride=STRIDE),
+        monitor=SimpleNamespace(n_baseline=40, k=3.0, baseline=object() if armed else None),
+        pipeline=SimpleNamespace(sym_s=sym_s, sym_a=sym_a), config=SimpleNamespace(correction=None))
+    return RangeWatch(0.05, 20, lambda kind, **kw: events.append((kind, kw)), ses), events
+
+
+def _clamped(watch, recent: tuple, fraction: float, windows: int = 23) -> None:
+    """The baseline's rows, then ``recent`` ones; windows after the baseline at ``fraction``."""
+    ref = _loop(N_REF, seed=0)
+    watch.add_rows(*(np.concatenate([x, y]) for x, y in zip(ref, recent, strict=True)),
+                   backlog=0)
+    ends = N_REF + STRIDE * np.arange(windows + 1)
+    watch.update({"end": ends, "out_of_range": np.r_[0.0, np.full(windows, fraction)]},
+                 baseline_row=0)
+
+
+@pytest.mark.parametrize(("fraction", "shifted", "said"), [
+    (0.10, False, None),  # a few per cent clamped, nothing moved: a settled gait's normal
+    (0.30, False, "none"),  # most values in edge bins: said whatever the re-check finds
+    (0.10, True, "artefact"),  # the edge bins moved the components: said (re-calibrate)
+])
+def test_clamping_is_said_when_it_matters(fraction, shifted, said):
+    watch, events = _watch()
+    recent = _loop(N_RECENT, seed=7)
+    _clamped(watch, _shifted(recent) if shifted else recent, fraction)
+    kinds = [(k, kw.get("recheck", {}).get("verdict")) for k, kw in events]
+    assert kinds == ([] if said is None else [("symbols_out_of_range", said)])
+    assert (watch.warning is None) == (said is None)
+
+
+def test_harmless_clamping_is_rechecked_every_persist_windows_not_every_window(monkeypatch):
+    from idt_desk.live import ranges
+
+    calls = []
+    plain = ranges.RangeWatch._recheck
+    monkeypatch.setattr(ranges.RangeWatch, "_recheck",
+                        lambda self, at: calls.append(at) or plain(self, at))
+    watch, events = _watch()
+    _clamped(watch, _loop(N_RECENT + 25 * STRIDE, seed=7), 0.10, windows=48)
+    assert events == [] and np.diff(calls).tolist() == [20 * STRIDE]
+
+
+def test_nothing_is_said_before_there_is_a_baseline():
+    watch, events = _watch(armed=False)
+    _clamped(watch, _loop(N_RECENT, seed=7), 0.9)
+    assert events == [] and watch.warning is None
 
 
 def test_the_reference_windows_in_the_calibrated_bins_are_computed_once():

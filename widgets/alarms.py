@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from idt_desk.live.alarms import attribution_text, impact_text, severity_text
-from idt_desk.live.ranges import recheck_text
+from idt_desk.live.ranges import RangeWatch, recheck_text
 from idt_desk.live.session import Session, Snapshot, undefined_reason
 
 #: The notice's button by the range re-check's verdict (None: no re-check yet): its label and
@@ -367,7 +367,8 @@ class AlarmPanel(QGroupBox):
                 fmt = f"out of calibrated range: {100 * frac:.1f} %"
             if fmt != self.out_of_range.format():
                 self.out_of_range.setFormat(fmt)
-            self._chunk("out_of_range", _BAR_BAD if frac >= 4 * OUT_OF_RANGE_WARN else
+            heavy = RangeWatch.HEAVY * OUT_OF_RANGE_WARN
+            self._chunk("out_of_range", _BAR_BAD if frac >= heavy else
                         (_BAR_WARN if frac >= OUT_OF_RANGE_WARN else _BAR_OK))
         warning = snap.out_of_range_warning
         if warning:

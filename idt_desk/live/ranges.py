@@ -9,10 +9,14 @@ frozen, :meth:`~idt_desk.metrics.symbolize.Symbolizer.widened`), and each IDT co
 shift is stated in baseline standard deviations with either set of bins. A shift seen with
 the wider bins is in the loop; one only the calibrated bins show was the edge bins.
 
-Both cases happen. A kicked pendulum gains energy and its rates leave the calibrated range
-for good: re-calibrating is right. A settled RL gait lives on a narrow cycle; 1 % action
-noise spreads its states past the first windows' range at once, and the shift the IDT sees
-is the perturbation itself: re-calibrating then would take the perturbed loop as normal.
+Nothing is said before the baseline exists (clamping then is part of what the baseline is
+gathered with), nor after when the re-check finds no component moved in either binning: a
+settled HalfCheetah gait calibrated on its first episode clamps a few per cent of every later
+window, harmlessly. Both other cases happen. A kicked pendulum gains energy and its rates
+leave the calibrated range for good: re-calibrating is right. A settled RL gait lives on a
+narrow cycle; 1 % action noise spreads its states past the first windows' range at once (22 %
+clamped on the shipped default), and the shift the IDT sees is the perturbation itself:
+re-calibrating then would take the perturbed loop as normal.
 """
 
 from __future__ import annotations
@@ -167,12 +171,13 @@ class RangeWatch:
 
     Clamping comes in bursts (a pendulum whose energy grew passes its old extremes a few
     times a swing), so the rule looks at the mean out-of-range fraction of the latest
-    ``persist`` windows: above ``warn`` raises the warning, below a fifth of it clears it.
-    While the warning holds, every ``persist`` windows (and at once when it is raised) the
+    ``persist`` windows: above ``warn`` raises the warning once a baseline exists and a
+    re-check finds that it matters (:meth:`_worth_saying`); below a fifth of ``warn`` clears
+    it. While the warning holds, every ``persist`` windows (and at once when it is raised) the
     latest ``persist`` windows are re-checked against the baseline's (:func:`recheck`): the
     result is the warning's ``recheck``. The raising event carries the first one; a
-    ``symbols_recheck`` event each one whose verdict differs from the last (the warning may
-    have come before the baseline, or a perturbation come while it holds).
+    ``symbols_recheck`` event each one whose verdict differs from the last (a perturbation
+    may come while it holds).
 
     Parameters
     ----------
@@ -183,6 +188,8 @@ class RangeWatch:
         (None: no re-check; a dialogue's turns have no rows to re-check).
     """
 
+    #: Clamping over this many times ``warn`` is said even when the re-check finds nothing.
+    HEAVY = 4
     #: Most memory the raw rows may take; a longer baseline is not re-checked.
     MAX_BYTES = 256 * 2**20
 
@@ -200,6 +207,8 @@ class RangeWatch:
         self._cache: dict[str, Any] = {}  # what recheck() keeps of the reference
         self._since_check = 0
         self._verdict: str | None = None  # the latest re-check's, while the warning holds
+        #: Windows since a re-check found the clamping harmless (None: none since it began).
+        self._quiet: int | None = None
 
     def _spans(self) -> tuple[int, int]:
         """Rows of the baseline's windows, and of the latest ``persist`` windows."""
@@ -229,6 +238,7 @@ class RangeWatch:
         """
         if self.session is not None and self.session.monitor.baseline is None:
             self.reference = None  # a baseline being gathered again
+            self._quiet = None
         recent = self.recent
         for j, frac in enumerate(table["out_of_range"]):
             if j == baseline_row and self.session is not None:
@@ -241,7 +251,10 @@ class RangeWatch:
             mean = sum(recent) / len(recent)
             at = int(table["end"][j])
             if self.warning is None and mean > self.warn:
-                check = self._recheck(at)
+                armed = baseline_row is None or j >= baseline_row  # rows before: gathering
+                said, check = self._worth_saying(at, mean, armed)
+                if not said:
+                    continue
                 self._verdict = check and check["verdict"]
                 # Published whole: a snapshot taken meanwhile never sees it without its check.
                 self.warning = {"fraction": mean, "since_i": at,
@@ -260,6 +273,40 @@ class RangeWatch:
                         if check["verdict"] != self._verdict:
                             self.later("symbols_recheck", at=at, recheck=check)
                         self._verdict = check["verdict"]
+
+    def _worth_saying(self, at: int, mean: float, armed: bool = True
+                      ) -> tuple[bool, dict[str, Any] | None]:
+        """Whether clamping of ``mean`` (> ``warn``) at transition ``at`` is said now; its re-check.
+
+        ``armed``: False for a window judged before the baseline was completed.
+
+        Clamping is judged against the baseline. Before there is one it is what the baseline
+        is gathered with, and nothing is said yet. With one, it is said when a re-check finds
+        an IDT component moved in either binning (the alarm's shift holds, or the edge bins
+        made it), when the clamping is heavy (over ``HEAVY`` × ``warn``: the bins are then
+        mostly edge bins, whatever the re-check says), or when nothing can re-check it (no
+        rows: a dialogue; a baseline too long to hold). Other clamping the re-check finds
+        harmless is re-checked every ``persist`` windows while it lasts: a settled gait
+        calibrated on its first episode leaves that range by a few per cent in every later
+        one, and said so, a clean session was told to re-calibrate before anything happened.
+        """
+        ses = self.session
+        if ses is None:
+            return True, None
+        if ses.monitor.baseline is None or not armed:
+            return False, None
+        if self.reference is None:
+            return True, None
+        heavy = mean > self.HEAVY * self.warn
+        if not heavy and self._quiet is not None and self._quiet < self.recent.maxlen:
+            self._quiet += 1
+            return False, None
+        check = self._recheck(at)
+        if heavy or check is None or check["verdict"] != "none":
+            self._quiet = None
+            return True, check
+        self._quiet = 1
+        return False, None
 
     def _recheck(self, at: int) -> dict[str, Any] | None:
         """Re-check the latest windows up to transition ``at`` (see :func:`recheck`).
