@@ -59,7 +59,8 @@ def test_a_loop_faster_than_its_writer_waits_for_it(tmp_path, monkeypatch):
 
     clock = [0.0]
     monkeypatch.setattr(writer, "time", SimpleNamespace(monotonic=lambda: clock[0],
-                                                         strftime=time.strftime))
+                                                         strftime=time.strftime,
+                                                         time=time.time))
     rec = _writer(tmp_path / "r", flush_seconds=0.5)
     rec._tick = lambda: None  # the flusher never gets to it
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from idt_desk.cli.analyze import _add_analyze
 from idt_desk.cli.run import _add_run
+from idt_desk.cli.runs import _add_runs
 from idt_desk.cli.validate import (
     check_int,
     check_out_dir,
@@ -253,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_analyze(sub)
     _add_export(sub)
+    _add_runs(sub)
     parents = {"reproduce": _add_reproduce(sub)}
     sources = _add_sources(sub)
     parents["bench"] = _add_bench(sub)

@@ -34,6 +34,7 @@ from idt_desk.recordings._format import (
     _JsonLines,
     _Table,
 )
+from idt_desk.recordings.status import RunStatus, write_status
 
 __all__ = ["Recorder"]
 
@@ -113,6 +114,9 @@ class Recorder:
         self.n_events = 0
         self.n_turns = 0
         self.closed = False
+        #: The run's state as its events and counts say, kept in status.json
+        #: (:mod:`idt_desk.recordings.status`): what ``idt-desk runs`` reads.
+        self.status = RunStatus()
         #: The last write's failure (a full disk), None once a write succeeds again.
         self.error: RecordingError | None = None
         self._stop = threading.Event()
@@ -218,6 +222,8 @@ class Recorder:
         with self._lock:
             self._events.append(event)
             self.n_events += 1
+            self.status.windows = self.n_windows
+            self.status.fold(dict(event))
 
     def add_turns(self, turns: Sequence[Mapping[str, Any]]) -> None:
         """Append a dialogue's turns (their texts and settings) to turns.jsonl."""
@@ -259,6 +265,23 @@ class Recorder:
             self.error = None
             self._since_taken = None
             self._last_write = time.monotonic()
+            self._write_status()
+
+    def _write_status(self) -> None:
+        """Replace status.json with the counts and events so far (the write lock held).
+
+        Advisory: a failure (a full disk) is passed over; the next flush or heartbeat tries.
+        """
+        with self._lock:
+            st, now = self.status, time.time()
+            if (st.transitions, st.windows) != (self.n_transitions, self.n_windows):
+                st.rows_wall = now
+            st.transitions, st.windows, st.beat_wall = self.n_transitions, self.n_windows, now
+            copy = RunStatus(**vars(st))
+        try:
+            write_status(self.path, copy)
+        except OSError:
+            pass
 
     def _keep_up(self) -> None:
         """The loop writes itself when rows wait too long (waiting for the flusher's write).
@@ -303,6 +326,7 @@ class Recorder:
                     os.utime(self._transitions.fd)
                 except OSError:
                     pass
+                self._write_status()
                 self._last_write = time.monotonic()
 
     def close(self, **config_updates: Any) -> None:
@@ -325,6 +349,8 @@ class Recorder:
                               **config_updates)
         finally:
             with self._write_lock:
+                self.status.ended = True
+                self._write_status()
                 self.closed = True
                 for f in self._files:
                     f.close()

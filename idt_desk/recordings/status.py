@@ -1,0 +1,169 @@
+"""A run's state in one small file: what ``idt-desk runs`` and the fleet view read.
+
+Each writer (:class:`~idt_desk.recordings.Recorder`: the dashboard's recordings,
+``idt_desk.Recorder``, ``IDTMonitor``/``IDTCallback`` with ``record=``) keeps ``status.json``
+beside its files and replaces it whole (write a temporary file, then rename: a reader sees the
+old or the new one, never half of one) when its rows are flushed and once a second while it is
+idle (its heartbeat). A listing then opens one small file a run, and only for the runs whose
+file changed since the last look: never a whole ``transitions.csv``.
+
+The status is a fold of the run's events (:meth:`RunStatus.fold`) and its row counts; a
+recording written before status files existed is folded from its ``events.jsonl`` the same way
+(:mod:`idt_desk.recordings.runs`). One mechanism, whoever reads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+__all__ = ["STATUS_FILE", "RunStatus", "write_status"]
+
+#: The status file's name inside a recording directory.
+STATUS_FILE = "status.json"
+
+_NAMES = {"P": "P", "H_f": "H_f", "H_b": "H_b", "dH": "ΔH", "reward": "reward"}
+
+
+@dataclass
+class RunStatus:
+    """What a run has done so far, as its events and row counts say.
+
+    ``baseline``: ``calibrating`` (the symbols), ``gathering n/N``, ``armed`` or ``too short``
+    (armed, with thresholds the calibration raised), or ``""`` (no session events).
+    ``severity``: the latest detection's largest move ("ΔH −3.0σ"); ``cost``: the latest
+    return change a perturbation was charged ("−0.1 %, cheap"). Times: ``last_alarm`` in loop
+    seconds, ``rows_wall``/``beat_wall`` the writer's wall clock at its last rows / heartbeat.
+    """
+
+    transitions: int = 0
+    windows: int = 0
+    alarms: int = 0
+    last_alarm: float | None = None
+    severity: str | None = None
+    cost: str | None = None
+    baseline: str = ""
+    calibration_windows: int | None = None
+    baseline_windows: int | None = None
+    calibrated_at: int | None = None
+    ended: bool = False
+    error: str | None = None
+    started_wall: float | None = None
+    rows_wall: float | None = None
+    beat_wall: float | None = None
+
+    def fold(self, event: dict[str, Any]) -> None:
+        """Take in one event (unknown kinds and malformed fields are passed over)."""
+        kind = event.get("kind")
+        wall = _number(event.get("wall"))
+        if self.started_wall is None and wall is not None:
+            self.started_wall = wall
+        if kind == "session_start":
+            pipe = event.get("pipeline") if isinstance(event.get("pipeline"), dict) else {}
+            self.calibration_windows = _count(pipe.get("calibration_windows"))
+            self.baseline_windows = _count(pipe.get("baseline_windows"))
+            self.baseline = "calibrating" if pipe.get("window") is not None or \
+                self.calibration_windows is not None else self.baseline
+            self.calibrated_at = None
+        elif kind == "calibrated":
+            self.calibrated_at = self.windows
+            self.baseline = "gathering"
+        elif kind == "baseline":
+            self.baseline = "too short" if _too_short(event.get("detector")) else "armed"
+        elif kind == "alarm_on" and event.get("metric") in ("IDT", None):
+            self.alarms += 1
+            self.last_alarm = _number(event.get("t"))
+        elif kind == "detected" and isinstance(event.get("severity"), dict):
+            moved = {k: _number(v) for k, v in event["severity"].items() if k != "reward"}
+            moved = {k: v for k, v in moved.items() if v is not None}
+            if moved:
+                top = max(moved, key=lambda k: abs(moved[k]))
+                self.severity = f"{_NAMES.get(top, top)} {moved[top]:+.1f}σ"
+        elif kind == "impact":
+            change = _number(event.get("change"))
+            if change is not None:
+                self.cost = (f"{100 * change:+.1f} %, "
+                             f"{'costly' if event.get('costly') else 'cheap'}")
+        elif kind in ("session_end", "recording_stop"):
+            self.ended = True
+            if event.get("error"):
+                self.error = str(event["error"])[:200]
+
+    def baseline_text(self) -> str:
+        """``gathering n/N`` from the counts, or the state as it is."""
+        if self.baseline == "gathering" and self.baseline_windows:
+            done = max(0, self.windows - (self.calibrated_at or 0))
+            return f"gathering {min(done, self.baseline_windows):,}/{self.baseline_windows:,}"
+        return self.baseline or "—"
+
+    def to_json(self) -> dict[str, Any]:
+        """The status file's content (JSON-able, finite numbers only)."""
+        out = asdict(self)
+        out["baseline_text"] = self.baseline_text()
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                for k, v in out.items()}
+
+    @classmethod
+    def from_json(cls, data: Any) -> RunStatus:
+        """A status file's content, checked field by field.
+
+        Raises
+        ------
+        ValueError
+            Not a JSON object, or a field of the wrong type (the message names it).
+        """
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        out = cls()
+        for f in fields(cls):
+            if f.name not in data or data[f.name] is None:
+                continue
+            v, kind = data[f.name], type(getattr(out, f.name))
+            if f.name in ("transitions", "windows", "alarms"):
+                if _count(v) is None:
+                    raise ValueError(f"{f.name}: not a count ({v!r})")
+                v = int(v)
+            elif f.name in ("ended",):
+                if not isinstance(v, bool):
+                    raise ValueError(f"{f.name}: not true or false ({v!r})")
+            elif f.name in ("baseline", "severity", "cost", "error"):
+                if not isinstance(v, str):
+                    raise ValueError(f"{f.name}: not a string ({v!r})")
+            elif kind is not str:
+                if _number(v) is None:
+                    raise ValueError(f"{f.name}: not a number ({v!r})")
+            setattr(out, f.name, v)
+        return out
+
+
+def write_status(directory: Path, status: RunStatus) -> None:
+    """Replace ``directory``/status.json whole: a temporary file, then a rename."""
+    path = Path(directory) / STATUS_FILE
+    tmp = path.with_name(f".{STATUS_FILE}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(status.to_json(), allow_nan=False), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    return float(v) if math.isfinite(v) else None
+
+
+def _count(v: Any) -> int | None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        return None
+    return int(v)
+
+
+def _too_short(detector: Any) -> bool:
+    """Whether a ``baseline`` event's detector says its calibration asked for more windows."""
+    if not isinstance(detector, dict):
+        return False
+    cals = detector.get("calibrations")
+    groups = cals.values() if isinstance(cals, dict) else [detector]
+    return any(isinstance(g, dict) and g.get("too_short") is True for g in groups)
