@@ -59,7 +59,20 @@ def _add_bench(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     c.add_argument("--baselines", default="pendulum,rl",
                    help="pendulum (800 windows, 1/h) and/or rl (2,015 windows, 1/10h)")
     c.set_defaults(func=_run_bench_calibrate)
+    r = bsub.add_parser("runs", help="listing and refreshing 10, 100, 1,000 runs vs reading "
+                        "every events.jsonl whole")
+    r.add_argument("--ssh", metavar="URL", default=None,
+                   help="also over SFTP: ssh://[user@]host[:port] (the temporary folder's "
+                   "path is appended; your ~/.ssh setup is used)")
+    r.set_defaults(func=_run_bench_runs)
     return bsub
+
+
+def _run_bench_runs(args: argparse.Namespace) -> int:
+    from idt_desk.cli.bench_runs import bench_runs
+
+    bench_runs(ssh=args.ssh)
+    return 0
 
 
 def _run_bench_calibrate(args: argparse.Namespace) -> int:
