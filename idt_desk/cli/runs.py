@@ -58,6 +58,7 @@ def _run_runs(args: argparse.Namespace) -> int:
     check_float("--silence", args.silence, 0.5)
     within = None if args.active_within is None else \
         parse_duration(args.active_within, "--active-within")
+    index = None
     try:
         index = RunIndex(args.path, silence=args.silence)
         rows = index.refresh()
@@ -68,9 +69,8 @@ def _run_runs(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise InputError(f"{args.path}: cannot list it: {exc.strerror or exc}") from None
     finally:
-        close = getattr(locals().get("index") and index.files, "close", None)
-        if close is not None:
-            close()
+        if index is not None and hasattr(index.files, "close"):
+            index.files.close()  # an SFTP connection
     now = time.time()
     shown = select(rows, args.filter, within, now)
     if args.json:
