@@ -30,13 +30,13 @@ import os
 import posixpath
 import stat as stat_mod
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from idt_desk.recordings.status import STATUS_FILE, RunStatus
 
-__all__ = ["COLUMNS", "Files", "LocalFiles", "RunIndex", "open_files", "row_line", "select"]
+__all__ = ["COLUMNS", "Files", "LocalFiles", "OneByOne", "RunIndex", "open_files", "row_line",
+           "select"]
 
 #: The keys of a listed run (``idt-desk runs --json``), in the table's order.
 COLUMNS = ("path", "state", "transitions", "windows", "baseline", "alarms", "last_alarm",
@@ -44,7 +44,12 @@ COLUMNS = ("path", "state", "transitions", "windows", "baseline", "alarms", "las
 
 
 class Files(Protocol):
-    """What :class:`RunIndex` needs of a file system (paths are POSIX strings)."""
+    """What :class:`RunIndex` and a followed recording need of a file system.
+
+    Paths are POSIX strings. The ``*_many`` forms take a list and answer in its order; a
+    server's files answer them in one go (requests pipelined over one connection), so a
+    refresh of 1,000 runs costs a few round trips, not thousands.
+    """
 
     root: str
 
@@ -55,13 +60,45 @@ class Files(Protocol):
         """
 
     def stat(self, path: str) -> tuple[float, int] | None:
-        """(modification time, size) of a file, or None when it is not there."""
+        """(modification time, size) of a file or folder, or None when it is not there."""
 
     def read(self, path: str, offset: int = 0) -> bytes:
-        """The file's bytes from ``offset`` on."""
+        """A regular file's bytes from ``offset`` on (OSError for anything else)."""
+
+    def stat_many(self, paths: list[str]) -> list[tuple[float, int] | None]:
+        """:meth:`stat` of each path."""
+
+    def listdir_many(self, paths: list[str]) -> list[list[tuple[str, str, float]] | OSError]:
+        """:meth:`listdir` of each path; a folder that cannot be listed gives its OSError."""
+
+    def read_many(self, paths: list[str]) -> list[bytes | OSError]:
+        """:meth:`read` of each whole file; one that cannot be read gives its OSError."""
 
 
-class LocalFiles:
+class OneByOne:
+    """The ``*_many`` forms of :class:`Files` as a loop over the single ones."""
+
+    def stat_many(self, paths: list[str]) -> list[tuple[float, int] | None]:
+        """See :meth:`Files.stat_many`."""
+        return [self.stat(p) for p in paths]  # type: ignore[attr-defined]
+
+    def listdir_many(self, paths: list[str]) -> list[list[tuple[str, str, float]] | OSError]:
+        """See :meth:`Files.listdir_many`."""
+        return [_or_error(self.listdir, p) for p in paths]  # type: ignore[attr-defined]
+
+    def read_many(self, paths: list[str]) -> list[bytes | OSError]:
+        """See :meth:`Files.read_many`."""
+        return [_or_error(self.read, p) for p in paths]  # type: ignore[attr-defined]
+
+
+def _or_error(fn: Any, path: str) -> Any:
+    try:
+        return fn(path)
+    except OSError as exc:
+        return exc
+
+
+class LocalFiles(OneByOne):
     """The files under ``root`` on this machine."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -94,8 +131,11 @@ class LocalFiles:
         return st.st_mtime, st.st_size
 
     def read(self, path: str, offset: int = 0) -> bytes:
-        """See :meth:`Files.read`."""
-        with open(path, "rb") as f:
+        """See :meth:`Files.read`. A FIFO or a device is refused, never waited on."""
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with open(fd, "rb") as f:
+            if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(f"{path}: not a regular file")
             f.seek(offset)
             return f.read()
 
@@ -159,61 +199,84 @@ class RunIndex:
         """
         now = time.time() if now is None else now
         self.opened = 0
-        root = self.files.root
-        runs = list(self._find(root))
+        runs = self._find(self.files.root)
         for gone in set(self._runs) - set(runs):
             del self._runs[gone]
-        rows = [self._row(path, self._update(path), now) for path in runs]
+        self._update(runs)
+        rows = [self._row(path, self._runs[path], now) for path in runs]
         rows.sort(key=lambda r: (r["alarms"] == 0 and r["state"] != "error",
                                  -(r["active"] or 0.0), r["path"]))
         return rows
 
-    def _find(self, top: str) -> Iterable[str]:
-        """Run folders under ``top``; a folder's listing re-read only when it changed."""
-        stack, seen = [top], set()
-        while stack:
-            d = stack.pop()
-            if d in seen:
-                continue
-            seen.add(d)
-            mtime = self.files.stat(d)
-            cached = self._dirs.get(d)
-            if cached is None or mtime is None or cached[0] != mtime[0]:
-                try:
-                    entries = self.files.listdir(d)
-                except OSError:
+    def _find(self, top: str) -> list[str]:
+        """Run folders under ``top``, a level at a time.
+
+        One batch of stats a level, and one of listings of the folders whose modification
+        time moved.
+        """
+        found: list[str] = []
+        level: list[str] = [top]
+        seen: set[str] = set()
+        while level:
+            level = [d for d in dict.fromkeys(level) if d not in seen]
+            seen.update(level)
+            stale = [(d, st) for d, st in zip(level, self.files.stat_many(level), strict=True)
+                     if st is None or self._dirs.get(d, (None,))[0] != st[0]]
+            listings = self.files.listdir_many([d for d, _ in stale])
+            for (d, st), entries in zip(stale, listings, strict=True):
+                if isinstance(entries, OSError):
                     if d == top:
-                        raise
+                        raise entries
+                    self._dirs.pop(d, None)
                     continue
                 is_run = any(n == "config.json" and k == "file" for n, k, _ in entries)
                 subdirs = sorted(posixpath.join(d, n) for n, k, _ in entries
                                  if k == "dir" and not n.startswith("."))
-                cached = (mtime[0] if mtime else 0.0, subdirs, is_run)
-                self._dirs[d] = cached
-            if cached[2]:
-                yield d
-            else:
-                stack.extend(reversed(cached[1]))
+                self._dirs[d] = (st[0] if st else 0.0, subdirs, is_run)
+            below: list[str] = []
+            for d in level:
+                if d in self._dirs:
+                    _, subdirs, is_run = self._dirs[d]
+                    if is_run:
+                        found.append(d)  # a run's own folder is not searched further
+                    else:
+                        below.extend(subdirs)
+            level = below
+        return found
 
-    def _update(self, path: str) -> _Run:
-        run = self._runs.setdefault(path, _Run())
-        run.error = None
-        st = self.files.stat(posixpath.join(path, STATUS_FILE))
-        try:
-            if st is not None:
-                if st != run.key:
-                    self.opened += 1
-                    data = json.loads(self.files.read(posixpath.join(path, STATUS_FILE)))
-                    run.status, run.key, run.legacy = RunStatus.from_json(data), st, False
-                run.active = run.status.beat_wall or run.status.rows_wall
+    def _update(self, paths: list[str]) -> None:
+        """Each run's status: the status files that changed read in one batch."""
+        names = [posixpath.join(p, STATUS_FILE) for p in paths]
+        changed = []
+        for path, st in zip(paths, self.files.stat_many(names), strict=True):
+            run = self._runs.setdefault(path, _Run())
+            run.error = None
+            if st is None:
+                try:
+                    self._fold_events(path, run)
+                except FileNotFoundError:
+                    run.error = "vanished while being read"
+                except (OSError, ValueError, UnicodeDecodeError) as exc:
+                    run.error = f"events.jsonl: {_one_line(exc)}"
+            elif st != run.key:
+                changed.append((path, st))
             else:
-                self._fold_events(path, run)
-        except FileNotFoundError:
-            run.error = "vanished while being read"
-        except (OSError, ValueError, UnicodeDecodeError) as exc:
-            what = STATUS_FILE if st is not None else "events.jsonl"
-            run.error = f"{what}: {_one_line(exc)}"
-        return run
+                run.active = run.status.beat_wall or run.status.rows_wall
+        self.opened += len(changed)
+        datas = self.files.read_many([posixpath.join(p, STATUS_FILE) for p, _ in changed])
+        for (path, st), data in zip(changed, datas, strict=True):
+            run = self._runs[path]
+            try:
+                if isinstance(data, OSError):
+                    raise data
+                status = RunStatus.from_json(json.loads(data))
+            except FileNotFoundError:
+                run.error = "vanished while being read"
+            except (OSError, ValueError, UnicodeDecodeError) as exc:
+                run.error = f"{STATUS_FILE}: {_one_line(exc)}"
+            else:
+                run.status, run.key, run.legacy = status, st, False
+                run.active = status.beat_wall or status.rows_wall
 
     def _fold_events(self, path: str, run: _Run) -> None:
         """A run without a status file: its config, and its events' new whole lines."""
