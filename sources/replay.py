@@ -47,7 +47,9 @@ class ReplaySource(Source):
     label = "Replay a recording"
     description = "Re-run a recorded session through the IDT pipeline at any speed."
     settings = (
-        Param("path", "", "Recording", help="recording directory"),
+        Param("path", "", "Recording",
+              help="recording directory, or ssh://[user@]host[:port]/path on a server "
+                   "(read over SFTP, always as if followed)"),
         Param("follow", False, "Follow while written",
               help="keep up with a recording that is still being written (idt-desk watch)"),
         Param("silence", 10.0, "Writer silent after", 0.5, 86_400.0, unit="s",
@@ -64,27 +66,20 @@ class ReplaySource(Source):
         path = self.config["path"]
         if not path:
             raise ValueError("replay: set 'path' to a recording directory")
-        self.follow = bool(self.config["follow"])
+        # A server's recording is read as it is followed (by byte offset over SFTP): a run
+        # that has ended is read to its end and stops there, as a replay does.
+        self.follow = bool(self.config["follow"]) or str(path).startswith("ssh://")
         #: Said once before the replay runs (the command line, the GUI's banner): what the
         #: recording lacks. None for a complete recording.
         self.notice: str | None = None
         self._tail: RecordingTail | None = None
         if self.follow:
             self._tail = tail = RecordingTail(path)
-            deadline = time.monotonic() + float(self.config["wait"])
-            early_rows, events = [], []
-            # The writer logs recording_start (the pipeline to rebuild) when it opens.
-            while True:
-                if tail.ready():
-                    got, new = tail.poll()
-                    early_rows.append(got)
-                    events.extend(new)
-                    if any(e.get("kind") == "recording_start" for e in events):
-                        break
-                if time.monotonic() > deadline:
-                    raise ValueError(f"replay: no recording started in {path} within "
-                                     f"{self.config['wait']:g} s")
-                time.sleep(0.05)
+            try:
+                early_rows, events = self._first_rows(tail)
+            except BaseException:
+                tail.close()
+                raise
             config = tail.config
             rows = np.concatenate(early_rows)
         else:
@@ -378,6 +373,29 @@ class ReplaySource(Source):
             if time.monotonic() > deadline or self.should_stop():
                 return []
             time.sleep(0.005)
+
+    def _first_rows(self, tail: RecordingTail) -> tuple[list[np.ndarray], list[dict[str, Any]]]:
+        """Wait for the writer to start (``wait``); what it wrote so far."""
+        deadline = time.monotonic() + float(self.config["wait"])
+        early_rows: list[np.ndarray] = []
+        events: list[dict[str, Any]] = []
+        # The writer logs recording_start (the pipeline to rebuild) when it opens.
+        while True:
+            if tail.ready():
+                got, new = tail.poll()
+                early_rows.append(got)
+                events.extend(new)
+                if any(e.get("kind") == "recording_start" for e in events):
+                    return early_rows, events
+            if time.monotonic() > deadline:
+                raise ValueError(f"replay: no recording started in {tail.path} within "
+                                 f"{self.config['wait']:g} s")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        """Let the followed recording go (a server's connection is closed)."""
+        if self._tail is not None:
+            self._tail.close()
 
     def step(self, n: int) -> Batch:
         """The next ``n`` recorded transitions, cut so every event lands on a batch start.

@@ -9,6 +9,9 @@ import numba
 import pytest
 from hypothesis import HealthCheck, settings
 
+#: Fixtures of an SSH server on 127.0.0.1 (``sshd``, ``ssh_home``).
+pytest_plugins = ["tests.ssh_server"]
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # The window remembers its size and place (QSettings): never the user's, never across tests'
 # processes.

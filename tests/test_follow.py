@@ -23,6 +23,7 @@ from idt_desk_sources.replay import ReplaySource
 
 from idt_desk.live.session import Session, SessionConfig, run_headless
 from idt_desk.recordings import RecordingTail, load_recording
+from tests.cli_call import call
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = ("start", "end", "P", "H_f", "H_b", "dH", "out_of_range", "x_P", "x_H_f", "x_H_b",
@@ -243,3 +244,41 @@ def test_a_loop_recorded_without_a_rate_is_replayed_in_large_steps(tmp_path):
     src = ReplaySource(path=str(tmp_path / "run"))
     assert src.rate == 1.0 and src.chunk == ReplaySource.chunk * MAX_SPEED_CHUNKS
     assert len(src.step(src.chunk)) == 500
+
+
+def test_a_servers_run_is_followed_over_ssh_with_the_users_own_setup(tmp_path, ssh_home):
+    """ssh://127.0.0.1/… while the writer writes: the same windows as the writer's own.
+
+    No options are passed: the key and known_hosts come from the user's ~/.ssh, as they would
+    for `idt-desk watch ssh://host/run`.
+    """
+    src, out = tmp_path / "run", tmp_path / "follower"
+    n = 6000
+    proc = _writer(src, n, 400, 0.1)
+    _wait_for_bytes(src, 20_000)
+    source = ReplaySource(path=f"ssh://127.0.0.1:{ssh_home}{src}", silence=10.0, wait=60.0)
+    assert source.follow  # a server's run is read as it is followed, to its end
+    session = Session(SessionConfig(speed=None), source=source, record=out)
+    run_headless(session)
+    proc.wait(60)
+    follower, writer = load_recording(out), load_recording(src)
+    assert writer.complete and len(follower.transitions) == len(writer.transitions) == n
+    _same(follower, writer)
+    assert session.error is None and not _events(follower, "note").shape[0]
+    # Followed again once it has ended: read to its end and stopped, as a replay.
+    source = ReplaySource(path=f"ssh://127.0.0.1:{ssh_home}{src}")
+    session = Session(SessionConfig(speed=None), source=source, record=tmp_path / "again")
+    run_headless(session)
+    assert len(load_recording(tmp_path / "again").transitions) == n
+
+
+def test_a_server_that_cannot_be_reached_or_trusted_is_one_line(tmp_path, ssh_home):
+    from idt_desk.errors import InputError
+
+    (tmp_path / "home" / ".ssh" / "known_hosts").write_text("")
+    with pytest.raises(InputError, match="host key is not trusted") as err:
+        ReplaySource(path=f"ssh://127.0.0.1:{ssh_home}{tmp_path}")
+    assert "\n" not in str(err.value)
+    rc, _out, err = call(["run", "--source", "replay", "--set",
+                          f"path=ssh://127.0.0.1:{ssh_home}{tmp_path}"])
+    assert rc == 2 and err.count("\n") == 1 and "host key is not trusted" in err, err

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
-import threading
 import time
 
 import numpy as np
@@ -129,6 +127,22 @@ def test_a_run_without_a_status_file_is_read_from_its_events_line_by_line(tmp_pa
     assert index.opened == 1
 
 
+def test_the_baseline_progress_is_the_monitors_own(tmp_path):
+    # The windows the symbols are calibrated on are not baseline windows: a writer counts
+    # them after its "calibrated" event, and the listing must not count them twice.
+    import idt_desk
+
+    x, u = np.random.default_rng(0).normal(size=(501, 1)), np.zeros((500, 1))
+    with idt_desk.Recorder(tmp_path / "a", ["x"], ["u"], window=20, stride=10,
+                           calibration_windows=5, baseline_windows=100) as rec:
+        rec.add(x[:-1], u, x[1:])
+        rec.flush()
+        have, need = rec.snapshot().baseline_progress
+        rows = RunIndex(tmp_path).refresh()
+        assert rows[0]["windows"] == 49 and (have, need) == (44, 100)
+        assert rows[0]["baseline"] == f"gathering {have}/{need}"
+
+
 def test_one_bad_run_is_one_line_and_the_others_list(tmp_path):
     for name in ("good", "bad"):
         rec = _recorder(tmp_path / name)
@@ -185,34 +199,11 @@ def test_the_command_lists_filters_and_says_when_there_is_nothing(fleet, capsys,
 import asyncssh  # noqa: E402 - the remote extra, in [test]
 
 
-@pytest.fixture(scope="module")
-def sshd():
-    """An SSH server on 127.0.0.1 (a host key and one client key of its own)."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    host_key = asyncssh.generate_private_key("ssh-ed25519")
-    client_key = asyncssh.generate_private_key("ssh-ed25519")
-    authorized = asyncssh.import_authorized_keys(client_key.export_public_key().decode())
-
-    async def listen():
-        return await asyncssh.listen("127.0.0.1", 0, server_host_keys=[host_key],
-                                     authorized_client_keys=authorized, sftp_factory=True)
-
-    server = asyncio.run_coroutine_threadsafe(listen(), loop).result()
-    port = server.sockets[0].getsockname()[1]
-    known = asyncssh.import_known_hosts(
-        f"[127.0.0.1]:{port} {host_key.export_public_key().decode()}")
-    yield port, {"known_hosts": known, "client_keys": [client_key], "agent_path": None}
-    server.close()
-    loop.call_soon_threadsafe(loop.stop)
-
-
 def test_the_same_runs_over_ssh(fleet, sshd):
     from idt_desk.recordings.remote import SFTPFiles
 
     root, _open = fleet
-    port, options = sshd
+    port, options = sshd.port, sshd.options
     files = SFTPFiles(f"ssh://tester@127.0.0.1:{port}{root}", **options)
     try:
         index = RunIndex(files)
@@ -235,7 +226,7 @@ def test_the_same_runs_over_ssh(fleet, sshd):
 def test_an_unknown_host_key_is_refused_in_one_line(sshd, tmp_path):
     from idt_desk.recordings.remote import SFTPFiles
 
-    port, options = sshd
+    port, options = sshd.port, sshd.options
     stranger = asyncssh.import_known_hosts(
         f"[127.0.0.1]:{port} "
         f"{asyncssh.generate_private_key('ssh-ed25519').export_public_key().decode()}")

@@ -64,21 +64,25 @@ def test_without_a_first_event_the_configs_start_time_orders_the_runs(tmp_path):
     assert newest_recording(tmp_path) == tmp_path / "early"
 
 
-def test_watch_lists_the_runs_and_follows_the_one_that_started_last(tmp_path):
+def _watch(path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "idt_desk.cli", "watch", str(path),
+                           "--quit-after", "0.5"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+
+
+def test_watch_on_one_run_follows_it_and_on_several_lists_them(tmp_path):
     a = _open_run(tmp_path / "first")
+    a.close()
+    r = _watch(tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"following {tmp_path / 'first'}; a run that starts in {tmp_path}" in r.stderr
     time.sleep(0.02)
     b = _open_run(tmp_path / "second")
     b.close()
-    a.close()  # closed last: its config.json is the newest file
-    r = subprocess.run([sys.executable, "-m", "idt_desk.cli", "watch", str(tmp_path),
-                        "--quit-after", "0.5"], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    r = _watch(tmp_path)
     assert r.returncode == 0, r.stderr
-    assert f"2 runs in {tmp_path}" in r.stderr
-    lines = r.stderr.splitlines()
-    listed = [ln.split()[0] for ln in lines if ln.startswith("  ")]
-    assert listed == ["first", "second"]
-    assert f"following {tmp_path / 'second'}; a run that starts in {tmp_path}" in r.stderr
+    assert f"2 runs in {tmp_path} (0 alarmed); the window lists them" in r.stderr
+    assert "following" not in r.stderr
 
 
 def _writer(path: Path, n: int, chunk: int, delay: float) -> subprocess.Popen:

@@ -24,13 +24,16 @@ def run_gui(
     schedule: Any = None,
     size: tuple[int, int] | None = None,
     watch_folder: Path | None = None,
+    fleet: Any = None,
+    fleet_location: str = "",
 ) -> int:
     """Open the main window; optionally start, screenshot after ``quit_after`` s, and quit.
 
     ``schedule``: (transition, command, arguments) to apply, or a function of the built
     source that gives them (a source that is slow to load is built in the window).
     ``watch_folder``: a folder of runs (``idt-desk watch FOLDER``); the window follows a run
-    that starts there later in its turn.
+    that starts there later in its turn. ``fleet``: the runs of a watched folder (a
+    :class:`~idt_desk.recordings.runs.RunIndex`), shown as a table the window opens on.
     """
     from idt_desk_widgets.main_window import MainWindow
     from PySide6.QtCore import QTimer
@@ -46,7 +49,7 @@ def run_gui(
     # ``record`` is the recording itself (as `run --record`), later ones go beside it.
     win = MainWindow(source=source, settings=settings or {}, speed=speed,
                      record_dir=None if record is None else record.expanduser().parent,
-                     watch_folder=watch_folder)
+                     watch_folder=watch_folder, fleet=fleet, fleet_location=fleet_location)
     win.record_panel.next_record_path = None if record is None else record.expanduser()
     app.aboutToQuit.connect(win.shutdown)
     remembered = _window_settings()

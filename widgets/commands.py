@@ -75,11 +75,16 @@ def _window_options(args: argparse.Namespace) -> tuple[int, int] | None:
 
 def _watch_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
-        "PATH is a recording, or a folder of them: then the runs are listed "
-        "and the one that started last is followed; when a new run starts in the folder, "
-        "the window switches to it. Waits for the writer to start. Headless, the same is "
-        "`idt-desk run --source replay --set path=RUN --set follow=true`.")
-    p.add_argument("path", type=Path, help="a recording directory, or a folder of runs")
+        "PATH is a recording, or a folder of runs (searched recursively; local, or "
+        "ssh://[user@]host[:port]/path on a server, read over SFTP with your ~/.ssh setup). "
+        "A folder of several runs opens on their table (alarmed first, kept live): "
+        "double-click a run to follow it, Alt+Left or '◀ All runs' to come back. A folder "
+        "with one run or none (here) follows the one that started last, and a run that "
+        "starts there later in its turn. Waits for the writer to start. Headless, the same "
+        "is `idt-desk run --source replay --set path=RUN --set follow=true`; the list is "
+        "`idt-desk runs PATH`.")
+    p.add_argument("path", help="a recording directory, or a folder of runs (a path, or "
+                   "ssh://[user@]host[:port]/path)")
     p.add_argument("--silence", type=float, default=10.0,
                    help="seconds without new data (and no session_end) after which the "
                    "writer counts as stopped (default 10)")
@@ -96,19 +101,44 @@ def _run_watch(args: argparse.Namespace) -> int:
     from idt_desk_widgets.app import run_gui
 
     from idt_desk.recordings import newest_recording, runs_by_start
+    from idt_desk.recordings.runs import RunIndex, root_problem
 
     check_float("--silence", args.silence, 0.5)
     check_float("--wait", args.wait, 0.0)
     size = _window_options(args)
+    text = str(args.path)
+    follow = {"follow": True, "silence": args.silence, "wait": args.wait}
+    window = dict(screenshot=args.screenshot, quit_after=args.quit_after, size=size)
+    path = Path(text).expanduser()
+    if text.startswith("ssh://") or (path.is_dir() and not (path / "config.json").exists()):
+        index = RunIndex(text if text.startswith("ssh://") else path, silence=args.silence)
+        try:
+            try:
+                rows = index.refresh()
+            except OSError as exc:
+                raise InputError(root_problem(text, exc)) from None
+            if [r["path"] for r in rows] == ["."]:  # the URL names one run: follow it
+                index.close()
+                return run_gui(source="replay", settings={"path": text, **follow},
+                               start=True, speed=None, **window)
+            if text.startswith("ssh://") or len(rows) >= 2:
+                alarmed = sum(1 for r in rows if r["alarms"])
+                print(f"idt-desk watch: {len(rows)} run{'s' if len(rows) != 1 else ''} in "
+                      f"{text} ({alarmed} alarmed); the window lists them (double-click one "
+                      "to follow it)", file=sys.stderr)
+                return run_gui(source="replay", settings={"path": "", **follow},
+                               start=False, speed=None, fleet=index, fleet_location=text,
+                               **window)
+        finally:
+            index.close()
+    args.path = path
     run = newest_recording(args.path)
     if run is None:
         # The window opens at once and waits there (it follows the first run that starts).
         print(f"idt-desk watch: no recording in {args.path} yet; the window waits for one",
               file=sys.stderr)
-        return run_gui(source="replay", settings={"path": "", "follow": True,
-                                                  "silence": args.silence, "wait": args.wait},
-                       start=False, speed=None, screenshot=args.screenshot,
-                       quit_after=args.quit_after, size=size, watch_folder=args.path)
+        return run_gui(source="replay", settings={"path": "", **follow},
+                       start=False, speed=None, watch_folder=args.path, **window)
     folder = None if run == args.path else args.path
     if folder is not None:
         runs = runs_by_start(folder)
@@ -126,10 +156,8 @@ def _run_watch(args: argparse.Namespace) -> int:
     print(f"idt-desk watch: following {run}"
           + (f"; a run that starts in {folder} later is followed in its turn"
              if folder is not None else ""), file=sys.stderr)
-    return run_gui(source="replay", settings={"path": str(run), "follow": True,
-                                              "silence": args.silence, "wait": args.wait},
-                   start=True, speed=None, screenshot=args.screenshot,
-                   quit_after=args.quit_after, size=size, watch_folder=folder)
+    return run_gui(source="replay", settings={"path": str(run), **follow},
+                   start=True, speed=None, watch_folder=folder, **window)
 
 
 def _run_gui(args: argparse.Namespace) -> int:

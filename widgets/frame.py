@@ -20,7 +20,7 @@ from idt_desk_widgets.agency import AgencyPanel
 from idt_desk_widgets.alarms import AlarmPanel
 from idt_desk_widgets.columns import CentreSplit, ControlColumn, SideColumn
 from idt_desk_widgets.events import EventLog
-from idt_desk_widgets.forms import WheelGuard
+from idt_desk_widgets.forms import ElidedLabel, WheelGuard
 from idt_desk_widgets.pipeline_panel import PipelinePanel
 from idt_desk_widgets.plots import MetricPlots, PlotNavigator, ReturnPlot
 from idt_desk_widgets.recording import RecordPanel
@@ -30,9 +30,12 @@ from idt_desk_widgets.switches import SwitchPanel, declared
 from idt_desk_widgets.views import make_view
 from PySide6.QtWidgets import (
     QApplication,
+    QHBoxLayout,
     QLabel,
     QMainWindow,
+    QPushButton,
     QSplitter,
+    QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -97,15 +100,30 @@ class WindowFrame(QMainWindow):
         gl.addWidget(self.returns)
         # The event log under the plots; its handle drags it larger, or shut.
         self.centre_split = CentreSplit(graphs, self.events, self)
+        # Watching a folder of runs: back from the followed run to them (shown then only).
+        self.back_bar = QWidget(self)
+        bl = QHBoxLayout(self.back_bar)
+        bl.setContentsMargins(4, 2, 4, 2)
+        self.back_button = QPushButton("◀ All runs", self.back_bar)
+        self.back_button.setToolTip("Back to the table of the watched folder's runs (Alt+Left); "
+                                    "the followed run goes on being followed")
+        self.back_label = ElidedLabel("", self.back_bar)
+        bl.addWidget(self.back_button)
+        bl.addWidget(self.back_label, 1)
+        self.back_bar.hide()
         centre = QWidget(self)
         cl = QVBoxLayout(centre)
         cl.setContentsMargins(0, 0, 0, 0)
+        cl.addWidget(self.back_bar)
         cl.addWidget(self.banner)
         cl.addWidget(self.centre_split, 1)
+        #: The centre: the plots page, and the fleet's table when a folder of runs is watched.
+        self.centre_stack = QStackedWidget(self)
+        self.centre_stack.addWidget(centre)
         self.right_scroll = SideColumn((self.alarms, self.agency), self)
 
         self.main_split = QSplitter(self)
-        for column in (self.controls_scroll, centre, self.right_scroll):
+        for column in (self.controls_scroll, self.centre_stack, self.right_scroll):
             self.main_split.addWidget(column)
         self.main_split.setStretchFactor(1, 1)
         self.main_split.setSizes([380, 720, 320])

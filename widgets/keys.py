@@ -22,6 +22,7 @@ SHORTCUTS = (
     ("Ctrl+R", "Record on / off", "toggle_recording"),
     ("Ctrl+S", "Save the plots (PNG)…", "save_plots"),
     ("Ctrl+Q", "Quit", "quit_asking"),
+    ("Alt+Left", "Back to the watched folder's runs", "show_fleet"),
 )
 
 

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from idt_desk_widgets.fleet import FleetView
 from idt_desk_widgets.forms import set_quietly
 from idt_desk_widgets.frame import WindowFrame
 from idt_desk_widgets.keys import install_shortcuts, may_discard, may_recalibrate
@@ -40,6 +41,7 @@ from idt_desk.live.ranges import recheck_text
 from idt_desk.live.session import Session, Snapshot
 from idt_desk.live.source import Source
 from idt_desk.recordings import RecordingError
+from idt_desk.recordings.runs import RunIndex
 
 __all__ = ["MainWindow"]
 
@@ -68,6 +70,13 @@ class MainWindow(WindowFrame):
         A folder of runs being watched (``idt-desk watch FOLDER``): once a second the window
         looks for a run that has started there since, and follows it (the replay source,
         following) in place of the one it follows.
+    fleet
+        The runs of a watched folder (``idt-desk watch`` on a folder of several runs, or on
+        ``ssh://``), as a :class:`~idt_desk.recordings.runs.RunIndex`: the window opens on
+        their table (:class:`~idt_desk_widgets.fleet.FleetView`, kept live); a run
+        double-clicked there is followed, and **◀ All runs** (Alt+Left) comes back.
+    fleet_location
+        The watched folder as the user gave it (the table's title).
     """
 
     def __init__(
@@ -78,6 +87,8 @@ class MainWindow(WindowFrame):
         record_dir: str | Path | None = None,
         history: int = 2000,
         watch_folder: str | Path | None = None,
+        fleet: RunIndex | None = None,
+        fleet_location: str = "",
     ) -> None:
         super().__init__(Path(record_dir) if record_dir
                          else Path.home() / "idt-desk-recordings")
@@ -125,6 +136,15 @@ class MainWindow(WindowFrame):
                                      "a recording that starts there is followed at once"
                                      "</small>")
                 self.status_line.say(f"watching {self.watch_folder}: no run yet")
+        #: The table of a watched folder's runs (None: no fleet watched).
+        self.fleet: FleetView | None = None
+        if fleet is not None:
+            self.fleet = FleetView(fleet, fleet_location or fleet.files.root, self)
+            self.fleet.open_run.connect(self.open_run)
+            self.back_button.clicked.connect(self.show_fleet)
+            self.centre_stack.addWidget(self.fleet)
+            self.fleet.start()
+            self.show_fleet()
 
     def _wire(self) -> None:
         """Connect the panels' signals to the window's slots (session commands)."""
@@ -389,6 +409,8 @@ class MainWindow(WindowFrame):
         self.timer.stop()
         if self.watch is not None:
             self.watch.stop()
+        if getattr(self, "fleet", None) is not None:
+            self.fleet.shutdown()
         self.collector.stop()
         self.cancel_loading()
         session = self.session
@@ -570,6 +592,47 @@ class MainWindow(WindowFrame):
         started = self.start_session(schedule=[(0, "note", {"text": text})])
         self.statusBar().showMessage(text, 10_000)
         return started
+
+    def open_run(self, location: str) -> bool:
+        """Follow the run at ``location`` (a path or an ``ssh://`` URL) chosen in the fleet.
+
+        The session that follows another run is stopped first; a session of another source
+        is left alone (the status bar says to stop it first). False when nothing is followed.
+        """
+        if self.session is not None and self.session.running and not self._following():
+            self.statusBar().showMessage("stop the running session first: it is not a "
+                                         "followed run", 10_000)
+            return False
+        self.centre_stack.setCurrentIndex(0)
+        name = location.rstrip("/").rsplit("/", 1)[-1]
+        self.back_bar.show()
+        self.back_label.setText(f"  following {location}")
+        if self.session is not None and self.session.running and \
+                (self.source_panel.settings_form.values().get("path") == location):
+            return True  # already followed: only the page changes
+        self.stop_session(wait=True)
+        if self._source_cls is None or self._source_cls.name != "replay":
+            self._select_source("replay", {})
+        form = self.source_panel.settings_form
+        if form is None:
+            return False
+        form.set_values({"path": location, "follow": True})
+        text = f"following {name} (chosen in the runs of {self.fleet.location})" \
+            if self.fleet is not None else f"following {name}"
+        started = self.start_session(schedule=[(0, "note", {"text": text})], background=True)
+        self.statusBar().showMessage(text, 10_000)
+        return started
+
+    def show_fleet(self) -> None:
+        """Back to the watched folder's runs (the followed run goes on being followed)."""
+        if self.fleet is None:
+            return
+        self.centre_stack.setCurrentWidget(self.fleet)
+        self.fleet.refresh()
+        self.fleet.table.setFocus()
+
+    def _following(self) -> bool:
+        return self._source_cls is not None and self._source_cls.name == "replay"
 
     # -- recording and export ---------------------------------------------------------------
 

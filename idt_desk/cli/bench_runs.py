@@ -69,9 +69,7 @@ def bench_runs(counts: tuple[int, ...] = (10, 100, 1000), ssh: str | None = None
                     t0 = time.perf_counter()
                     index.refresh()
                     warm = time.perf_counter() - t0
-                    close = getattr(index.files, "close", None)
-                    if close:
-                        close()
+                    index.close()
                     t0 = time.perf_counter()
                     _whole(root)
                     whole = time.perf_counter() - t0

@@ -53,7 +53,7 @@ def _add_runs(sub: argparse._SubParsersAction) -> None:
 
 def _run_runs(args: argparse.Namespace) -> int:
     from idt_desk.cli.validate import check_float
-    from idt_desk.recordings.runs import RunIndex, row_line, select
+    from idt_desk.recordings.runs import RunIndex, root_problem, row_line, select
 
     check_float("--silence", args.silence, 0.5)
     within = None if args.active_within is None else \
@@ -62,15 +62,11 @@ def _run_runs(args: argparse.Namespace) -> int:
     try:
         index = RunIndex(args.path, silence=args.silence)
         rows = index.refresh()
-    except FileNotFoundError:
-        raise InputError(f"{args.path}: no such folder") from None
-    except NotADirectoryError:
-        raise InputError(f"{args.path}: not a folder") from None
     except OSError as exc:
-        raise InputError(f"{args.path}: cannot list it: {exc.strerror or exc}") from None
+        raise InputError(root_problem(args.path, exc)) from None
     finally:
-        if index is not None and hasattr(index.files, "close"):
-            index.files.close()  # an SFTP connection
+        if index is not None:
+            index.close()  # an SFTP connection
     now = time.time()
     shown = select(rows, args.filter, within, now)
     if args.json:

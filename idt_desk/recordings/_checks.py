@@ -64,13 +64,18 @@ def read_config(path: Path) -> dict[str, Any]:
         Not a regular file of the folder, not JSON, not this format, or a field a reader
         uses of the wrong type or range (one line naming the file and the field).
     """
-    where = f"{path}/config.json"
     check_regular(path / "config.json")
-    config = parse_json(_read_lines(path / "config.json"), where)
+    return parse_config(_read_lines(path / "config.json"), str(path))
+
+
+def parse_config(raw: bytes, run: str) -> dict[str, Any]:
+    """config.json's bytes (of the recording ``run`` names), parsed and checked."""
+    where = f"{run}/config.json"
+    config = parse_json(raw, where)
     if not isinstance(config, dict) or config.get("format_version") != FORMAT_VERSION:
         found = config.get("format_version") if isinstance(config, dict) else \
             type(config).__name__
-        raise RecordingError(f"{path}: not an IDT Desk recording of format {FORMAT_VERSION} "
+        raise RecordingError(f"{run}: not an IDT Desk recording of format {FORMAT_VERSION} "
                              f"(config.json says format_version {_show(found)})")
     return check_config(config, where)
 

@@ -19,7 +19,7 @@ import asyncio
 import posixpath
 import threading
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from idt_desk.errors import InputError
 
@@ -86,6 +86,8 @@ class SFTPFiles:
         if port:
             kw["port"] = port
         where = f"ssh://{host}{f':{port}' if port else ''}"
+        #: The URL's ``ssh://[user@]host[:port]`` (a path appended names a file there).
+        self.prefix = f"ssh://{f'{user}@' if user else ''}{host}{f':{port}' if port else ''}"
         try:
             self._conn, self._sftp = self._call(self._connect(host, kw))
         except asyncssh.HostKeyNotVerifiable as exc:
@@ -121,6 +123,10 @@ class SFTPFiles:
     def listdir(self, path: str) -> list[tuple[str, str, float]]:
         """See :meth:`idt_desk.recordings.runs.Files.listdir`."""
         return self._call(self._listdir(path))
+
+    def location(self, path: str) -> str:
+        """See :meth:`idt_desk.recordings.runs.Files.location`: the path's URL."""
+        return self.prefix + quote(path)
 
     def stat_many(self, paths: list[str]) -> list[tuple[float, int] | None]:
         """See :meth:`idt_desk.recordings.runs.Files.stat_many`: pipelined."""
@@ -182,18 +188,18 @@ class SFTPFiles:
         # Whole seconds over SFTP v3: the size tells a rewrite within a second apart.
         return float(attrs.mtime or 0), int(attrs.size or 0)
 
-    def read(self, path: str, offset: int = 0) -> bytes:
+    def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
         """See :meth:`idt_desk.recordings.runs.Files.read`."""
-        return self._call(self._read(path, offset))
+        return self._call(self._read(path, offset, size))
 
-    async def _read(self, path: str, offset: int) -> bytes:
+    async def _read(self, path: str, offset: int, size: int = -1) -> bytes:
         a = self._asyncssh
         try:
             # Checked before opening: the server's sftp-server would block on a FIFO.
             if (await self._sftp.stat(path)).type != a.FILEXFER_TYPE_REGULAR:
                 raise OSError(f"{path}: not a regular file")
             async with self._sftp.open(path, "rb") as f:
-                return await f.read(-1, offset)
+                return await f.read(size, offset)
         except a.SFTPNoSuchFile:
             raise FileNotFoundError(path) from None
         except a.SFTPError as exc:

@@ -35,8 +35,8 @@ from typing import Any, Protocol
 
 from idt_desk.recordings.status import STATUS_FILE, RunStatus
 
-__all__ = ["COLUMNS", "Files", "LocalFiles", "OneByOne", "RunIndex", "open_files", "row_line",
-           "select"]
+__all__ = ["COLUMNS", "Files", "LocalFiles", "OneByOne", "RunIndex", "open_files", "root_problem",
+           "row_line", "select"]
 
 #: The keys of a listed run (``idt-desk runs --json``), in the table's order.
 COLUMNS = ("path", "state", "transitions", "windows", "baseline", "alarms", "last_alarm",
@@ -62,8 +62,14 @@ class Files(Protocol):
     def stat(self, path: str) -> tuple[float, int] | None:
         """(modification time, size) of a file or folder, or None when it is not there."""
 
-    def read(self, path: str, offset: int = 0) -> bytes:
-        """A regular file's bytes from ``offset`` on (OSError for anything else)."""
+    def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
+        """A regular file's bytes from ``offset`` on, at most ``size`` (all: -1).
+
+        Anything but a regular file (a FIFO, a device) raises OSError, never waited on.
+        """
+
+    def location(self, path: str) -> str:
+        """What names ``path`` for a reader elsewhere: a local path, or an ``ssh://`` URL."""
 
     def stat_many(self, paths: list[str]) -> list[tuple[float, int] | None]:
         """:meth:`stat` of each path."""
@@ -122,6 +128,10 @@ class LocalFiles(OneByOne):
                 out.append((e.name, kind, st.st_mtime))
         return out
 
+    def location(self, path: str) -> str:
+        """See :meth:`Files.location`."""
+        return path
+
     def stat(self, path: str) -> tuple[float, int] | None:
         """See :meth:`Files.stat`."""
         try:
@@ -130,14 +140,14 @@ class LocalFiles(OneByOne):
             return None
         return st.st_mtime, st.st_size
 
-    def read(self, path: str, offset: int = 0) -> bytes:
-        """See :meth:`Files.read`. A FIFO or a device is refused, never waited on."""
+    def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
+        """See :meth:`Files.read`."""
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         with open(fd, "rb") as f:
             if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
                 raise OSError(f"{path}: not a regular file")
             f.seek(offset)
-            return f.read()
+            return f.read(size)
 
 
 def open_files(location: str | os.PathLike[str]) -> Files:
@@ -207,6 +217,18 @@ class RunIndex:
         rows.sort(key=lambda r: (r["alarms"] == 0 and r["state"] != "error",
                                  -(r["active"] or 0.0), r["path"]))
         return rows
+
+    def location(self, row: dict[str, Any]) -> str:
+        """Where a listed run is, to follow it: a local path or an ``ssh://`` URL."""
+        root = self.files.root
+        return self.files.location(root if row["path"] == "." else
+                                   posixpath.join(root, row["path"]))
+
+    def close(self) -> None:
+        """Let the files go (a server's connection is closed)."""
+        close = getattr(self.files, "close", None)
+        if close is not None:
+            close()
 
     def _find(self, top: str) -> list[str]:
         """Run folders under ``top``, a level at a time.
@@ -342,6 +364,15 @@ class RunIndex:
                 "windows": windows, "baseline": st.baseline_text(), "alarms": st.alarms,
                 "last_alarm": st.last_alarm, "severity": st.severity, "cost": st.cost,
                 "active": run.active, "error": run.error or st.error}
+
+
+def root_problem(location: str | os.PathLike[str], exc: OSError) -> str:
+    """Why the root of a listing cannot be listed, in one line."""
+    if isinstance(exc, FileNotFoundError):
+        return f"{location}: no such folder"
+    if isinstance(exc, NotADirectoryError):
+        return f"{location}: not a folder"
+    return f"{location}: cannot list it: {exc.strerror or exc}"
 
 
 def select(rows: list[dict[str, Any]], pattern: str | None = None,

@@ -96,7 +96,10 @@ class RunStatus:
     def baseline_text(self) -> str:
         """``gathering n/N`` from the counts, or the state as it is."""
         if self.baseline == "gathering" and self.baseline_windows:
-            done = max(0, self.windows - (self.calibrated_at or 0))
+            # The baseline starts after the windows the symbols were calibrated on (a writer
+            # may count them only after its "calibrated" event).
+            done = max(0, self.windows - max(self.calibrated_at or 0,
+                                             self.calibration_windows or 0))
             return f"gathering {min(done, self.baseline_windows):,}/{self.baseline_windows:,}"
         return self.baseline or "—"
 

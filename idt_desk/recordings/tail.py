@@ -1,10 +1,16 @@
-"""Following a recording another process is writing: whole lines only, events first."""
+"""Following a recording another process is writing: whole lines only, events first.
+
+The recording may be on this machine or on a server (``ssh://[user@]host[:port]/path``, over
+SFTP: :mod:`idt_desk.recordings.remote`); either way its files are read from the last byte
+read on, through a :class:`~idt_desk.recordings.runs.Files`.
+"""
 
 from __future__ import annotations
 
 import io
 import json
 import os
+import posixpath
 import time
 from pathlib import Path
 from typing import Any
@@ -12,15 +18,27 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from idt_desk.recordings._checks import check_columns, check_event, check_regular, read_config
+from idt_desk.recordings._checks import (
+    check_columns,
+    check_event,
+    check_regular,
+    parse_config,
+    read_config,
+)
 from idt_desk.recordings._format import (
     _CLOSING_EVENTS,
     HEAD_BYTES,
     RecordingError,
     parse_json,
 )
+from idt_desk.recordings.runs import Files, LocalFiles, open_files
 
 __all__ = ["RecordingTail"]
+
+_NAMES = ("config.json", "transitions.csv", "events.jsonl")
+
+#: The most bytes of a file one poll reads (a long finished run is taken in several polls).
+POLL_BYTES = 64 << 20
 
 
 class RecordingTail:
@@ -36,11 +54,20 @@ class RecordingTail:
     Parameters
     ----------
     path
-        The recording directory (it may not exist yet: :meth:`ready` says when it does).
+        The recording directory (it may not exist yet: :meth:`ready` says when it does), or
+        ``ssh://[user@]host[:port]/path`` (it must exist: the connection is opened here, and
+        :class:`~idt_desk.errors.InputError` says in one line why it could not be).
+    files
+        The files to read it through (default: this machine's, or the server's for a URL).
     """
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+    def __init__(self, path: str | Path, files: Files | None = None) -> None:
+        remote = isinstance(path, str) and path.startswith("ssh://")
+        #: What the recording is called in messages (its path, or its URL).
+        self.path: Path | str = path if remote else Path(path)
+        self.files: Files = files if files is not None else \
+            open_files(path) if remote else LocalFiles(path)
+        self._local = isinstance(self.files, LocalFiles)
         self.config: dict[str, Any] = {}
         self.columns: list[str] = []
         self._offset = {"transitions.csv": 0, "events.jsonl": 0}
@@ -49,7 +76,7 @@ class RecordingTail:
         self.last_data = time.monotonic()
         #: Monotonic time the writer was last seen alive (data or a heartbeat).
         self.last_beat = self.last_data
-        self._mtime: int | None = None
+        self._mtime: float | None = None
         #: A closing event (``session_end`` / ``recording_stop``) has been read.
         self.ended = False
         #: Transitions read so far.
@@ -61,43 +88,55 @@ class RecordingTail:
         """Whether config.json and the transitions' header are there (the writer started)."""
         if self.columns:
             return True
-        try:
-            for name in ("config.json", "transitions.csv", "events.jsonl"):
-                check_regular(self.path / name)
-        except RecordingError:
-            if all(os.path.isfile(self.path / n) or not os.path.lexists(self.path / n)
-                   for n in ("config.json", "transitions.csv", "events.jsonl")):
-                return False  # not all written yet
-            raise
-        try:
-            with open(self.path / "transitions.csv", "rb") as f:
-                header = f.readline(HEAD_BYTES)
-            raw = (self.path / "config.json").read_bytes()
-            json.loads(raw)
-        except (OSError, json.JSONDecodeError):
+        if self._local:
+            try:
+                for name in _NAMES:
+                    check_regular(self.path / name)  # type: ignore[operator]
+            except RecordingError:
+                if all(os.path.isfile(self.path / n) or not os.path.lexists(self.path / n)
+                       for n in _NAMES):  # type: ignore[operator]
+                    return False  # not all written yet
+                raise
+        elif None in self.files.stat_many([self._file(n) for n in _NAMES]):
             return False  # not all written yet
+        try:
+            header = self.files.read(self._file("transitions.csv"), 0, HEAD_BYTES)
+            header = header[:header.find(b"\n") + 1] or header
+            raw = self.files.read(self._file("config.json"))
+            json.loads(raw)
+        except FileNotFoundError:
+            return False  # not all written yet
+        except json.JSONDecodeError:
+            return False  # being written
+        except OSError as exc:
+            raise RecordingError(f"{self.path}: cannot be read ({exc})") from None
         except (ValueError, RecursionError):
-            pass  # read_config says what is wrong with it
+            pass  # the config's check says what is wrong with it
         if not header.endswith(b"\n"):
             if len(header) >= HEAD_BYTES:
                 raise RecordingError(f"{self.path}/transitions.csv: its first line is longer "
                                      f"than {HEAD_BYTES // 2**20} MiB: not a table")
             return False
-        self.config = read_config(self.path)
+        self.config = read_config(self.path) if self._local else \
+            parse_config(raw, str(self.path))  # type: ignore[arg-type]
         self.columns = header.decode(errors="replace").strip().split(",")
         check_columns(self.columns, self.config, f"{self.path}/transitions.csv")
         self._offset["transitions.csv"] = len(header)
         return True
 
+    def _file(self, name: str) -> str:
+        return posixpath.join(self.files.root, name) if not self._local else \
+            os.path.join(self.files.root, name)
+
     def _new_lines(self, name: str) -> bytes:
         """The whole lines appended to ``name`` since the last call."""
         try:
-            with open(self.path / name, "rb") as f:
-                f.seek(self._offset[name])
-                raw = f.read()
+            raw = self.files.read(self._file(name), self._offset[name], POLL_BYTES)
         except FileNotFoundError:
             raise RecordingError(f"{self.path}: {name} is gone (deleted or moved while "
                                  "followed)") from None
+        except OSError as exc:
+            raise RecordingError(f"{self.path}/{name}: cannot be read ({exc})") from None
         if not raw:
             return b""
         self._offset[name] += len(raw)
@@ -147,7 +186,7 @@ class RecordingTail:
             return False
         if self._promised is None:
             try:
-                config = json.loads((self.path / "config.json").read_bytes())
+                config = json.loads(self.files.read(self._file("config.json")))
             except (OSError, ValueError, RecursionError):
                 return False  # being rewritten: ask again at the next poll
             if not isinstance(config, dict):
@@ -159,10 +198,10 @@ class RecordingTail:
 
     def _beat(self) -> None:
         """Note the writer's heartbeat: transitions.csv's modification time moved."""
-        try:
-            mtime = os.stat(self.path / "transitions.csv").st_mtime_ns
-        except OSError:
+        st = self.files.stat(self._file("transitions.csv"))
+        if st is None:
             return
+        mtime = st[0]
         if mtime != self._mtime:
             if self._mtime is not None:
                 self.last_beat = time.monotonic()
@@ -176,3 +215,9 @@ class RecordingTail:
     def idle_for(self) -> float:
         """Seconds since new bytes last arrived (an idle writer still beats)."""
         return time.monotonic() - self.last_data
+
+    def close(self) -> None:
+        """Let the files go (a server's connection is closed)."""
+        close = getattr(self.files, "close", None)
+        if close is not None:
+            close()

@@ -1,0 +1,162 @@
+"""The fleet in the window: a watched folder's runs in one table, and a run followed from it.
+
+``idt-desk watch FOLDER`` on several runs (or on ``ssh://``) opens on
+:class:`~idt_desk_widgets.fleet.FleetView`: alarmed runs first, a new run within one
+refresh, filtered and sorted; a double-click follows a run and **◀ All runs** comes back.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from idt_desk_widgets.fleet import SHOWN
+from idt_desk_widgets.main_window import MainWindow
+from PySide6.QtCore import Qt
+
+import idt_desk
+from idt_desk.recordings import Recorder
+from idt_desk.recordings.runs import RunIndex
+
+PATH = [k for k, *_ in SHOWN].index("path")
+
+
+def _real_run(path, n: int = 3000, seed: int = 0) -> None:
+    """A run a follower can rebuild (idt_desk.Recorder: its pipeline is in its events)."""
+    rng = np.random.default_rng(seed)
+    x = np.cumsum(rng.normal(size=(n + 1, 2)), axis=0) * 0.01
+    with idt_desk.Recorder(path, ["x", "v"], ["u"], rate=100.0, window=100, stride=20,
+                           calibration_windows=5, baseline_windows=20) as rec:
+        rec.add(x[:-1], rng.normal(size=(n, 1)), x[1:])
+
+
+def _alarmed_run(path, alarms: int) -> None:
+    rec = Recorder(path, {"session": {}}, ["x"], ["u"], ["start", "end", "P"])
+    rec.add_event({"kind": "session_start", "i": 0, "t": 0.0, "wall": time.time(),
+                   "pipeline": {"calibration_windows": 2, "baseline_windows": 5}})
+    z = np.zeros((100, 1))
+    rec.add_transitions(0, None, z, z, z, None, None)
+    for j in range(alarms):
+        rec.add_event({"kind": "alarm_on", "metric": "IDT", "i": 50 + j, "t": 5.0 + j,
+                       "wall": time.time()})
+    rec.close()
+
+
+def _paths(view) -> list[str]:
+    """The table's path column, top to bottom, as shown."""
+    return [view.proxy.index(r, PATH).data() for r in range(view.proxy.rowCount())]
+
+
+def _window(qtbot, tmp_path, location):
+    w = MainWindow(source="replay", settings={"path": "", "follow": True}, speed=None,
+                   record_dir=tmp_path / "recordings", fleet=RunIndex(location),
+                   fleet_location=str(location))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.fleet.refreshes >= 1, timeout=20_000)
+    return w
+
+
+def test_the_table_puts_alarmed_runs_first_and_shows_a_new_run_at_the_next_refresh(
+        qtbot, tmp_path):
+    root = tmp_path / "sweep"
+    for j in range(6):
+        _real_run(root / "quiet" / f"seed-{j}", n=600, seed=j)
+    _alarmed_run(root / "loud" / "a", 1)
+    _alarmed_run(root / "loud" / "b", 3)
+    w = _window(qtbot, tmp_path, root)
+    try:
+        view = w.fleet
+        assert w.centre_stack.currentWidget() is view  # the window opens on the table
+        assert set(_paths(view)[:2]) == {"loud/a", "loud/b"}
+        assert len(_paths(view)) == 8
+        assert "8 runs · 2 alarmed" in view.summary.text()
+        # A run that starts now is listed at the next refresh (every REFRESH_MS).
+        seen = view.refreshes
+        _real_run(root / "late", n=600)
+        qtbot.waitUntil(lambda: view.refreshes >= seen + 1, timeout=10_000)
+        view.refresh()
+        qtbot.waitUntil(lambda: "late" in _paths(view), timeout=10_000)
+        # The filter is the command line's glob on the path.
+        view.filter.setText("quiet/*")
+        assert _paths(view) and all(p.startswith("quiet/") for p in _paths(view))
+        assert "6 shown" in view.summary.text()
+        view.filter.setText("")
+        # A header sorts by its column: by transitions, descending, the alarmed runs (100
+        # transitions each, the others 600) go last.
+        col = [k for k, *_ in SHOWN].index("transitions")
+        view.table.sortByColumn(col, Qt.SortOrder.DescendingOrder)
+        assert set(_paths(view)[-2:]) == {"loud/a", "loud/b"}
+    finally:
+        w.close()
+
+
+def test_a_double_click_follows_the_run_and_back_returns_to_the_table(qtbot, tmp_path):
+    root = tmp_path / "sweep"
+    _real_run(root / "one", seed=1)
+    _real_run(root / "two", seed=2)
+    w = _window(qtbot, tmp_path, root)
+    try:
+        view = w.fleet
+        row = _paths(view).index("two")
+        view.table.doubleClicked.emit(view.proxy.index(row, 0))
+        assert w.centre_stack.currentIndex() == 0 and w.back_bar.isVisible()
+        qtbot.waitUntil(lambda: w.session is not None and not w.session.running
+                        and w.session.snapshot(1).n_transitions == 3000, timeout=60_000)
+        assert w.session.source.config["path"] == str(root / "two")
+        assert w.session.error is None
+        w.back_button.click()
+        assert w.centre_stack.currentWidget() is view
+        # The other one, then: the first session is replaced.
+        old = w.session
+        row = _paths(view).index("one")
+        view.table.doubleClicked.emit(view.proxy.index(row, 0))
+        qtbot.waitUntil(lambda: w.session is not old and w.session is not None
+                        and w.session.snapshot(1).n_transitions == 3000, timeout=60_000)
+        assert w.session.source.config["path"] == str(root / "one")
+        w.shortcuts["show_fleet"].activated.emit()  # Alt+Left
+        assert w.centre_stack.currentWidget() is view
+    finally:
+        w.close()
+
+
+def test_a_servers_runs_are_listed_and_followed_over_ssh(qtbot, tmp_path, ssh_home):
+    root = tmp_path / "sweep"
+    _real_run(root / "one", seed=1)
+    _alarmed_run(root / "two", 2)
+    url = f"ssh://127.0.0.1:{ssh_home}{root}"
+    w = _window(qtbot, tmp_path, url)
+    try:
+        view = w.fleet
+        assert _paths(view) == ["two", "one"] and view.problem is None
+        view.table.doubleClicked.emit(view.proxy.index(1, 0))
+        qtbot.waitUntil(lambda: w.session is not None and not w.session.running
+                        and w.session.snapshot(1).n_transitions == 3000, timeout=60_000)
+        assert w.session.source.config["path"] == f"{url}/one"
+        assert w.session.error is None
+    finally:
+        w.close()
+
+
+def test_a_folder_that_vanishes_is_said_in_one_line_and_the_last_look_stays(qtbot, tmp_path):
+    import shutil
+
+    root = tmp_path / "sweep"
+    _alarmed_run(root / "a", 1)
+    _alarmed_run(root / "b", 0)
+    w = _window(qtbot, tmp_path, root)
+    try:
+        view = w.fleet
+        shutil.rmtree(root)
+        seen = view.refreshes
+        view.refresh()
+        qtbot.waitUntil(lambda: view.refreshes > seen, timeout=10_000)
+        assert view.problem == f"{root}: no such folder"
+        assert "\n" not in view.summary.text() and "the last good look" in view.summary.text()
+        assert len(_paths(view)) == 2
+    finally:
+        w.close()

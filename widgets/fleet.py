@@ -1,0 +1,313 @@
+"""The fleet: every run under a watched folder in one table, alarmed runs first, kept live.
+
+``idt-desk watch FOLDER`` on a folder of several runs (or on ``ssh://host/path``) shows
+:class:`FleetView` in the window's centre: one row a run (``idt-desk runs``'s columns, from
+:class:`~idt_desk.recordings.runs.RunIndex`), alarmed runs first and then the most recently
+active, refreshed every :attr:`FleetView.REFRESH_MS` on a thread of its own (a server's
+listing never holds the window up), filtered by a glob on the path (the command line's
+``--filter``, :func:`~idt_desk.recordings.runs.select`) and sorted by any column's header.
+Double-clicking a run (or Return on it) asks the window to follow it (``open_run``); the
+window's **◀ All runs** button comes back here.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from idt_desk_widgets.forms import ElidedLabel
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+    QTimer,
+    Signal,
+)
+from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from idt_desk.errors import InputError
+from idt_desk.recordings.runs import RunIndex, root_problem, select
+
+__all__ = ["FleetModel", "FleetView"]
+
+#: (key, header, tooltip) of the table's columns, in order.
+SHOWN = (
+    ("path", "Run", "the run's folder under the watched one"),
+    ("state", "State", "writing, idle (beating, no new rows), ended, stopped responding "
+                       "(no heartbeat for --silence s) or error"),
+    ("alarms", "Alarms", "alarms raised so far"),
+    ("last_alarm", "Last alarm", "the latest alarm, in the loop's seconds"),
+    ("severity", "Severity", "the latest detection's largest move"),
+    ("cost", "Cost", "the return a perturbation cost"),
+    ("baseline", "Baseline", "calibrating, gathering n/N, armed or too short"),
+    ("transitions", "Transitions", "transitions written"),
+    ("windows", "Windows", "windows computed"),
+    ("active", "Active", "when the writer last wrote or beat"),
+    ("error", "Error", "what is wrong with this run's files, in one line"),
+)
+
+#: Row colours by what a row says: alarmed, error, stopped responding.
+_TINT = {"alarm": "#fde2e2", "error": "#f1f1f1", "stopped responding": "#fff4d6"}
+
+
+def _ago(seconds: float) -> str:
+    s = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            return f"{s / size:.0f} {unit} ago"
+    return f"{s:.0f} s ago"
+
+
+class FleetModel(QAbstractTableModel):
+    """The rows of a listing (``RunIndex.refresh``), shown as :data:`SHOWN`.
+
+    Display text for people; ``Qt.UserRole`` a value to sort by (numbers as numbers, the
+    listing's own order for the path, so an unsorted table keeps alarmed runs first).
+    """
+
+    def __init__(self, parent: Any = None) -> None:
+        super().__init__(parent)
+        self.rows: list[dict[str, Any]] = []
+        self.now = time.time()
+
+    def set_rows(self, rows: list[dict[str, Any]], now: float) -> None:
+        """Show ``rows`` (in the listing's order)."""
+        self.beginResetModel()
+        self.rows, self.now = rows, now
+        self.endResetModel()
+
+    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: B008
+        """Runs shown."""
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: B008
+        """Columns shown."""
+        return 0 if parent.isValid() else len(SHOWN)
+
+    def headerData(self, section: int, orientation: Qt.Orientation,
+                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        """Column names and their tooltips."""
+        if orientation != Qt.Orientation.Horizontal or not 0 <= section < len(SHOWN):
+            return None
+        if role == Qt.ItemDataRole.DisplayRole:
+            return SHOWN[section][1]
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return SHOWN[section][2]
+        return None
+
+    def data(self, index: QModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        """A cell's text, sort key, colour or alignment."""
+        if not index.isValid():
+            return None
+        row, key = self.rows[index.row()], SHOWN[index.column()][0]
+        value = row.get(key)
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self._text(key, value)
+        if role == Qt.ItemDataRole.UserRole:
+            if key == "path":
+                return index.row()
+            if key == "active":
+                return -(value or 0.0)
+            return value if isinstance(value, (int, float)) else -1 if value is None \
+                else str(value)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return row.get("error") or None
+        if role == Qt.ItemDataRole.BackgroundRole:
+            tint = _TINT.get("alarm") if row["alarms"] else _TINT.get(row["state"])
+            return QBrush(QColor(tint)) if tint else None
+        if role == Qt.ItemDataRole.FontRole and row["state"] == "writing":
+            font = QFont()
+            font.setBold(True)
+            return font
+        if role == Qt.ItemDataRole.TextAlignmentRole and key in (
+                "alarms", "last_alarm", "transitions", "windows"):
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+    def _text(self, key: str, value: Any) -> str:
+        if value is None:
+            return ""
+        if key == "last_alarm":
+            return f"{value:,.1f} s"
+        if key == "active":
+            return _ago(self.now - value)
+        if isinstance(value, int):
+            return f"{value:,}"
+        return str(value)
+
+
+class FleetView(QWidget):
+    """The watched folder's runs, refreshed live (see the module).
+
+    Parameters
+    ----------
+    index
+        The listing to show and refresh (its files: this machine's or a server's).
+    location
+        The watched folder as the user gave it (shown in the title).
+    """
+
+    #: A run to follow: its location (a local path or an ``ssh://`` URL).
+    open_run = Signal(str)
+
+    #: How often the listing is refreshed (ms).
+    REFRESH_MS = 2000
+
+    def __init__(self, index: RunIndex, location: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.index, self.location = index, location
+        self.title = ElidedLabel(f"Runs in {location}", self)
+        self.title.setStyleSheet("font-weight: 600;")
+        self.filter = QLineEdit(self)
+        self.filter.setPlaceholderText("filter: a glob on the path, e.g. sweep*/seed-1*")
+        self.filter.setClearButtonEnabled(True)
+        self.filter.setMaximumWidth(320)
+        self.filter.textChanged.connect(lambda _text: self._show())
+        self.summary = QLabel("reading the runs …", self)
+        self.summary.setObjectName("fleetSummary")
+        self.model = FleetModel(self)
+        self.proxy = QSortFilterProxyModel(self)
+        self.proxy.setSourceModel(self.model)
+        self.proxy.setSortRole(Qt.ItemDataRole.UserRole)
+        self.table = QTableView(self)
+        self.table.setModel(self.proxy)
+        self.table.setSortingEnabled(True)
+        self.table.sortByColumn(0, Qt.SortOrder.AscendingOrder)  # the listing's own order
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().hide()
+        self.table.setAlternatingRowColors(False)
+        self.table.setWordWrap(False)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        self.table.doubleClicked.connect(self._open)
+        self.table.activated.connect(self._open)
+        self.hint = QLabel("Double-click a run (or Return) to follow it; a header sorts by its "
+                           "column (Run: alarmed first, then the latest active).", self)
+        self.hint.setStyleSheet("color: #666;")
+        top = QHBoxLayout()
+        top.addWidget(self.title, 1)
+        top.addWidget(self.filter)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(6, 6, 6, 6)
+        lay.addLayout(top)
+        lay.addWidget(self.summary)
+        lay.addWidget(self.table, 1)
+        lay.addWidget(self.hint)
+
+        self.rows: list[dict[str, Any]] = []
+        #: The latest refresh's error (the root could not be listed), or None.
+        self.problem: str | None = None
+        #: Refreshes finished (the tests wait on it).
+        self.refreshes = 0
+        self._took = 0.0
+        self._at = 0.0
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="idt-fleet")
+        self._future: Future | None = None
+        self._poll = QTimer(self)
+        self._poll.setInterval(50)
+        self._poll.timeout.connect(self._collect)
+        self.timer = QTimer(self)
+        self.timer.setInterval(self.REFRESH_MS)
+        self.timer.timeout.connect(self.refresh)
+
+    def start(self) -> None:
+        """List now, then every :attr:`REFRESH_MS`."""
+        self.refresh()
+        self.timer.start()
+
+    def refresh(self) -> None:
+        """Start a refresh on the listing's thread (none while one is under way)."""
+        if self._future is not None:
+            return
+        self._future = self._pool.submit(self._list)
+        self._poll.start()
+
+    def _list(self) -> tuple[list[dict[str, Any]] | None, str | None, float]:
+        t0 = time.perf_counter()
+        try:
+            rows, problem = self.index.refresh(), None
+        except OSError as exc:
+            rows, problem = None, root_problem(self.location, exc)
+        except InputError as exc:
+            rows, problem = None, str(exc)
+        return rows, problem, time.perf_counter() - t0
+
+    def _collect(self) -> None:
+        future = self._future
+        if future is None or not future.done():
+            return
+        self._future = None
+        self._poll.stop()
+        try:
+            rows, self.problem, self._took = future.result()
+        except Exception as exc:  # a listing must never take the window down
+            rows, self.problem = None, f"{self.location}: {type(exc).__name__}: {exc}"
+        if rows is not None:
+            self.rows = rows
+        self._at = time.time()
+        self.refreshes += 1
+        self._show()
+
+    def _show(self) -> None:
+        """Fill the table with the rows the filter keeps; say what the listing holds."""
+        now = time.time()
+        pattern = self.filter.text().strip() or None
+        shown = select(self.rows, pattern, None, now)
+        selected = self.selected()
+        self.model.set_rows(shown, now)
+        if selected is not None:
+            for r, row in enumerate(shown):
+                if row["path"] == selected:
+                    self.table.selectRow(self.proxy.mapFromSource(
+                        self.model.index(r, 0)).row())
+        n = len(self.rows)
+        alarmed = sum(1 for r in self.rows if r["alarms"])
+        writing = sum(1 for r in self.rows if r["state"] in ("writing", "idle"))
+        text = (f"{n:,} run{'s' if n != 1 else ''} · {alarmed} alarmed · {writing} being "
+                f"written" + (f" · {len(shown):,} shown" if pattern else "")
+                + f" — refreshed every {self.REFRESH_MS / 1000:g} s (the last took "
+                f"{self._took:.2f} s)")
+        if not n and self.problem is None:
+            text = (f"no run in {self.location} yet (a run is a folder with a recording's "
+                    "config.json); a run that starts there appears here")
+        if self.problem is not None:
+            text = f"{self.problem} — the list shows the last good look"
+            self.summary.setStyleSheet("color: #8a1c1c;")
+        else:
+            self.summary.setStyleSheet("")
+        self.summary.setText(text)
+
+    def selected(self) -> str | None:
+        """The selected run's path (under the folder), or None."""
+        rows = self.table.selectionModel().selectedRows()
+        if not rows:
+            return None
+        src = self.proxy.mapToSource(rows[0])
+        return self.model.rows[src.row()]["path"] if src.isValid() else None
+
+    def _open(self, index: QModelIndex) -> None:
+        src = self.proxy.mapToSource(index)
+        if src.isValid():
+            self.open_run.emit(self.index.location(self.model.rows[src.row()]))
+
+    def shutdown(self) -> None:
+        """Stop refreshing and let the listing go (a server's connection is closed)."""
+        self.timer.stop()
+        self._poll.stop()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.index.close()
