@@ -242,3 +242,19 @@ def test_an_unknown_host_key_is_refused_in_one_line(sshd, tmp_path):
         SFTPFiles(f"ssh://127.0.0.1:{port}{tmp_path}/none", **options)
     with pytest.raises(InputError, match="cannot connect"):
         SFTPFiles("ssh://127.0.0.1:1/x", **options)
+
+
+def test_a_path_under_the_home_on_the_server(sshd, tmp_path, monkeypatch):
+    # ssh://host/~/x is x under the user's home there (where the SFTP server starts: for
+    # asyncssh's server, its working directory; for OpenSSH's, the user's home).
+    from idt_desk.recordings.remote import SFTPFiles
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    files = SFTPFiles(f"ssh://127.0.0.1:{sshd.port}/~/runs", **sshd.options)
+    try:
+        assert files.root == str(tmp_path / "runs")
+        assert files.location(files.root + "/a b") == \
+            f"ssh://127.0.0.1:{sshd.port}{tmp_path}/runs/a%20b"
+    finally:
+        files.close()

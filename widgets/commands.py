@@ -25,7 +25,8 @@ from idt_desk.cli.validate import (
 )
 from idt_desk.errors import InputError
 
-__all__ = ["BENCH_FOLLOW", "BENCH_GUI", "BENCH_STORM", "GUI", "PICTURES", "WATCH"]
+__all__ = ["BENCH_FLEET", "BENCH_FOLLOW", "BENCH_GUI", "BENCH_STORM", "GUI", "PICTURES",
+           "WATCH"]
 
 
 def _gui_arguments(p: argparse.ArgumentParser) -> None:
@@ -250,6 +251,29 @@ def _bench_follow_arguments(p: argparse.ArgumentParser) -> None:
                    help="the writer's target in transitions/s (default 100,000)")
 
 
+def _bench_fleet_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runs", type=int, action="append", default=None,
+                   help="runs in the folder (repeat; default 100 and 1,000)")
+    p.add_argument("--ssh", default=None,
+                   help="also over SFTP: ssh://[user@]host[:port] (the temporary folder's "
+                        "path is appended; the host must be this machine)")
+    p.add_argument("--refreshes", type=int, default=5, help="refreshes timed (default 5)")
+
+
+def _run_bench_fleet(args: argparse.Namespace) -> int:
+    from idt_desk_widgets.fleet import bench_fleet
+
+    counts = tuple(args.runs or (100, 1000))
+    if any(n < 1 or n > 100_000 for n in counts):
+        raise InputError("--runs: give 1 to 100,000 runs")
+    if not 1 <= args.refreshes <= 1000:
+        raise InputError("--refreshes: give 1 to 1,000")
+    if args.ssh is not None and not args.ssh.startswith("ssh://"):
+        raise InputError(f"--ssh {args.ssh}: give ssh://[user@]host[:port]")
+    bench_fleet(counts, ssh=args.ssh, refreshes=args.refreshes)
+    return 0
+
+
 def _run_bench_gui(args: argparse.Namespace) -> int:
     from idt_desk_widgets.app import bench_gui
 
@@ -299,3 +323,6 @@ BENCH_STORM = _command("click storm soak: random actions on the window, per sour
 BENCH_FOLLOW = _command("the window following a recording a fast writer writes: writer vs "
                         "follower rate, lag, GUI frame rate", _bench_follow_arguments,
                         _run_bench_follow)
+BENCH_FLEET = _command("the window's table of a folder's runs: first listing and refreshes of "
+                       "100 and 1,000 runs, local and over SSH, against the listing alone",
+                       _bench_fleet_arguments, _run_bench_fleet)

@@ -83,7 +83,17 @@ class FleetModel(QAbstractTableModel):
         self.now = time.time()
 
     def set_rows(self, rows: list[dict[str, Any]], now: float) -> None:
-        """Show ``rows`` (in the listing's order)."""
+        """Show ``rows`` (in the listing's order).
+
+        The same runs in the same order only change their cells (the view keeps its
+        selection and scroll, and redraws what it shows); others reset the table.
+        """
+        if [r["path"] for r in rows] == [r["path"] for r in self.rows]:
+            self.rows, self.now = rows, now
+            if rows:
+                self.dataChanged.emit(self.index(0, 0),
+                                      self.index(len(rows) - 1, len(SHOWN) - 1))
+            return
         self.beginResetModel()
         self.rows, self.now = rows, now
         self.endResetModel()
@@ -161,6 +171,8 @@ class FleetView(QWidget):
 
     #: A run to follow: its location (a local path or an ``ssh://`` URL).
     open_run = Signal(str)
+    #: The listing was shown afresh: its summary in one line.
+    listed = Signal(str)
 
     #: How often the listing is refreshed (ms).
     REFRESH_MS = 2000
@@ -173,7 +185,7 @@ class FleetView(QWidget):
         self.filter = QLineEdit(self)
         self.filter.setPlaceholderText("filter: a glob on the path, e.g. sweep*/seed-1*")
         self.filter.setClearButtonEnabled(True)
-        self.filter.setMaximumWidth(320)
+        self.filter.setMinimumWidth(300)
         self.filter.textChanged.connect(lambda _text: self._show())
         self.summary = QLabel("reading the runs …", self)
         self.summary.setObjectName("fleetSummary")
@@ -189,11 +201,16 @@ class FleetView(QWidget):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().hide()
+        self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)
         self.table.setAlternatingRowColors(False)
         self.table.setWordWrap(False)
         header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        # Fitted to the first rows once they come (then the user's): fitting every column
+        # to 1,000 rows at each refresh took 0.8 s of the GUI thread.
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        header.setResizeContentsPrecision(200)
         header.setStretchLastSection(True)
+        self._fitted = False
         self.table.doubleClicked.connect(self._open)
         self.table.activated.connect(self._open)
         self.hint = QLabel("Double-click a run (or Return) to follow it; a header sorts by its "
@@ -270,6 +287,9 @@ class FleetView(QWidget):
         shown = select(self.rows, pattern, None, now)
         selected = self.selected()
         self.model.set_rows(shown, now)
+        if shown and not self._fitted:
+            self.table.resizeColumnsToContents()
+            self._fitted = True
         if selected is not None:
             for r, row in enumerate(shown):
                 if row["path"] == selected:
@@ -291,6 +311,7 @@ class FleetView(QWidget):
         else:
             self.summary.setStyleSheet("")
         self.summary.setText(text)
+        self.listed.emit(text)
 
     def selected(self) -> str | None:
         """The selected run's path (under the folder), or None."""
@@ -311,3 +332,80 @@ class FleetView(QWidget):
         self._poll.stop()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.index.close()
+
+
+def bench_fleet(counts: tuple[int, ...] = (100, 1000), ssh: str | None = None,
+                refreshes: int = 5, say: Any = print) -> list[dict[str, Any]]:
+    """The table in the window over ``counts`` runs, local and over ``ssh``: the figures.
+
+    For each count: runs built as ``idt-desk bench runs`` builds them (3 of them open and
+    beating), the window opened on them; the first listing's time in the window, then
+    ``refreshes`` refreshes, each timed from the request to the table showing it (what a user
+    waits for), against the listing alone (``RunIndex.refresh`` without the window) timed in
+    the same run. Returns one dict a count and place.
+    """
+    import tempfile
+    from pathlib import Path
+
+    from idt_desk_widgets.main_window import MainWindow
+    from PySide6.QtWidgets import QApplication
+
+    from idt_desk.cli.bench_runs import build_runs
+
+    app = QApplication.instance() or QApplication(["idt-desk"])
+
+    def until(done: Any, limit: float = 120.0) -> None:
+        deadline = time.monotonic() + limit
+        while not done():
+            if time.monotonic() > deadline:
+                raise RuntimeError("bench fleet: the table did not refresh in time")
+            app.processEvents()
+            time.sleep(0.002)
+
+    say(f"{'runs':>6} {'where':>6} {'first s':>8} {'window refresh s':>17} "
+        f"{'listing alone s':>16} {'window/alone':>13}")
+    out = []
+    for n in counts:
+        with tempfile.TemporaryDirectory() as tmp:
+            root, live = build_runs(Path(tmp), n)
+            try:
+                for where in ("local", *(["ssh"] if ssh else [])):
+                    location = str(root) if where == "local" else f"{ssh}{root}"
+                    t0 = time.perf_counter()
+                    win = MainWindow(source="replay", settings={"path": "", "follow": True},
+                                     speed=None, fleet=RunIndex(location),
+                                     fleet_location=location)
+                    win.show()
+                    view = win.fleet
+                    assert view is not None
+                    until(lambda v=view: v.refreshes >= 1)
+                    first = time.perf_counter() - t0
+                    shown = []
+                    for _ in range(refreshes):
+                        k = view.refreshes
+                        t0 = time.perf_counter()
+                        view.refresh()
+                        until(lambda v=view, k=k: v.refreshes > k)
+                        shown.append(time.perf_counter() - t0)
+                    rows = view.proxy.rowCount()
+                    win._quit_confirmed = True
+                    win.close()
+                    alone_index = RunIndex(location)
+                    alone_index.refresh()
+                    alone = []
+                    for _ in range(refreshes):
+                        t0 = time.perf_counter()
+                        alone_index.refresh()
+                        alone.append(time.perf_counter() - t0)
+                    alone_index.close()
+                    med, base = sorted(shown)[len(shown) // 2], sorted(alone)[len(alone) // 2]
+                    say(f"{rows:>6} {where:>6} {first:>8.2f} {med:>17.3f} {base:>16.3f} "
+                        f"{med / base:>13.1f}")
+                    out.append({"runs": rows, "where": where, "first": first,
+                                "refresh": med, "alone": base})
+            finally:
+                for rec in live:
+                    rec.close()
+    say("(medians of the refreshes; 'window refresh': from the request to the table showing "
+        "it, the listing on the table's thread)")
+    return out

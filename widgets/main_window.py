@@ -141,6 +141,7 @@ class MainWindow(WindowFrame):
         if fleet is not None:
             self.fleet = FleetView(fleet, fleet_location or fleet.files.root, self)
             self.fleet.open_run.connect(self.open_run)
+            self.fleet.listed.connect(self._say_fleet)
             self.back_button.clicked.connect(self.show_fleet)
             self.centre_stack.addWidget(self.fleet)
             self.fleet.start()
@@ -604,6 +605,7 @@ class MainWindow(WindowFrame):
                                          "followed run", 10_000)
             return False
         self.centre_stack.setCurrentIndex(0)
+        self.right_scroll.show()
         name = location.rstrip("/").rsplit("/", 1)[-1]
         self.back_bar.show()
         self.back_label.setText(f"  following {location}")
@@ -628,8 +630,16 @@ class MainWindow(WindowFrame):
         if self.fleet is None:
             return
         self.centre_stack.setCurrentWidget(self.fleet)
+        self.right_scroll.hide()  # the table wants the width; the run's panels come back
         self.fleet.refresh()
         self.fleet.table.setFocus()
+
+    def _say_fleet(self, summary: str) -> None:
+        """The status line over the table, while no run is followed: what to do there."""
+        if self.fleet is not None and self.centre_stack.currentWidget() is self.fleet and \
+                (self.session is None or not self.session.running):
+            self.status_line.say(f"watching {self.fleet.location}: double-click a run to "
+                                 "follow it")
 
     def _following(self) -> bool:
         return self._source_cls is not None and self._source_cls.name == "replay"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["bench_runs"]
+__all__ = ["bench_runs", "build_runs"]
 
 
 def _template(path: Path) -> None:
@@ -35,6 +35,22 @@ def _template(path: Path) -> None:
     rec.close()
 
 
+def build_runs(tmp: Path, n: int) -> tuple[Path, list]:
+    """``n`` ended runs under ``tmp/runs`` (in 10 sweeps) and 3 more open and beating.
+
+    Returns the folder and the open runs' recorders (close them when done).
+    """
+    from idt_desk.recordings import Recorder
+
+    root = tmp / "runs"
+    _template(tmp / "template")
+    for j in range(n):
+        shutil.copytree(tmp / "template", root / f"sweep{j % 10}" / f"r{j:05d}")
+    live = [Recorder(root / "live" / f"r{j}", {"session": {}}, ["x"], ["u"], ["start", "end"])
+            for j in range(3)]
+    return root, live
+
+
 def _whole(root: Path) -> int:
     """The baseline: every run's events.jsonl read and parsed whole."""
     n = 0
@@ -45,19 +61,13 @@ def _whole(root: Path) -> int:
 
 def bench_runs(counts: tuple[int, ...] = (10, 100, 1000), ssh: str | None = None) -> None:
     """Print, for each count, cold list / warm refresh / whole-events times and ratios."""
-    from idt_desk.recordings import Recorder
     from idt_desk.recordings.runs import RunIndex
 
     print(f"{'runs':>6} {'where':>6} {'cold list s':>12} {'refresh s':>10} "
           f"{'opened':>7} {'events whole s':>15} {'whole/cold':>11} {'whole/refresh':>14}")
     for n in counts:
         with tempfile.TemporaryDirectory() as tmp:
-            root = Path(tmp) / "runs"
-            _template(Path(tmp) / "template")
-            for j in range(n):
-                shutil.copytree(Path(tmp) / "template", root / f"sweep{j % 10}" / f"r{j:05d}")
-            live = [Recorder(root / "live" / f"r{j}", {"session": {}}, ["x"], ["u"],
-                             ["start", "end"]) for j in range(3)]
+            root, live = build_runs(Path(tmp), n)
             try:
                 for where in ("local", *(["ssh"] if ssh else [])):
                     location = str(root) if where == "local" else f"{ssh}{root}"

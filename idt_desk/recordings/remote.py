@@ -102,6 +102,8 @@ class SFTPFiles:
         except (OSError, asyncssh.Error, TimeoutError) as exc:
             self.close()
             raise InputError(f"{where}: cannot connect: {_reason(exc)}") from None
+        if path == "/~" or path.startswith("/~/"):
+            path = path[3:] or "."  # ssh://host/~/runs: under the user's home there
         try:
             self.root = self._call(self._sftp.realpath(path))
             if not self._call(self._sftp.isdir(self.root)):
