@@ -366,8 +366,10 @@ class ReplaySource(Source):
                 return []
             if tail.silent_for() > float(self.config["silence"]):
                 self._ended = True
+                why = "the writer stopped responding" if tail.connection_problem is None \
+                    else f"the server could not be reached ({tail.connection_problem})"
                 return [{"kind": "note", "text": (
-                    f"the writer stopped responding: no new data and no heartbeat for "
+                    f"{why}: no new data and no heartbeat for "
                     f"{self.config['silence']:g} s and no session_end; following stopped "
                     f"after {self._n_rows:,} transitions")}]
             if time.monotonic() > deadline or self.should_stop():

@@ -22,7 +22,7 @@ import pytest
 from idt_desk_sources.replay import ReplaySource
 
 from idt_desk.live.session import Session, SessionConfig, run_headless
-from idt_desk.recordings import RecordingTail, load_recording
+from idt_desk.recordings import RecordingError, RecordingTail, load_recording
 from tests.cli_call import call
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -249,7 +249,8 @@ def test_a_loop_recorded_without_a_rate_is_replayed_in_large_steps(tmp_path):
 def test_a_servers_run_is_followed_over_ssh_with_the_users_own_setup(tmp_path, ssh_home):
     """ssh://127.0.0.1/… while the writer writes: the same windows as the writer's own.
 
-    No options are passed: the key and known_hosts come from the user's ~/.ssh, as they would
+    The connection is cut once mid-run, and connected again at the next poll. No options
+    are passed: the key and known_hosts come from the user's ~/.ssh, as they would
     for `idt-desk watch ssh://host/run`.
     """
     src, out = tmp_path / "run", tmp_path / "follower"
@@ -259,7 +260,19 @@ def test_a_servers_run_is_followed_over_ssh_with_the_users_own_setup(tmp_path, s
     source = ReplaySource(path=f"ssh://127.0.0.1:{ssh_home}{src}", silence=10.0, wait=60.0)
     assert source.follow  # a server's run is read as it is followed, to its end
     session = Session(SessionConfig(speed=None), source=source, record=out)
+
+    def cut_once():  # the network goes away once mid-run: the next poll connects again
+        while session.snapshot(1).n_transitions < 1000:
+            time.sleep(0.01)
+        cut.append(source._tail.files._conn)
+        cut[0].abort()
+
+    cut = []
+    cutter = threading.Thread(target=cut_once, daemon=True)
+    cutter.start()
     run_headless(session)
+    cutter.join(5)
+    assert cut and source._tail.files._conn is not cut[0]  # cut, and connected again
     proc.wait(60)
     follower, writer = load_recording(out), load_recording(src)
     assert writer.complete and len(follower.transitions) == len(writer.transitions) == n
@@ -282,3 +295,22 @@ def test_a_server_that_cannot_be_reached_or_trusted_is_one_line(tmp_path, ssh_ho
     rc, _out, err = call(["run", "--source", "replay", "--set",
                           f"path=ssh://127.0.0.1:{ssh_home}{tmp_path}"])
     assert rc == 2 and err.count("\n") == 1 and "host key is not trusted" in err, err
+
+
+def test_a_servers_run_whose_file_links_outside_it_is_refused(tmp_path, ssh_home):
+    src = tmp_path / "run"
+    _writer(src, 2000, 2000, 0.0).wait(60)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not yours\n")
+    (src / "events.jsonl").unlink()
+    (src / "events.jsonl").symlink_to(secret)
+    tail = RecordingTail(f"ssh://127.0.0.1:{ssh_home}{src}")
+    try:
+        with pytest.raises(RecordingError, match="a link to a file outside the recording"):
+            tail.ready()
+        assert tail.files.outside([str(src / "events.jsonl"), str(src / "config.json")]) == \
+            [str(src / "events.jsonl")]
+    finally:
+        tail.close()
+    with pytest.raises(OSError, match="connection to the server is closed"):
+        tail.files.stat(str(src / "config.json"))  # after close: said, never waited on

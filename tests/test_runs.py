@@ -258,3 +258,22 @@ def test_a_path_under_the_home_on_the_server(sshd, tmp_path, monkeypatch):
             f"ssh://127.0.0.1:{sshd.port}{tmp_path}/runs/a%20b"
     finally:
         files.close()
+
+
+def test_a_lost_connection_is_one_line_and_the_next_look_connects_again(fleet, sshd):
+    from idt_desk.recordings.remote import SFTPFiles
+
+    root, _open = fleet
+    files = SFTPFiles(f"ssh://127.0.0.1:{sshd.port}{root}", **sshd.options)
+    try:
+        index = RunIndex(files)
+        assert len(index.refresh()) == 200
+        files._conn.abort()  # the network goes away under the listing
+        time.sleep(0.2)
+        with pytest.raises(ConnectionError) as err:
+            index.refresh()
+        assert "connection to the server was lost" in str(err.value)
+        assert "\n" not in str(err.value)
+        assert len(index.refresh()) == 200  # the next look connects again
+    finally:
+        files.close()

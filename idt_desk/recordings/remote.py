@@ -88,8 +88,12 @@ class SFTPFiles:
         where = f"ssh://{host}{f':{port}' if port else ''}"
         #: The URL's ``ssh://[user@]host[:port]`` (a path appended names a file there).
         self.prefix = f"ssh://{f'{user}@' if user else ''}{host}{f':{port}' if port else ''}"
+        self._host, self._kw = host, kw
+        #: Why the connection was lost (None: it is up); the next call connects again.
+        self._lost: str | None = None
         try:
-            self._conn, self._sftp = self._call(self._connect(host, kw))
+            self._conn, self._sftp = asyncio.run_coroutine_threadsafe(
+                self._connect(host, kw), self._loop).result()
         except asyncssh.HostKeyNotVerifiable as exc:
             self.close()
             raise InputError(f"{where}: refused: the server's host key is not trusted "
@@ -120,7 +124,34 @@ class SFTPFiles:
         return conn, await conn.start_sftp_client()
 
     def _call(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        """Run ``coro`` on the connection's loop; a lost connection is connected again.
+
+        Raises
+        ------
+        ConnectionError
+            The connection was lost (said in one line; the next call connects again), or
+            it is closed.
+        """
+        if not self._loop.is_running():
+            coro.close()
+            raise ConnectionError("the connection to the server is closed")
+        run = asyncio.run_coroutine_threadsafe
+        if self._lost is not None:
+            try:
+                self._conn, self._sftp = run(self._connect(self._host, self._kw),
+                                             self._loop).result()
+            except (OSError, self._asyncssh.Error, TimeoutError) as exc:
+                coro.close()
+                raise ConnectionError(f"the connection to the server was lost ({self._lost}); "
+                                      f"connecting again failed: {_reason(exc)}") from None
+            self._lost = None
+        try:
+            return run(coro, self._loop).result()
+        except (ConnectionError, self._asyncssh.DisconnectError, self._asyncssh.SFTPNoConnection,
+                self._asyncssh.SFTPConnectionLost) as exc:
+            self._lost = _reason(exc)
+            raise ConnectionError(f"the connection to the server was lost ({self._lost}); "
+                                  "it is connected again at the next look") from None
 
     def listdir(self, path: str) -> list[tuple[str, str, float]]:
         """See :meth:`idt_desk.recordings.runs.Files.listdir`."""
@@ -129,6 +160,28 @@ class SFTPFiles:
     def location(self, path: str) -> str:
         """See :meth:`idt_desk.recordings.runs.Files.location`: the path's URL."""
         return self.prefix + quote(path)
+
+    def outside(self, paths: list[str]) -> list[str]:
+        """Those of ``paths`` that are links leading out of their own folder (pipelined).
+
+        A recording's files must be its own: a link to a file elsewhere on the server would
+        make a run read whatever file its author chose (as
+        :func:`~idt_desk.recordings._checks.check_regular` refuses on this machine).
+        """
+        found = self._call(self._many(self._outside, paths))
+        return [p for p, bad in zip(paths, found, strict=True) if bad is True]
+
+    async def _outside(self, path: str) -> bool:
+        try:
+            if (await self._sftp.lstat(path)).type != self._asyncssh.FILEXFER_TYPE_SYMLINK:
+                return False
+            real = await self._sftp.realpath(path)
+        except self._asyncssh.SFTPError as exc:
+            if self._gone(exc):
+                raise ConnectionError(_reason(exc)) from None
+            return False  # not there (yet): nothing to refuse
+        folder = posixpath.dirname(path).rstrip("/") + "/"
+        return not real.startswith(folder)
 
     def stat_many(self, paths: list[str]) -> list[tuple[float, int] | None]:
         """See :meth:`idt_desk.recordings.runs.Files.stat_many`: pipelined."""
@@ -150,6 +203,8 @@ class SFTPFiles:
             async with gate:
                 try:
                     return await fn(path, *args)
+                except ConnectionError:
+                    raise  # the whole batch fails: the connection is gone
                 except OSError as exc:
                     return exc
 
@@ -160,7 +215,7 @@ class SFTPFiles:
         try:
             names = await self._sftp.readdir(path)
         except a.SFTPError as exc:
-            raise OSError(_reason(exc)) from None
+            raise self._error(exc) from None
         out = []
         for n in names:
             if n.filename in (".", ".."):
@@ -172,7 +227,9 @@ class SFTPFiles:
                     if real != self.root and not real.startswith(self.root.rstrip("/") + "/"):
                         continue  # a link leading outside the root: not followed
                     attrs = await self._sftp.stat(full)
-            except a.SFTPError:
+            except a.SFTPError as exc:
+                if self._gone(exc):
+                    raise ConnectionError(_reason(exc)) from None
                 continue
             kind = "dir" if attrs.type == a.FILEXFER_TYPE_DIRECTORY else "file"
             out.append((n.filename, kind, float(attrs.mtime or 0)))
@@ -185,7 +242,9 @@ class SFTPFiles:
     async def _stat(self, path: str) -> tuple[float, int] | None:
         try:
             attrs = await self._sftp.stat(path)
-        except self._asyncssh.SFTPError:
+        except self._asyncssh.SFTPError as exc:
+            if self._gone(exc):
+                raise ConnectionError(_reason(exc)) from None
             return None
         # Whole seconds over SFTP v3: the size tells a rewrite within a second apart.
         return float(attrs.mtime or 0), int(attrs.size or 0)
@@ -205,7 +264,16 @@ class SFTPFiles:
         except a.SFTPNoSuchFile:
             raise FileNotFoundError(path) from None
         except a.SFTPError as exc:
-            raise OSError(_reason(exc)) from None
+            raise self._error(exc) from None
+
+    def _gone(self, exc: BaseException) -> bool:
+        """Whether an SFTP error says the connection itself is gone."""
+        a = self._asyncssh
+        return isinstance(exc, (a.SFTPNoConnection, a.SFTPConnectionLost))
+
+    def _error(self, exc: BaseException) -> OSError:
+        """An SFTP error as this module raises it: ConnectionError when the link is gone."""
+        return ConnectionError(_reason(exc)) if self._gone(exc) else OSError(_reason(exc))
 
     def close(self) -> None:
         """Close the connection and its thread."""

@@ -71,6 +71,9 @@ class Files(Protocol):
     def location(self, path: str) -> str:
         """What names ``path`` for a reader elsewhere: a local path, or an ``ssh://`` URL."""
 
+    def outside(self, paths: list[str]) -> list[str]:
+        """Those of ``paths`` that are links leading out of their own folder."""
+
     def stat_many(self, paths: list[str]) -> list[tuple[float, int] | None]:
         """:meth:`stat` of each path."""
 
@@ -131,6 +134,12 @@ class LocalFiles(OneByOne):
     def location(self, path: str) -> str:
         """See :meth:`Files.location`."""
         return path
+
+    def outside(self, paths: list[str]) -> list[str]:
+        """See :meth:`Files.outside`."""
+        return [p for p in paths if os.path.islink(p) and os.path.commonpath(
+            [os.path.realpath(p), os.path.realpath(os.path.dirname(p))])
+            != os.path.realpath(os.path.dirname(p))]
 
     def stat(self, path: str) -> tuple[float, int] | None:
         """See :meth:`Files.stat`."""

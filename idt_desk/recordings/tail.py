@@ -83,6 +83,8 @@ class RecordingTail:
         self.n_read = 0
         self._promised: int | None = None
         self._n_events = 0  # events lines read (to name a bad one)
+        #: Why a server's files could not be read at the last poll (None: they could).
+        self.connection_problem: str | None = None
 
     def ready(self) -> bool:
         """Whether config.json and the transitions' header are there (the writer started)."""
@@ -97,8 +99,13 @@ class RecordingTail:
                        for n in _NAMES):  # type: ignore[operator]
                     return False  # not all written yet
                 raise
-        elif None in self.files.stat_many([self._file(n) for n in _NAMES]):
-            return False  # not all written yet
+        else:
+            names = [self._file(n) for n in _NAMES]
+            if None in self.files.stat_many(names):
+                return False  # not all written yet
+            for path in self.files.outside(names):
+                raise RecordingError(f"{path}: a link to a file outside the recording; copy "
+                                     "the file in instead")
         try:
             header = self.files.read(self._file("transitions.csv"), 0, HEAD_BYTES)
             header = header[:header.find(b"\n") + 1] or header
@@ -132,6 +139,12 @@ class RecordingTail:
         """The whole lines appended to ``name`` since the last call."""
         try:
             raw = self.files.read(self._file(name), self._offset[name], POLL_BYTES)
+            self.connection_problem = None
+        except ConnectionError as exc:
+            # A server's connection went away: nothing new this poll; the next connects
+            # again, and a silence long enough ends the follower (saying why).
+            self.connection_problem = str(exc)
+            return b""
         except FileNotFoundError:
             raise RecordingError(f"{self.path}: {name} is gone (deleted or moved while "
                                  "followed)") from None
@@ -198,7 +211,11 @@ class RecordingTail:
 
     def _beat(self) -> None:
         """Note the writer's heartbeat: transitions.csv's modification time moved."""
-        st = self.files.stat(self._file("transitions.csv"))
+        try:
+            st = self.files.stat(self._file("transitions.csv"))
+        except ConnectionError as exc:
+            self.connection_problem = str(exc)
+            return
         if st is None:
             return
         mtime = st[0]
