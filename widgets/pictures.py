@@ -52,6 +52,9 @@ class Picture:
     #: Writes what the picture's session reads into a scratch folder; returns settings.
     prepare: Callable[[Path], dict[str, Any]] | None = None
     preset: str = ""
+    #: The window opens on the table of the runs under the prepared ``path`` (``idt-desk
+    #: watch`` on a folder of runs) and is saved once it lists them; no session runs.
+    fleet: bool = False
 
 
 def _watched_loop(scratch: Path) -> dict[str, Any]:
@@ -79,6 +82,38 @@ def _watched_loop(scratch: Path) -> dict[str, Any]:
                 obs, episode = env.reset()[0], episode + 1
     env.close()
     return {"path": str(run), "follow": True, "silence": 10.0, "wait": 60.0}
+
+
+#: The sweep of ``assets/docs/watch.md``: (algorithm, learning rate, seed).
+SWEEP = [("ppo", lr, seed) for lr in (3e-4, 1e-3) for seed in (1, 2)] + \
+        [("a2c", lr, seed) for lr in (7e-4, 3e-3) for seed in (1, 2)]
+
+
+def _train(root: str, algo: str, lr: float, seed: int, steps: int = 60_000) -> None:
+    """One training of the sweep, recorded by ``IDTCallback(record=…)`` (a worker process)."""
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import A2C, PPO
+
+    from idt_desk.gym import IDTCallback
+
+    torch.set_num_threads(1)
+    model = (PPO if algo == "ppo" else A2C)("MlpPolicy", gym.make("Pendulum-v1"),
+                                            learning_rate=lr, seed=seed, device="cpu")
+    model.learn(steps, callback=IDTCallback(
+        window=200, stride=50, calibration_windows=20, baseline_windows=100,
+        record=f"{root}/{algo}-lr{lr:g}/seed-{seed}"))
+
+
+def _sweep(scratch: Path) -> dict[str, Any]:
+    """The sweep of ``assets/docs/watch.md`` run to its end, two trainings at a time."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    root = scratch / "runs"
+    with ProcessPoolExecutor(2) as pool:
+        for job in [pool.submit(_train, str(root), *c) for c in SWEEP]:
+            job.result()
+    return {"path": str(root)}
 
 
 _SAC2 = "assets/policies/halfcheetah-v5-sac-seed2.zip"
@@ -115,6 +150,8 @@ PICTURES = (
             what="dialogue.md: the shipped dialogue replayed to its end"),
     Picture("screenshot_watch.png", "replay", prepare=_watched_loop,
             what="watch.md: idt-desk watch on the page's own loop, followed to its end"),
+    Picture("screenshot_fleet.png", "replay", prepare=_sweep, fleet=True, size=(1400, 700),
+            what="watch.md: idt-desk watch on the page's sweep of eight SB3 trainings"),
 )
 
 
@@ -164,6 +201,8 @@ def _take(app: Any, pic: Picture, path: Path, timeout: float) -> Path:
         settings = dict(pic.settings)
         if pic.prepare is not None:
             settings.update(pic.prepare(Path(tmp)))
+        if pic.fleet:
+            return _take_fleet(app, pic, path, settings["path"], timeout)
         win = MainWindow(source=pic.source, settings=settings, speed=None,
                          record_dir=Path(tmp))
         try:
@@ -192,4 +231,30 @@ def _take(app: Any, pic: Picture, path: Path, timeout: float) -> Path:
         finally:
             win.stop_session(wait=True)
             win.close()
+    return path
+
+
+def _take_fleet(app: Any, pic: Picture, path: Path, folder: str, timeout: float) -> Path:
+    """The window opened on the runs under ``folder``, saved once it lists them."""
+    from idt_desk_widgets.main_window import MainWindow
+
+    from idt_desk.recordings.runs import RunIndex
+
+    win = MainWindow(source="replay", settings={"path": "", "follow": True}, speed=None,
+                     fleet=RunIndex(folder), fleet_location=folder)
+    try:
+        win.resize(*pic.size)
+        win.show()
+        view = win.fleet
+        assert view is not None
+        deadline = time.monotonic() + timeout
+        while view.refreshes < 2:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{pic.name}: the runs were not listed within {timeout:g} s")
+            app.processEvents()
+            time.sleep(0.005)
+        if not win.grab().save(str(path)):
+            raise RuntimeError(f"{pic.name}: could not write {path}")
+    finally:
+        win.close()
     return path
