@@ -196,6 +196,7 @@ def test_the_built_in_commands_come_from_the_entry_points():
         "pictures": "idt_desk_widgets.commands:PICTURES",
         "bench.gui": "idt_desk_widgets.commands:BENCH_GUI",
         "bench.follow": "idt_desk_widgets.commands:BENCH_FOLLOW",
+        "bench.fleet": "idt_desk_widgets.commands:BENCH_FLEET",
         "bench.storm": "idt_desk_widgets.commands:BENCH_STORM",
     }
     for argv, option in ((["reproduce", "pendulum"], "--batch"), (["train"], "--algo"),
