@@ -160,3 +160,13 @@ def test_a_folder_that_vanishes_is_said_in_one_line_and_the_last_look_stays(qtbo
         assert len(_paths(view)) == 2
     finally:
         w.close()
+
+
+def test_bench_fleet_times_the_table_against_the_listing_alone(qtbot):
+    from idt_desk_widgets.fleet import bench_fleet
+
+    lines = []
+    out = bench_fleet((10,), refreshes=2, say=lines.append)
+    assert [r["runs"] for r in out] == [13]  # 10 ended and 3 open
+    assert all(r["refresh"] > 0 and r["alone"] > 0 for r in out)
+    assert "window/alone" in lines[0] and lines[1].split()[:2] == ["13", "local"]
