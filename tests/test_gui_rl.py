@@ -226,6 +226,34 @@ def test_agency_panel_fills_table5(qtbot):
     assert panel.rows["effect"][1].text() == "—" and panel.rows["effect"][3].text() == "…"
 
 
+def test_the_agency_verdicts_do_not_flip_with_the_gaits_phase(qtbot):
+    """A healthy gait: choice holds in some windows and not in others, by phase. The panel
+    judges over its last looks, so the headline stays while the latest look flips."""
+    panel = AgencyPanel()
+    qtbot.addWidget(panel)
+    panel.set_passive(False)
+    footers, badges = [], []
+    for j in range(12):  # choice holds in 7 of every 10 looks; effect and asymmetry always
+        look = _agency((j % 10 not in (2, 5, 8), True, True))
+        look["window_end"] = 1000 * (j + 1)
+        panel.update_snapshot(SimpleNamespace(agency=look))
+        footers.append(panel.footer.text().split(" (the latest")[0])
+        badges.append(panel.rows["choice"][3].styleSheet())
+    # From the second look on: "3 of 3 ... most of the last n looks", whatever the latest.
+    assert all(f.startswith("<b>3 of 3</b> conditions hold on most of the last")
+               for f in footers[1:]), footers
+    assert all("#3aa757" in b for b in badges)  # choice green throughout
+    assert panel.rows["choice"][3].text().endswith("· 7/10")
+    assert "held in 7 of the last 10 looks" in panel.rows["choice"][3].toolTip()
+    # Choice lost for good: the verdict turns once it holds in under half of the looks.
+    for j in range(12, 20):
+        look = _agency((False, True, True))
+        look["window_end"] = 1000 * (j + 1)
+        panel.update_snapshot(SimpleNamespace(agency=look))
+    assert panel.rows["choice"][3].text().startswith("not distinguishable")
+    assert panel.footer.text().startswith("<b>2 of 3</b>")
+
+
 def test_agency_panel_reads_the_core_conditions(qtbot):
     """The core's own output (exact choice, shuffled effect, bootstrapped asymmetry)."""
     from idt_desk.detection.agency import agency_conditions

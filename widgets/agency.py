@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGridLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
+
+from idt_desk.live.config import AGENCY_EVERY
 
 __all__ = ["CONDITIONS", "AgencyPanel"]
 
@@ -25,6 +28,10 @@ _YES = ("QLabel { background: #3aa757; color: white; border-radius: 5px; padding
 _NO = ("QLabel { background: #b9bec6; color: #202124; border-radius: 5px; padding: 1px 5px; "
        "font-size: 11px; }")
 _WAIT = "QLabel { color: #6b7079; padding: 1px 5px; font-size: 11px; }"
+#: Looks (agency computations, one every few seconds) the verdicts are judged over: one
+#: window of a gait catches its ambiguous states or not, so a verdict of the latest window
+#: alone flips with the gait's phase ("0 of 3" and "2 of 3" in turn on a healthy cheetah).
+LOOKS = 10
 #: Saturation (distinct transitions / W) above which the panel says why nothing can hold.
 SATURATED = 0.95
 PASSIVE_TEXT = ("<b>Passive system</b>: no action, so no choice or effect "
@@ -137,6 +144,8 @@ class AgencyPanel(QGroupBox):
         outer.addWidget(self.footer)
         self._verdicts: dict[str, str] = {}
         self._key: Any = None
+        #: The latest looks: (window_end, {condition: holds}), newest last.
+        self.looks: deque[tuple[Any, dict[str, bool]]] = deque(maxlen=LOOKS)
         self.passive = True
         self.set_passive(True)
 
@@ -152,6 +161,7 @@ class AgencyPanel(QGroupBox):
     def reset(self) -> None:
         """No session / a new one: the passive message, or the table waiting for a window."""
         self._key = None
+        self.looks.clear()
         shown = self.passive is not False  # the message, for passive or not yet known
         self.passive_label.setVisible(shown)
         self.table.setVisible(not shown)
@@ -162,6 +172,11 @@ class AgencyPanel(QGroupBox):
             self._verdict(key, verdict, "waiting", "…")
         self._text(self.footer, "Filled in from the first window, from the stream's own "
                                 "symbols: is each value distinguishable from 0?")
+
+    def _holds(self, key: str) -> bool:
+        """Whether condition ``key`` held in most of the looks (a tie: as in the latest)."""
+        times, n = sum(look[key] for _end, look in self.looks), len(self.looks)
+        return 2 * times > n or (2 * times == n and self.looks[-1][1][key])
 
     @staticmethod
     def _text(label: QLabel, text: str) -> None:
@@ -189,24 +204,44 @@ class AgencyPanel(QGroupBox):
         self.passive_label.hide()
         self.table.show()
         self.footer.show()
+        end = agency.get("window_end")
+        if self.looks and self.looks[-1][0] == end:
+            self.looks.pop()  # the same look again (its numbers restated)
+        self.looks.append((end, {k: bool((agency.get(k) or {}).get("holds"))
+                                 for k, *_ in CONDITIONS}))
+        n = len(self.looks)
         for k, (_c, value, null, verdict) in self.rows.items():
             c = agency.get(k) or {}
             self._text(value, f"{_bits(c.get('value'))} bits" if c else "—")
             self._text(null, _null_text(k, c))
-            state, text = _verdict_text(c)
+            latest, text = _verdict_text(c)
+            state = latest
+            times = sum(look[k] for _end, look in self.looks)
+            if c and n > 1:  # judged over the looks: it does not flip with the phase
+                state = "yes" if self._holds(k) else "no"
+                text = (text if state == "yes" and c.get("holds") else "yes") \
+                    if state == "yes" else "not distinguishable"
+                text += f" · {times}/{n}"
             self._verdict(k, verdict, state, text)
             p = c.get("p")
             ptxt = f"p = {float(p):.3f}" if isinstance(p, int | float) and math.isfinite(p) \
                 else "exact test"
             method = c.get("method", "shuffle null")
             tip = {"yes": f"Distinguishable from 0 ({method}, {ptxt})",
-                   "no": f"Not distinguishable from 0 ({method}, {ptxt})"}.get(state, "")
+                   "no": f"Not distinguishable from 0 ({method}, {ptxt})"}.get(latest, "")
+            if n > 1:
+                tip = f"The latest look: {tip[0].lower()}{tip[1:]}" if tip else tip
+                tip += (f"; held in {times} of the last {n} looks (one every "
+                        f"{AGENCY_EVERY:g} s of wall time), the verdict shown")
             if verdict.toolTip() != tip:
                 verdict.setToolTip(tip)
-        held = sum(bool((agency.get(k) or {}).get("holds")) for k, *_ in CONDITIONS)
-        end, draws = agency.get("window_end"), agency.get("draws")
+        held = sum(self._holds(k) for k, *_ in CONDITIONS)
+        draws = agency.get("draws")
         where = agency.get("where") or (f"the W transitions up to {int(end):,}"
                                          if end is not None else "the latest window")
+        if n > 1:
+            where = (f"most of the last {n} looks (the latest: {where}; "
+                     f"one every {AGENCY_EVERY:g} s)")
         shuffles = f"; {int(draws)} draws" if draws else ""
         text = f"<b>{held} of 3</b> conditions hold on {where}{shuffles}"
         if sat is not None and sat >= SATURATED:

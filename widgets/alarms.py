@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 from idt_desk.live.alarms import attribution_text, impact_text, severity_text
 from idt_desk.live.ranges import RangeWatch, recheck_text
 from idt_desk.live.session import Session, Snapshot, undefined_reason
+from idt_desk.words import eta_text
 
 #: The notice's button by the range re-check's verdict (None: no re-check yet): its label and
 #: tooltip. After a ``shift`` the button says what re-calibrating would do to the detection.
@@ -241,11 +242,20 @@ class AlarmPanel(QGroupBox):
         ready = b is not None
         cal, need = snap.calibration
         got, want = snap.baseline_progress
+        # What is left, in time at the loop's measured rate (nothing while it is held).
+        per_s = snap.loop_rate if snap.state == "running" else 0.0
+        turns = getattr(snap, "tokenizer", None) is not None
+        stride = 1 if turns else int((snap.preset or {}).get("stride") or 1)
         if cal < need:
-            waiting = f"calibrating symbols ({cal:,}/{need:,} transitions)"
+            left = eta_text(need - cal, per_s)
+            waiting = (f"calibrating symbols ({cal:,}/{need:,} transitions"
+                       f"{f'; {left} left' if left else ''})")
         else:
-            units = "turns" if getattr(snap, "tokenizer", None) is not None else "windows"
-            waiting = f"gathering baseline ({got}/{want} {units})"
+            units = "turns" if turns else "windows"
+            left = eta_text((want - got) * stride, per_s)
+            waiting = (f"gathering baseline ({got:,}/{want:,} {units}"
+                       f"{f'; {left} left' if left else ''})")
+        per_window_s = stride / per_s if per_s > 0 else 0.0  # wall seconds a window
         det = getattr(snap, "detector", None) or {}
         detector = det.get("describe") or f"paper rule (|z| > {3 if b is None else b.k:g}σ)"
         p = w.get("P")
@@ -341,12 +351,18 @@ class AlarmPanel(QGroupBox):
         text += f"<br>Alarm: {detector}"
         unit = "turns" if tokens is not None else "windows"
         if b is None:
-            text += f"<br>Baseline: gathering {got}/{want} {unit}"
+            text += f"<br>Baseline: {waiting.split('(', 1)[1].rstrip(')')}" if cal >= need \
+                else f"<br>Baseline: {want:,} {unit} after the symbols"
         elif det.get("kind") == "paper":
             text += (f"<br>Baseline: {b.n_windows} {unit} (the paper rule is not calibrated: "
                      "no false-alarm budget)")
         elif det.get("too_short"):
             text += f"<br>Baseline: {b.n_windows} {unit} — " + _too_short(det, b, unit)
+            more = (det.get("needed_windows") or 0) - b.n_windows
+            later = eta_text(more * per_window_s, 1.0) if per_window_s else ""
+            if more > 0 and later:
+                text += (f". A baseline long enough takes {later} more of the loop at its "
+                         "current rate: press <i>Calibrate baseline now</i> then")
         else:
             text += f"<br>Baseline: {b.n_windows} {unit}, long enough for the budget"
         if text != self.calibration.text():

@@ -39,6 +39,7 @@ from PySide6.QtWidgets import (
 
 from idt_desk.errors import InputError
 from idt_desk.recordings.runs import RunIndex, root_problem, select
+from idt_desk.words import ago_text
 
 __all__ = ["FleetModel", "FleetView"]
 
@@ -60,14 +61,6 @@ SHOWN = (
 
 #: Row colours by what a row says: alarmed, error, stopped responding.
 _TINT = {"alarm": "#fde2e2", "error": "#f1f1f1", "stopped responding": "#fff4d6"}
-
-
-def _ago(seconds: float) -> str:
-    s = max(0.0, seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if s >= size:
-            return f"{s / size:.0f} {unit} ago"
-    return f"{s:.0f} s ago"
 
 
 class FleetModel(QAbstractTableModel):
@@ -152,7 +145,7 @@ class FleetModel(QAbstractTableModel):
         if key == "last_alarm":
             return f"{value:,.1f} s"
         if key == "active":
-            return _ago(self.now - value)
+            return ago_text(self.now - value)
         if isinstance(value, int):
             return f"{value:,}"
         return str(value)

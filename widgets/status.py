@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QLabel, QStatusBar
 
 from idt_desk.live.session import Snapshot
 
-__all__ = ["StatusLine", "rate"]
+__all__ = ["StatusLine", "rate", "speed_text"]
 
 
 def rate(per_s: float | None) -> str:
@@ -31,6 +31,29 @@ def rate(per_s: float | None) -> str:
     if per_s >= 1e4:
         return f"{per_s / 1e3:.0f} k"
     return f"{per_s:,.0f}"
+
+
+#: Below this share of the speed asked, the status line says the loop cannot keep up.
+SLOW = 0.9
+
+
+def speed_text(snap: Snapshot) -> str:
+    """The speed asked and, when it differs, the speed the loop runs at, in words.
+
+    "4× real time"; "asked 100×, running 52×: the loop cannot go faster on this machine";
+    at maximum speed "max speed (64× real time)".
+    """
+    got = snap.achieved_speed
+    if not snap.speed:
+        return "max speed" if got is None else f"max speed ({_times(got)} real time)"
+    if got is not None and got < SLOW * snap.speed:
+        return (f"asked {snap.speed:g}×, running {_times(got)}: the loop cannot go faster on "
+                "this machine")
+    return f"{snap.speed:g}× real time"
+
+
+def _times(x: float) -> str:
+    return f"{x:.0f}×" if x >= 10 else f"{x:.2g}×"
 
 
 class StatusLine(QObject):
@@ -91,7 +114,7 @@ class StatusLine(QObject):
 
         ``running``: the session's worker runs; ``stopping``: it was asked to stop.
         """
-        speed = "max speed" if not snap.speed else f"{snap.speed:g}× real time"
+        speed = speed_text(snap)
         text = (f"{snap.state} — {snap.source} at {speed} — t = {snap.sim_time:.2f} s — "
                 f"{snap.n_transitions:,} transitions, {snap.n_windows:,} windows")
         if snap.info.get("following"):  # a recording another program writes

@@ -230,6 +230,15 @@ class Snapshot:
     detector: dict[str, Any] | None = None
     #: IDT alarm episodes (``alarm_on`` events) since the session started.
     n_alarms: int = 0
+    #: The source's transitions per second of loop time (real time: speed 1).
+    rate: float = 0.0
+
+    @property
+    def achieved_speed(self) -> float | None:
+        """The multiple of real time the loop ran at lately (None: not measured yet)."""
+        if self.state != "running" or self.loop_rate <= 0 or self.rate <= 0:
+            return None
+        return self.loop_rate / self.rate
 
 
 class WindowRing:

@@ -325,6 +325,7 @@ class Session:
                 tokenizer=self.config.tokenizer if self.turns is not None else None,
                 detector=self._detector,
                 n_alarms=alarms.n_alarms,
+                rate=float(src.rate),
             )
 
     @property

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from idt_desk.recordings.status import STATUS_FILE, RunStatus
+from idt_desk.words import ago_text
 
 __all__ = ["COLUMNS", "Files", "LocalFiles", "OneByOne", "RunIndex", "open_files", "root_problem",
            "row_line", "select"]
@@ -406,18 +407,10 @@ def row_line(row: dict[str, Any], now: float | None = None) -> str:
         parts.append(f"last at {row['last_alarm']:,.1f} s")
     parts += [x for x in (row["severity"], row["cost"] and f"cost {row['cost']}") if x]
     if row["active"] is not None:
-        parts.append(f"active {_ago(now - row['active'])}")
+        parts.append(f"active {ago_text(now - row['active'])}")
     if row["error"]:
         parts.append(f"error: {row['error']}")
     return "  ".join(parts)
-
-
-def _ago(seconds: float) -> str:
-    s = max(0.0, seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if s >= size:
-            return f"{s / size:.0f} {unit} ago"
-    return f"{s:.0f} s ago"
 
 
 def _one_line(exc: BaseException) -> str:

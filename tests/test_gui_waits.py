@@ -1,0 +1,62 @@
+"""What the window says of speed and waiting: the speed run beside the speed asked, and the
+time each wait (symbols, baseline, a baseline too short) has left at the loop's rate."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+WAIT = 60_000
+
+
+def test_the_status_line_says_the_speed_run_when_it_is_not_the_speed_asked(qtbot, window):
+    window.source_panel.set_speed(100_000.0)  # 100,000× the pendulum's real time: too fast
+    window.pipeline_panel.baseline_spin.setValue(30)
+    window.start_session()
+    status = window.status_line.status
+    qtbot.waitUntil(lambda: "asked 100000×, running" in status.text(), timeout=WAIT)
+    got = float(re.search(r"running ([\d.]+)×", status.text()).group(1))
+    snap = window.session.snapshot(1)
+    assert 0 < got < 0.9 * 100_000
+    assert "the loop cannot go faster on this machine" in status.text()
+    assert snap.achieved_speed == pytest.approx(snap.loop_rate / snap.rate)
+    # At a speed the machine keeps, the line says only the speed asked.
+    window.source_panel.set_speed(2.0)
+    qtbot.waitUntil(lambda: "2× real time" in status.text(), timeout=WAIT)
+    assert "asked" not in status.text()
+    # At maximum speed it says how fast that is.
+    window.source_panel.set_speed(None)
+    qtbot.waitUntil(lambda: re.search(r"max speed \(\d+× real time\)", status.text()),
+                    timeout=WAIT)
+
+
+def test_each_wait_says_how_long_it_has_left(qtbot, window):
+    window.source_panel.set_speed(20.0)  # paced: the baseline takes seconds, not a blink
+    window.pipeline_panel.baseline_spin.setValue(400)
+    window.start_session()
+    alarms = window.alarms
+    qtbot.waitUntil(lambda: "gathering baseline" in alarms.idt.toolTip()
+                    and "left" in alarms.idt.toolTip(), timeout=WAIT)
+    tip = alarms.idt.toolTip()
+    left = re.search(r"(\d+)/400 windows; about (\d+) (s|min)", tip)
+    assert left, tip
+    got = int(left.group(1))
+    snap = window.session.snapshot(1)
+    # The estimate: the windows left × the stride, at the loop's measured rate.
+    expect = (400 - got) * snap.preset["stride"] / snap.loop_rate
+    said = int(left.group(2)) * (60 if left.group(3) == "min" else 1)
+    assert said == pytest.approx(expect, rel=0.35, abs=3)
+    assert "Baseline: " in alarms.calibration.text() and "left" in alarms.calibration.text()
+
+
+def test_a_baseline_too_short_says_how_long_a_long_enough_one_takes(qtbot, window):
+    window.source_panel.set_speed(50.0)
+    window.pipeline_panel.baseline_spin.setValue(30)  # far too short for 1 false alarm / h
+    window.start_session()
+    text = window.alarms.calibration
+    qtbot.waitUntil(lambda: "too short" in text.text() and "A baseline long enough takes"
+                    in text.text(), timeout=WAIT)
+    assert re.search(r"takes about \d+ (s|min)", text.text())
