@@ -60,6 +60,7 @@ class ReplaySource(Source):
               help="following: how long to wait for the recording to start"),
     )
     chunk = 50
+    replays = True
 
     def __init__(self, **settings: Any) -> None:
         super().__init__(**settings)

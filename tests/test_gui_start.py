@@ -93,6 +93,45 @@ def test_start_after_stop_asks_before_replacing_an_unrecorded_session(qtbot, win
     window.stop_session(wait=True)
 
 
+def test_start_asks_when_only_part_of_the_session_is_recorded(qtbot, window, monkeypatch):
+    # Record pressed mid-session: what came before is on no disk.
+    asked = _answer(monkeypatch, Button.Cancel)
+    window.start_session()
+    qtbot.waitUntil(lambda: _drawn(window) > 20, timeout=WAIT)
+    window.record_panel.record_button.setChecked(True)
+    qtbot.waitUntil(lambda: window.session.recording_path is not None, timeout=WAIT)
+    qtbot.wait(300)
+    window.stop_session(wait=True)
+    first = window.session
+    assert not first.on_disk
+    qtbot.mouseClick(window.source_panel.start_button, Qt.MouseButton.LeftButton)
+    assert len(asked) == 1 and asked[0].startswith("Only part of this session is recorded")
+    assert window.session is first
+
+
+def test_a_replay_is_closed_and_replaced_without_a_question(qtbot, window, monkeypatch,
+                                                            tmp_path):
+    # Its data is the recording it reads: nothing is lost by closing it.
+    window.record_panel.record_button.setChecked(True)
+    window.pipeline_panel.baseline_spin.setValue(30)
+    window.start_session()
+    qtbot.waitUntil(lambda: _drawn(window) > 50, timeout=WAIT)
+    window.stop_session(wait=True)
+    path = window.session.recording_path
+    window.record_panel.record_button.setChecked(False)
+    window._select_source("replay", {"path": str(path)})
+    assert window.start_session()
+    qtbot.waitUntil(lambda: not window.session.running and _drawn(window) > 50, timeout=WAIT)
+    assert window.session.on_disk and window.session.recording_path is None
+    asked = _answer(monkeypatch, Button.Cancel)
+    replayed = window.session
+    qtbot.mouseClick(window.source_panel.start_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.session is not replayed, timeout=WAIT)
+    assert not asked
+    window.stop_session(wait=True)
+    assert window.may_quit() and not asked
+
+
 def test_a_recorded_session_is_reset_without_a_question(qtbot, window, monkeypatch):
     asked = _answer(monkeypatch, Button.Cancel)
     window.record_panel.record_button.setChecked(True)

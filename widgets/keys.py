@@ -44,7 +44,7 @@ def install_shortcuts(window: Any) -> dict[str, QShortcut]:
 
 
 def may_discard(parent: QWidget, windows: int, events: int, recorded: bool,
-                action: str = "reset") -> bool:
+                action: str = "reset", partly: bool = False) -> bool:
     """Whether a session's plots and event log may be cleared: asks when nothing is recorded.
 
     ``action``: what clears them, ``reset`` (Reset), ``start`` (Start or Ctrl+Return after
@@ -54,21 +54,24 @@ def may_discard(parent: QWidget, windows: int, events: int, recorded: bool,
     """
     if recorded or (windows == 0 and events == 0):
         return True
+    what = "Only part of this session is recorded" if partly else \
+        "This session is not recorded"
     if action == "quit":
         return _confirm(
             parent, "Quit?",
-            f"This session is not recorded: quitting loses its {windows:,} windows and "
+            f"{what}: quitting loses its {windows:,} windows and "
             f"{events:,} events. (Export CSV keeps them.)\n\nQuit anyway?",
             QMessageBox.StandardButton.Discard)
     if action == "start":
         return _confirm(
             parent, "Start a new session?",
-            f"The stopped session is not recorded: a new one replaces its {windows:,} windows "
+            f"{what.replace('This session', 'The stopped session')}: a new one replaces its "
+            f"{windows:,} windows "
             f"and {events:,} events in the plots and the event log. (Export CSV keeps "
             "them.)\n\nDiscard it and start?", QMessageBox.StandardButton.Discard)
     return _confirm(
         parent, "Clear this session?",
-        f"This session is not recorded: Reset clears its {windows:,} windows and {events:,} "
+        f"{what}: Reset clears its {windows:,} windows and {events:,} "
         "events from the plots and the event log. (Export CSV keeps them.)\n\nClear them?",
         QMessageBox.StandardButton.Reset)
 

@@ -213,7 +213,8 @@ class MainWindow(WindowFrame):
         old = self.session
         if ask and old is not None and not may_discard(
                 self, old.snapshot(limit=1).n_windows, len(self.events.events),
-                recorded=old.recording_path is not None, action="start"):
+                recorded=old.on_disk, action="start",
+                partly=old.recording_path is not None):
             return False
         self.hide_error()
         cls, form = self._source_cls, self.source_panel.settings_form
@@ -393,7 +394,7 @@ class MainWindow(WindowFrame):
         s = self.session
         if s is not None and not may_discard(
                 self, s.snapshot(limit=1).n_windows, len(self.events.events),
-                recorded=s.recording_path is not None):
+                recorded=s.on_disk, partly=s.recording_path is not None):
             return
         self.stop_session(wait=True)
         self._drop_session()
@@ -434,7 +435,8 @@ class MainWindow(WindowFrame):
         s = self.session
         return s is None or may_discard(self, s.snapshot(limit=1).n_windows,
                                         len(self.events.events),
-                                        recorded=s.recording_path is not None, action="quit")
+                                        recorded=s.on_disk, action="quit",
+                                        partly=s.recording_path is not None)
 
     def quit_asking(self) -> None:
         """Ctrl+Q: close the window, once the user says so if the session is not recorded."""

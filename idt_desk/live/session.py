@@ -333,6 +333,15 @@ class Session:
         """The latest recording this session wrote (open or closed), or None."""
         return self.sink.path
 
+    @property
+    def on_disk(self) -> bool:
+        """Everything this session showed is on disk.
+
+        It replays (or follows) a recording, or it was recorded from its first transition on
+        without a break.
+        """
+        return self.source.replays or (self.sink.path is not None and not self.sink.gap)
+
     # -- pipeline ---------------------------------------------------------------------------
 
     def pipeline_settings(self) -> dict[str, Any]:

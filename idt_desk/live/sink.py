@@ -39,6 +39,9 @@ class Sink:
         self.recorder: Recorder | None = None
         #: The latest recording this session wrote (open or closed), or None.
         self.path: Path | None = None
+        #: Transitions went by while no recording was open (Record pressed mid-session, or
+        #: stopped before the end): part of the session is on no disk.
+        self.gap = False
         self._pending = Path(pending) if pending is not None else None
 
     @property
@@ -119,6 +122,7 @@ class Sink:
                     ) -> None:
         """A batch's transitions (and a dialogue's turns, ``history`` ones first)."""
         if not self.recording:
+            self.gap = self.gap or len(s) > 0
             return
         rec = self.recorder
         rec.add_transitions(i0, t, s, a, s_next, reward, episode)

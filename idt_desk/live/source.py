@@ -319,6 +319,8 @@ class Source(ABC):
     view: str = ""
     #: "windows" (symbols over sliding windows) or "turns" (token counts per transition).
     metric_path: ClassVar[str] = "windows"
+    #: It plays back data already on disk (a recording): closing its session loses nothing.
+    replays: ClassVar[bool] = False
 
     def __init__(self, **settings: Any) -> None:
         self.config: dict[str, Any] = _resolve(self.settings, settings, f"source {self.name}")
