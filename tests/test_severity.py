@@ -45,6 +45,14 @@ def test_the_detection_says_how_far_each_component_moved():
     assert sev["dH"] == -5.0 and sev["H_f"] == 0.0 and sev["reward"] == -0.25
     assert "H_b" not in sev  # never defined
     assert severity_text(sev) == "ΔH −5.0σ, P +2.0σ, H_f +0.0σ; reward −0.2σ"
+    # The alarm names every component past its threshold, however many (two of three
+    # were named while the third light was red too).
+    moved = {"P": -30.2, "H_f": 9.0, "H_b": 10.9, "dH": 1.0}
+    assert severity_text(moved, top=2) == "P −30.2σ, H_b +10.9σ"
+    k = {"P": 3.0, "H_f": 8.0, "H_b": 3.0, "dH": 3.0}.__getitem__
+    assert severity_text(moved, top=2, beyond=k) == "P −30.2σ, H_b +10.9σ, H_f +9.0σ"
+    assert severity_text({"P": 2.0, "H_f": 1.0, "dH": 0.5}, top=2, beyond=k) == \
+        "P +2.0σ, H_f +1.0σ"  # none past: the two largest, as before
 
 
 def test_the_return_change_is_costly_or_cheap_against_the_episodes_before():

@@ -305,7 +305,8 @@ class AlarmPanel(QGroupBox):
                 n = onset["latency"]
                 text = (f"Detected <b>{n}</b> {plural(unit, n)} after the onset "
                         f"of <i>{name}</i>")
-                moved = severity_text(onset.get("severity"), top=2)
+                moved = severity_text(onset.get("severity"), top=2,
+                                      beyond=None if b is None else b.k_of)
                 text += f"; moved {html.escape(moved)}" if moved else ""
                 named = attribution_text(onset.get("attribution"), top=2)
                 text += f"<br>Likeliest change: <b>{html.escape(named)}</b>" if named else ""

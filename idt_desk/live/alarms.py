@@ -349,13 +349,20 @@ def _term_name(t: str) -> str:
     return f"{name} ({part.replace('_', ' ')})" if part else name
 
 
-def severity_text(severity: Mapping[str, float] | None, top: int = 4) -> str:
-    """How far each component moved, largest first: "ΔH −5.2σ, H_b +1.7σ; reward −0.1σ"."""
+def severity_text(severity: Mapping[str, float] | None, top: int = 4,
+                  beyond: Callable[[str], float] | None = None) -> str:
+    """How far each component moved, largest first: "ΔH −5.2σ, H_b +1.7σ; reward −0.1σ".
+
+    ``top`` components at most, except that with ``beyond`` (a component's threshold in σ,
+    ``Baseline.k_of``) every component past its threshold is named, however many.
+    """
     if not severity:
         return ""
-    idt = sorted(((m, v) for m, v in severity.items()
-                  if base_metric(m) in IDT_METRICS and np.isfinite(v)),
-                 key=lambda mv: -abs(mv[1]))[:top]
+    ranked = sorted(((m, v) for m, v in severity.items()
+                     if base_metric(m) in IDT_METRICS and np.isfinite(v)),
+                    key=lambda mv: -abs(mv[1]))
+    idt = [mv for j, mv in enumerate(ranked)
+           if j < top or (beyond is not None and abs(mv[1]) >= beyond(mv[0]))]
     text = ", ".join(f"{_component_name(m)} {v:+.1f}σ".replace("-", "−") for m, v in idt)
     r = severity.get("reward")
     if r is not None and np.isfinite(r):
