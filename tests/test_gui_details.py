@@ -93,12 +93,27 @@ def test_the_latency_line_says_how_far_into_the_horizon(qtbot, window):
         (5000, "perturb", {"name": "friction", "params": {"damping": 0.0}}),
         (6500, "pause", {})])
     qtbot.waitUntil(lambda: window.session.snapshot(1).state == "paused", timeout=4 * WAIT)
-    window.stop_session(wait=True)
     snap = window.session.snapshot(1)
     window.alarms.update_snapshot(snap)
     n = snap.n_windows - snap.onset["first_window"]
     assert window.alarms.latency.text() == (
         f"<i>Friction</i> on: not detected yet ({n} of 100 windows since the onset)")
+    # Once the session has ended no window more is coming: never "yet".
+    window.stop_session(wait=True)
+    snap = window.session.snapshot(1)
+    window.alarms.update_snapshot(snap)
+    n = snap.n_windows - snap.onset["first_window"]
+    assert window.alarms.latency.text() == (
+        f"<i>Friction</i> on: not detected before the session ended ({n} of 100 windows "
+        "since the onset)")
+
+
+def test_the_small_words(qtbot, window):
+    from idt_desk_widgets.source_panel import SPEEDS
+
+    assert SPEEDS["50×"] == 50.0  # the RL page's commands use 50×
+    window.events.add_events([{"kind": "note", "text": "one", "i": 0, "t": 0.0}])
+    assert window.events.count.text() == "1 event"
 
 
 def test_the_recording_says_how_large_it_is(qtbot, window, tmp_path):

@@ -82,6 +82,12 @@ def test_the_return_change_is_costly_or_cheap_against_the_episodes_before():
                                         "before it: cheap")
 
 
+def test_a_return_gain_is_not_called_a_cost():
+    gain = {"change": 0.003, "sigma": 0.4, "costly": False, "episodes": 5}
+    assert impact_text(gain).endswith("before it: no cost, a gain")
+    assert impact_text({**gain, "change": -0.003}).endswith("before it: cheap")
+
+
 def test_no_cost_is_claimed_without_episodes_before_or_once_the_perturbation_is_off():
     log = _Log()
     alarms = Alarms(False, None, log)

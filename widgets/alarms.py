@@ -325,6 +325,8 @@ class AlarmPanel(QGroupBox):
                     else f" ({n} {plural(unit, n)} since the onset)")
                 state = "injected" if onset.get("impulse") else "on"
                 text = f"<i>{name}</i> {state}: not detected yet{since}"
+                if snap.state in ("stopped", "error"):  # no window more is coming
+                    text = f"<i>{name}</i> {state}: not detected before the session ended{since}"
         cost = impact_text((onset or {}).get("impact"))
         if cost:
             text += f"<br>{html.escape(cost[0].upper() + cost[1:])}"

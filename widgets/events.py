@@ -69,7 +69,7 @@ _WORDS = {
     "perturbation_pulse": "impulse", "modulation_on": "modulation on",
     "modulation_off": "modulation off", "auto": "auto modulation", "note": "note",
     "detected": "detected", "not_detected": "not detected", "pause": "paused",
-    "impact": "cost",
+    "impact": "return change",
     "episode_end": "episode end",
     "resume": "resumed", "speed": "speed", "calibrate_baseline": "baseline asked for",
     "reconfigure": "re-symbolised", "symbols_out_of_range": "symbols out of range",
@@ -384,7 +384,8 @@ class EventLog(QFrame):
 
     def _update_count(self) -> None:
         n, shown = len(self.events), len(self._shown)
-        text = f"{n:,} events" if shown == n else f"{shown:,} of {n:,} events"
+        text = f"{n:,} {plural('event', n)}" if shown == n else \
+            f"{shown:,} of {n:,} {plural('event', n)}"
         if self.count.text() != text:
             self.count.setText(text)
 

@@ -33,7 +33,7 @@ __all__ = ["SPEEDS", "SourcePanel", "idle_hint", "speed_label"]
 
 #: Speed choices: label -> multiple of real time (None = as fast as possible).
 SPEEDS = {"0.1×": 0.1, "0.25×": 0.25, "0.5×": 0.5, "1× (real time)": 1.0, "2×": 2.0,
-          "5×": 5.0, "10×": 10.0, "100×": 100.0, "max": None}
+          "5×": 5.0, "10×": 10.0, "50×": 50.0, "100×": 100.0, "max": None}
 
 
 def _same(a: float | None, b: float | None) -> bool:

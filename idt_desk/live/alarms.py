@@ -378,7 +378,7 @@ def impact_text(impact: Mapping[str, Any] | None) -> str:
     if not isinstance(change, int | float) or not np.isfinite(change):
         return ""
     sig = f" ({sigma:+.1f}σ)" if isinstance(sigma, int | float) and np.isfinite(sigma) else ""
-    word = "costly" if impact.get("costly") else "cheap"
+    word = "costly" if impact.get("costly") else "cheap" if change <= 0 else "no cost, a gain"
     n = int(impact.get("episodes_after", 1))
     after = "the first whole episode" if n == 1 else f"{n} whole episodes"
     return (f"return {100 * change:+.1f} %{sig} over {after} after the onset, against "

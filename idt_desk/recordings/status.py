@@ -86,8 +86,9 @@ class RunStatus:
         elif kind == "impact":
             change = _number(event.get("change"))
             if change is not None:
-                self.cost = (f"{100 * change:+.1f} %, "
-                             f"{'costly' if event.get('costly') else 'cheap'}")
+                word = "costly" if event.get("costly") else "cheap" if change <= 0 \
+                    else "a gain"
+                self.cost = f"{100 * change:+.1f} %, {word}"
         elif kind in ("session_end", "recording_stop"):
             self.ended = True
             if event.get("error"):
