@@ -132,6 +132,22 @@ def test_a_replay_is_closed_and_replaced_without_a_question(qtbot, window, monke
     assert window.may_quit() and not asked
 
 
+def test_a_new_start_clears_the_old_curves_at_once_not_after_loading(qtbot, window):
+    window.record_panel.record_button.setChecked(True)  # on disk: Start asks nothing
+    window.start_session()
+    qtbot.waitUntil(lambda: _drawn(window) > 20 and "Symbols:" in
+                    window.alarms.calibration.text(), timeout=WAIT)
+    window.stop_session(wait=True)
+    window._select_source("replay", {"path": str(window.session.recording_path)})
+    assert window.start_session(background=True)  # the new source loads on its thread
+    # At once, while it loads: no old curve under the new labels, no old "Symbols: …".
+    assert _drawn(window) == 0 and window.alarms.calibration.text() == ""
+    assert window.events.events == []
+    qtbot.waitUntil(lambda: window.session is not None and window._builder is None,
+                    timeout=WAIT)
+    window.stop_session(wait=True)
+
+
 def test_a_recorded_session_is_reset_without_a_question(qtbot, window, monkeypatch):
     asked = _answer(monkeypatch, Button.Cancel)
     window.record_panel.record_button.setChecked(True)

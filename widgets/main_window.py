@@ -232,6 +232,11 @@ class MainWindow(WindowFrame):
         record = self.record_panel.new_record_path(cls.name) \
             if self.record_panel.record_button.isChecked() else None
         self._starting = True
+        if old is not None:
+            # The old session is being replaced (asked above if it was not on disk): its
+            # curves and words go now, not once the new source has loaded and calibrated.
+            self.clear_panels()
+            self.agency.reset()
         self.plots.show_hint(f"Loading {cls.label}…")
         self.status_line.say(f"loading {cls.label}…")
         if background:
