@@ -60,3 +60,18 @@ def test_a_baseline_too_short_says_how_long_a_long_enough_one_takes(qtbot, windo
     qtbot.waitUntil(lambda: "too short" in text.text() and "A baseline long enough takes"
                     in text.text(), timeout=WAIT)
     assert re.search(r"takes about \d+ (s|min)", text.text())
+
+
+def test_record_mid_session_says_at_the_click_that_the_alarm_waits(qtbot, window):
+    window.source_panel.set_speed(20.0)
+    window.pipeline_panel.baseline_spin.setValue(40)
+    window.start_session()
+    qtbot.waitUntil(lambda: window.session.snapshot(1).baseline is not None
+                    and window.session.snapshot(1).loop_rate > 0, timeout=WAIT)
+    window.record_panel.record_button.click()
+    said = window.statusBar().currentMessage()
+    assert said.startswith("Recording from here: the recording calibrates its own symbols")
+    assert re.search(r"the alarm waits for them \(about \d+ (s|min)", said), said
+    qtbot.waitUntil(lambda: any(e.get("reason") == "recording"
+                                for e in window.events.events), timeout=WAIT)
+    window.stop_session(wait=True)

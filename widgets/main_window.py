@@ -42,6 +42,7 @@ from idt_desk.live.session import Session, Snapshot
 from idt_desk.live.source import Source
 from idt_desk.recordings import RecordingError
 from idt_desk.recordings.runs import RunIndex
+from idt_desk.words import eta_text
 
 __all__ = ["MainWindow"]
 
@@ -660,8 +661,20 @@ class MainWindow(WindowFrame):
         if on:
             path = self.record_panel.new_record_path(
                 self._source_cls.name if self._source_cls else "session")
+            snap = self.session.snapshot(limit=1)
             self.session.start_recording(path)
             self.record_panel.recording_started(path)
+            if snap.n_transitions and snap.tokenizer is None:
+                # Mid-session: the recording calibrates its own symbols and baseline (so it
+                # replays on its own), and the alarm waits for them: said at the click.
+                need = snap.calibration[1] + snap.baseline_progress[1] * int(
+                    snap.preset.get("stride") or 1)
+                left = eta_text(need, snap.loop_rate)
+                self.statusBar().showMessage(
+                    "Recording from here: the recording calibrates its own symbols and "
+                    "baseline from its first windows, so it replays on its own; the alarm "
+                    f"waits for them{f' ({left} at the loop’s rate)' if left else ''}.",
+                    15_000)
         else:
             self.session.stop_recording()
             self.record_panel.show_record_size(recorded=True)
