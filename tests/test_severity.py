@@ -181,3 +181,23 @@ def test_a_replay_says_what_a_change_cost_from_the_recorded_returns(tmp_path):
     # The first whole episode after the onset at 3,950 is episode 40 (steps 4,000-4,099).
     assert impact["i"] == 4100 and impact["episodes"] == 20
     assert impact["change"] == pytest.approx(-0.1, abs=0.002) and impact["costly"]
+
+
+def test_the_reward_alarm_is_logged_where_its_marks_are():
+    # The plot marks every reward-flagged window: each run of them is an alarm in the log,
+    # the light follows the latest; the IDT's own alarms are not touched.
+    log = _Log()
+    alarms = Alarms(False, None, log)
+    reward = np.zeros(20)
+    reward[[4, 5, 6, 12]] = 1.0
+    reward[:2] = np.nan  # not judged yet
+    flags = {m: np.zeros(20) for m in ("P", "H_f", "H_b", "dH")} | {"IDT": np.zeros(20),
+                                                                    "reward": reward}
+    t = _table(0, 20)
+    alarms.update(t, flags, ("P", "H_f", "H_b", "dH", "reward"), 0)
+    said = [(k, at, f["metric"]) for k, at, f in log.events]
+    assert said == [("alarm_on", int(t["end"][4]), "reward"),
+                    ("alarm_off", int(t["end"][7]), "reward"),
+                    ("alarm_on", int(t["end"][12]), "reward"),
+                    ("alarm_off", int(t["end"][13]), "reward")]
+    assert alarms.n_alarms == 0 and not alarms.alarm["reward"]

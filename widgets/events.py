@@ -87,6 +87,8 @@ def describe_event(ev: dict[str, Any], turns: bool = False) -> tuple[str, str]:
     word = _WORDS.get(kind, kind.replace("_", " "))
     if kind == "perturbation_pulse" and turns:
         word = "injection"
+    if kind in ("alarm_on", "alarm_off") and ev.get("metric") == "reward":
+        word = "reward alarm" if kind == "alarm_on" else "reward alarm cleared"
     if kind in ("modulation_on", "modulation_off") and ev.get("auto"):
         word += " (auto)"
     if kind.startswith(("perturbation_", "modulation_")):

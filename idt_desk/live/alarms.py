@@ -153,6 +153,15 @@ class Alarms:
             got = self._attribute(int(j)) if on else {}
             self.later("alarm_on" if on else "alarm_off", at=int(ends[j]),
                        metric="IDT", window_start=int(table["start"][j]), **got)
+        # The reward's own alarm episodes are logged too (metric "reward"): the plot's marks
+        # and the light then have the log's word behind them.
+        rj = np.flatnonzero(np.isfinite(flags["reward"])) if "reward" in flags else judged[:0]
+        if rj.size:
+            r_on = flags["reward"][rj] == 1.0
+            r_before = np.concatenate([[self.alarm["reward"]], r_on[:-1]])
+            for j in rj[r_on != r_before]:
+                self.later("alarm_on" if flags["reward"][j] == 1.0 else "alarm_off",
+                           at=int(ends[j]), metric="reward", window_start=int(table["start"][j]))
         # Published whole: a snapshot (another thread) never sees half of the lights changed.
         self.alarm = {m: bool(flags[m][judged[-1]] == 1.0) if m in flags else on
                       for m, on in self.alarm.items()}
