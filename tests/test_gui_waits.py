@@ -75,3 +75,32 @@ def test_record_mid_session_says_at_the_click_that_the_alarm_waits(qtbot, window
     qtbot.waitUntil(lambda: any(e.get("reason") == "recording"
                                 for e in window.events.events), timeout=WAIT)
     window.stop_session(wait=True)
+
+
+def test_clamping_a_healthy_loop_shows_is_not_coloured_as_a_warning(qtbot, window):
+    # 7 % of a settled cheetah's values land past the calibrated range now and then (the
+    # range watch judges it harmless): the bar says the number, in green; yellow and red
+    # only while the notice is said.
+    import dataclasses
+
+    import numpy as np
+    from idt_desk_widgets.alarms import _BAR_BAD, _BAR_OK, _BAR_WARN  # green, yellow, red
+
+    window.pipeline_panel.baseline_spin.setValue(30)
+    window.start_session()
+    qtbot.waitUntil(lambda: window.session.snapshot(5).n_windows > 40, timeout=WAIT)
+    window.stop_session(wait=True)
+    snap = window.session.snapshot(5)
+    oor = np.full(len(snap.windows["out_of_range"]), 0.07)
+    calm = dataclasses.replace(snap, windows={**snap.windows, "out_of_range": oor},
+                               out_of_range_warning=None)
+    panel = window.alarms
+    panel.update_snapshot(calm)
+    assert panel.out_of_range.format() == "out of calibrated range: 7 %"
+    assert _BAR_OK in panel.out_of_range.styleSheet()
+    said = dataclasses.replace(calm, out_of_range_warning={"fraction": 0.07, "since_i": 0})
+    panel.update_snapshot(said)
+    assert _BAR_WARN in panel.out_of_range.styleSheet() and panel.notice.isVisibleTo(panel)
+    heavy = dataclasses.replace(said, windows={**snap.windows, "out_of_range": oor * 5})
+    panel.update_snapshot(heavy)
+    assert _BAR_BAD in panel.out_of_range.styleSheet()

@@ -386,9 +386,12 @@ class AlarmPanel(QGroupBox):
                 fmt = f"out of calibrated range: {100 * frac:.1f} %"
             if fmt != self.out_of_range.format():
                 self.out_of_range.setFormat(fmt)
+            # Coloured as the notice judges it (RangeWatch): clamping a healthy loop shows
+            # now and then stays green; yellow or red only while the notice is said.
             heavy = RangeWatch.HEAVY * OUT_OF_RANGE_WARN
-            self._chunk("out_of_range", _BAR_BAD if frac >= heavy else
-                        (_BAR_WARN if frac >= OUT_OF_RANGE_WARN else _BAR_OK))
+            said = snap.out_of_range_warning is not None
+            self._chunk("out_of_range", _BAR_OK if not said else
+                        _BAR_BAD if frac >= heavy else _BAR_WARN)
         warning = snap.out_of_range_warning
         if warning:
             mean = float(warning["fraction"])
