@@ -220,8 +220,7 @@ class AgencyPanel(QGroupBox):
             if c and n > 1:  # judged over the looks: it does not flip with the phase
                 state = "yes" if self._holds(k) else "no"
                 text = (text if state == "yes" and c.get("holds") else "yes") \
-                    if state == "yes" else "not distinguishable"
-                text += f" · {times}/{n}"
+                    if state == "yes" else "not distinguishable"  # the count: its tooltip
             self._verdict(k, verdict, state, text)
             p = c.get("p")
             ptxt = f"p = {float(p):.3f}" if isinstance(p, int | float) and math.isfinite(p) \
