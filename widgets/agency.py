@@ -205,7 +205,9 @@ class AgencyPanel(QGroupBox):
         self.table.show()
         self.footer.show()
         end = agency.get("window_end")
-        if self.looks and self.looks[-1][0] == end:
+        if agency.get("where"):
+            self.looks.clear()  # a dialogue's turn is its own verdict, never pooled
+        elif self.looks and self.looks[-1][0] == end:
             self.looks.pop()  # the same look again (its numbers restated)
         self.looks.append((end, {k: bool((agency.get(k) or {}).get("holds"))
                                  for k, *_ in CONDITIONS}))

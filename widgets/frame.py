@@ -158,7 +158,7 @@ class WindowFrame(QMainWindow):
         # Before Start only the class is known: a source declaring modulations has an action
         # channel whatever its env; a replay's recording decides once it runs.
         self.agency.set_passive(
-            None if cls.name == "replay" else not (cls.action_names or cls.modulations))
+            None if cls.replays else not (cls.action_names or cls.modulations))
         self.declare_switches(cls)
         self.alarms.set_reward_visible(has_reward)
         self.set_view(cls.view)
@@ -179,7 +179,7 @@ class WindowFrame(QMainWindow):
         self.pipeline_panel.show_pipeline(session)
         if source.view != self._view_name:
             self.set_view(source.view)  # a replay draws what it replays
-        if cls.name == "replay":
+        if cls.replays:
             self.switches.build_modulations(cls, source)  # a recorded agent or a passive loop
         recorded = getattr(source, "recorded_source", None)
         entry = self.source_panel.entries.get(recorded) \

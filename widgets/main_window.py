@@ -229,7 +229,7 @@ class MainWindow(WindowFrame):
             return False
         # A replay re-runs the recording's own pipeline.
         config = {"speed": self.source_panel.speed_combo.currentData(),
-                  **({} if cls.name == "replay" else self.pipeline_panel.settings())}
+                  **({} if cls.replays else self.pipeline_panel.settings())}
         record = self.record_panel.new_record_path(cls.name) \
             if self.record_panel.record_button.isChecked() else None
         self._starting = True
@@ -650,7 +650,7 @@ class MainWindow(WindowFrame):
                                  "follow it")
 
     def _following(self) -> bool:
-        return self._source_cls is not None and self._source_cls.name == "replay"
+        return self._source_cls is not None and self._source_cls.replays
 
     # -- recording and export ---------------------------------------------------------------
 

@@ -220,7 +220,7 @@ class PipelinePanel(QGroupBox):
             (preset.detector if preset is not None else None)
             or getattr(cls, "default_detector", DEFAULT_DETECTOR))))
         self.budget_edit.setPlaceholderText(
-            "the recording's" if getattr(cls, "name", "") == "replay"
+            "the recording's" if getattr(cls, "replays", False)
             else getattr(cls, "default_budget", DEFAULT_BUDGET))
 
     def show_pipeline(self, session: Session) -> None:

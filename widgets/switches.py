@@ -152,11 +152,11 @@ class SwitchPanel(QWidget):
             passive = ("is passive: it has no action channel, so there is no interface to "
                        "modulate (Hold, input filter and dimensionality reduction act on an "
                        "agent's observations and actions, paper §4.3).")
-            if cls.name == "replay" and (source is None or not source.passive):
+            if cls.replays and (source is None or not source.passive):
                 why = ("plays back what was recorded: a recorded agent's actions cannot be "
                        "modulated any more (its recorded modulations are shaded on the "
                        "plots).")
-            elif not cls.action_names or cls.name == "replay":
+            elif not cls.action_names or cls.replays:
                 why = passive
             else:
                 why = "declares no modulations."

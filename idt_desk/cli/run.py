@@ -160,7 +160,7 @@ def _build_session(args: argparse.Namespace, source, speed: float | None,
 
 def _origin(args: argparse.Namespace, source) -> str:
     """Where a value no option gave came from."""
-    return "the recording's pipeline" if args.source == "replay" else \
+    return "the recording's pipeline" if source.replays else \
         f"{source.name}'s default settings"
 
 

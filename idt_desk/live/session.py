@@ -293,30 +293,23 @@ class Session:
             pipe, alarms, src = self.pipeline, self.alarms, self.source
             self._detector = detector_info(self.monitor, self._detector)
             return Snapshot(
-                state=self.run.state,
-                error=self.run.error,
-                source=src.name,
-                n_transitions=self.n_transitions,
-                n_windows=self._ring.total,
-                sim_time=self._sim_time,
-                speed=self.config.speed,
-                preset=self._preset_dict,
+                state=self.run.state, error=self.run.error,
+                source=src.name, n_transitions=self.n_transitions,
+                n_windows=self._ring.total, sim_time=self._sim_time,
+                speed=self.config.speed, preset=self._preset_dict,
                 calibration=(pipe.n_buffered if not pipe.calibrated
                              else pipe.calibration_transitions, pipe.calibration_transitions),
                 baseline=self.monitor.baseline,
                 baseline_progress=self.monitor.baseline_progress,
-                windows=windows,
-                info=dict(self._info),
-                events=events,
-                switches=switches,
+                windows=windows, info=dict(self._info),
+                events=events, switches=switches,
                 active_perturbations={k: dict(v) for k, v in src.active_perturbations.items()},
                 active_modulations={k: dict(v) for k, v in src.active_modulations.items()},
                 auto=alarms.auto_state(),
                 alarm=dict(alarms.alarm),
                 onset=None if alarms.onset is None else dict(alarms.onset),
                 recording=str(self.sink.path) if self.sink.recording else None,
-                throughput=self.pacer.throughput,
-                loop_rate=self.pacer.loop_rate,
+                throughput=self.pacer.throughput, loop_rate=self.pacer.loop_rate,
                 out_of_range_warning=None if self._range.warning is None
                 else dict(self._range.warning),
                 n_undefined=self._n_undefined,
@@ -324,8 +317,7 @@ class Session:
                 paused_reason=self.run.paused_reason,
                 tokenizer=self.config.tokenizer if self.turns is not None else None,
                 detector=self._detector,
-                n_alarms=alarms.n_alarms,
-                rate=float(src.rate),
+                n_alarms=alarms.n_alarms, rate=float(src.rate),
             )
 
     @property
@@ -335,11 +327,7 @@ class Session:
 
     @property
     def on_disk(self) -> bool:
-        """Everything this session showed is on disk.
-
-        It replays (or follows) a recording, or it was recorded from its first transition on
-        without a break.
-        """
+        """Everything it showed is on disk: it replays a recording, or was recorded whole."""
         return self.source.replays or (self.sink.path is not None and not self.sink.gap)
 
     # -- pipeline ---------------------------------------------------------------------------
