@@ -440,3 +440,16 @@ def test_progress_hears_the_end_of_a_run_over_before_its_first_look():
     snap = run_headless(session, steps=300, progress=seen.append)
     assert snap.n_transitions == 300
     assert seen and seen[-1].n_transitions == 300
+
+
+def test_the_agency_shown_at_the_end_is_of_the_last_transitions(tmp_path):
+    # A session shorter than the agency's 5 s of wall time took one look near its start;
+    # its end shows the conditions of its last W transitions (a fast replay, a short run).
+    from tests.toy_source import ToySource
+
+    session = Session(SessionConfig(source="toy", speed=None, window=100, stride=20,
+                                    calibration_windows=5, baseline_windows=20),
+                      source=ToySource())
+    snap = run_headless(session, steps=6000)
+    assert snap.n_transitions == 6000
+    assert snap.agency is not None and snap.agency["window_end"] == 6000

@@ -196,6 +196,10 @@ def run_loop(host: LoopHost) -> None:
                 break
         # Commands sent just before stop() still count (a button pressed, then Stop).
         host.commands.drain(host)
+        if not src.passive:
+            # The agency of the session's last W transitions (a fast replay took one look,
+            # 5 s of wall time being its whole run, near its start).
+            host.update_agency()
         run.finish()
         pacer.loop_rate = 0.0
     except Exception as exc:  # reported, the thread ends cleanly
