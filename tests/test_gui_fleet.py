@@ -111,6 +111,7 @@ def test_a_double_click_follows_the_run_and_back_returns_to_the_table(qtbot, tmp
         assert w.session.error is None
         w.back_button.click()
         assert w.centre_stack.currentWidget() is view
+        assert "▶ two" in _paths(view)  # the followed run is marked
         # The other one, then: the first session is replaced.
         old = w.session
         row = _paths(view).index("one")

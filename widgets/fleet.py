@@ -6,8 +6,8 @@
 active, refreshed every :attr:`FleetView.REFRESH_MS` on a thread of its own (a server's
 listing never holds the window up), filtered by a glob on the path (the command line's
 ``--filter``, :func:`~idt_desk.recordings.runs.select`) and sorted by any column's header.
-Double-clicking a run (or Return on it) asks the window to follow it (``open_run``); the
-window's **◀ All runs** button comes back here.
+Double-clicking a run (or Return on it) asks the window to follow it (``open_run``; the
+table marks it ▶); the window's **◀ All runs** button comes back here.
 """
 
 from __future__ import annotations
@@ -74,6 +74,8 @@ class FleetModel(QAbstractTableModel):
         super().__init__(parent)
         self.rows: list[dict[str, Any]] = []
         self.now = time.time()
+        #: The path of the run the window follows (marked ▶), or None.
+        self.followed: str | None = None
 
     def set_rows(self, rows: list[dict[str, Any]], now: float) -> None:
         """Show ``rows`` (in the listing's order).
@@ -117,6 +119,8 @@ class FleetModel(QAbstractTableModel):
         row, key = self.rows[index.row()], SHOWN[index.column()][0]
         value = row.get(key)
         if role == Qt.ItemDataRole.DisplayRole:
+            if key == "path" and value == self.followed:
+                return f"▶ {value}"
             return self._text(key, value)
         if role == Qt.ItemDataRole.UserRole:
             if key == "path":
@@ -317,7 +321,11 @@ class FleetView(QWidget):
     def _open(self, index: QModelIndex) -> None:
         src = self.proxy.mapToSource(index)
         if src.isValid():
-            self.open_run.emit(self.index.location(self.model.rows[src.row()]))
+            row = self.model.rows[src.row()]
+            self.model.followed = row["path"]  # marked ▶ from now on
+            self.model.dataChanged.emit(self.model.index(src.row(), 0),
+                                        self.model.index(src.row(), 0))
+            self.open_run.emit(self.index.location(row))
 
     def shutdown(self) -> None:
         """Stop refreshing and let the listing go (a server's connection is closed)."""
