@@ -104,3 +104,14 @@ def test_clamping_a_healthy_loop_shows_is_not_coloured_as_a_warning(qtbot, windo
     heavy = dataclasses.replace(said, windows={**snap.windows, "out_of_range": oor * 5})
     panel.update_snapshot(heavy)
     assert _BAR_BAD in panel.out_of_range.styleSheet()
+
+
+def test_bench_gui_sets_the_loop_in_the_window_against_headless(qtbot):
+    from idt_desk_widgets.app import bench_gui
+
+    lines = []
+    res = bench_gui(seconds=1.0, print_fn=lines.append, source="pendulum")
+    assert res["headless loop"] > 0 and res["maximum speed loop"] > 0
+    assert res["loop_ratio"] == pytest.approx(res["maximum speed loop"] / res["headless loop"])
+    assert lines[-1].startswith("loop in the window / headless, at maximum speed: ")
+    assert "(target >= 0.9)" in lines[-1]
