@@ -325,6 +325,7 @@ class FleetView(QWidget):
             self.model.followed = row["path"]  # marked ▶ from now on
             self.model.dataChanged.emit(self.model.index(src.row(), 0),
                                         self.model.index(src.row(), 0))
+            self.table.resizeColumnToContents(0)  # room for the mark
             self.open_run.emit(self.index.location(row))
 
     def shutdown(self) -> None:
