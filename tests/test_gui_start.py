@@ -121,12 +121,15 @@ def test_a_replay_is_closed_and_replaced_without_a_question(qtbot, window, monke
     window.record_panel.record_button.setChecked(False)
     window._select_source("replay", {"path": str(path)})
     assert window.start_session()
-    qtbot.waitUntil(lambda: not window.session.running and _drawn(window) > 50, timeout=WAIT)
+    start = window.source_panel.start_button
+    # Ended, and the window has seen it (Start enabled again: a click before is ignored).
+    qtbot.waitUntil(lambda: not window.session.running and _drawn(window) > 50
+                    and start.isEnabled(), timeout=2 * WAIT)
     assert window.session.on_disk and window.session.recording_path is None
     asked = _answer(monkeypatch, Button.Cancel)
     replayed = window.session
-    qtbot.mouseClick(window.source_panel.start_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: window.session is not replayed, timeout=WAIT)
+    qtbot.mouseClick(start, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.session is not replayed, timeout=2 * WAIT)
     assert not asked
     window.stop_session(wait=True)
     assert window.may_quit() and not asked
