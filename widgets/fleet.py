@@ -346,13 +346,10 @@ def bench_fleet(counts: tuple[int, ...] = (100, 1000), ssh: str | None = None,
     waits for), against the listing alone (``RunIndex.refresh`` without the window) timed in
     the same run. Returns one dict a count and place.
     """
-    import tempfile
-    from pathlib import Path
-
     from idt_desk_widgets.main_window import MainWindow
     from PySide6.QtWidgets import QApplication
 
-    from idt_desk.cli.bench_runs import build_runs
+    from idt_desk.cli.bench_runs import fleets
 
     app = QApplication.instance() or QApplication(["idt-desk"])
 
@@ -367,47 +364,39 @@ def bench_fleet(counts: tuple[int, ...] = (100, 1000), ssh: str | None = None,
     say(f"{'runs':>6} {'where':>6} {'first s':>8} {'window refresh s':>17} "
         f"{'listing alone s':>16} {'window/alone':>13}")
     out = []
-    for n in counts:
-        with tempfile.TemporaryDirectory() as tmp:
-            root, live = build_runs(Path(tmp), n)
-            try:
-                for where in ("local", *(["ssh"] if ssh else [])):
-                    location = str(root) if where == "local" else f"{ssh}{root}"
-                    t0 = time.perf_counter()
-                    win = MainWindow(source="replay", settings={"path": "", "follow": True},
-                                     speed=None, fleet=RunIndex(location),
-                                     fleet_location=location)
-                    win.show()
-                    view = win.fleet
-                    assert view is not None
-                    until(lambda v=view: v.refreshes >= 1)
-                    first = time.perf_counter() - t0
-                    shown = []
-                    for _ in range(refreshes):
-                        k = view.refreshes
-                        t0 = time.perf_counter()
-                        view.refresh()
-                        until(lambda v=view, k=k: v.refreshes > k)
-                        shown.append(time.perf_counter() - t0)
-                    rows = view.proxy.rowCount()
-                    win._quit_confirmed = True
-                    win.close()
-                    alone_index = RunIndex(location)
-                    alone_index.refresh()
-                    alone = []
-                    for _ in range(refreshes):
-                        t0 = time.perf_counter()
-                        alone_index.refresh()
-                        alone.append(time.perf_counter() - t0)
-                    alone_index.close()
-                    med, base = sorted(shown)[len(shown) // 2], sorted(alone)[len(alone) // 2]
-                    say(f"{rows:>6} {where:>6} {first:>8.2f} {med:>17.3f} {base:>16.3f} "
-                        f"{med / base:>13.1f}")
-                    out.append({"runs": rows, "where": where, "first": first,
-                                "refresh": med, "alone": base})
-            finally:
-                for rec in live:
-                    rec.close()
+    for _n, where, location, _root in fleets(counts, ssh):
+        t0 = time.perf_counter()
+        win = MainWindow(source="replay", settings={"path": "", "follow": True},
+                         speed=None, fleet=RunIndex(location),
+                         fleet_location=location)
+        win.show()
+        view = win.fleet
+        assert view is not None
+        until(lambda v=view: v.refreshes >= 1)
+        first = time.perf_counter() - t0
+        shown = []
+        for _ in range(refreshes):
+            k = view.refreshes
+            t0 = time.perf_counter()
+            view.refresh()
+            until(lambda v=view, k=k: v.refreshes > k)
+            shown.append(time.perf_counter() - t0)
+        rows = view.proxy.rowCount()
+        win._quit_confirmed = True
+        win.close()
+        alone_index = RunIndex(location)
+        alone_index.refresh()
+        alone = []
+        for _ in range(refreshes):
+            t0 = time.perf_counter()
+            alone_index.refresh()
+            alone.append(time.perf_counter() - t0)
+        alone_index.close()
+        med, base = sorted(shown)[len(shown) // 2], sorted(alone)[len(alone) // 2]
+        say(f"{rows:>6} {where:>6} {first:>8.2f} {med:>17.3f} {base:>16.3f} "
+            f"{med / base:>13.1f}")
+        out.append({"runs": rows, "where": where, "first": first,
+                    "refresh": med, "alone": base})
     say("(medians of the refreshes; 'window refresh': from the request to the table showing "
         "it, the listing on the table's thread)")
     return out

@@ -15,11 +15,12 @@ import json
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["bench_runs", "build_runs"]
+__all__ = ["bench_runs", "fleets"]
 
 
 def _template(path: Path) -> None:
@@ -35,20 +36,29 @@ def _template(path: Path) -> None:
     rec.close()
 
 
-def build_runs(tmp: Path, n: int) -> tuple[Path, list]:
-    """``n`` ended runs under ``tmp/runs`` (in 10 sweeps) and 3 more open and beating.
+def fleets(counts: tuple[int, ...], ssh: str | None = None
+           ) -> Iterator[tuple[int, str, str, Path]]:
+    """(count, where, location, folder) of each fleet the benchmarks time.
 
-    Returns the folder and the open runs' recorders (close them when done).
+    ``count`` ended runs in 10 sweeps and 3 more open and beating, in a temporary folder, read
+    locally, then over ``ssh``. The folder and its open runs last while its entries are used.
     """
     from idt_desk.recordings import Recorder
 
-    root = tmp / "runs"
-    _template(tmp / "template")
-    for j in range(n):
-        shutil.copytree(tmp / "template", root / f"sweep{j % 10}" / f"r{j:05d}")
-    live = [Recorder(root / "live" / f"r{j}", {"session": {}}, ["x"], ["u"], ["start", "end"])
-            for j in range(3)]
-    return root, live
+    for n in counts:
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp) / "runs"
+            _template(Path(tmp) / "template")
+            for j in range(n):
+                shutil.copytree(Path(tmp) / "template", root / f"sweep{j % 10}" / f"r{j:05d}")
+            live = [Recorder(root / "live" / f"r{j}", {"session": {}}, ["x"], ["u"],
+                             ["start", "end"]) for j in range(3)]
+            try:
+                for where in ("local", *(["ssh"] if ssh else [])):
+                    yield n, where, str(root) if where == "local" else f"{ssh}{root}", root
+            finally:
+                for rec in live:
+                    rec.close()
 
 
 def _whole(root: Path) -> int:
@@ -65,27 +75,19 @@ def bench_runs(counts: tuple[int, ...] = (10, 100, 1000), ssh: str | None = None
 
     print(f"{'runs':>6} {'where':>6} {'cold list s':>12} {'refresh s':>10} "
           f"{'opened':>7} {'events whole s':>15} {'whole/cold':>11} {'whole/refresh':>14}")
-    for n in counts:
-        with tempfile.TemporaryDirectory() as tmp:
-            root, live = build_runs(Path(tmp), n)
-            try:
-                for where in ("local", *(["ssh"] if ssh else [])):
-                    location = str(root) if where == "local" else f"{ssh}{root}"
-                    t0 = time.perf_counter()
-                    index = RunIndex(location)
-                    index.refresh()
-                    cold = time.perf_counter() - t0
-                    time.sleep(1.1)  # the open writers beat once
-                    t0 = time.perf_counter()
-                    index.refresh()
-                    warm = time.perf_counter() - t0
-                    index.close()
-                    t0 = time.perf_counter()
-                    _whole(root)
-                    whole = time.perf_counter() - t0
-                    print(f"{n + 3:>6} {where:>6} {cold:>12.3f} {warm:>10.3f} "
-                          f"{index.opened:>7} {whole:>15.3f} {whole / cold:>11.2f} "
-                          f"{whole / warm:>14.1f}", flush=True)
-            finally:
-                for rec in live:
-                    rec.close()
+    for n, where, location, root in fleets(counts, ssh):
+        t0 = time.perf_counter()
+        index = RunIndex(location)
+        index.refresh()
+        cold = time.perf_counter() - t0
+        time.sleep(1.1)  # the open writers beat once
+        t0 = time.perf_counter()
+        index.refresh()
+        warm = time.perf_counter() - t0
+        index.close()
+        t0 = time.perf_counter()
+        _whole(root)
+        whole = time.perf_counter() - t0
+        print(f"{n + 3:>6} {where:>6} {cold:>12.3f} {warm:>10.3f} "
+              f"{index.opened:>7} {whole:>15.3f} {whole / cold:>11.2f} "
+              f"{whole / warm:>14.1f}", flush=True)
