@@ -131,7 +131,9 @@ def test_alarm_lights_say_their_state(qtbot, window):
     assert "session stopped" in window.alarms.idt.text()
 
 
-def test_perturbation_button_records_an_event_and_shades_the_plot(qtbot, window):
+@pytest.mark.parametrize("own_process", [False, True], ids=["thread", "process"])
+def test_perturbation_button_records_an_event_and_shades_the_plot(qtbot, window, own_process):
+    window.own_process = own_process  # a session in a process of its own acts the same
     window.record_panel.record_button.setChecked(True)  # armed: records from the start
     window.start_session()
     # Once the baseline is set: switched on while it is gathered, the noise would be part of
@@ -165,6 +167,10 @@ def test_perturbation_button_records_an_event_and_shades_the_plot(qtbot, window)
     last = window.record_panel.last_recording
     out = last.with_name(last.name + "-parquet")
     assert (out / "windows.parquet").exists() and (out / "events.parquet").exists()
+    if own_process:  # its process ends with the window
+        proc = window.session._proc
+        window.close()
+        assert proc.poll() == 0
 
 
 def test_pause_speed_baseline_and_resymbolise_controls(qtbot, window):

@@ -184,8 +184,10 @@ def bench_gui(seconds: float = 10.0, print_fn: Any = print, source: str = "pendu
     (every tick pulls a snapshot and repaints); then the same source runs ``seconds`` at
     maximum speed with no window (a :class:`~idt_desk.live.session.Session` in its worker, as
     ``idt-desk run`` runs it). Each after a warm-up (JIT, calibration, first paints).
-    Offscreen when there is no display. Returns the frame rates, the loop rates and
-    ``loop_ratio`` (window / headless at maximum speed).
+    A source whose session has a process of its own (``own_process``) is also run at maximum
+    speed as a thread of the window's process, the design it replaced. Offscreen when there is
+    no display. Returns the frame rates, the loop rates, ``loop_ratio`` (window / headless at
+    maximum speed) and ``one_process_ratio`` (the thread's, when measured).
     """
     import time
 
@@ -202,9 +204,15 @@ def bench_gui(seconds: float = 10.0, print_fn: Any = print, source: str = "pendu
             app.processEvents()
             time.sleep(0.001)
 
+    from idt_desk.live.plugins import load_source
+
     warm = 2.0 if source == "pendulum" else 15.0
-    for label, speed in (("real time (1x)", 1.0), ("maximum speed", None)):
-        win = MainWindow(source=source, speed=speed)
+    runs: list[tuple[str, float | None, bool | None]] = [
+        ("real time (1x)", 1.0, None), ("maximum speed", None, None)]
+    if load_source(source).own_process:  # and as it ran before it had a process of its own
+        runs.append(("max, one process", None, False))
+    for label, speed, own in runs:
+        win = MainWindow(source=source, speed=speed, own_process=own)
         win.show()
         win.start_session()
         count = _count_frames(win)
@@ -230,6 +238,10 @@ def bench_gui(seconds: float = 10.0, print_fn: Any = print, source: str = "pendu
     print_fn(f"{'headless':>16}: {source} {headless:,.0f} transitions/s at maximum speed")
     print_fn(f"loop in the window / headless, at maximum speed: {results['loop_ratio']:.2f} "
              "(target >= 0.9)")
+    if "max, one process loop" in results:
+        results["one_process_ratio"] = results["max, one process loop"] / headless
+        print_fn(f"the same with the loop in the window's own process (a thread): "
+                 f"{results['one_process_ratio']:.2f}")
     return results
 
 

@@ -170,7 +170,7 @@ class WindowFrame(QMainWindow):
         reward, view and switches).
         """
         source = session.source
-        if source.metric_path != type(source).metric_path or \
+        if source.metric_path != cls.metric_path or \
                 source.has_reward != bool(getattr(cls, "has_reward", False)):
             # A replay is what its recording holds: a dialogue's turns, an agent's reward.
             self.set_metric_path(cls, source.metric_path, source.has_reward)

@@ -3,7 +3,8 @@
 Building a source can take seconds to a minute (the RL source imports torch and loads its
 policy and MuJoCo: 3.8 s on an idle machine, 31 s on a loaded one), during which a window
 building it on its own thread paints nothing. :class:`SessionBuilder` builds the source and
-its :class:`~idt_desk.live.session.Session` on a thread of its own; the window polls it on a
+its session (:func:`~idt_desk.live.process.build_session`: a process of its own for a source
+that declares one) on a thread of its own; the window polls it on a
 timer (no Qt here: the builder only sets fields) and may cancel it. A build cannot be
 interrupted (an import, a model load); a cancelled one closes what it built when it ends.
 """
@@ -15,29 +16,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from idt_desk.live.session import Session, SessionConfig
+from idt_desk.live.process import build_session
 
-__all__ = ["SessionBuilder", "build_session"]
-
-
-def build_session(cls: Any, settings: dict[str, Any], config: dict[str, Any],
-                  record: Path | None) -> Session:
-    """The source ``cls(**settings)`` and a session around it (not started).
-
-    ``config`` holds the :class:`~idt_desk.live.session.SessionConfig` fields besides the
-    source and its settings.
-    """
-    source = cls(**settings)
-    try:
-        return Session(SessionConfig(source=cls.name, settings=settings, **config),
-                       source=source, record=record)
-    except BaseException:
-        source.close()
-        raise
+__all__ = ["SessionBuilder"]
 
 
 class SessionBuilder:
     """:func:`build_session` on a daemon thread (``idt-load-NAME``), polled and cancellable.
+
+    Its arguments are :func:`build_session`'s (``process``: a process of its own; None: as
+    the source declares).
 
     Attributes
     ----------
@@ -50,8 +38,8 @@ class SessionBuilder:
     """
 
     def __init__(self, cls: Any, settings: dict[str, Any], config: dict[str, Any],
-                 record: Path | None) -> None:
-        self.session: Session | None = None
+                 record: Path | None, process: bool | None = None) -> None:
+        self.session: Any = None  # a Session, or a SessionProcess
         #: The recording the session opens when it starts (None: not recording).
         self.record = record
         self.error: BaseException | None = None
@@ -59,7 +47,7 @@ class SessionBuilder:
         self._cancelled = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(
-            target=self._run, args=(cls, settings, config, record),
+            target=self._run, args=(cls, settings, config, record, process),
             name=f"idt-load-{cls.name}", daemon=True)
         self._thread.start()
 
@@ -79,12 +67,12 @@ class SessionBuilder:
             self._cancelled.set()
             session, self.session = self.session, None
         if session is not None:
-            session.source.close()
+            session.close()
 
     def _run(self, cls: Any, settings: dict[str, Any], config: dict[str, Any],
-             record: Path | None) -> None:
+             record: Path | None, process: bool | None) -> None:
         try:
-            session = build_session(cls, settings, config, record)
+            session = build_session(cls, settings, config, record, process)
         except Exception as exc:  # reported by the window, in its banner
             self.error = exc
             return
@@ -92,4 +80,4 @@ class SessionBuilder:
             if not self._cancelled.is_set():
                 self.session = session
                 return
-        session.source.close()
+        session.close()

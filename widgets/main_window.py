@@ -29,7 +29,7 @@ from idt_desk_widgets.fleet import FleetView
 from idt_desk_widgets.forms import set_quietly
 from idt_desk_widgets.frame import WindowFrame
 from idt_desk_widgets.keys import install_shortcuts, may_discard, may_recalibrate
-from idt_desk_widgets.loading import SessionBuilder, build_session
+from idt_desk_widgets.loading import SessionBuilder
 from idt_desk_widgets.memory import Collector
 from idt_desk_widgets.recording import FolderWatch, figure_title
 from idt_desk_widgets.source_panel import idle_hint
@@ -37,6 +37,7 @@ from PySide6.QtCore import QEventLoop, QTimer
 from PySide6.QtWidgets import QApplication
 
 from idt_desk.live.alarms import overlap_text
+from idt_desk.live.process import build_session
 from idt_desk.live.ranges import recheck_text
 from idt_desk.live.session import Session, Snapshot
 from idt_desk.live.source import Source
@@ -78,6 +79,9 @@ class MainWindow(WindowFrame):
         double-clicked there is followed, and **◀ All runs** (Alt+Left) comes back.
     fleet_location
         The watched folder as the user gave it (the table's title).
+    own_process
+        Run sessions in a process of their own (True), in a thread of this one (False), or as
+        the source declares (None: ``Source.own_process``, the RL source's).
     """
 
     def __init__(
@@ -90,11 +94,13 @@ class MainWindow(WindowFrame):
         watch_folder: str | Path | None = None,
         fleet: RunIndex | None = None,
         fleet_location: str = "",
+        own_process: bool | None = None,
     ) -> None:
         super().__init__(Path(record_dir) if record_dir
                          else Path.home() / "idt-desk-recordings")
         self.session: Session | None = None
         self.history = history
+        self.own_process = own_process
         self._error_shown: str | None = None
         #: The selected source's class (None: it failed to load).
         self._source_cls: type[Source] | None = None
@@ -241,7 +247,7 @@ class MainWindow(WindowFrame):
         self.plots.show_hint(f"Loading {cls.label}…")
         self.status_line.say(f"loading {cls.label}…")
         if background:
-            self._builder = SessionBuilder(cls, settings, config, record)
+            self._builder = SessionBuilder(cls, settings, config, record, self.own_process)
             self._pending_schedule = schedule
             self._update_buttons()
             self._load_timer.start()
@@ -251,7 +257,7 @@ class MainWindow(WindowFrame):
             # would run inside this one (the guard above refuses what a timer sends).
             QApplication.processEvents(QEventLoop.ProcessEventsFlag.ExcludeUserInputEvents)
             try:
-                session = build_session(cls, settings, config, record)
+                session = build_session(cls, settings, config, record, self.own_process)
             except (ValueError, KeyError, OSError, RecordingError) as exc:
                 self.show_error(f"Cannot start {cls.label}: {exc}")
                 self._idle_after_start()
@@ -314,7 +320,7 @@ class MainWindow(WindowFrame):
             for at, kind, args in schedule or []:
                 session.schedule(at, kind, **args)
         except (ValueError, KeyError) as exc:  # InputError is a ValueError
-            source.close()
+            session.close()
             self.show_error(f"Cannot start {label}: {exc}")
             self._idle_after_start()
             return False
@@ -392,6 +398,7 @@ class MainWindow(WindowFrame):
     def _drop_session(self) -> None:
         """Forget the (stopped) session; what it held is freed by the next collection."""
         if self.session is not None:
+            self.session.close()  # a session's process ends (a thread's has already)
             self.session = None
             self.collector.soon()
 
@@ -433,6 +440,8 @@ class MainWindow(WindowFrame):
                 # thread and ends with the process.
                 self._given_up = session
                 print(f"idt-desk: {exc}", file=sys.stderr)
+        if session is not None and not session.running:
+            session.close()  # a session's process ends with its window
         if self.view is not None and hasattr(self.view, "close_view"):
             self.view.close_view()  # a live view's render thread (the cheetah's)
 

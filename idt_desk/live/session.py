@@ -6,6 +6,10 @@
         ^ Commands (queue, schedule)                                 -> monitor/Alarms/Auto
     consumers (GUI timer, CLI progress) <-- snapshot() copies of lock-protected ring buffers
 
+One file: the session is one object whose state its loop and its consumers share under one
+lock; each collaborator with state of its own is already a module (``config``, ``worker``,
+``commands``, ``alarms``, ``ranges``, ``sink``, ``turns``, ``process``).
+
 No Qt here: the GUI and ``idt-desk run`` drive the same class; its helpers reach its state
 through ``idt_desk.live.seams``. Commands act at the next chunk boundary; a source exception
 stops the session with its message in ``error`` and an ``error`` event.
@@ -127,6 +131,7 @@ class Session:
         #: The recording (``record``: from the start; ``start_recording`` can start later).
         self.sink = Sink(record)
         self._thread: threading.Thread | None = None
+        self._closed = False
         self._ring = WindowRing(self.config.history, WINDOW_COLUMNS)
         #: Every event of the session, the latest ones and the switches.
         self.journal = EventJournal()
@@ -207,6 +212,14 @@ class Session:
         elif self.sink.recorder is not None:
             self.end()
 
+    def close(self) -> None:
+        """Let the session go: a running one is stopped, a never-started one's source closed."""
+        if self._thread is None and not self._closed:
+            self._closed = True
+            self.source.close()
+        elif self.running:
+            self.stop()
+
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for the worker to end by itself (a replay's end); True if it has."""
         if self._thread is None:
@@ -285,11 +298,17 @@ class Session:
         """Close the recording; the session goes on."""
         self._command("record", path=None)
 
-    def snapshot(self, limit: int = 2000) -> Snapshot:
-        """Copies of the latest ``limit`` windows and of the session's state."""
+    def snapshot(self, limit: int = 2000, since: int | None = None) -> Snapshot:
+        """Copies of the latest ``limit`` windows and of the session's state.
+
+        ``since``: only the windows after the first ``since`` (a consumer that keeps what it
+        has had: :class:`~idt_desk.live.process.SessionProcess`).
+        """
         events, switches = self.journal.recent()
         with self._lock:
-            windows = self._ring.tail(limit)
+            if since is not None:
+                limit = min(limit, self._ring.total - since)
+            windows = self._ring.tail(max(0, limit))
             pipe, alarms, src = self.pipeline, self.alarms, self.source
             self._detector = detector_info(self.monitor, self._detector)
             return Snapshot(

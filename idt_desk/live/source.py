@@ -308,6 +308,9 @@ class Source(ABC):
     #: GUI opens its window first and builds it there, with its loading screen, and the
     #: command line checks its settings by their declarations instead of building it.
     slow_to_load: ClassVar[bool] = False
+    #: Its steps cost a core (a policy and a physics engine): the window runs its session in
+    #: a process of its own (``idt_desk.live.process``), so drawing does not slow the loop.
+    own_process: ClassVar[bool] = False
     #: Transitions per ``step`` call the session asks for at full speed.
     chunk: ClassVar[int] = 50
     settings: ClassVar[tuple[Param, ...]] = ()
