@@ -152,3 +152,28 @@ def _alive(pid: int) -> bool:
         return False
     with open(f"/proc/{pid}/stat") as f:  # a zombie (reaped by init soon) is gone
         return f.read().split(")")[1].split()[0] != "Z"
+
+
+def test_the_next_session_takes_a_warm_child_and_a_child_serves_sessions_in_turn():
+    from idt_desk.live import process
+
+    first = build_session(PendulumSource, {}, {}, None, process=True)
+    standby = process._STANDBY["pendulum"][0]
+    assert standby.poll() is None and standby.pid != first._proc.pid
+    second = build_session(PendulumSource, {}, {}, None, process=True)
+    assert second._proc.pid == standby.pid  # warmed while the first one was built
+    served = first._proc
+    first.close()  # its child, warm, waits for the next session in place of the newer one
+    assert process._STANDBY["pendulum"][0] is served and served.poll() is None
+    third = build_session(PendulumSource, {}, {}, None, process=True)
+    assert third._proc is served
+    third.start()
+    _wait(lambda: third.snapshot(1).n_windows > 5)
+    third.close()
+    second.close()
+    with pytest.raises(ValueError):  # a refused build leaves its child waiting, not gone
+        build_session(PendulumSource, {"no_such": 1}, {}, None, process=True)
+    waiting = process._STANDBY["pendulum"][0]
+    assert waiting.poll() is None
+    process._drop_standbys()
+    assert waiting.poll() is not None and not process._STANDBY

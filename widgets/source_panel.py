@@ -144,10 +144,11 @@ class SourcePanel(QGroupBox):
         self.speed_combo.currentIndexChanged.connect(
             lambda _i: self.speed_chosen.emit(self.speed_combo.currentData()))
         self.speed_combo.setToolTip(
-            "Multiples of the loop's real time, or max (as fast as the machine goes). At max "
-            "the window's drawing shares the CPU with the loop (the RL loop runs at about 0.4× "
-            "its headless rate here): for a long run at full speed, run it headless with "
-            "--record R and follow it with idt-desk watch R.")
+            "Multiples of the loop's real time, or max (as fast as the machine goes). The "
+            "status line says the speed reached when the machine cannot keep up. The RL "
+            "source's loop runs in a process of its own, so the window's drawing does not "
+            "slow it; a long run can also go headless (idt-desk run --record R) and be "
+            "followed with idt-desk watch R.")
         form.addRow("Speed", self.speed_combo)
         lay.addLayout(form)
 

@@ -134,7 +134,8 @@ class ClickStorm:
         self.lifecycle = tuple(lifecycle)
         name = window.source_panel.source_combo.currentData() or "?"
         self.report = StormReport(seed=seed, source=str(name))
-        self._session_ids: set[int] = set()
+        # Weakly: a new session may take a freed one's address (an id() set missed them).
+        self._sessions: weakref.WeakSet[Any] = weakref.WeakSet()
         #: Every session's source the storm saw, weakly: the stopped ones must be freed.
         self._sources: list[weakref.ref] = []
         self._lock = threading.Lock()
@@ -188,8 +189,8 @@ class ClickStorm:
         s = self.window.session
         if s is None:
             return
-        if id(s) not in self._session_ids:
-            self._session_ids.add(id(s))
+        if s not in self._sessions:
+            self._sessions.add(s)
             self._sources.append(weakref.ref(s.source))
             self.report.sessions_started += 1
         if s.state == "error" and s.error and not any(s.error in e for e in

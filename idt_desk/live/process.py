@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import gc
 import signal
 import socket
 import subprocess
@@ -107,6 +108,7 @@ _LIVE: weakref.WeakSet[SessionProcess] = weakref.WeakSet()
 def _close_all() -> None:
     for session in list(_LIVE):
         session.close()
+    _drop_standbys()
 
 
 class SessionProcess:
@@ -123,21 +125,19 @@ class SessionProcess:
 
     def __init__(self, cls: Any, settings: dict[str, Any], config: dict[str, Any],
                  record: Path | None) -> None:
-        ours, theirs = socket.socketpair()
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", "from idt_desk.live.process import main; main()",
-             str(theirs.fileno())], pass_fds=(theirs.fileno(),))
-        theirs.close()
-        self._conn = Connection(ours.detach())
+        self._name = cls.name
+        self._proc, self._conn = _take(cls.name)
         self._lock = threading.Lock()
         self._gone: str | None = None
         self._last: Snapshot | None = None
+        self._built = False
         try:
             self._conn.send((cls.name, settings, config, record))
             facts, history = self._call("_built")
         except BaseException:
             self.close()
             raise
+        self._built = True
         self.source = SourceFacts(cls, facts)
         self._ring = WindowRing(history, WINDOW_COLUMNS)
         _LIVE.add(self)
@@ -326,42 +326,128 @@ class SessionProcess:
         return dataclasses.replace(snap, windows=self._ring.tail(limit))
 
     def close(self) -> None:
-        """Let the session go: its process stops it (the recording closed) and ends."""
+        """Let the session go: its process stops it (the recording closed).
+
+        The process then serves the next session of its source (it waits warmed), or ends.
+        """
         _LIVE.discard(self)
         with self._lock:
-            if self._gone is None:
-                self._gone = "the session was closed"
+            # A build refused (its exception raised) leaves the child waiting for the next.
+            free = not self._built and self._gone is None
+            if self._built and self._gone is None:
                 try:
                     self._conn.send(("close", (), {}))
                     self._conn.recv()
+                    free = True
                 except (EOFError, OSError):
                     pass
-            self._conn.close()
-        try:
-            self._proc.wait(self.CLOSE_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait(5.0)
+            self._gone = self._gone or "the session was closed"
+        if not (free and _keep(self._name, self._proc, self._conn)):
+            _end(self._proc, self._conn, self.CLOSE_TIMEOUT)
+
+
+#: A child per source name that waits, warmed, for the next session: started when one is
+#: taken (its warm-up builds a session of the source's defaults, loads its kernels and lets
+#: it go), or the child of a session let go. A session starts in a fraction of a second, not
+#: the 3-4 s a fresh interpreter takes to import torch and MuJoCo; a Start given up at once
+#: costs no process.
+_STANDBY: dict[str, tuple[subprocess.Popen, Connection]] = {}
+_STANDBY_LOCK = threading.Lock()
+
+
+def _take(name: str) -> tuple[subprocess.Popen, Connection]:
+    """The child waiting for ``name`` (or a new one); another is started to wait."""
+    with _STANDBY_LOCK:
+        child = _STANDBY.pop(name, None)
+        if child is None or child[0].poll() is not None:
+            child = _spawn(name)
+        _STANDBY[name] = _spawn(name)
+    return child
+
+
+def _keep(name: str, proc: subprocess.Popen, conn: Connection) -> bool:
+    """Keep a child that served a session (warm) to wait for the next; False if it ended."""
+    if proc.poll() is not None:
+        return False
+    with _STANDBY_LOCK:
+        waiting = _STANDBY.get(name)
+        _STANDBY[name] = (proc, conn)
+    if waiting is not None:
+        _discard(*waiting)
+    return True
+
+
+def _spawn(name: str) -> tuple[subprocess.Popen, Connection]:
+    """A child interpreter for source ``name``, and its end of the pipe."""
+    ours, theirs = socket.socketpair()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from idt_desk.live.process import main; main()",
+         str(theirs.fileno()), name], pass_fds=(theirs.fileno(),))
+    theirs.close()
+    return proc, Connection(ours.detach())
+
+
+def _end(proc: subprocess.Popen, conn: Connection, timeout: float) -> None:
+    """Close a child's pipe (it ends at its end) and wait for it; killed if it does not."""
+    conn.close()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5.0)
+
+
+def _discard(proc: subprocess.Popen, conn: Connection) -> None:
+    """End a waiting child: it holds nothing (no session), so it is killed at once."""
+    conn.close()
+    proc.kill()
+    proc.wait(5.0)
+
+
+def _drop_standbys() -> None:
+    with _STANDBY_LOCK:
+        children = list(_STANDBY.values())
+        _STANDBY.clear()
+    for child in children:
+        _discard(*child)
 
 
 def main() -> None:
-    """The child's entry: its pipe's descriptor is its argument, the build's the first message."""
+    """The child's entry: its pipe's descriptor and its source's name are its arguments.
+
+    It warms while it waits for the build's arguments, the pipe's first message: a session of
+    the source's default settings is built, its kernels loaded, and let go (imports, model
+    files, numba's cache). The end of the pipe first means it was not needed.
+    """
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     conn = Connection(int(sys.argv[1]))
-    serve(conn, *conn.recv())
+    from idt_desk.live.plugins import load_source
+
+    try:
+        warm = build_session(load_source(sys.argv[2]), {}, {}, None, process=False)
+        warm.pipeline.warm()
+        warm.close()
+    except Exception:  # the real build says what is wrong, as a thread's would
+        pass
+    while True:
+        try:
+            args = conn.recv()
+        except (EOFError, OSError):
+            return
+        serve(conn, *args)
+        gc.collect()  # the last session's memory, before the next one
 
 
 def serve(conn: Any, name: str, settings: dict[str, Any], config: dict[str, Any],
           record: Path | None) -> None:
     """The child's body: build the session, answer calls, stop it when the pipe closes."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_IGN)
     from idt_desk.live.plugins import load_source
 
     try:
         session = build_session(load_source(name), settings, config, record, process=False)
-    except BaseException as exc:  # said by the parent, as a thread's build would raise it
+    except Exception as exc:  # said by the parent, as a thread's build would raise it
         _answer(conn, "raise", exc)
-        conn.close()
         return
     facts = {k: getattr(session.source, k) for k in FACTS if hasattr(session.source, k)}
     _answer(conn, "ok", (facts, session.config.history))
@@ -387,7 +473,6 @@ def serve(conn: Any, name: str, settings: dict[str, Any], config: dict[str, Any]
             _answer(conn, "ok", value)
     finally:
         session.close()
-        conn.close()
 
 
 def _answer(conn: Any, status: str, value: Any) -> None:

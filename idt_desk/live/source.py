@@ -311,6 +311,10 @@ class Source(ABC):
     #: Its steps cost a core (a policy and a physics engine): the window runs its session in
     #: a process of its own (``idt_desk.live.process``), so drawing does not slow the loop.
     own_process: ClassVar[bool] = False
+    #: Its steps cost a core (a policy and a physics engine): the window runs its session in
+    #: a process of its own (``idt_desk.live.process``), so drawing does not slow the loop;
+    #: the next one waits warmed by a build with the default settings.
+    own_process: ClassVar[bool] = False
     #: Transitions per ``step`` call the session asks for at full speed.
     chunk: ClassVar[int] = 50
     settings: ClassVar[tuple[Param, ...]] = ()

@@ -273,6 +273,7 @@ class GymSource(Source):
     label = "RL agent (Gymnasium + SB3)"
     slow_to_load = True  # torch, MuJoCo and the policy: 4 s idle, 20-80 s on a loaded machine
     own_process = True  # the window's drawing halved its loop in the same interpreter
+    own_process = True  # the window's drawing halved its loop in the same interpreter
     description = (
         "A frozen Stable-Baselines3 policy acting in MuJoCo HalfCheetah (or any Gymnasium "
         "env with Box observations): S the observation the policy receives, A the applied "
