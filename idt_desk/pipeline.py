@@ -25,11 +25,11 @@ from idt_desk.detection import nulls
 from idt_desk.detection.detectors import DEFAULT_BUDGET, Budget, DetectorSpec, parse_budget
 from idt_desk.detection.monitor import ADJUSTED_METRICS, IDT_METRICS, Monitor, base_metric
 from idt_desk.detection.phase import episode_steps, window_phase
-from idt_desk.limits import DEFAULTS, LIMITS, PipelineSettings, SettingError, check_buffers
 from idt_desk.metrics.engine import MetricEngine
 from idt_desk.metrics.parts import part_metrics, part_windows
 from idt_desk.metrics.presets import PRESETS, Preset, preset_from_spec
 from idt_desk.metrics.symbolize import Symbolizer
+from idt_desk.settings import DEFAULTS, LIMITS, PipelineSettings, SettingError, check_buffers
 
 __all__ = ["FLAG_COLUMNS", "Pipeline", "Step", "WindowStage", "build_monitor", "judge",
            "part_metrics", "part_windows", "preset_from_spec", "source_monitor", "source_preset"]
@@ -181,7 +181,7 @@ def build_monitor(
     detector: str = "persistence",
     false_alarms: str | Budget = DEFAULT_BUDGET,
     k: float = DEFAULTS["k"],
-    persist: int = 5,
+    persist: int = DetectorSpec.m,
     drift: float = DEFAULTS["drift"],
     ewma_lambda: float = DEFAULTS["ewma_lambda"],
     rate: float | None = None,
@@ -217,8 +217,8 @@ def build_monitor(
     Raises
     ------
     ValueError
-        An unknown detector, an unreadable budget, or a budget in a unit the loop lacks.
-
+        An unknown detector, an unreadable budget, a budget in a unit the loop lacks or of
+        more than one false alarm a window.
     """
     spec = DetectorSpec(detector, k=float(k), m=int(persist), drift=float(drift),
                         lam=float(ewma_lambda))
@@ -246,13 +246,15 @@ def budget_units(budget: Budget, *, rate: float | None, stride: int, turns: bool
         per_unit["turns"] = 1.0
     if episode_steps:
         per_unit["episodes"] = float(episode_steps) / stride
+    why = ""
     if budget.unit not in ("windows", *per_unit):
-        have = ", ".join(f"1/{'h' if u == 's' else '100' + u}"
-                         for u in (*per_unit, "windows")) if per_unit else "1/1000windows"
+        have = ", ".join(f"1/{'h' if u == 's' else '100' + u}" for u in (*per_unit, "windows"))
         why = (f"{what} has no {'loop time' if budget.unit == 's' else budget.unit}; give it "
                f"as, e.g., {have}")
-        raise SettingError("false_alarms", str(budget), why,
-                           f"false-alarm budget {budget}: {why}")
+    elif (windows := per_unit.get(budget.unit, 1.0)) * budget.per < budget.alarms:
+        why = f"allows more than one false alarm a window ({windows:g} windows per {budget.unit})"
+    if why:
+        raise SettingError("false_alarms", str(budget), why, f"false-alarm budget {budget}: {why}")
     return per_unit
 
 
@@ -266,7 +268,7 @@ def source_preset(source: Any, p: Mapping[str, Any] | PipelineSettings) -> Prese
     Raises
     ------
     ValueError
-        A setting out of ``idt_desk.limits.LIMITS`` or of the wrong type (``check_pipeline``), an
+        A setting out of its range (``idt_desk.settings.SETTINGS``) or of the wrong type, an
         unknown preset, a preset for another number of state variables, or a bad detector
         setting.
 

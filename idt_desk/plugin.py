@@ -56,7 +56,7 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(("RecordingError", "RecordingTail", "load_recording"),
                     "idt_desk.recordings"),
     "Trajectory": "idt_desk.recordings.trajectory",
-    "PIPELINE_KEYS": "idt_desk.limits",
+    "PIPELINE_KEYS": "idt_desk.settings",
     **dict.fromkeys(("Pipeline", "build_monitor", "judge", "part_metrics"), "idt_desk.pipeline"),
     **dict.fromkeys(("IDT_METRICS", "detect", "first_post_onset_window"),
                     "idt_desk.detection.monitor"),

@@ -240,8 +240,9 @@ def test_baseline_windows_help_states_the_semantics():
     rc, out, _ = _call(["run", "--help"])
     assert rc == 0
     text = " ".join(out.split())  # argparse wraps lines
-    assert ("baseline = the N windows that follow the calibration windows (default 800, long "
-            "enough for the default budget; a dialogue's 30 turns)") in text
+    assert ("the N windows after the calibration windows that set the baseline and calibrate "
+            "the detector (an integer from 2 to 10,000; default: the source's: 800, long enough "
+            "for the default budget; a dialogue's 30 turns)") in text
     assert "--detector {paper,persistence,cusum,ewma,mewma}" in text and "1/10episodes" in text
 
 

@@ -364,7 +364,7 @@ def test_run_schedules_modulations_and_auto_from_the_command_line(tiny_policy, t
     a = r.transitions[[f"a_{j}" for j in range(6)]].to_numpy()
     assert np.all(a[200:400] == a[199])
     for argv, needle in (
-        (["--auto", "hold:persist=0"], "persist=0: must be an integer >= 1"),
+        (["--auto", "hold:persist=0"], "persist=0: must be an integer from 1 to 1,000"),
         (["--modulate", "tilt@1"], "has no modulation 'tilt'"),
         (["--modulate", "hold:mode=sideways@1"], "must be one of repeat, scale, probabilistic"),
     ):

@@ -188,14 +188,16 @@ def test_env_that_resets_itself_mixes_no_episodes():
 
 
 def test_discrete_action_values_are_their_own_symbols():
-    env = IDTMonitor(gym.make("CartPole-v1"), bins=1, window=100, stride=100,
+    env = IDTMonitor(gym.make("Acrobot-v1"), bins=2, window=100, stride=100,
                      calibration_windows=1)
     _drive(env, 500, seed=4)
     w = env.windows
     assert len(w) == 5
-    assert (w["K_A"] == 2).all()  # two actions, two symbols, although bins=1
-    assert (w["K_S"] == 1).all()  # one bin per state variable: one state symbol
-    assert env.symbolizers[1].bins.tolist() == [2]
+    assert (w["K_A"] == 3).all()  # three actions, three symbols, although bins=2
+    assert env.symbolizers[1].bins.tolist() == [3]
+    # bins=1 is refused, as the command line and the window refuse it.
+    with pytest.raises(ValueError, match="bins 1: must be an integer from 2 to 65,536"):
+        IDTMonitor(gym.make("CartPole-v1"), bins=1)
 
 
 def test_preset_mismatch_and_bad_spaces_raise():
@@ -204,7 +206,7 @@ def test_preset_mismatch_and_bad_spaces_raise():
         IDTMonitor(gym.make("CartPole-v1"), preset="cheetah")
     with pytest.raises(ValueError, match="unknown preset 'nope'"):
         IDTMonitor(gym.make("CartPole-v1"), preset="nope")
-    with pytest.raises(ValueError, match="window >= 2"):
+    with pytest.raises(ValueError, match="window 1: must be an integer from 2 to 100,000"):
         IDTMonitor(gym.make("CartPole-v1"), window=1)
     with pytest.raises(ValueError, match="calibration_windows"):
         IDTMonitor(gym.make("CartPole-v1"), calibration_windows=0)

@@ -10,9 +10,9 @@ import pytest
 from idt_desk.cli import main
 from idt_desk.detection import detectors
 from idt_desk.detection.detectors import DetectorSpec
-from idt_desk.limits import DEFAULTS, PIPELINE_KEYS, PipelineSettings, SettingError
 from idt_desk.live.config import SessionConfig
 from idt_desk.live.session import Session
+from idt_desk.settings import DEFAULTS, PIPELINE_KEYS, PipelineSettings, SettingError
 
 
 @pytest.mark.parametrize("field, value", [
@@ -59,10 +59,10 @@ def test_the_budget_is_read_once_however_many_times_the_pipeline_is_built(monkey
         return real(text)
 
     # Every module that reads a budget reads it through the one function.
-    import idt_desk.limits
     import idt_desk.pipeline
+    import idt_desk.settings
 
-    for module in (detectors, idt_desk.limits, idt_desk.pipeline):
+    for module in (detectors, idt_desk.settings, idt_desk.pipeline):
         monkeypatch.setattr(module, "parse_budget", counting)
     Session(SessionConfig(source="pendulum", false_alarms="2/h"))
     assert calls.count("2/h") == 1, calls

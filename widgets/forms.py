@@ -23,9 +23,10 @@ from PySide6.QtWidgets import (
 )
 
 from idt_desk.live.source import Param
+from idt_desk.settings import Setting
 
 __all__ = ["ElidedLabel", "ParamForm", "WheelGuard", "compact_combo", "compact_form",
-           "set_quietly", "spin"]
+           "set_quietly", "setting_box", "spin"]
 
 
 class WheelGuard(QObject):
@@ -96,6 +97,27 @@ def spin(lo: int, hi: int, value: int, parent: QWidget | None = None) -> QSpinBo
     s.setRange(lo, hi)
     s.setValue(value)
     return s
+
+
+def setting_box(setting: Setting, value: float | None = None,
+                parent: QWidget | None = None) -> QSpinBox | QDoubleSpinBox:
+    """A box for a number of the settings table: its range, its grid, its help as tooltip.
+
+    ``value``: what it shows first (None: the setting's default). An open lower bound (λ > 0)
+    starts one step of its grid above it; a bound past what a box holds (2**31 − 1) is cut.
+    """
+    if setting.kind is int:
+        box: QSpinBox | QDoubleSpinBox = QSpinBox(parent)
+        box.setRange(int(setting.lo), int(min(setting.hi, 2**31 - 1)))
+    else:
+        box = QDoubleSpinBox(parent)
+        box.setDecimals(setting.decimals)
+        grid = 10.0 ** -setting.decimals
+        box.setRange(setting.lo + (grid if setting.lo_open else 0.0), setting.hi)
+        box.setSingleStep(10 * grid)
+    box.setValue(setting.default if value is None else value)
+    box.setToolTip(setting.describe())
+    return box
 
 
 def compact_form(layout: QFormLayout) -> QFormLayout:

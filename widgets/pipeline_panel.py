@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from idt_desk_widgets.forms import compact_combo, compact_form, spin
+from idt_desk_widgets.forms import compact_combo, compact_form, setting_box
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QComboBox,
-    QDoubleSpinBox,
     QFormLayout,
     QGroupBox,
     QLabel,
@@ -26,10 +25,10 @@ from PySide6.QtWidgets import (
 
 from idt_desk.detection.detectors import DEFAULT_BUDGET, DEFAULT_DETECTOR
 from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS
-from idt_desk.limits import DEFAULTS
 from idt_desk.live.session import Session
 from idt_desk.metrics.presets import PRESETS
 from idt_desk.metrics.tokens import TOKENIZER
+from idt_desk.settings import SETTINGS
 
 __all__ = ["CUSTOM", "DETECTORS", "PipelinePanel"]
 
@@ -70,20 +69,17 @@ class PipelinePanel(QGroupBox):
         self.preset_combo.setToolTip("Paper configurations; '(custom)' uses the bins, window "
                                      "and stride below, each variable its own group")
         self.preset_combo.currentTextChanged.connect(self.apply_preset)
-        form.addRow("Preset", self.preset_combo)
-        self.bins_spin = spin(1, 64, 16, self)
-        self.window_spin = spin(2, 100000, 300, self)
-        self.stride_spin = spin(1, 100000, 75, self)
-        self.calib_spin = spin(2, 10000, DEFAULTS["calibration_windows"], self)
-        self.calib_spin.setToolTip("Symbol statistics (z-score, bin edges) are frozen from the "
-                                   "first N windows of data")
-        form.addRow("Bins", self.bins_spin)
-        form.addRow("Window W", self.window_spin)
-        form.addRow("Stride", self.stride_spin)
-        form.addRow("Calibrate on first N windows", self.calib_spin)
+        form.addRow(SETTINGS["preset"].label, self.preset_combo)
+        self.bins_spin = setting_box(SETTINGS["bins"], 16, self)
+        self.window_spin = setting_box(SETTINGS["window"], 300, self)
+        self.stride_spin = setting_box(SETTINGS["stride"], 75, self)
+        self.calib_spin = setting_box(SETTINGS["calibration_windows"], parent=self)
+        for key, box in (("bins", self.bins_spin), ("window", self.window_spin),
+                         ("stride", self.stride_spin), ("calibration_windows", self.calib_spin)):
+            form.addRow(SETTINGS[key].label, box)
         self.correction_combo = QComboBox(self)
         self.correction_combo.addItems(["none", "miller-madow"])
-        form.addRow("Entropy correction", self.correction_combo)
+        form.addRow(SETTINGS["correction"].label, self.correction_combo)
         self.apply_symbols_button = QPushButton("Apply (re-symbolise)", self)
         self.apply_symbols_button.setToolTip("Re-calibrate symbols and baseline from the data "
                                              "that follows, with these settings")
@@ -95,11 +91,9 @@ class PipelinePanel(QGroupBox):
         self._symbol_rows = (self.preset_combo, self.bins_spin, self.window_spin,
                              self.stride_spin, self.calib_spin, self.correction_combo,
                              self.apply_symbols_button)
-        self.baseline_spin = spin(2, 100000, DEFAULT_BASELINE_WINDOWS, self)
-        self.baseline_spin.setToolTip(
-            "Windows after the symbols' calibration that set the baseline and calibrate the "
-            "detector; the alarm panel says when they are too few for the budget")
-        form.addRow("Baseline windows", self.baseline_spin)
+        self.baseline_spin = setting_box(SETTINGS["baseline_windows"], DEFAULT_BASELINE_WINDOWS,
+                                         self)
+        form.addRow(SETTINGS["baseline_windows"].label, self.baseline_spin)
         self.detector_combo = QComboBox(self)
         for kind, label in DETECTORS:
             self.detector_combo.addItem(label, kind)
@@ -110,29 +104,16 @@ class PipelinePanel(QGroupBox):
             "correlation, calibrated to the budget (the IDT light is its alarm); CUSUM: a "
             "two-sided CUSUM calibrated to the budget (needs a long baseline); paper rule: "
             "the first window beyond kσ, as the paper's tables use (no budget)")
-        form.addRow("Alarm detector", self.detector_combo)
-        self.lambda_spin = QDoubleSpinBox(self)
-        self.lambda_spin.setRange(0.01, 1.0)
-        self.lambda_spin.setDecimals(2)
-        self.lambda_spin.setSingleStep(0.01)
-        self.lambda_spin.setValue(DEFAULTS["ewma_lambda"])
-        self.lambda_spin.setToolTip(
-            "EWMA, MEWMA: the newest window's weight λ (it averages about 2/λ − 1 windows; smaller "
-            "sees smaller sustained shifts, later)")
-        form.addRow("EWMA λ", self.lambda_spin)
+        form.addRow(SETTINGS["detector"].label, self.detector_combo)
+        self.lambda_spin = setting_box(SETTINGS["ewma_lambda"], parent=self)
+        form.addRow(SETTINGS["ewma_lambda"].label, self.lambda_spin)
         self.budget_edit = QLineEdit(self)
         self.budget_edit.setPlaceholderText(DEFAULT_BUDGET)
-        self.budget_edit.setToolTip(
-            "At most this many false alarms per span of loop time: 1/h, 2/30min, "
-            "1/10episodes, 1/100turns, 1/1000windows (blank: the source's default)")
-        form.addRow("False alarms ≤", self.budget_edit)
-        self.k_spin = QDoubleSpinBox(self)
-        self.k_spin.setRange(0.5, 20)
-        self.k_spin.setValue(DEFAULTS["k"])
+        self.budget_edit.setToolTip(SETTINGS["false_alarms"].describe())
+        form.addRow(SETTINGS["false_alarms"].label, self.budget_edit)
+        self.k_spin = setting_box(SETTINGS["k"], parent=self)
         self.k_spin.setSuffix(" σ")
-        self.k_spin.setToolTip("The paper rule's threshold (the calibrated detectors set their "
-                               "own from the budget)")
-        form.addRow("Paper rule k", self.k_spin)
+        form.addRow(SETTINGS["k"].label, self.k_spin)
         self.baseline_button = QPushButton("Calibrate baseline now", self)
         self.baseline_button.setToolTip("The next N windows become the new baseline")
         self.baseline_button.clicked.connect(

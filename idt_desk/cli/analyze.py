@@ -18,7 +18,7 @@ from idt_desk.cli.validate import (
 )
 from idt_desk.detection.detectors import DETECTOR_KINDS, parse_budget
 from idt_desk.errors import InputError
-from idt_desk.limits import DEFAULTS
+from idt_desk.settings import DEFAULTS
 
 __all__: list[str] = []
 

@@ -25,59 +25,42 @@ from idt_desk.cli.validate import (
     path_arg,
     schedule_switches,
 )
-from idt_desk.detection.detectors import DETECTOR_KINDS
 from idt_desk.errors import InputError
-from idt_desk.limits import DEFAULTS, PIPELINE_KEYS, PipelineSettings, SettingError
+from idt_desk.settings import DEFAULTS, PIPELINE_KEYS, SETTINGS, PipelineSettings, SettingError
 
 __all__: list[str] = []
 
 
-def _add_session_options(p: argparse.ArgumentParser) -> None:
-    from idt_desk.metrics.presets import PRESETS
+#: The session options, in the order ``--help`` lists them: each one's type, range, default
+#: and help come from the settings table (``idt_desk.settings.SETTINGS``).
+SESSION_OPTIONS = ("preset", "bins", "window", "stride", "calibration_windows",
+                   "baseline_windows", "detector", "false_alarms", "persist", "ewma_lambda",
+                   "drift", "phase_baseline", "k", "correction", "seed")
 
+
+def _add_session_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source", default="pendulum", help="source name (see: idt-desk sources)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                    help="set a declared source setting (repeatable)")
-    p.add_argument("--preset", choices=sorted(PRESETS),
-                   help="symbolisation preset (default: the source's first)")
-    p.add_argument("--bins", type=int, help="equal-width bins per variable (2 to 65536)")
-    p.add_argument("--window", type=int, help="window length W in transitions (2 to 100000)")
-    p.add_argument("--stride", type=int, help="window step in transitions (1 to 100000)")
-    p.add_argument("--calibration-windows", type=int, default=DEFAULTS["calibration_windows"],
-                   help="symbol statistics frozen from the first N windows (default "
-                        f"{DEFAULTS['calibration_windows']})")
-    p.add_argument("--baseline-windows", type=int, default=None,
-                   help="baseline = the N windows that follow the calibration windows "
-                        "(default 800, long enough for the default budget; a dialogue's 30 "
-                        "turns)")
-    p.add_argument("--detector", choices=DETECTOR_KINDS, default=None,
-                   help="the alarm: persistence (m windows in a row beyond a calibrated kσ; "
-                   "the default), cusum (two-sided CUSUM, calibrated), ewma (EWMA of each "
-                   "component's z, calibrated), mewma (one multivariate EWMA of the whitened "
-                   "components, calibrated; the gym source's default) or paper (the first "
-                   "window beyond --k σ: the paper's rule, not calibrated)")
-    p.add_argument("--false-alarms", metavar="BUDGET",
-                   help="false-alarm budget in loop time: 1/h (default), 2/30min, "
-                   "1/10episodes, 1/100turns (a dialogue's default), 1/1000windows")
-    p.add_argument("--persist", type=int, default=None,
-                   help="persistence: windows in a row (default 5; a dialogue's 1 turn)")
-    p.add_argument("--ewma-lambda", type=float, default=DEFAULTS["ewma_lambda"],
-                   help="ewma, mewma: the newest window's weight λ, in (0, 1] (default "
-                        f"{DEFAULTS['ewma_lambda']:g})")
-    p.add_argument("--phase-baseline", action="store_true",
-                   help="an episodic loop (the gym source): judge each window against the "
-                        "baseline at the same phase of the episode (off by default)")
-    p.add_argument("--k", type=float, default=DEFAULTS["k"],
-                   help=f"the paper rule's threshold in sigmas (> 0; default {DEFAULTS['k']:g})")
-    p.add_argument("--correction", choices=("none", "miller-madow"), default="none")
-    p.add_argument("--seed", type=int, default=0, help="seed of the source (>= 0)")
+    for key in SESSION_OPTIONS:
+        s = SETTINGS[key]
+        if s.kind is bool:
+            p.add_argument(s.flag, action="store_true", help=s.describe())
+        elif s.choices:
+            # "none" says the unset value out loud (--correction none).
+            extra = ("none",) if s.unset == "none" else ()
+            p.add_argument(s.flag, choices=(*s.choices, *extra), help=s.describe(),
+                           default="none" if extra else s.default)
+        else:
+            p.add_argument(s.flag, type=s.kind, default=s.default, help=s.describe(),
+                           metavar="BUDGET" if key == "false_alarms" else None)
 
 
 def _pipeline_args(args: argparse.Namespace) -> dict[str, Any]:
     """The pipeline settings the options give (``--correction none`` read as None)."""
     given = {key: getattr(args, key) for key in PIPELINE_KEYS if hasattr(args, key)}
-    given["correction"] = None if args.correction == "none" else args.correction
-    return given
+    return {k: None if v == "none" and SETTINGS[k].unset == "none" else v
+            for k, v in given.items()}
 
 
 def _blame(args: argparse.Namespace, exc: SettingError) -> InputError:
@@ -137,15 +120,8 @@ def _build_session(args: argparse.Namespace, source, speed: float | None,
             f"--preset {preset.name}: expects {preset.n_state} state variables, "
             f"{source.name} has {n_state}; its presets: {', '.join(source.presets) or 'none'}"
         )
-    config = SessionConfig(
-        source=args.source, preset=args.preset, bins=args.bins, window=args.window,
-        stride=args.stride, calibration_windows=args.calibration_windows,
-        baseline_windows=args.baseline_windows, k=args.k, detector=args.detector,
-        false_alarms=args.false_alarms, persist=args.persist, ewma_lambda=args.ewma_lambda,
-        phase_baseline=args.phase_baseline,
-        correction=None if args.correction == "none" else args.correction,
-        speed=speed, seed=args.seed, auto=auto,
-    )
+    config = SessionConfig(source=args.source, **_pipeline_args(args), speed=speed,
+                           seed=args.seed, auto=auto)
     try:
         return Session(config, source=source, record=record)
     except SettingError as exc:  # what only the source decides (its preset, its units)

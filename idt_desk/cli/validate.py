@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from idt_desk.errors import InputError
-from idt_desk.limits import LIMITS as PIPELINE_LIMITS
+from idt_desk.settings import SETTINGS, SettingError
 
 __all__ = [
-    "LIMITS",
     "SPEEDS",
     "build_source",
     "check_float",
@@ -34,14 +33,6 @@ __all__ = [
     "path_arg",
     "schedule_switches",
 ]
-
-#: Allowed ranges (inclusive) of the pipeline's integer options: the core's, which every other
-#: way in (the GUI, ``Recorder``, a replayed recording) is checked against too.
-LIMITS = PIPELINE_LIMITS
-
-
-def _option(key: str) -> str:
-    return "--" + key.replace("_", "-")
 
 
 def check_int(option: str, value: int | None, lo: int, hi: int | None = None) -> int | None:
@@ -58,9 +49,17 @@ def check_int(option: str, value: int | None, lo: int, hi: int | None = None) ->
     return v
 
 
-def check_limit(key: str, value: int | None) -> int | None:
-    """:func:`check_int` with the range of ``LIMITS[key]``, the option named after the key."""
-    return check_int(_option(key), value, *LIMITS[key])
+def check_limit(key: str, value: Any) -> Any:
+    """``value`` if the settings table's ``key`` takes it (None passes); else InputError.
+
+    The error names the option: "--bins 1: must be an integer from 2 to 65,536".
+    """
+    if value is None:
+        return None
+    try:
+        return SETTINGS[key].check(value)
+    except SettingError as exc:
+        raise InputError(f"{SETTINGS[key].flag} {value}: {exc.why}") from None
 
 
 def check_float(
@@ -338,14 +337,15 @@ def parse_auto(spec: str | None, source: Any) -> dict[str, Any] | None:
         raise InputError(f"--auto {spec}: {source.name} has no modulation {name!r}; "
                          f"known: {known}")
     counts = {k: given.pop(k) for k in ("persist", "release") if k in given}
-    auto: dict[str, Any] = {"modulation": name, "persist": 3, "release": 10}
+    auto: dict[str, Any] = {"modulation": name, **{
+        k: SETTINGS[f"auto_{k}"].default for k in ("persist", "release")}}
     for key, raw in counts.items():
+        setting = SETTINGS[f"auto_{key}"]
         try:
-            auto[key] = int(raw)
-        except ValueError:
-            auto[key] = -1
-        if auto[key] < 1:
-            raise InputError(f"--auto {spec}: {key}={raw}: must be an integer >= 1 (windows)")
+            auto[key] = setting.check(int(raw))
+        except (ValueError, SettingError):
+            raise InputError(f"--auto {spec}: {key}={raw}: must be {setting.range_text()} "
+                             "(windows)") from None
     auto["params"] = decl.resolve(_check_params(decl.params, given, f"--auto {spec}:",
                                                 f"modulation {name}"))
     return auto

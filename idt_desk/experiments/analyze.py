@@ -18,12 +18,12 @@ import pandas as pd
 
 from idt_desk.detection.monitor import IDT_METRICS, Detection, detect
 from idt_desk.errors import InputError
-from idt_desk.limits import DEFAULTS
 from idt_desk.metrics.engine import sliding_metrics, surrogate_null, window_means
 from idt_desk.metrics.presets import ANGLE_MODES, Preset
 from idt_desk.metrics.symbolize import Symbolizer, wrap_angle
 from idt_desk.pipeline import build_monitor
 from idt_desk.recordings.trajectory import Trajectory
+from idt_desk.settings import DEFAULTS
 
 __all__ = [
     "SATURATED",

@@ -30,6 +30,7 @@ from idt_desk.gym.stream import (
     alarm_monitor,
     check_options,
     check_recordable,
+    check_settings,
     flat,
     frame,
     loop_rate,
@@ -127,6 +128,11 @@ class _IDTCallbackImpl:
         phase_baseline: bool = False,
     ) -> None:
         super().__init__(verbose)  # BaseCallback's (see _callback_class)
+        check_settings({"preset": preset, "bins": bins, "window": window, "stride": stride,
+                        "calibration_windows": calibration_windows, "correction": correction,
+                        "block": block, "detector": detector, "false_alarms": false_alarms,
+                        "baseline_windows": baseline_windows, "persist": persist, "k": k,
+                        "phase_baseline": phase_baseline})
         self._record = record_path(record)
         bad = [m for m in metrics if m not in IDT_COLUMNS]
         if bad:

@@ -25,6 +25,7 @@ from idt_desk.gym.stream import (
     Stream,
     alarm_monitor,
     check_recordable,
+    check_settings,
     flat,
     frame,
     loop_rate,
@@ -163,6 +164,11 @@ class IDTMonitor(gymnasium.Wrapper):
         phase_baseline: bool = False,
     ) -> None:
         super().__init__(env)
+        check_settings({"preset": preset, "bins": bins, "window": window, "stride": stride,
+                        "calibration_windows": calibration_windows, "correction": correction,
+                        "block": block, "detector": detector, "false_alarms": false_alarms,
+                        "baseline_windows": baseline_windows, "persist": persist, "k": k,
+                        "phase_baseline": phase_baseline})
         self._recorder: Recorder | None = None
         path = record_path(record)
         self.preset = resolve_preset(preset, env.observation_space, env.action_space,

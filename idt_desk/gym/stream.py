@@ -18,12 +18,17 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from idt_desk.detection.detectors import CONTROL_BUDGET, CONTROL_DETECTOR, parse_budget
+from idt_desk.detection.detectors import (
+    CONTROL_BUDGET,
+    CONTROL_DETECTOR,
+    DetectorSpec,
+    parse_budget,
+)
 from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS, IDT_METRICS, Monitor
-from idt_desk.limits import check_finite, check_limit
 from idt_desk.metrics.engine import WINDOW_KEYS
 from idt_desk.metrics.presets import PRESETS, Preset
 from idt_desk.pipeline import Pipeline, build_monitor
+from idt_desk.settings import SETTINGS, PipelineSettings, check_finite, check_limit
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -313,8 +318,26 @@ class Stream:
 
 #: The alarm's options of the wrapper and the callback, with the gym source's defaults.
 ALARM_DEFAULTS: dict[str, Any] = {"detector": CONTROL_DETECTOR, "false_alarms": None,
-                                  "baseline_windows": DEFAULT_BASELINE_WINDOWS, "persist": 5,
-                                  "k": 3.0, "phase_baseline": False}
+                                  "baseline_windows": DEFAULT_BASELINE_WINDOWS,
+                                  "persist": DetectorSpec.m, "k": SETTINGS["k"].default,
+                                  "phase_baseline": False}
+
+
+def check_settings(given: Mapping[str, Any]) -> None:
+    """The wrapper's and the callback's settings, checked as every front end checks them.
+
+    ``given`` holds pipeline settings (a ``preset`` given as a :class:`Preset` is the caller's
+    to check) and ``block``; an error is the settings table's, naming the field.
+
+    Raises
+    ------
+    SettingError
+        A value the settings table (``idt_desk.settings.SETTINGS``) does not take.
+    """
+    pipeline = {k: v for k, v in given.items() if k != "block" and
+                not (k == "preset" and isinstance(v, Preset))}
+    PipelineSettings.parse(pipeline, strict=True)
+    check_limit("block", given.get("block"))
 
 
 def loop_rate(env: Any) -> float | None:

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from idt_desk.limits import check_limit, check_pipeline
 from idt_desk.live.alarms import auto_controller, baseline_overlap
 from idt_desk.live.sink import pipeline_record
 from idt_desk.live.source import Batch
+from idt_desk.settings import check_limit, check_pipeline
 
 if TYPE_CHECKING:
     from idt_desk.live.seams import CommandHost

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from idt_desk.detection.monitor import ADJUSTED_METRICS, Baseline
-from idt_desk.limits import DEFAULTS
 from idt_desk.metrics.tokens import LENGTH_COLUMNS
+from idt_desk.settings import DEFAULTS
 
 __all__ = [
     "AGENCY_EVERY",

@@ -38,10 +38,10 @@ from typing import Any
 import numpy as np
 
 from idt_desk.detection.detectors import DEFAULT_BUDGET
-from idt_desk.limits import check_finite
 from idt_desk.live.source import Batch, Source
 from idt_desk.recordings import RecordingError
 from idt_desk.recordings._format import json_line
+from idt_desk.settings import check_finite, check_limit
 
 __all__ = ["Recorder"]
 
@@ -238,9 +238,9 @@ class Recorder:
             raise ValueError("path: a recording needs a folder's name (got an empty one)")
         if not list(state_names):
             raise ValueError("state_names: a loop needs at least one state variable")
-        if rate is not None and not (np.isfinite(rate) and rate > 0):
-            raise ValueError(f"rate must be a positive number of transitions per second, "
-                             f"got {rate!r}")
+        check_limit("rate", rate)  # the settings table's words, as every front end's
+        check_limit("episode_steps", episode_steps)
+        check_limit("phase_baseline", phase_baseline)
         if not (isinstance(chunk, int | np.integer) and 1 <= chunk <= 10**7):
             raise ValueError(f"chunk must be an integer from 1 to 10,000,000, got {chunk!r}")
         if not (isinstance(flush_seconds, int | float) and 0 < flush_seconds <= 60):

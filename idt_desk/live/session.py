@@ -41,7 +41,6 @@ import numpy as np
 
 from idt_desk.detection.agency import agency_conditions
 from idt_desk.detection.attribution import attribution_watch
-from idt_desk.limits import PIPELINE_KEYS, PipelineSettings, check_finite, check_limit
 from idt_desk.live.alarms import Alarms, auto_controller
 from idt_desk.live.commands import Commands, source_events
 from idt_desk.live.config import (
@@ -61,6 +60,7 @@ from idt_desk.live.turns import TurnPath
 from idt_desk.live.worker import LoopState, Pacer, run_headless, run_loop
 from idt_desk.pipeline import Pipeline, Step, source_monitor, source_preset
 from idt_desk.recordings import RecordingError
+from idt_desk.settings import PIPELINE_KEYS, PipelineSettings, check_finite, check_limit
 
 __all__ = ["MAX_SPEED_CHUNKS", "WINDOW_COLUMNS", "Session", "SessionConfig", "Snapshot",
            "run_headless", "undefined_reason"]
@@ -352,7 +352,7 @@ class Session:
     # -- pipeline ---------------------------------------------------------------------------
 
     def pipeline_settings(self) -> dict[str, Any]:
-        """The pipeline's settings in force (``limits.PIPELINE_KEYS``)."""
+        """The pipeline's settings in force (``settings.PIPELINE_KEYS``)."""
         return {key: getattr(self.config, key) for key in PIPELINE_KEYS}
 
     def rebuild_pipeline(self, settings: PipelineSettings | None = None) -> None:

@@ -4,7 +4,7 @@ A recording is data another program (or person) may have written or damaged: eve
 reader, a replay or a follower uses is checked for its type and range here, and anything
 else is refused with one line naming the file, the line and the field, never a traceback
 further in. A recorded pipeline is checked against the same limits as the command line's
-(:data:`idt_desk.limits.LIMITS`), so a crafted ``{"window": 10**9}`` is refused, not tried.
+(:data:`idt_desk.settings.LIMITS`), so a crafted ``{"window": 10**9}`` is refused, not tried.
 """
 
 from __future__ import annotations
@@ -14,19 +14,19 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from idt_desk.limits import (
+from idt_desk.recordings._format import (
+    FORMAT_VERSION,
+    RecordingError,
+    _read_lines,
+    parse_json,
+)
+from idt_desk.settings import (
     PIPELINE_KEYS,
     check_limit,
     check_pipeline,
     check_preset_spec,
     is_int,
     is_number,
-)
-from idt_desk.recordings._format import (
-    FORMAT_VERSION,
-    RecordingError,
-    _read_lines,
-    parse_json,
 )
 
 __all__: list[str] = []
