@@ -4,6 +4,7 @@ statistics against hand-computed values, lockstep stepping against stepping alon
 from __future__ import annotations
 
 import json
+import shutil
 import math
 from dataclasses import replace
 
@@ -572,7 +573,9 @@ def test_out_of_sample_from_two_runs_on_the_command_line(tiny_run, tmp_path):
     from idt_desk.cli import main
 
     _, out = tiny_run
-    assert main(["reproduce", "cheetah", "--out-of-sample", str(out), str(out),
+    other = tmp_path / "other"  # the same trials in another folder: a second run
+    shutil.copytree(out, other)
+    assert main(["reproduce", "cheetah", "--out-of-sample", str(out), str(other),
                  "--out", str(tmp_path / "oos")]) == 0
     got = json.loads((tmp_path / "oos" / "out_of_sample.json").read_text())
     assert got["a_to_b"]["test_controls"] == 2 and got["a_to_b"]["test_perturbed"] == 1
@@ -626,6 +629,11 @@ def test_pooling_runs_on_the_command_line_warns_of_a_run_given_twice(tiny_run, t
 
     _, out = tiny_run
     assert main(["reproduce", "cheetah", "--pool", str(out), str(out),
+                 "--out", str(tmp_path / "pool")]) == 2  # the same run twice: refused
+    assert "given twice" in capsys.readouterr().err
+    other = tmp_path / "other"  # the same trials in another folder
+    shutil.copytree(out, other)
+    assert main(["reproduce", "cheetah", "--pool", str(out), str(other),
                  "--out", str(tmp_path / "pool")]) == 0
     said = capsys.readouterr().out
     assert "warning:" in said and "share 2 control trial(s)" in said

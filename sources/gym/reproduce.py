@@ -1560,6 +1560,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, print_fn: Callable[[str], None] = print) -> int:
     """Run ``idt-desk reproduce cheetah`` from parsed arguments; print the tables."""
+    modes = [flag for flag, given in (("--out-of-sample", args.out_of_sample),
+                                      ("--pool", args.pool), ("--modulation", args.modulation),
+                                      ("--modulation-study", args.modulation_study)) if given]
+    if len(modes) > 1:
+        raise InputError(f"{modes[0]} and {modes[1]}: one analysis at a time (each writes its "
+                         "own report into --out)")
+    check_out_dir(args.out, "--out")
     if args.out_of_sample:
         return _run_out_of_sample(args, print_fn)
     if args.pool:
@@ -1590,27 +1597,15 @@ def run(args: argparse.Namespace, print_fn: Callable[[str], None] = print) -> in
 
 
 def _run_names(dirs: Sequence[Any]) -> list[str]:
-    """Each run's folder as given, a repeated one marked (it shares every control)."""
-    seen: dict[str, int] = {}
-    out = []
-    for d in map(str, dirs):
-        seen[d] = seen.get(d, 0) + 1
-        out.append(d if seen[d] == 1 else f"{d} (given again, #{seen[d]})")
-    return out
+    """Each run's folder as given (:func:`_read_runs` refuses one given twice)."""
+    return [str(d) for d in dirs]
 
 
 def _read_runs(dirs: Sequence[Any], flag: str) -> list[Any]:
-    """Each finished run's ``trials.csv`` (an input error naming the folder that lacks it)."""
-    import pandas as pd
+    """Each finished run's checked ``trials.csv`` (``idt_desk_sources.gym.trials``)."""
+    from idt_desk_sources.gym.trials import read_runs
 
-    tables = []
-    for d in dirs:
-        path = Path(d) / "trials.csv"
-        if not path.is_file():
-            raise InputError(f"{flag} {d}: no trials.csv (a finished run's --out)")
-        tables.append(_with_defaults(pd.read_csv(path, keep_default_na=False, na_values=[""]),
-                                     CheetahConfig()))
-    return tables
+    return [_with_defaults(rows, CheetahConfig()) for rows in read_runs(dirs, flag)]
 
 
 def _blank(rows: Any, col: str) -> Any:
