@@ -20,6 +20,7 @@ from idt_desk.plugin import (
     MAX_SPEED_CHUNKS,
     PIPELINE_KEYS,
     Batch,
+    InputError,
     Param,
     RecordingError,
     RecordingTail,
@@ -141,6 +142,7 @@ class ReplaySource(Source):
         self._r = np.empty(0) if self.has_reward else None
         self._ep: np.ndarray | None = np.empty(0, dtype=np.int64)
         self._has_episodes = False
+        self._run = 0  # steps of the last episode so far (phase_baseline's check)
         #: Transition index of the arrays' first row: following drops the rows it has
         #: handed over, so memory holds only what is yet to be stepped.
         self._base = 0
@@ -258,10 +260,52 @@ class ReplaySource(Source):
         self._t = np.concatenate([self._t, col("t")])
         if self._r is not None:
             self._r = np.concatenate([self._r, col("reward")])
-        ep = col("episode")
+        # A recording without its episode column (a plain file) has no episodes.
+        ep = col("episode") if self._column("episode", rows) else np.full(len(rows), np.nan)
+        self._check_phases(ep)
         if not np.isnan(ep).all():
             self._has_episodes = True
         self._ep = np.concatenate([self._ep, np.nan_to_num(ep, nan=-1).astype(np.int64)])
+
+    def _column(self, name: str, rows: Any) -> bool:
+        columns = self._tail.columns if isinstance(rows, np.ndarray) else rows.columns  # type: ignore[union-attr]
+        return name in columns
+
+    def _check_phases(self, ep: np.ndarray) -> None:
+        """A recording judged by phase (``phase_baseline``) needs its episodes to replay so.
+
+        Every transition's episode, a whole number from 0 that never goes back, each episode
+        no longer than the recorded ``episode_steps``; else one line naming the line.
+        """
+        if not (self._pipeline0 or {}).get("phase_baseline") or not len(ep):
+            return
+        first = self._base + len(self._ep)  # transition index of ep[0]
+        why = "the recording judged each window against its episode's phase (phase_baseline)"
+        if (bad := np.flatnonzero(np.isnan(ep) | (ep < 0) | (ep != np.round(ep)))).size:
+            j = int(bad[0])
+            value = "blank" if np.isnan(ep[j]) else f"{ep[j]:g}"
+            raise InputError(f"replay: transitions.csv line {first + j + 2}: episode {value}; "
+                             f"{why}, so every transition needs its episode, a whole number "
+                             "from 0")
+        seq = np.concatenate([self._ep[-1:].astype(np.float64), ep])
+        if (back := np.flatnonzero(np.diff(seq) < 0)).size:
+            j = int(back[0]) + 1 - (len(seq) - len(ep))
+            raise InputError(f"replay: transitions.csv line {first + j + 2}: episode goes back "
+                             f"to {ep[j]:g}; {why}, so episodes only count up")
+        if self.episode_steps:  # each episode's length, the last one's carried over
+            offset = len(seq) - len(ep)  # 1: seq[0] is the last row already taken
+            starts = np.concatenate([[0], np.flatnonzero(np.diff(seq) != 0) + 1])
+            lengths = np.diff(np.concatenate([starts, [len(seq)]]))
+            if offset:
+                lengths[0] += self._run - 1
+            steps = int(self.episode_steps)
+            if (long := np.flatnonzero(lengths > steps)).size:
+                r = int(long[0])
+                j = steps - self._run if r == 0 and offset else int(starts[r]) - offset + steps
+                raise InputError(f"replay: transitions.csv line {first + j + 2}: episode "
+                                 f"{ep[j]:g} runs past its {steps:,} steps; {why}, which has "
+                                 "no phase beyond them")
+            self._run = int(lengths[-1])
 
     def _take_events(self, events: list[dict[str, Any]]) -> None:
         """File recorded events at the transitions they were logged at."""

@@ -269,6 +269,12 @@ class Stream:
             ) -> dict[str, np.ndarray] | None:
         """Add one transition; return the windows it finished (columns), or None."""
         k = self._k
+        for what, value, buf in (("observation", s, self._s), ("action", a, self._a),
+                                 ("next observation", s_next, self._n)):
+            if np.size(value) != buf.shape[1]:  # before numpy's broadcast error, naming it
+                raise ValueError(f"{what} of transition {self.n_transitions:,}: "
+                                 f"{np.size(value)} value(s), shape {np.shape(value)}; the "
+                                 f"space has {buf.shape[1]} variable(s)")
         self._s[k] = s
         self._a[k] = a
         self._n[k] = s_next

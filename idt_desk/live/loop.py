@@ -104,16 +104,39 @@ def _switch(active: dict[str, dict[str, Any]], name: str,
 
 
 def _floats(x: Any, what: str) -> np.ndarray:
-    """``x`` as a float64 copy, complex numbers refused.
+    """``x`` as a float64 copy; complex numbers, text, booleans and numbers past float64 refused.
 
-    The cast would drop their imaginary parts. One conversion: ``add`` may be called once a
+    The cast would drop an imaginary part, read text as numbers, take a bool as 1, or overflow
+    with a message naming nothing: each is said here, naming the value and where it is (the
+    row and column of the call's array). One conversion: ``add`` may be called once a
     transition.
     """
     arr = np.asarray(x)
-    if arr.dtype.kind == "c":
+    kind = arr.dtype.kind
+    if kind == "c":
         raise ValueError(f"{what}: complex numbers; the IDT takes real values (the imaginary "
                          "part would be dropped)")
-    return np.array(arr, dtype=np.float64)
+    if kind in "USb":
+        first = arr.reshape(-1)[0].item() if arr.size else ""
+        words = "booleans" if kind == "b" else "text"
+        raise ValueError(f"{what}: {words} ({first!r}); the IDT takes numbers")
+    try:
+        return np.array(arr, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        flat = arr.reshape(-1) if arr.ndim else arr.reshape(1)
+        for j, v in enumerate(flat):
+            try:
+                if isinstance(v, bool | np.bool_ | str | bytes):
+                    raise TypeError
+                float(v)
+            except (TypeError, ValueError, OverflowError):
+                at = [int(i) for i in np.unravel_index(j, arr.shape)] if arr.ndim else []
+                where = f" at row {at[0]}, column {at[1]}" if len(at) == 2 else \
+                    f" at index {at[0]}" if at else ""
+                text = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
+                raise ValueError(f"{what}{where}: {text} is not a number a float64 holds "
+                                 "(the IDT takes finite real numbers)") from None
+        raise ValueError(f"{what}: not an array of numbers") from None
 
 
 def _finite_fields(fields: Any, where: str) -> None:

@@ -1,0 +1,102 @@
+"""Every value a user hands the Recorder, the Gymnasium wrapper or a phase-judged replay is
+checked before it is used, and refused in one line naming where it is."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pandas as pd
+import pytest
+from gymnasium import spaces
+from idt_desk_sources.replay import ReplaySource
+
+import idt_desk
+from idt_desk.errors import InputError
+from idt_desk.gym import IDTMonitor
+
+PIPE = dict(window=40, stride=10, calibration_windows=5, baseline_windows=50)
+
+
+@pytest.fixture
+def recorder(tmp_path):
+    rec = idt_desk.Recorder(tmp_path / "r", ["x", "v"], **PIPE)
+    yield rec
+    rec.close()
+
+
+@pytest.mark.parametrize("bad, said", [
+    ([10**400, 1.0], "s at index 0: 1000000000000000000000000000000000000... is not a number"),
+    ([[1.0, 2.0], [3.0, 10**400]], "s at row 1, column 1:"),
+    (np.array(["1.0", "2.0"]), "s: text ('1.0'); the IDT takes numbers"),
+    ([True, False], "s: booleans (True); the IDT takes numbers"),
+    ([{"a": 1}, 1.0], "s at index 0: {'a': 1} is not a number"),
+])
+def test_a_state_that_is_not_numbers_is_refused_naming_where(recorder, bad, said):
+    with pytest.raises(ValueError) as err:
+        recorder.add(bad, None, np.zeros(np.shape(bad)) if np.ndim(bad) == 2 else [1.0, 2.0])
+    assert said in str(err.value) and "\n" not in str(err.value)
+    recorder.add([1.0, 2.0], None, [1.5, 2.5])  # nothing of the refused call was kept
+    assert recorder.n_added == 1
+
+
+def test_the_wrapper_names_an_observation_of_the_wrong_shape():
+    class Grows(gym.Env):
+        observation_space = spaces.Box(-1, 1, (3,))
+        action_space = spaces.Box(-1, 1, (1,))
+
+        def reset(self, seed=None, options=None):
+            return np.zeros(3, np.float32), {}
+
+        def step(self, action):
+            return np.zeros(4, np.float32), 0.0, False, False, {}
+
+    env = IDTMonitor(Grows(), window=10, stride=5, calibration_windows=1)
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"^next observation of transition 0: 4 value\(s\), "
+                                         r"shape \(4,\); the space has 3 variable\(s\)$"):
+        env.step(np.zeros(1))
+
+
+def _phased(path, n=3000, steps=200):
+    rng = np.random.default_rng(3)
+    t_in = np.arange(n) % steps
+    x = np.column_stack([np.sin(t_in / 30.0), rng.standard_normal(n)])
+    with idt_desk.Recorder(path, ["x", "y"], rate=20.0, episode_steps=steps,
+                           phase_baseline=True, **PIPE) as rec:
+        rec.add(x[:-1], None, x[1:], episode=(np.arange(n) // steps)[:-1])
+    return path
+
+
+def _damage(path, lines, value):
+    rows = pd.read_csv(path / "transitions.csv", dtype=str, keep_default_na=False)
+    rows.loc[lines.start - 2:lines.stop - 2, "episode"] = value
+    rows.to_csv(path / "transitions.csv", index=False)
+
+
+@pytest.mark.parametrize("lines, value, said", [
+    (slice(500, 500), "", "line 500: episode blank"),
+    (slice(700, 700), "-1", "line 700: episode -1"),
+    (slice(900, 900), "0", "line 900: episode goes back to 0"),
+    (slice(202, 401), "0", "line 202: episode 0 runs past its 200 steps"),  # never ends
+])
+def test_a_phase_judged_replay_needs_every_transition_s_episode(tmp_path, lines, value, said):
+    path = _phased(tmp_path / "rec")
+    assert idt_desk.load_recording(path).complete
+    ReplaySource(path=str(path))  # the undamaged recording replays
+    _damage(path, lines, value)
+    with pytest.raises(InputError) as err:
+        ReplaySource(path=str(path))
+    assert said in str(err.value) and "phase_baseline" in str(err.value)
+
+
+def test_a_recording_without_an_episode_column_replays_without_episodes(tmp_path):
+    path = tmp_path / "plain"
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1200, 2))
+    with idt_desk.Recorder(path, ["x", "y"], **PIPE) as rec:
+        rec.add(x[:-1], None, x[1:])
+    rows = pd.read_csv(path / "transitions.csv")
+    rows.drop(columns="episode").to_csv(path / "transitions.csv", index=False)
+    source = ReplaySource(path=str(path))
+    assert len(source.step(100)) == 100
+    source.close()
