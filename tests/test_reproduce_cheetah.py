@@ -4,8 +4,8 @@ statistics against hand-computed values, lockstep stepping against stepping alon
 from __future__ import annotations
 
 import json
-import shutil
 import math
+import shutil
 from dataclasses import replace
 
 import numpy as np

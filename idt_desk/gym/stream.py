@@ -271,10 +271,11 @@ class Stream:
         k = self._k
         for what, value, buf in (("observation", s, self._s), ("action", a, self._a),
                                  ("next observation", s_next, self._n)):
-            if np.size(value) != buf.shape[1]:  # before numpy's broadcast error, naming it
+            width = int(np.prod(buf.shape[1:]))
+            if np.size(value) != width:  # before numpy's broadcast error, naming it
                 raise ValueError(f"{what} of transition {self.n_transitions:,}: "
                                  f"{np.size(value)} value(s), shape {np.shape(value)}; the "
-                                 f"space has {buf.shape[1]} variable(s)")
+                                 f"space has {width} variable(s)")
         self._s[k] = s
         self._a[k] = a
         self._n[k] = s_next
