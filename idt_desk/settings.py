@@ -49,6 +49,10 @@ class SettingError(ValueError):
         super().__init__(message or f"{field} {value!r}: {why}")
         self.field, self.value, self.why = field, value, why
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled whole (a session's process raises it in the window's).
+        return (type(self), (self.field, self.value, self.why, str(self)))
+
 
 def is_int(v: Any) -> bool:
     """An integer (a NumPy one too), never a bool."""

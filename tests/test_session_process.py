@@ -91,6 +91,11 @@ def test_a_bad_setting_is_refused_as_in_a_thread():
     with pytest.raises(ValueError) as process:
         build_session(PendulumSource, {"no_such": 1}, {}, None, process=True)
     assert str(process.value) == str(thread.value)
+    from idt_desk.settings import SettingError  # a front end reads its field: it comes whole
+
+    with pytest.raises(SettingError) as err:
+        build_session(PendulumSource, {}, {"window": 10, "stride": 20}, None, process=True)
+    assert err.value.field == "stride" and "longer than the window" in err.value.why
     s = build_session(PendulumSource, {}, {}, None, process=True)
     try:
         with pytest.raises(ValueError, match="speed must be > 0"):
@@ -177,3 +182,34 @@ def test_the_next_session_takes_a_warm_child_and_a_child_serves_sessions_in_turn
     assert waiting.poll() is None
     process._drop_standbys()
     assert waiting.poll() is not None and not process._STANDBY
+
+
+def test_a_build_given_up_returns_its_child_warm_and_a_start_meanwhile_waits_for_it():
+    from idt_desk.live import process
+
+    process._drop_standbys()
+    with pytest.raises(process.BuildGivenUp):  # given up while its fresh child warms
+        build_session(PendulumSource, {}, {}, None, process=True, given_up=lambda: True)
+    assert process._BUILDING["pendulum"] == 1  # its child still builds, in the background
+    # A Start meanwhile waits for that child rather than starting another interpreter.
+    s = build_session(PendulumSource, {}, {}, None, process=True)
+    try:
+        assert process._BUILDING["pendulum"] == 0
+        s.start()
+        _wait(lambda: s.snapshot(1).n_windows > 5)
+    finally:
+        s.close()
+    children = [p for p in os.listdir("/proc") if p.isdigit() and _is_child(int(p))]
+    assert len(children) <= 2, children  # the one kept warm, and at most one more warming
+    process._drop_standbys()
+
+
+def _is_child(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read()
+        with open(f"/proc/{pid}/stat") as f:
+            ppid = int(f.read().split(")")[1].split()[1])
+    except OSError:
+        return False
+    return ppid == os.getpid() and b"idt_desk.live.process" in cmd and _alive(pid)

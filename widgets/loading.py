@@ -72,7 +72,8 @@ class SessionBuilder:
     def _run(self, cls: Any, settings: dict[str, Any], config: dict[str, Any],
              record: Path | None, process: bool | None) -> None:
         try:
-            session = build_session(cls, settings, config, record, process)
+            session = build_session(cls, settings, config, record, process,
+                                    self._cancelled.is_set)
         except Exception as exc:  # reported by the window, in its banner
             self.error = exc
             return

@@ -12,7 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Any
 
-from idt_desk_widgets.forms import ParamForm, compact_combo, compact_form, set_quietly, spin
+from idt_desk_widgets.forms import (
+    ParamForm,
+    compact_combo,
+    compact_form,
+    set_quietly,
+    setting_box,
+)
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -26,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from idt_desk.live.source import Source
+from idt_desk.settings import SETTINGS
 
 #: What Auto does, and what the modulation study says it cannot do (``assets/docs/rl.md``).
 AUTO_TIP = ("Engage the chosen modulation once the IDT alarm has held for the windows below, "
@@ -144,8 +151,8 @@ class SwitchPanel(QWidget):
         self.auto_check = QCheckBox("Auto (engage on persistent alarm)", self.modulate_box)
         self.auto_check.setToolTip(AUTO_TIP)
         self.auto_combo = compact_combo(QComboBox(self.modulate_box))
-        self.auto_persist = spin(1, 1000, 3, self.modulate_box)
-        self.auto_release = spin(1, 10000, 10, self.modulate_box)
+        self.auto_persist = setting_box(SETTINGS["auto_persist"], parent=self.modulate_box)
+        self.auto_release = setting_box(SETTINGS["auto_release"], parent=self.modulate_box)
         for w in (self.auto_combo, self.auto_persist, self.auto_release):
             w.hide()
         if not cls.modulations:

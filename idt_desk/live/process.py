@@ -25,12 +25,15 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import gc
+import pickle
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 import weakref
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -56,17 +59,19 @@ CALLS = frozenset({
 
 
 def build_session(cls: Any, settings: dict[str, Any], config: dict[str, Any],
-                  record: Path | None, process: bool | None = None) -> Any:
+                  record: Path | None, process: bool | None = None,
+                  given_up: Callable[[], bool] = lambda: False) -> Any:
     """The source ``cls(**settings)`` and a session around it (not started).
 
     ``config`` holds the :class:`~idt_desk.live.session.SessionConfig` fields besides the
     source and its settings. ``process``: in a process of its own (a
-    :class:`SessionProcess`); None: as the source declares (``own_process``).
+    :class:`SessionProcess`); None: as the source declares (``own_process``). ``given_up``:
+    a build that waits for another build's process stops waiting once it says True.
     """
     if process is None:
         process = bool(getattr(cls, "own_process", False))
     if process:
-        return SessionProcess(cls, settings, config, record)
+        return SessionProcess(cls, settings, config, record, given_up)
     source = cls(**settings)
     try:
         return Session(SessionConfig(source=cls.name, settings=settings, **config),
@@ -101,6 +106,10 @@ class SessionGone(RuntimeError):
     """The session's process has ended; the message says how."""
 
 
+class BuildGivenUp(SessionGone):
+    """The build was given up (its process finishes it and waits, warm, for the next)."""
+
+
 _LIVE: weakref.WeakSet[SessionProcess] = weakref.WeakSet()
 
 
@@ -124,20 +133,31 @@ class SessionProcess:
     CLOSE_TIMEOUT = 30.0
 
     def __init__(self, cls: Any, settings: dict[str, Any], config: dict[str, Any],
-                 record: Path | None) -> None:
+                 record: Path | None, given_up: Callable[[], bool] = lambda: False) -> None:
         self._name = cls.name
-        self._proc, self._conn = _take(cls.name)
+        self._proc, self._conn = _take(cls.name, given_up)
         self._lock = threading.Lock()
         self._gone: str | None = None
         self._last: Snapshot | None = None
         self._built = False
         try:
             self._conn.send((cls.name, settings, config, record))
+            while not self._conn.poll(0.1):
+                if given_up() and self._proc.poll() is None:
+                    # The build goes on in its process; its child comes back warm, later.
+                    threading.Thread(target=_give_back, args=(cls.name, self._proc, self._conn),
+                                     name=f"process-return-{cls.name}", daemon=True).start()
+                    self._gone = "the build was given up"
+                    raise BuildGivenUp(self._gone)
             facts, history = self._call("_built")
+        except BuildGivenUp:
+            raise
         except BaseException:
+            _built_one(cls.name, ok=False)
             self.close()
             raise
         self._built = True
+        _built_one(cls.name, ok=True)
         self.source = SourceFacts(cls, facts)
         self._ring = WindowRing(history, WINDOW_COLUMNS)
         _LIVE.add(self)
@@ -346,23 +366,59 @@ class SessionProcess:
             _end(self._proc, self._conn, self.CLOSE_TIMEOUT)
 
 
-#: A child per source name that waits, warmed, for the next session: started when one is
-#: taken (its warm-up builds a session of the source's defaults, loads its kernels and lets
-#: it go), or the child of a session let go. A session starts in a fraction of a second, not
-#: the 3-4 s a fresh interpreter takes to import torch and MuJoCo; a Start given up at once
-#: costs no process.
+#: A child per source name that waits, warmed, for the next session: the child of a session
+#: let go, or one started once a session is built (its warm-up builds a session of the
+#: source's defaults, loads its kernels and lets it go). A session starts in a fraction of a
+#: second, not the 3-4 s a fresh interpreter takes to import torch and MuJoCo.
 _STANDBY: dict[str, tuple[subprocess.Popen, Connection]] = {}
-_STANDBY_LOCK = threading.Lock()
+#: Builds under way per source name: a Start while one is under way waits for its child
+#: (a Start given up comes back warm) rather than starting yet another interpreter, so
+#: clicking Start and Cancel over and over never piles up processes.
+_BUILDING: dict[str, int] = {}
+_STANDBY_LOCK = threading.Condition()
+#: Seconds a build waits for another build's child before it starts one of its own.
+WAIT_FOR_CHILD = 120.0
 
 
-def _take(name: str) -> tuple[subprocess.Popen, Connection]:
-    """The child waiting for ``name`` (or a new one); another is started to wait."""
+def _take(name: str, given_up: Callable[[], bool]) -> tuple[subprocess.Popen, Connection]:
+    """The child waiting for ``name``; or, once no build of it is under way, a new one."""
+    deadline = time.monotonic() + WAIT_FOR_CHILD
     with _STANDBY_LOCK:
+        while name not in _STANDBY and _BUILDING.get(name) and time.monotonic() < deadline:
+            if given_up():
+                raise BuildGivenUp("the build was given up before it began")
+            _STANDBY_LOCK.wait(0.2)
         child = _STANDBY.pop(name, None)
         if child is None or child[0].poll() is not None:
             child = _spawn(name)
-        _STANDBY[name] = _spawn(name)
+        _BUILDING[name] = _BUILDING.get(name, 0) + 1
     return child
+
+
+def _built_one(name: str, ok: bool) -> None:
+    """A build of ``name`` ended; a built one starts the next session's child warming."""
+    with _STANDBY_LOCK:
+        _BUILDING[name] -= 1
+        if ok and name not in _STANDBY:
+            _STANDBY[name] = _spawn(name)
+        _STANDBY_LOCK.notify_all()
+
+
+def _give_back(name: str, proc: subprocess.Popen, conn: Connection) -> None:
+    """A build given up: wait for it, let its session go, keep the (warm) child."""
+    try:
+        status, _ = conn.recv()
+        if status == "ok":
+            conn.send(("close", (), {}))
+            conn.recv()
+        kept = _keep(name, proc, conn)
+    except (EOFError, OSError):
+        kept = False
+    with _STANDBY_LOCK:
+        _BUILDING[name] -= 1
+        _STANDBY_LOCK.notify_all()
+    if not kept:
+        _end(proc, conn, 5.0)
 
 
 def _keep(name: str, proc: subprocess.Popen, conn: Connection) -> bool:
@@ -372,6 +428,7 @@ def _keep(name: str, proc: subprocess.Popen, conn: Connection) -> bool:
     with _STANDBY_LOCK:
         waiting = _STANDBY.get(name)
         _STANDBY[name] = (proc, conn)
+        _STANDBY_LOCK.notify_all()
     if waiting is not None:
         _discard(*waiting)
     return True
@@ -476,7 +533,17 @@ def serve(conn: Any, name: str, settings: dict[str, Any], config: dict[str, Any]
 
 
 def _answer(conn: Any, status: str, value: Any) -> None:
-    """Send an answer; one that cannot be pickled becomes a RuntimeError naming it."""
+    """Send an answer; one that cannot be pickled becomes a RuntimeError naming it.
+
+    An exception that would not unpickle in the window (an ``__init__`` of its own) goes as
+    its nearest built-in kind (a ValueError stays a ValueError) with its message.
+    """
+    if status == "raise":
+        try:
+            pickle.loads(pickle.dumps(value))
+        except Exception:
+            kind = next(k for k in type(value).__mro__ if k.__module__ == "builtins")
+            value = kind(str(value))
     try:
         conn.send((status, value))
     except (EOFError, OSError):
