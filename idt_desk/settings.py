@@ -31,6 +31,7 @@ from idt_desk.detection.detectors import (
 )
 from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS
 from idt_desk.metrics.presets import ANGLE_MODES, PRESETS
+from idt_desk.metrics.tokens import BASELINE_TURNS
 
 __all__ = ["BUFFER_CAP", "DEFAULTS", "LIMITS", "PIPELINE_KEYS", "SETTINGS", "PipelineSettings",
            "Setting", "SettingError", "check_buffers", "check_finite", "check_limit",
@@ -164,7 +165,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "the N windows after the calibration windows that set the baseline and calibrate "
             "the detector", 2, 10_000,
             unset=f"the source's: {DEFAULT_BASELINE_WINDOWS}, long enough for the default "
-                  "budget; a dialogue's 30 turns"),
+                  f"budget; a dialogue's {BASELINE_TURNS} turns"),
     Setting("correction", str, None, "Entropy correction", "entropy bias correction",
             choices=("miller-madow",), unset="none"),
     Setting("k", float, DetectorSpec.k, "Paper rule k",

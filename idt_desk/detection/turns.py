@@ -12,11 +12,14 @@ from typing import Any
 
 import numpy as np
 
+from idt_desk.metrics import tokens
+
 __all__ = ["BASELINE_TURNS", "RESPONSE_TURNS", "detect_injection", "response_z"]
 
 
-#: Turns 1..BASELINE_TURNS are a dialogue's baseline (paper §11.4).
-BASELINE_TURNS = 30
+#: Turns 1..BASELINE_TURNS are a dialogue's baseline (paper §11.4; defined with the token
+#: metrics, ``idt_desk.metrics.tokens``).
+BASELINE_TURNS = tokens.BASELINE_TURNS
 #: Turns after an injection looked at: the injected turn k, k + 1 and k + 2.
 RESPONSE_TURNS = 3
 

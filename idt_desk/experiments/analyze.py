@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from idt_desk.detection.detectors import DetectorSpec
 from idt_desk.detection.monitor import IDT_METRICS, Detection, detect
 from idt_desk.errors import InputError
 from idt_desk.metrics.engine import sliding_metrics, surrogate_null, window_means
@@ -136,7 +137,7 @@ def analyze_trajectory(
     source: str = "",
     detector: str = "paper",
     false_alarms: str | None = None,
-    persist: int = 5,
+    persist: int = DetectorSpec.m,
     ewma_lambda: float = DEFAULTS["ewma_lambda"],
     rate: float | None = None,
 ) -> AnalysisResult:

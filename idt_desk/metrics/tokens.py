@@ -70,9 +70,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ADJUSTED", "CONFOUND_METRICS", "LENGTH_COLUMNS", "MIN_POOL_TURNS", "TOKENIZER",
-           "DialogueMetrics", "LengthNull", "Tokenizer", "length_confound", "load_tokenizer",
-           "pooled_metrics"]
+__all__ = ["ADJUSTED", "BASELINE_TURNS", "CONFOUND_METRICS", "LENGTH_COLUMNS", "MIN_POOL_TURNS",
+           "TOKENIZER", "DialogueMetrics", "LengthNull", "Tokenizer", "length_confound",
+           "load_tokenizer", "pooled_metrics"]
 
 #: Token counts of a turn's S, A and S' (columns of every turn's row).
 LENGTH_COLUMNS = ("n_S", "n_A", "n_S_next")
@@ -82,6 +82,10 @@ ADJUSTED = {"P": "P_adj", "H_f": "H_f_adj", "H_b": "H_b_adj", "dH": "dH_adj"}
 
 #: Baseline prompts in the surrogates' pool before a length-adjusted value is given.
 MIN_POOL_TURNS = 8
+
+#: Turns 1..BASELINE_TURNS are a dialogue's baseline (paper §11.4): the one number the
+#: token metrics, the per-turn rule (``idt_desk.detection.turns``) and the dialogue source use.
+BASELINE_TURNS = 30
 
 #: The tokenizer a dialogue session uses unless told otherwise: Mistral's 32,000-piece
 #: SentencePiece model (v1), shipped inside the ``mistral-common`` package. It is the same
@@ -203,7 +207,7 @@ class LengthNull:
 
     METRICS = tuple(ADJUSTED)
 
-    def __init__(self, baseline_turns: int = 30, min_pool: int = MIN_POOL_TURNS,
+    def __init__(self, baseline_turns: int = BASELINE_TURNS, min_pool: int = MIN_POOL_TURNS,
                  surrogates: int = 8) -> None:
         self.baseline_turns = int(baseline_turns)
         self.min_pool = int(min_pool)
@@ -263,7 +267,7 @@ class DialogueMetrics:
     Earlier turns are looked up in the history, so a turn only needs its own texts.
     """
 
-    def __init__(self, tokenizer: Tokenizer, baseline_turns: int = 30) -> None:
+    def __init__(self, tokenizer: Tokenizer, baseline_turns: int = BASELINE_TURNS) -> None:
         self.tokenizer = tokenizer
         self._history: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         #: The surrogates of the adjusted metrics (from the first ``baseline_turns`` S').
@@ -320,7 +324,7 @@ class DialogueMetrics:
 CONFOUND_METRICS = (*ADJUSTED, *ADJUSTED.values())
 
 
-def length_confound(dialogues: Sequence[Mapping[str, Any]], baseline_turns: int = 30
+def length_confound(dialogues: Sequence[Mapping[str, Any]], baseline_turns: int = BASELINE_TURNS
                     ) -> dict[str, Any]:
     """How much of each metric the token counts explain, over the baseline turns.
 

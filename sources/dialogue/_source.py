@@ -48,7 +48,15 @@ from idt_desk_sources.dialogue._texts import (
     teacher_instruction,
 )
 
-from idt_desk.plugin import Batch, Modulation, Param, Perturbation, Source, SourcePaused
+from idt_desk.plugin import (
+    BASELINE_TURNS,
+    Batch,
+    Modulation,
+    Param,
+    Perturbation,
+    Source,
+    SourcePaused,
+)
 
 __all__ = ["CONDITIONS", "DialogueSource"]
 
@@ -94,7 +102,7 @@ class DialogueSource(Source):
     default_budget = "1/100turns"
     #: The paper's dialogue baseline: the first 30 turns (short for a calibrated budget: the
     #: alarm panel says so).
-    default_baseline = 30
+    default_baseline = BASELINE_TURNS
     chunk: ClassVar[int] = 1
     view = "dialogue"
     metric_path: ClassVar[str] = "turns"
