@@ -248,6 +248,9 @@ class Stream:
         cap = max(self.calibration_transitions, self.block + preset.stride)
         self._s, self._n = state.buffer(cap), state.buffer(cap)
         self._a = action.buffer(cap)
+        #: Values a transition's S, A and S' hold (checked at each step, before numpy would
+        #: broadcast a wrong one silently or fail naming nothing).
+        self._widths = tuple(int(np.prod(b.shape[1:])) for b in (self._s, self._a, self._n))
         self._r = np.empty(cap)
         self._ep = np.empty(cap)
         self._k = 0  # rows buffered
@@ -269,10 +272,9 @@ class Stream:
             ) -> dict[str, np.ndarray] | None:
         """Add one transition; return the windows it finished (columns), or None."""
         k = self._k
-        for what, value, buf in (("observation", s, self._s), ("action", a, self._a),
-                                 ("next observation", s_next, self._n)):
-            width = int(np.prod(buf.shape[1:]))
-            if np.size(value) != width:  # before numpy's broadcast error, naming it
+        for what, value, width in zip(("observation", "action", "next observation"),
+                                      (s, a, s_next), self._widths, strict=True):
+            if np.size(value) != width:
                 raise ValueError(f"{what} of transition {self.n_transitions:,}: "
                                  f"{np.size(value)} value(s), shape {np.shape(value)}; the "
                                  f"space has {width} variable(s)")

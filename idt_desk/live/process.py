@@ -414,9 +414,7 @@ def _give_back(name: str, proc: subprocess.Popen, conn: Connection) -> None:
         kept = _keep(name, proc, conn)
     except (EOFError, OSError):
         kept = False
-    with _STANDBY_LOCK:
-        _BUILDING[name] -= 1
-        _STANDBY_LOCK.notify_all()
+    _built_one(name, ok=False)  # the child kept is the next one: none started
     if not kept:
         _end(proc, conn, 5.0)
 
