@@ -10,6 +10,8 @@ windows with a :class:`~idt_desk.detection.monitor.Monitor`: no verdict (NaN) fo
 windows the symbols were calibrated on and for the baseline's. :func:`build_monitor` makes
 the monitor of a stream; :func:`source_preset` and :func:`source_monitor` read a source's
 pipeline settings.
+
+One file: the path from rows to verdicts, which every consumer must walk the same way.
 """
 
 from __future__ import annotations
@@ -29,7 +31,14 @@ from idt_desk.metrics.engine import MetricEngine
 from idt_desk.metrics.parts import part_metrics, part_windows
 from idt_desk.metrics.presets import PRESETS, Preset, preset_from_spec
 from idt_desk.metrics.symbolize import Symbolizer
-from idt_desk.settings import DEFAULTS, LIMITS, PipelineSettings, SettingError, check_buffers
+from idt_desk.settings import (
+    DEFAULTS,
+    LIMITS,
+    PipelineSettings,
+    SettingError,
+    check_buffers,
+    source_defaults,
+)
 
 __all__ = ["FLAG_COLUMNS", "Pipeline", "Step", "WindowStage", "build_monitor", "judge",
            "part_metrics", "part_windows", "preset_from_spec", "source_monitor", "source_preset"]
@@ -263,7 +272,8 @@ def source_preset(source: Any, p: Mapping[str, Any] | PipelineSettings) -> Prese
 
     ``p`` holds ``preset`` (a name; None: the source's first), or ``preset_spec`` (a preset
     by value, as a recording states it), and ``bins``, ``window``, ``stride`` overrides, and
-    the detector settings (checked by building the monitor once: :func:`source_monitor`).
+    the detector settings (the budget's units checked against the source's loop here; the
+    rest when the monitor is built: :func:`source_monitor`).
 
     Raises
     ------
@@ -299,12 +309,12 @@ def source_preset(source: Any, p: Mapping[str, Any] | PipelineSettings) -> Prese
 def _source_budget(source: Any, s: PipelineSettings, preset: Preset) -> Budget:
     """The budget of ``s`` (or the source's default), its units checked against the loop."""
     turns = source.metric_path == "turns"
-    if s.phase_baseline and (turns or not getattr(source, "episode_steps", None)):
+    if s.phase_baseline and (turns or not source.episode_steps):
         why = f"{source.name} has no episodes of a set length to take a phase from"
         raise SettingError("phase_baseline", True, why, f"phase_baseline: {why}")
-    budget = s.budget or parse_budget(source.default_budget)
+    budget = s.budget or parse_budget(source_defaults(source, preset)["false_alarms"])
     budget_units(budget, rate=source.rate, stride=1 if turns else preset.stride, turns=turns,
-                 episode_steps=getattr(source, "episode_steps", None), what=source.name)
+                 episode_steps=source.episode_steps, what=source.name)
     return budget
 
 
@@ -325,15 +335,17 @@ def source_monitor(source: Any, p: Mapping[str, Any] | PipelineSettings,
     s = p if isinstance(p, PipelineSettings) else PipelineSettings.parse(p)
     turns = source.metric_path == "turns"
     budget = _source_budget(source, s, preset)
+    unset = source_defaults(source, preset)  # what the settings leave to the source
     metrics = (*part_metrics(preset, IDT_METRICS), *(ADJUSTED_METRICS if turns else ()),
                *(("reward",) if source.has_reward else ()))
     return build_monitor(
-        metrics, baseline_windows=int(s.baseline_windows or 2),
-        detector=s.detector or preset.detector or source.default_detector, false_alarms=budget,
-        k=s.k, persist=int(s.persist or 5), drift=s.drift, ewma_lambda=s.ewma_lambda,
+        metrics, baseline_windows=int(s.baseline_windows or unset["baseline_windows"]),
+        detector=s.detector or unset["detector"], false_alarms=budget,
+        k=s.k, persist=int(s.persist or unset["persist"]), drift=s.drift,
+        ewma_lambda=s.ewma_lambda,
         rate=source.rate,
         stride=1 if turns else preset.stride, window=1 if turns else preset.window,
-        episode_steps=getattr(source, "episode_steps", None), turns=turns, what=source.name,
+        episode_steps=source.episode_steps, turns=turns, what=source.name,
         phased=s.phase_baseline)
 
 

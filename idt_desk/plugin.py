@@ -22,7 +22,10 @@ The names, by what a plugin does with them:
   (PRESETS, Preset, get_preset) and data shipped with the product (assets);
 - **run sessions** (a reproduction, a benchmark): Session, SessionConfig, run_headless,
   MAX_SPEED_CHUNKS, load_source, SourceLoadError, load_recording, RecordingError,
-  RecordingTail, Trajectory, PIPELINE_KEYS;
+  RecordingTail, Trajectory, the settings table (SETTINGS, DEFAULTS, PIPELINE_KEYS,
+  source_defaults: what a source fills in);
+- **add a detector** (``idt_desk.detection.registry``): Detector, register_detector,
+  DETECTORS;
 - **judge windows** (the detection layer, its defaults): Pipeline, build_monitor, judge,
   part_metrics, detect, first_post_onset_window, IDT_METRICS, DetectorSpec, DETECTOR_KINDS,
   DEFAULT_BUDGET, CONTROL_BUDGET, CONTROL_DETECTOR, parse_budget, calibrate, standardise,
@@ -35,8 +38,8 @@ The names, by what a plugin does with them:
   embeddings), statistics (cohens_d, correlation, paired_t_test);
 - **run reproductions and their command lines**: run_tasks, default_workers,
   executor_description, write_report, summarize, summary_document, symbolize_trajectory,
-  deferred_signals, check_float, check_int, check_out_dir, parse_auto, parse_switch,
-  InputError.
+  deferred_signals, add_settings (options from the settings table), check_limit, check_float,
+  check_int, check_out_dir, parse_auto, parse_switch, InputError.
 """
 
 from __future__ import annotations
@@ -56,10 +59,13 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(("RecordingError", "RecordingTail", "load_recording"),
                     "idt_desk.recordings"),
     "Trajectory": "idt_desk.recordings.trajectory",
-    "PIPELINE_KEYS": "idt_desk.settings",
+    **dict.fromkeys(("SETTINGS", "DEFAULTS", "PIPELINE_KEYS", "source_defaults"),
+                    "idt_desk.settings"),
     **dict.fromkeys(("Pipeline", "build_monitor", "judge", "part_metrics"), "idt_desk.pipeline"),
     **dict.fromkeys(("IDT_METRICS", "detect", "first_post_onset_window"),
                     "idt_desk.detection.monitor"),
+    **dict.fromkeys(("DETECTORS", "Detector", "register_detector"),
+                    "idt_desk.detection.registry"),
     **dict.fromkeys(("CONTROL_BUDGET", "CONTROL_DETECTOR", "DEFAULT_BUDGET", "DETECTOR_KINDS",
                      "DetectorSpec", "calibrate", "detector_statistic", "joint_statistic",
                      "parse_budget", "standardise", "whitening"),
@@ -81,8 +87,8 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(("summarize", "summary_document", "symbolize_trajectory"),
                     "idt_desk.experiments.analyze"),
     "deferred_signals": "idt_desk.cli.signals",
-    **dict.fromkeys(("check_float", "check_int", "check_out_dir", "parse_auto",
-                     "parse_switch"), "idt_desk.cli.validate"),
+    **dict.fromkeys(("add_settings", "check_limit", "check_float", "check_int",
+                     "check_out_dir", "parse_auto", "parse_switch"), "idt_desk.cli.validate"),
     "InputError": "idt_desk.errors",
 }
 #: Names that are modules: the shipped assets' reader and a dialogue's sentence embeddings.

@@ -14,7 +14,7 @@ not finite is refused at the row that carries it.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -22,9 +22,11 @@ import numpy as np
 
 from idt_desk.detection.auto import AutoController
 from idt_desk.detection.detectors import (
+    CONTROL_DETECTOR,
     DEFAULT_BUDGET,
     DEFAULT_DETECTOR,
     DETECTOR_KINDS,
+    DETECTORS,
     Budget,
     DetectorSpec,
     parse_budget,
@@ -35,7 +37,7 @@ from idt_desk.metrics.tokens import BASELINE_TURNS
 
 __all__ = ["BUFFER_CAP", "DEFAULTS", "LIMITS", "PIPELINE_KEYS", "SETTINGS", "PipelineSettings",
            "Setting", "SettingError", "check_buffers", "check_finite", "check_limit",
-           "check_pipeline", "check_preset_spec", "is_int", "is_number"]
+           "check_pipeline", "check_preset_spec", "is_int", "is_number", "source_defaults"]
 
 
 class SettingError(ValueError):
@@ -79,11 +81,12 @@ class Setting:
     kind: type
     default: Any
     label: str
-    help: str
+    #: Its words; a function of nothing for words read when said (the detectors registered).
+    help: str | Callable[[], str]
     lo: float | None = None
     hi: float | None = None
     lo_open: bool = False
-    choices: tuple[str, ...] = ()
+    choices: Sequence[str] = ()
     unset: str = ""
     #: Decimal places the window's box shows (a float there moves on that grid).
     decimals: int = 2
@@ -104,13 +107,19 @@ class Setting:
             return "true or false"
         return f"one of {', '.join(self.choices)}" if self.choices else "text"
 
-    def describe(self) -> str:
-        """Its help, what it takes and its default: the option's help, the box's tooltip."""
-        default = self.unset if self.default is None else f"{self.default:g}" \
-            if isinstance(self.default, float) else ("on" if self.default else "off") \
-            if self.kind is bool else str(self.default)
+    def describe(self, default: Any = ..., note: str = "") -> str:
+        """Its help, what it takes and its default: the option's help, the box's tooltip.
+
+        ``default``: a command's own default, said instead of the table's; ``note``: what the
+        setting is for in that command, said first.
+        """
+        default = self.default if default is ... else default
+        default = self.unset if default is None else f"{default:g}" \
+            if isinstance(default, float) else ("on" if default else "off") \
+            if self.kind is bool else str(default)
         takes = f"{self.range_text()}; " if self.kind in (int, float) else ""
-        return f"{self.help} ({takes}default: {default})"
+        words = self.help() if callable(self.help) else self.help
+        return f"{note + ': ' if note else ''}{words} ({takes}default: {default})"
 
     def check(self, value: Any) -> Any:
         """``value`` if this setting takes it; a one-line :class:`SettingError` if not.
@@ -172,11 +181,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "the paper rule's threshold in baseline σ (the calibrated detectors set their own "
             "from the budget)", 0.0, 100.0, lo_open=True),
     Setting("detector", str, None, "Alarm detector",
-            "the alarm: persistence (m windows in a row beyond a calibrated kσ), cusum "
-            "(two-sided CUSUM, calibrated), ewma (EWMA of each component's z, calibrated), "
-            "mewma (one EWMA of the whitened components, calibrated) or paper (the first "
-            "window beyond k σ: the paper's rule, not calibrated)", choices=DETECTOR_KINDS,
-            unset=f"the source's: {DEFAULT_DETECTOR}; mewma for a policy in an environment"),
+            lambda: "the alarm: " + ", ".join(c.help for c in DETECTORS.values()),
+            choices=DETECTOR_KINDS,
+            unset=f"the source's: {DEFAULT_DETECTOR}; {CONTROL_DETECTOR} for a policy in an "
+                  "environment"),
     Setting("false_alarms", str, None, "False alarms ≤",
             "false-alarm budget in loop time: 1/h, 2/30min, 1/10episodes, 1/100turns, "
             "1/1000windows", unset=f"the source's: {DEFAULT_BUDGET}; a dialogue's 1/100turns"),
@@ -336,6 +344,30 @@ class PipelineSettings:
 DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(PipelineSettings)}
 #: The settings a pipeline is made of (what a recording states and a replay re-applies).
 PIPELINE_KEYS: tuple[str, ...] = tuple(DEFAULTS)
+
+
+def source_defaults(source: Any, preset: Any = None) -> dict[str, Any]:
+    """What the settings left unset become for ``source`` (an instance or its class): once.
+
+    The baseline, budget and detector the source declares (``default_baseline``,
+    ``default_budget``, ``default_detector``) — the detector the preset names first, when
+    it names one (``preset``: a :class:`~idt_desk.metrics.presets.Preset`, a preset by value
+    as a recording states it, a name, or None for the source's first) — and persistence's m:
+    one turn on a dialogue's turn path (an injection is one turn), else
+    :attr:`DetectorSpec.m <idt_desk.detection.detectors.DetectorSpec>` windows.
+    ``SessionConfig``, the monitor a pipeline builds, the window's boxes and the studies read
+    them here.
+    """
+    if preset is None or isinstance(preset, str):
+        name = preset or (source.presets[0] if source.presets else None)
+        preset = PRESETS.get(name)
+    named = preset.get("detector") if isinstance(preset, Mapping) else \
+        getattr(preset, "detector", None)
+    turns = source.metric_path == "turns"
+    return {"baseline_windows": int(source.default_baseline),
+            "false_alarms": source.default_budget,
+            "detector": named or source.default_detector,
+            "persist": 1 if turns else DetectorSpec.m}
 
 
 def check_pipeline(p: Mapping[str, Any], *, strict: bool = False) -> None:

@@ -142,7 +142,10 @@ class ReplaySource(Source):
         self._r = np.empty(0) if self.has_reward else None
         self._ep: np.ndarray | None = np.empty(0, dtype=np.int64)
         self._has_episodes = False
-        self._run = 0  # steps of the last episode so far (phase_baseline's check)
+        # phase_baseline's check across reads: the last episode taken and its steps so far
+        # (a follower hands rows over and drops them; the episode in progress stays known).
+        self._last_episode: float | None = None
+        self._run = 0
         #: Transition index of the arrays' first row: following drops the rows it has
         #: handed over, so memory holds only what is yet to be stepped.
         self._base = 0
@@ -287,7 +290,8 @@ class ReplaySource(Source):
             raise InputError(f"replay: transitions.csv line {first + j + 2}: episode {value}; "
                              f"{why}, so every transition needs its episode, a whole number "
                              "from 0")
-        seq = np.concatenate([self._ep[-1:].astype(np.float64), ep])
+        last = [] if self._last_episode is None else [self._last_episode]
+        seq = np.concatenate([np.asarray(last, np.float64), ep])
         if (back := np.flatnonzero(np.diff(seq) < 0)).size:
             j = int(back[0]) + 1 - (len(seq) - len(ep))
             raise InputError(f"replay: transitions.csv line {first + j + 2}: episode goes back "
@@ -306,6 +310,7 @@ class ReplaySource(Source):
                                  f"{ep[j]:g} runs past its {steps:,} steps; {why}, which has "
                                  "no phase beyond them")
             self._run = int(lengths[-1])
+        self._last_episode = float(ep[-1])
 
     def _take_events(self, events: list[dict[str, Any]]) -> None:
         """File recorded events at the transitions they were logged at."""
@@ -338,7 +343,7 @@ class ReplaySource(Source):
                                         if p.scheduled)
         return self._scheduled
 
-    def pipeline_overrides(self) -> dict[str, Any] | None:
+    def recorded_pipeline(self) -> dict[str, Any] | None:
         """The pipeline configuration the recording started with (and its tokenizer).
 
         A recording made before the calibrated detectors has no ``detector``: it alarmed by

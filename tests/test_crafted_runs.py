@@ -121,18 +121,56 @@ def test_a_damaged_run_is_one_line(bases, tmp_path, capsys, mode, case):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_the_same_run_twice_is_refused_and_a_copy_counts_as_another(bases, tmp_path, capsys,
-                                                                    mode):
+def test_the_same_run_twice_or_a_copy_of_it_is_refused(bases, tmp_path, capsys, mode):
     run = bases[mode]
     twice = [str(run), str(run)]
     assert main(["reproduce", "cheetah", mode, *twice, "--out", str(tmp_path / "o")]) == 2
     assert "given twice" in capsys.readouterr().err
-    # The undamaged bases are read: the crafted cases above fail on their damage alone.
+    # A copy in another folder: every trial one of the first run's.
     copy = tmp_path / "copy"
     shutil.copytree(run, copy)
-    runs = [str(run), str(copy)] if mode != "--modulation" else [str(run)]
-    assert main(["reproduce", "cheetah", mode, *runs, "--out", str(tmp_path / "o")]) == 0
+    assert main(["reproduce", "cheetah", mode, str(run), str(copy), "--out",
+                 str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert f"{copy}: every trial in it is one of {run}'s" in err, err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
+    # The undamaged bases are read: the crafted cases above fail on their damage alone.
+    other = [str(_moved(copy, tmp_path / "other"))] if mode == "--out-of-sample" else []
+    assert main(["reproduce", "cheetah", mode, str(run), *other, "--out",
+                 str(tmp_path / "o")]) == 0
     assert list((tmp_path / "o").iterdir())
+
+
+def _moved(run, to):
+    """``run``'s trials at other environment seeds: another run (as another --seed)."""
+    import pandas as pd
+
+    to.mkdir()
+    rows = pd.read_csv(run / "trials.csv", dtype=str, keep_default_na=False)
+    rows["env_seed"] = [str(int(v) + 10**6) for v in rows["env_seed"]]
+    rows.to_csv(to / "trials.csv", index=False)
+    return to
+
+
+def test_a_perturbed_trial_two_runs_share_counts_once(bases, tmp_path, capsys):
+    import pandas as pd
+
+    run = bases["--pool"]
+    rows = pd.read_csv(run / "trials.csv", dtype=str, keep_default_na=False)
+    perturbed = rows[rows["perturbation"] != "none"]
+    other = tmp_path / "other"
+    other.mkdir()
+    # A second run: one of the first's perturbed trials, and that trial at another seed.
+    moved = perturbed.iloc[:1].assign(env_seed=str(10**6))
+    pd.concat([perturbed.iloc[:1], moved]).to_csv(other / "trials.csv", index=False)
+    assert main(["reproduce", "cheetah", "--pool", str(run), str(other), "--out",
+                 str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "1 perturbed trial(s) appear in two runs" in out, out
+    pooled = json.loads((tmp_path / "o" / "pooled.json").read_text())
+    assert pooled["perturbed_shared"] == 1
+    ok = perturbed[perturbed["error"] == ""]
+    assert pooled["all"]["perturbed_trials"] == len(ok) + 1  # the moved one only
 
 
 def test_two_analyses_at_once_and_an_out_that_is_a_file_are_refused(bases, tmp_path, capsys):

@@ -75,9 +75,9 @@ def test_a_setting_that_costs_controls_more_than_one_percent_never_helps():
 
 
 def test_the_command_line_writes_the_table_and_refuses_runs_it_cannot_read(tmp_path, capsys):
-    for name, share in (("a", 0.1), ("b", 0.0)):
+    for name, share in (("a", 0.1), ("b", 0.0)):  # two runs: other policies' trials
         (tmp_path / name).mkdir()
-        _run(share, -0.005).to_csv(tmp_path / name / "trials.csv", index=False)
+        _run(share, -0.005, f"p_{name}").to_csv(tmp_path / name / "trials.csv", index=False)
     out = tmp_path / "mod"
     assert main(["reproduce", "cheetah", "--modulation", str(tmp_path / "a"),
                  str(tmp_path / "b"), "--out", str(out)]) == 0

@@ -573,8 +573,13 @@ def test_out_of_sample_from_two_runs_on_the_command_line(tiny_run, tmp_path):
     from idt_desk.cli import main
 
     _, out = tiny_run
-    other = tmp_path / "other"  # the same trials in another folder: a second run
+    import pandas as pd
+
+    other = tmp_path / "other"  # a second run: the same trials at other environment seeds
     shutil.copytree(out, other)
+    rows = pd.read_csv(other / "trials.csv", dtype=str, keep_default_na=False)
+    rows["env_seed"] = [str(int(v) + 10**6) for v in rows["env_seed"]]
+    rows.to_csv(other / "trials.csv", index=False)
     assert main(["reproduce", "cheetah", "--out-of-sample", str(out), str(other),
                  "--out", str(tmp_path / "oos")]) == 0
     got = json.loads((tmp_path / "oos" / "out_of_sample.json").read_text())
@@ -623,7 +628,7 @@ def test_the_budget_says_how_many_alarmed_controls_are_chance():
     assert _by_chance(controls(post).drop(columns="loop_seconds_per_step"), "1/h") is None
 
 
-def test_pooling_runs_on_the_command_line_warns_of_a_run_given_twice(tiny_run, tmp_path,
+def test_pooling_runs_refuses_a_run_given_twice_and_counts_shared_controls_once(tiny_run, tmp_path,
                                                                        capsys):
     from idt_desk.cli import main
 
@@ -631,8 +636,18 @@ def test_pooling_runs_on_the_command_line_warns_of_a_run_given_twice(tiny_run, t
     assert main(["reproduce", "cheetah", "--pool", str(out), str(out),
                  "--out", str(tmp_path / "pool")]) == 2  # the same run twice: refused
     assert "given twice" in capsys.readouterr().err
-    other = tmp_path / "other"  # the same trials in another folder
+    import pandas as pd
+
+    other = tmp_path / "other"  # a copy in another folder: refused (its trials count twice)
     shutil.copytree(out, other)
+    assert main(["reproduce", "cheetah", "--pool", str(out), str(other),
+                 "--out", str(tmp_path / "pool")]) == 2
+    assert "a copy of that run?" in capsys.readouterr().err
+    # A second run that shares its controls: its perturbed trial at another seed.
+    rows = pd.read_csv(other / "trials.csv", dtype=str, keep_default_na=False)
+    moved = rows["perturbation"] != "none"
+    rows.loc[moved, "env_seed"] = [str(int(v) + 10**6) for v in rows.loc[moved, "env_seed"]]
+    rows.to_csv(other / "trials.csv", index=False)
     assert main(["reproduce", "cheetah", "--pool", str(out), str(other),
                  "--out", str(tmp_path / "pool")]) == 0
     said = capsys.readouterr().out
@@ -640,7 +655,7 @@ def test_pooling_runs_on_the_command_line_warns_of_a_run_given_twice(tiny_run, t
     got = json.loads((tmp_path / "pool" / "pooled.json").read_text())
     # Two runs of 2 controls each, the same two: counted once.
     assert got["controls_counted"] == 2 and got["controls_shared"] == 2
-    assert got["all"]["perturbed_trials"] == 2
+    assert got["all"]["perturbed_trials"] == 2 and got["perturbed_shared"] == 0
     assert "## Signatures" in (tmp_path / "pool" / "pooled.md").read_text()
     assert main(["reproduce", "cheetah", "--pool", str(tmp_path), "--out",
                  str(tmp_path / "x")]) == 2  # no trials.csv there

@@ -100,3 +100,50 @@ def test_a_recording_without_an_episode_column_replays_without_episodes(tmp_path
     source = ReplaySource(path=str(path))
     assert len(source.step(100)) == 100
     source.close()
+
+
+def _write_in_chunks(path, episodes, chunk=300):
+    """A phase-judged loop writing its recording ``chunk`` transitions at a time."""
+    import time
+
+    n = len(episodes) + 1
+    rng = np.random.default_rng(3)
+    x = np.column_stack([np.sin(np.arange(n) / 30.0), rng.standard_normal(n)])
+    with idt_desk.Recorder(path, ["x", "y"], rate=20.0, episode_steps=200,
+                           phase_baseline=True, flush_seconds=0.05, **PIPE) as rec:
+        for lo in range(0, n - 1, chunk):
+            hi = min(lo + chunk, n - 1)
+            rec.add(x[lo:hi], None, x[lo + 1:hi + 1], episode=episodes[lo:hi])
+            rec.flush()
+            time.sleep(0.2)
+
+
+@pytest.mark.parametrize("damaged", [False, True])
+def test_a_followed_phase_judged_run_is_checked_across_polls(tmp_path, damaged):
+    """Following, the rows arrive a poll at a time: an episode that began in an earlier poll
+    is carried over, and the line named is the one a replay of the finished file names."""
+    import threading
+
+    from idt_desk.live.session import Session, SessionConfig, run_headless
+
+    episodes = np.arange(3000) // 200
+    if damaged:  # episode 10 runs 2,000 to 2,399: past its 200 steps in the next poll
+        episodes[2100:] -= episodes[2100:] > 10
+    path = tmp_path / "run"
+    writer = threading.Thread(target=_write_in_chunks, args=(path, episodes))
+    writer.start()
+    try:
+        while not (path / "transitions.csv").exists():
+            threading.Event().wait(0.05)
+        source = ReplaySource(path=str(path), follow=True, silence=10, wait=30)
+        session = Session(SessionConfig(speed=None), source=source)
+        run_headless(session)
+    finally:
+        writer.join()
+    if not damaged:
+        assert session.error is None and session.n_transitions == 3000
+        return
+    said = "transitions.csv line 2202: episode 10 runs past its 200 steps"
+    assert said in str(session.error), session.error
+    with pytest.raises(InputError, match=said):  # the finished file: the same line
+        ReplaySource(path=str(path))

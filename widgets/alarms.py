@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from idt_desk.detection.registry import DETECTORS
 from idt_desk.live.alarms import attribution_text, impact_text, severity_text
 from idt_desk.live.ranges import RangeWatch, recheck_text
 from idt_desk.live.session import Session, Snapshot, undefined_reason
@@ -66,7 +67,7 @@ def _too_short(det: dict, b: object, unit: str) -> str:
     text = "<b>too short</b> for this budget" + (f" (about {need:,} {unit} needed)"
                                                    if need else "")
     thresholds = det.get("thresholds") or {}
-    if det.get("kind") != "persistence" or not thresholds:
+    if not getattr(DETECTORS.get(det.get("kind") or ""), "band", False) or not thresholds:
         return text + "; its thresholds are raised to keep it"
     names = {key: html for key, html, _plain in _LIGHTS}
     text += ": its thresholds are raised to " + ", ".join(
@@ -356,7 +357,7 @@ class AlarmPanel(QGroupBox):
         if b is None:
             text += f"<br>Baseline: {waiting.split('(', 1)[1].rstrip(')')}" if cal >= need \
                 else f"<br>Baseline: {want:,} {unit} after the symbols"
-        elif det.get("kind") == "paper":
+        elif not getattr(DETECTORS.get(det.get("kind") or ""), "calibrated", True):
             text += (f"<br>Baseline: {b.n_windows} {unit} (the paper rule is not calibrated: "
                      "no false-alarm budget)")
         elif det.get("too_short"):

@@ -151,7 +151,7 @@ class WindowFrame(QMainWindow):
         """Every panel shows what source class ``cls`` declares (before any session)."""
         self.pipeline_panel.use_presets(cls.presets)
         self.switches.build(cls)
-        has_reward = bool(getattr(cls, "has_reward", False))
+        has_reward = bool(cls.has_reward)
         self.set_metric_path(cls, cls.metric_path, has_reward)
         self.returns.setVisible(has_reward)
         self.returns.clear_data()
@@ -171,7 +171,7 @@ class WindowFrame(QMainWindow):
         """
         source = session.source
         if source.metric_path != cls.metric_path or \
-                source.has_reward != bool(getattr(cls, "has_reward", False)):
+                source.has_reward != bool(cls.has_reward):
             # A replay is what its recording holds: a dialogue's turns, an agent's reward.
             self.set_metric_path(cls, source.metric_path, source.has_reward)
             self.returns.setVisible(source.has_reward)
@@ -181,7 +181,7 @@ class WindowFrame(QMainWindow):
             self.set_view(source.view)  # a replay draws what it replays
         if cls.replays:
             self.switches.build_modulations(cls, source)  # a recorded agent or a passive loop
-        recorded = getattr(source, "recorded_source", None)
+        recorded = source.recorded_source
         entry = self.source_panel.entries.get(recorded) \
             if recorded and recorded != cls.name else None
         if entry is not None:
@@ -192,8 +192,6 @@ class WindowFrame(QMainWindow):
                 pass  # the raw names, then
         self.clear_panels()
         self.agency.set_passive(source.passive)
-        if self.view is not None and hasattr(self.view, "_trace"):
-            self.view._trace.clear()
         if self.view is not None and hasattr(self.view, "reset"):
             self.view.reset()
 

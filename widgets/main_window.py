@@ -599,7 +599,7 @@ class MainWindow(WindowFrame):
         """
         text = f"a new run started: {run.name}; following it"
         form = self.source_panel.settings_form
-        if self._source_cls is None or self._source_cls.name != "replay" or form is None:
+        if self._source_cls is None or not self._source_cls.replays or form is None:
             self.statusBar().showMessage(
                 f"a new run started: {run.name} (not followed: another source is selected)",
                 10_000)
@@ -630,8 +630,8 @@ class MainWindow(WindowFrame):
                 (self.source_panel.settings_form.values().get("path") == location):
             return True  # already followed: only the page changes
         self.stop_session(wait=True)
-        if self._source_cls is None or self._source_cls.name != "replay":
-            self._select_source("replay", {})
+        if self._source_cls is None or not self._source_cls.replays:
+            self._select_source("replay", {})  # the shipped source that follows a run
         form = self.source_panel.settings_form
         if form is None:
             return False

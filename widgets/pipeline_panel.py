@@ -23,21 +23,22 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from idt_desk.detection.detectors import DEFAULT_BUDGET, DEFAULT_DETECTOR
-from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS
+from idt_desk.detection.registry import DETECTORS
 from idt_desk.live.session import Session
+from idt_desk.live.source import Source
 from idt_desk.metrics.presets import PRESETS
 from idt_desk.metrics.tokens import TOKENIZER
-from idt_desk.settings import SETTINGS
+from idt_desk.settings import SETTINGS, source_defaults
 
-__all__ = ["CUSTOM", "DETECTORS", "PipelinePanel"]
+__all__ = ["CUSTOM", "PipelinePanel", "detector_choices"]
 
 #: The preset choice that means "no preset: the numbers below".
 CUSTOM = "(custom)"
-#: The alarm detectors offered: (kind, label).
-DETECTORS = (("persistence", "persistence (m in a row)"), ("cusum", "CUSUM"),
-             ("ewma", "EWMA of z (λ)"), ("mewma", "MEWMA, whitened (λ)"),
-             ("paper", "paper rule (3σ, uncalibrated)"))
+
+
+def detector_choices() -> list[tuple[str, str]]:
+    """The alarm detectors offered, (name, label): the registered ones, the calibrated first."""
+    return [(c.name, c.label) for c in sorted(DETECTORS.values(), key=lambda c: not c.calibrated)]
 
 
 class PipelinePanel(QGroupBox):
@@ -91,24 +92,18 @@ class PipelinePanel(QGroupBox):
         self._symbol_rows = (self.preset_combo, self.bins_spin, self.window_spin,
                              self.stride_spin, self.calib_spin, self.correction_combo,
                              self.apply_symbols_button)
-        self.baseline_spin = setting_box(SETTINGS["baseline_windows"], DEFAULT_BASELINE_WINDOWS,
+        self.baseline_spin = setting_box(SETTINGS["baseline_windows"], Source.default_baseline,
                                          self)
         form.addRow(SETTINGS["baseline_windows"].label, self.baseline_spin)
         self.detector_combo = QComboBox(self)
-        for kind, label in DETECTORS:
+        for kind, label in detector_choices():
             self.detector_combo.addItem(label, kind)
-        self.detector_combo.setToolTip(
-            "persistence: m windows in a row beyond a kσ calibrated to the budget; EWMA: the "
-            "exponentially weighted mean of each component's z (weight λ), calibrated to the "
-            "budget; MEWMA: one multivariate EWMA of the components whitened by the baseline's "
-            "correlation, calibrated to the budget (the IDT light is its alarm); CUSUM: a "
-            "two-sided CUSUM calibrated to the budget (needs a long baseline); paper rule: "
-            "the first window beyond kσ, as the paper's tables use (no budget)")
+        self.detector_combo.setToolTip(SETTINGS["detector"].describe())
         form.addRow(SETTINGS["detector"].label, self.detector_combo)
         self.lambda_spin = setting_box(SETTINGS["ewma_lambda"], parent=self)
         form.addRow(SETTINGS["ewma_lambda"].label, self.lambda_spin)
         self.budget_edit = QLineEdit(self)
-        self.budget_edit.setPlaceholderText(DEFAULT_BUDGET)
+        self.budget_edit.setPlaceholderText(Source.default_budget)
         self.budget_edit.setToolTip(SETTINGS["false_alarms"].describe())
         form.addRow(SETTINGS["false_alarms"].label, self.budget_edit)
         self.k_spin = setting_box(SETTINGS["k"], parent=self)
@@ -190,19 +185,15 @@ class PipelinePanel(QGroupBox):
             if turns else "")
         for widget in self._symbol_rows:
             self._form.setRowVisible(widget, not turns)
-        self.baseline_spin.setValue(int(getattr(cls, "default_baseline", 0)) or
-                                    (30 if turns else DEFAULT_BASELINE_WINDOWS))
+        unset = source_defaults(cls or Source)  # what the source fills in
+        self.baseline_spin.setValue(unset["baseline_windows"])
         self._form.labelForField(self.baseline_spin).setText(
             "Baseline turns" if turns else "Baseline windows")
-        presets = getattr(cls, "presets", ())
-        preset = PRESETS.get(presets[0]) if presets else None
-        self._source_detector = getattr(cls, "default_detector", DEFAULT_DETECTOR)
+        self._source_detector = (cls or Source).default_detector
         self.detector_combo.setCurrentIndex(max(0, self.detector_combo.findData(
-            (preset.detector if preset is not None else None)
-            or getattr(cls, "default_detector", DEFAULT_DETECTOR))))
+            unset["detector"])))
         self.budget_edit.setPlaceholderText(
-            "the recording's" if getattr(cls, "replays", False)
-            else getattr(cls, "default_budget", DEFAULT_BUDGET))
+            "the recording's" if cls is not None and cls.replays else unset["false_alarms"])
 
     def show_pipeline(self, session: Session) -> None:
         """Show the session's actual symbolisation (a replay's is the recorded one)."""
@@ -219,7 +210,7 @@ class PipelinePanel(QGroupBox):
         self.baseline_spin.setValue(c.baseline_windows)
         self.detector_combo.setCurrentIndex(max(0, self.detector_combo.findData(c.detector)))
         self.lambda_spin.setValue(c.ewma_lambda)
-        if session.source.name == "replay":  # the budget the recording ran with
+        if session.source.replays:  # the budget the recording ran with
             self.budget_edit.setPlaceholderText(str(c.false_alarms or "—"))
         for w in widgets:
             w.blockSignals(False)

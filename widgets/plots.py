@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from idt_desk.detection.registry import DETECTORS
 from idt_desk.live.session import Snapshot, undefined_reason
 from idt_desk.recordings import WINDOW_EVENTS
 
@@ -1081,7 +1082,8 @@ def _band_label(b: Any) -> str:
     """The legend's words for the band: the detector's calibrated band, or kσ."""
     if b is None:
         return "alarm band"
-    if not getattr(b, "detector", None) or b.detector.startswith("paper"):
+    kind = DETECTORS.get(getattr(b, "kind", None) or "")
+    if kind is None or not kind.calibrated:  # the paper's rule, or a baseline fitted alone
         return f"baseline ±{b.k:g}σ"
     if getattr(b, "thresholds", None):
         # k calibrated to the budget (the alarm panel says how); short enough that the five

@@ -55,7 +55,7 @@ def idle_hint(cls: type[Source] | None, stopped: bool = False) -> str:
         return "Choose a source that loads, then press Start."
     label = cls.label
     what = label[0].lower() + label[1:] if label[1:2].islower() else label
-    if getattr(cls, "metric_path", "windows") == "turns":
+    if cls.metric_path == "turns":
         first = "Stopped before the first turn. " if stopped else ""
         return (f"{first}Press <b>Start</b> to run the {what}.<br><small>Every turn gives "
                 "P, H<sub>f</sub>, H<sub>b</sub> and ΔH from its token counts; the first "

@@ -54,7 +54,7 @@ def declared(cls: Any) -> tuple[dict[str, str], dict[str, Any]]:
     """
     names = {p.name: p.label for p in (*cls.perturbations, *cls.modulations)}
     impulses = [p.label for p in cls.perturbations if p.impulse]
-    if getattr(cls, "metric_path", "windows") == "turns":
+    if cls.metric_path == "turns":
         word = "injection"
     elif len(impulses) == 1:
         word = f"impulse ({impulses[0].lower()})"
@@ -189,7 +189,7 @@ class SwitchPanel(QWidget):
         for w in (self.auto_combo, self.auto_persist, self.auto_release):
             w.show()
         form.addRow("Modulation", self.auto_combo)
-        unit = "turns" if getattr(cls, "metric_path", "windows") == "turns" else "windows"
+        unit = "turns" if cls.metric_path == "turns" else "windows"
         form.addRow(f"Engage after ({unit})", self.auto_persist)
         form.addRow(f"Release after quiet ({unit})", self.auto_release)
         self.auto_check.toggled.connect(self.auto_toggled.emit)

@@ -65,6 +65,11 @@ class PendulumView(QWidget):
                       + (f"   |ΔE/E0| = {drift:.1e}" if drift is not None else ""))
         self.update()
 
+    def reset(self) -> None:
+        """Forget the trace (a new session starts elsewhere)."""
+        self._trace.clear()
+        self.update()
+
     def paintEvent(self, event: Any) -> None:
         """Draw the pendulum."""
         p = QPainter(self)

@@ -10,15 +10,14 @@ import argparse
 from pathlib import Path
 
 from idt_desk.cli.validate import (
-    check_float,
+    add_settings,
     check_int,
     check_limit,
     check_out_dir,
     path_arg,
 )
-from idt_desk.detection.detectors import DETECTOR_KINDS, parse_budget
+from idt_desk.detection.detectors import ANALYZE_BUDGET, DetectorSpec, parse_budget
 from idt_desk.errors import InputError
-from idt_desk.settings import DEFAULTS
 
 __all__: list[str] = []
 
@@ -42,7 +41,7 @@ def _names(text: str) -> list[str]:
 
 
 def _add_analyze(sub: argparse._SubParsersAction) -> None:
-    from idt_desk.metrics.presets import ANGLE_MODES, PRESETS
+    from idt_desk.metrics.presets import ANGLE_MODES
 
     p = sub.add_parser(
         "analyze",
@@ -61,10 +60,9 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
     p.add_argument("file", type=Path, help="trajectory file (.csv or .parquet), or a "
                    "recording's directory (its transitions, with the preset it ran with)")
     p.add_argument("--out", type=path_arg, required=True, help="output directory")
-    p.add_argument("--preset", choices=sorted(PRESETS), help="symbolisation/window preset")
-    p.add_argument("--bins", type=int, help="equal-width bins per variable (default 16)")
-    p.add_argument("--window", type=int, help="window length in transitions (default 300)")
-    p.add_argument("--stride", type=int, help="window step in transitions (default 75)")
+    # The settings' types, ranges and words: the settings table (idt_desk.settings), as
+    # `idt-desk run` and the window. Without a preset: 16 bins, W 300, stride 75.
+    add_settings(p, ("preset", "bins", "window", "stride"))
     p.add_argument("--groups", type=_groups, help='state groups, e.g. "0,1,8;2,3,4;5,6"')
     p.add_argument("--action-groups", type=_groups, help='action groups, e.g. "0,1,2;3,4,5"')
     p.add_argument("--angles", type=_int_list, help="indices of angular state variables")
@@ -75,7 +73,7 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--state-columns", type=_names, help="explicit state columns, comma-separated")
     p.add_argument("--action-columns", type=_names, help="explicit action columns")
     p.add_argument("--passive", action="store_true", help="ignore action columns")
-    p.add_argument("--correction", choices=("none", "miller-madow"), default="none")
+    add_settings(p, ("correction",))
     p.add_argument("--null", type=int, default=0, metavar="N",
                    help="shuffle-surrogate draws per window (0 = off)")
     p.add_argument("--seed", type=int, default=0, help="seed for the surrogate null")
@@ -84,22 +82,10 @@ def _add_analyze(sub: argparse._SubParsersAction) -> None:
                    help="perturbation onset (transition index): the baseline is every window "
                         "wholly before it")
     g.add_argument("--baseline-windows", type=int, help="baseline = the first N windows")
-    p.add_argument("--k", type=float, default=3.0,
-                   help="the paper rule's threshold in sigmas (default 3)")
-    p.add_argument("--detector", choices=DETECTOR_KINDS, default="paper",
-                   help="paper (default: the first window beyond --k σ, as the paper's "
-                   "tables), persistence, cusum, ewma or mewma (calibrated to "
-                   "--false-alarms, as live)")
-    p.add_argument("--false-alarms", metavar="BUDGET",
-                   help="budget of a calibrated detector: 1/10000windows (default), or in "
-                   "loop time (1/h) with --rate")
-    p.add_argument("--persist", type=int, default=5,
-                   help="persistence: windows in a row (default 5)")
-    p.add_argument("--ewma-lambda", type=float, default=DEFAULTS["ewma_lambda"],
-                   help="ewma, mewma: the newest window's weight λ, in (0, 1] (default "
-                        f"{DEFAULTS['ewma_lambda']:g})")
-    p.add_argument("--rate", type=float,
-                   help="transitions per second of loop time (for a budget in time)")
+    # The paper's rule by default, as the paper's tables; a budget in loop time needs --rate.
+    add_settings(p, ("detector", "k", "false_alarms", "persist", "ewma_lambda", "drift",
+                     "rate"), detector="paper", false_alarms=ANALYZE_BUDGET,
+                 persist=DetectorSpec.m)
     p.set_defaults(func=_run_analyze)
 
 
@@ -192,17 +178,12 @@ def _run_analyze(args: argparse.Namespace) -> int:
     for key in ("bins", "window", "stride"):
         check_limit(key, getattr(preset, key))
     check_int("--null", args.null, 0, 10_000)
-    check_limit("seed", args.seed)
-    check_float("--k", args.k, 0.0, lo_open=True)
-    check_int("--persist", args.persist, 1, 1000)
-    check_float("--ewma-lambda", args.ewma_lambda, 0.0, 1.0, lo_open=True)
-    if args.rate is not None:
-        check_float("--rate", args.rate, 0.0, lo_open=True)
-    if args.false_alarms is not None:
-        try:
-            parse_budget(args.false_alarms)
-        except ValueError as exc:
-            raise InputError(f"--false-alarms: {exc}") from None
+    for key in ("seed", "k", "persist", "ewma_lambda", "drift", "rate"):
+        check_limit(key, getattr(args, key))
+    try:
+        parse_budget(args.false_alarms)
+    except ValueError as exc:
+        raise InputError(f"--false-alarms: {exc}") from None
     check_int("--onset", args.onset, 0)
     check_limit("baseline_windows", args.baseline_windows)
     check_out_dir(args.out, "--out")
@@ -217,7 +198,7 @@ def _run_analyze(args: argparse.Namespace) -> int:
         null_draws=args.null, seed=args.seed, onset=args.onset,
         n_baseline=args.baseline_windows, k=args.k, source=str(args.file),
         detector=args.detector, false_alarms=args.false_alarms, persist=args.persist,
-        ewma_lambda=args.ewma_lambda, rate=args.rate,
+        drift=args.drift, ewma_lambda=args.ewma_lambda, rate=args.rate,
     )
     paths = write_outputs(result, args.out, title=f"{args.file.name} — preset {preset.name}")
     s = result.summary

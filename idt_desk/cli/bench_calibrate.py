@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from idt_desk.detection.detectors import DETECTOR_KINDS, Calibration, calibrate
+from idt_desk.detection.detectors import DETECTORS, Calibration, calibrate
 from idt_desk.detection.monitor import Monitor, metric_groups
 from idt_desk.detection.reference import reference_calibrate
 
@@ -74,7 +74,7 @@ def _fit(fn: Callable[..., Calibration], kind: str, mon: Monitor,
     """Seconds to fit every group of ``mon`` to ``data`` with ``fn``, and the fits."""
     spec = type(mon.spec)(kind, k=mon.spec.k, m=mon.spec.m, drift=mon.spec.drift,
                           lam=mon.spec.lam)
-    arl = mon.budget.windows_per_alarm(mon._windows_per_unit())
+    arl = mon.budget_windows()
     t0 = time.perf_counter()
     fits = {g: fn(spec, {m: data[m] for m in comps}, arl, overlap=mon.overlap)
             for g, comps in metric_groups(mon.metrics).items() if comps}
@@ -93,11 +93,16 @@ def _largest_difference(new: dict[str, Calibration], ref: dict[str, Calibration]
 
 
 def bench_calibrate(
-    detectors: tuple[str, ...] = tuple(k for k in DETECTOR_KINDS if k != "paper"),
+    detectors: tuple[str, ...] | None = None,
     baselines: tuple[tuple[str, str, int, str], ...] = BASELINES,
     print_fn: Callable[[str], None] = print,
 ) -> list[dict[str, Any]]:
-    """Fit time of every detector, fast against the reference, on real baselines (module doc)."""
+    """Fit time of every detector, fast against the reference, on real baselines (module doc).
+
+    ``detectors``: names (None: every calibrated one registered).
+    """
+    if detectors is None:
+        detectors = tuple(k for k, c in DETECTORS.items() if c.calibrated)
     print_fn("calibration benchmark: every group of the live monitor fitted by the fast fit "
              "and by the reference (idt_desk.detection.reference), same run")
     gathered = []

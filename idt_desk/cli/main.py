@@ -77,16 +77,16 @@ def _run_bench_runs(args: argparse.Namespace) -> int:
 
 def _run_bench_calibrate(args: argparse.Namespace) -> int:
     from idt_desk.cli.bench_calibrate import BASELINES, bench_calibrate
-    from idt_desk.detection.detectors import DETECTOR_KINDS
+    from idt_desk.detection.detectors import DETECTORS
 
     kinds = tuple(k.strip() for k in args.detectors.split(",") if k.strip())
     names = tuple(b.strip() for b in args.baselines.split(",") if b.strip())
     known = {b[0] for b in BASELINES}
-    bad = [k for k in kinds if k not in DETECTOR_KINDS or k == "paper"] + \
-        [b for b in names if b not in known]
+    fitted = [k for k, c in DETECTORS.items() if c.calibrated]
+    bad = [k for k in kinds if k not in fitted] + [b for b in names if b not in known]
     if bad or not kinds or not names:
         raise SystemExit(f"idt-desk bench calibrate: unknown {', '.join(bad) or 'nothing'}; "
-                         f"detectors: persistence, cusum, ewma, mewma; baselines: "
+                         f"detectors: {', '.join(fitted)}; baselines: "
                          f"{', '.join(sorted(known))}")
     bench_calibrate(kinds, tuple(b for b in BASELINES if b[0] in names))
     return 0

@@ -15,6 +15,7 @@ from typing import Any
 
 from idt_desk.cli.signals import deferred_signals
 from idt_desk.cli.validate import (
+    add_settings,
     build_source,
     check_float,
     check_int,
@@ -42,18 +43,7 @@ def _add_session_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source", default="pendulum", help="source name (see: idt-desk sources)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                    help="set a declared source setting (repeatable)")
-    for key in SESSION_OPTIONS:
-        s = SETTINGS[key]
-        if s.kind is bool:
-            p.add_argument(s.flag, action="store_true", help=s.describe())
-        elif s.choices:
-            # "none" says the unset value out loud (--correction none).
-            extra = ("none",) if s.unset == "none" else ()
-            p.add_argument(s.flag, choices=(*s.choices, *extra), help=s.describe(),
-                           default="none" if extra else s.default)
-        else:
-            p.add_argument(s.flag, type=s.kind, default=s.default, help=s.describe(),
-                           metavar="BUDGET" if key == "false_alarms" else None)
+    add_settings(p, SESSION_OPTIONS)
 
 
 def _pipeline_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -81,7 +71,7 @@ def _check_pipeline(args: argparse.Namespace) -> PipelineSettings:
 
 def _overridden(args: argparse.Namespace, session) -> str:
     """The pipeline options given that a replay's recorded pipeline overrides, in words."""
-    if not getattr(session.source, "pipeline_overrides", lambda: None)():
+    if not session.source.recorded_pipeline():
         return ""
     out = []
     for key, given in _pipeline_args(args).items():

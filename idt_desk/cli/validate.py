@@ -12,7 +12,7 @@ import argparse
 import math
 import operator
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from idt_desk.settings import SETTINGS, SettingError
 
 __all__ = [
     "SPEEDS",
+    "add_settings",
     "build_source",
     "check_float",
     "check_int",
@@ -60,6 +61,32 @@ def check_limit(key: str, value: Any) -> Any:
         return SETTINGS[key].check(value)
     except SettingError as exc:
         raise InputError(f"{SETTINGS[key].flag} {value}: {exc.why}") from None
+
+
+def add_settings(p: argparse.ArgumentParser, keys: Iterable[str],
+                 notes: Mapping[str, str] | None = None, **defaults: Any) -> None:
+    """Options for settings-table ``keys``: flag, type, choices and help from the table.
+
+    ``defaults``: a command's own default for a key (``detector="paper"``), said in its help;
+    else the table's. ``notes``: what a key is for in this command, said before the table's
+    help. A setting whose unset value has a name (``--correction none``) takes it. Values are
+    checked where they are read (:func:`check_limit`, ``PipelineSettings``), so an option
+    refuses what the window refuses, in the same words.
+    """
+    notes = notes or {}
+    for key in keys:
+        s = SETTINGS[key]
+        default = defaults.get(key, s.default)
+        words = s.describe(default, notes.get(key, ""))
+        if s.kind is bool:
+            p.add_argument(s.flag, action="store_true", help=words)
+        elif s.choices:
+            extra = ("none",) if s.unset == "none" else ()
+            p.add_argument(s.flag, choices=(*s.choices, *extra), help=words,
+                           default="none" if extra and default is None else default)
+        else:
+            p.add_argument(s.flag, type=s.kind, default=default, help=words,
+                           metavar="BUDGET" if key == "false_alarms" else None)
 
 
 def check_float(
@@ -256,7 +283,7 @@ def schedule_switches(
     option = f"--{kind}"
     out = []
     rate = float(source.rate)
-    turns = getattr(source, "metric_path", "windows") == "turns"
+    turns = source.metric_path == "turns"
     for spec in specs:
         head, sep, when = spec.partition("@")
         if not sep:

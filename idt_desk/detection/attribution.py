@@ -249,7 +249,7 @@ def attribution_watch(source: Any, preset: Any, baseline_windows: int
     The source names its fitted file (``attribution``: a path, or a file in the shipped
     ``assets/data``); it applies to a preset with parts whose terms it was fitted on.
     """
-    name = getattr(source, "attribution", None)
+    name = source.attribution
     if not name or not preset.parts:
         return None
     from idt_desk import assets

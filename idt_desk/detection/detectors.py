@@ -61,8 +61,11 @@ are not covered); the paper rule is not calibrated. A baseline whose finite size
 threshold by more than 25 % over what a perfectly known baseline would need is reported as
 too short, with the length that would do (for MEWMA, the length T²'s threshold needs too).
 
-One file: each detector's statistic, the null it is calibrated on and the baseline length it
-needs are one argument, and the calibration simulates the very statistics defined here.
+Each detector is a class (:mod:`~idt_desk.detection.kinds`, registered in
+:mod:`~idt_desk.detection.registry`): its kernel, its state and its fit against the null. This
+module is what they share: the budget, the spec a user sets, the calibration against a
+baseline (its autocorrelation, its finite size, the MEWMA's whitening) and the statistics
+applied to a stream.
 """
 
 from __future__ import annotations
@@ -75,15 +78,17 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-from numba import njit
 
-from idt_desk.detection import nulls
+from idt_desk.detection import kernels, kinds, nulls  # noqa: F401  (kinds: registers the shipped)
+from idt_desk.detection.registry import DETECTOR_KINDS, DETECTORS, Detector
 
 __all__ = [
+    "ANALYZE_BUDGET",
     "CONTROL_BUDGET",
     "CONTROL_DETECTOR",
     "DEFAULT_BUDGET",
     "DEFAULT_DETECTOR",
+    "DETECTORS",
     "DETECTOR_KINDS",
     "Budget",
     "Calibration",
@@ -97,8 +102,6 @@ __all__ = [
     "whitening",
 ]
 
-#: The detectors, by name.
-DETECTOR_KINDS = ("paper", "persistence", "cusum", "ewma", "mewma")
 #: The alarm a session uses unless its source or the user says otherwise: m windows in a row
 #: beyond a calibrated kσ (the pendulum's and a dialogue's default).
 DEFAULT_DETECTOR = "persistence"
@@ -119,6 +122,9 @@ CONTROL_DETECTOR = "mewma"
 CONTROL_BUDGET = "1/10h"
 #: The false-alarm budget of a loop that declares none (a source's ``default_budget``).
 DEFAULT_BUDGET = "1/h"
+#: The budget of a finished trajectory's analysis (``idt-desk analyze``): it has no loop time
+#: unless given a rate, so its windows are the unit.
+ANALYZE_BUDGET = "1/10000windows"
 #: Threshold inflation beyond which a baseline is reported as too short for its budget.
 TOO_SHORT_INFLATION = 1.25
 
@@ -218,7 +224,8 @@ class DetectorSpec:
     Parameters
     ----------
     kind
-        ``paper``, ``persistence`` or ``cusum``.
+        A registered detector's name (:data:`~idt_desk.detection.registry.DETECTORS`):
+        ``paper``, ``persistence``, ``cusum``, ``ewma``, ``mewma`` shipped.
     k
         The paper rule's threshold in σ (3). The other detectors calibrate their own.
     m
@@ -231,7 +238,7 @@ class DetectorSpec:
 
     """
 
-    kind: str = "cusum"
+    kind: str = DEFAULT_DETECTOR
     k: float = 3.0
     m: int = 5
     drift: float = 0.5
@@ -251,67 +258,18 @@ class DetectorSpec:
             raise ValueError(f"the EWMA's λ must be in (0, 1], got {self.lam}")
 
     @property
+    def detector(self) -> Detector:
+        """The registered detector this spec names, holding these parameters."""
+        return DETECTORS[self.kind](self)
+
+    @property
     def calibrated(self) -> bool:
         """Whether the budget sets the threshold (every detector but the paper's rule)."""
-        return self.kind != "paper"
+        return DETECTORS[self.kind].calibrated
 
     def describe(self) -> str:
         """One line for a panel or a report: "CUSUM (d = 0.5σ)", "paper rule (3σ)"."""
-        if self.kind == "paper":
-            return f"paper rule (|z| > {self.k:g}σ, first crossing)"
-        if self.kind == "persistence":
-            if self.m == 1:
-                return "calibrated |z| > k (each window)"
-            return f"persistence ({self.m} windows in a row)"
-        if self.kind == "ewma":
-            return f"EWMA of z (λ = {self.lam:g})"
-        if self.kind == "mewma":
-            return f"MEWMA of the whitened components (λ = {self.lam:g})"
-        return f"CUSUM (d = {self.drift:g}σ)"
-
-
-@njit(cache=True, nogil=True)
-def _statistic(z: np.ndarray, kind: int, m: int, drift: float, lam: float,
-               state: np.ndarray) -> np.ndarray:
-    """The detector statistic of each window of a standardised series; ``state`` carries on.
-
-    kind 0: |z|; 1: the smallest |z| of the last m windows (state: those |z|, oldest first);
-    2: max(S+, S−) of the two-sided CUSUM (state: S+, S−); 3: |E| of the EWMA
-    E = λ z + (1 − λ) E (state: E). NaN z counts as 0 (no evidence).
-    """
-    n = z.shape[0]
-    s = np.empty(n)
-    for t in range(n):
-        x = z[t]
-        if not np.isfinite(x):
-            x = 0.0
-        if kind == 0:
-            s[t] = abs(x)
-        elif kind == 1:
-            for j in range(m - 1):
-                state[j] = state[j + 1]
-            state[m - 1] = abs(x)
-            lo = state[0]
-            for j in range(1, m):
-                lo = min(lo, state[j])
-            s[t] = lo
-        elif kind == 2:
-            state[0] = max(0.0, state[0] + x - drift)
-            state[1] = max(0.0, state[1] - x - drift)
-            s[t] = max(state[0], state[1])
-        else:
-            state[0] = lam * x + (1.0 - lam) * state[0]
-            s[t] = abs(state[0])
-    return s
-
-
-#: A component's own statistic under each detector (the MEWMA's is its univariate EWMA).
-_KIND = {"paper": 0, "persistence": 1, "cusum": 2, "ewma": 3, "mewma": 3}
-
-
-def _initial_state(spec: DetectorSpec) -> np.ndarray:
-    # Persistence starts with no history (0: not beyond), CUSUM and EWMA at rest (0).
-    return np.zeros(int(spec.m) if spec.kind == "persistence" else 2)
+        return self.detector.describe()
 
 
 def detector_statistic(spec: DetectorSpec, z: np.ndarray,
@@ -320,31 +278,10 @@ def detector_statistic(spec: DetectorSpec, z: np.ndarray,
 
     ``state`` None starts afresh; pass the returned state to continue a stream in batches.
     """
+    det = spec.detector
     z = np.ascontiguousarray(z, dtype=np.float64)
-    state = _initial_state(spec) if state is None else np.array(state, dtype=np.float64)
-    s = _statistic(z, np.int64(_KIND[spec.kind]), np.int64(spec.m), float(spec.drift),
-                   float(spec.lam), state)
-    return s, state
-
-
-@njit(cache=True, nogil=True)
-def _mewma(u: np.ndarray, lam: float, state: np.ndarray) -> np.ndarray:
-    """T² = |M|² of M = λ u + (1 − λ) M over the rows of ``u``; ``state`` (M) carries on.
-
-    A NaN (an undefined component) counts as 0, no evidence.
-    """
-    n, r = u.shape
-    out = np.empty(n)
-    for t in range(n):
-        acc = 0.0
-        for j in range(r):
-            x = u[t, j]
-            if not np.isfinite(x):
-                x = 0.0
-            state[j] = lam * x + (1.0 - lam) * state[j]
-            acc += state[j] * state[j]
-        out[t] = acc
-    return out
+    state = det.initial_state() if state is None else np.array(state, dtype=np.float64)
+    return det.statistic(z, state), state
 
 
 def joint_statistic(lam: float, u: np.ndarray, state: np.ndarray | None = None
@@ -352,7 +289,7 @@ def joint_statistic(lam: float, u: np.ndarray, state: np.ndarray | None = None
     """The MEWMA's T² of whitened rows ``u`` (n × r), and the state to continue from."""
     u = np.ascontiguousarray(np.atleast_2d(u), dtype=np.float64)
     state = np.zeros(u.shape[1]) if state is None else np.array(state, dtype=np.float64)
-    return _mewma(u, float(lam), state), state
+    return kernels.mewma(u, float(lam), state), state
 
 
 def whitening(z: np.ndarray, rtol: float = 1e-8) -> np.ndarray:
@@ -380,22 +317,10 @@ def standardise(x: np.ndarray, mean: float, std: float) -> np.ndarray:
         return np.where(d == 0, 0.0, np.sign(d) * np.inf)
 
 
-@njit(cache=True, nogil=True)
-def _episodes(s: np.ndarray, threshold: float, above: bool) -> int:
-    n = 0
-    prev = above
-    for t in range(s.shape[0]):
-        on = s[t] > threshold
-        if on and not prev:
-            n += 1
-        prev = on
-    return n
-
-
 def alarm_episodes(statistic: np.ndarray, threshold: float, above: bool = False) -> int:
     """Alarm episodes: up-crossings of ``threshold`` (``above``: the alarm was already on)."""
     s = np.ascontiguousarray(statistic, dtype=np.float64)
-    return int(_episodes(s, float(threshold), bool(above)))
+    return int(kernels.episodes(s, float(threshold), bool(above)))
 
 
 # -- calibration ------------------------------------------------------------------------------
@@ -546,7 +471,7 @@ def calibrate(
         n_eff[c] = float(min(max(x.size / tau, 2.0), x.size))
         tasks[c] = partial(_fit_component, spec, rho, arl_c, seed + 7919 * j, max_samples,
                            n_eff[c], x.size / n_eff[c])
-    if spec.kind == "mewma" and len(comps) > 1:
+    if spec.detector.joint and len(comps) > 1:
         tasks[""] = partial(_calibrate_joint, spec, baseline, comps, mean, std,
                             float(arl_windows), max_lag, overlap, seed, standardised)
     # The components are independent fits of compiled kernels and numpy that release the
@@ -569,27 +494,13 @@ def _fit_component(spec: DetectorSpec, rho: np.ndarray, arl: float, seed: int,
                    max_samples: int, n_eff: float, windows_per_eff: float
                    ) -> tuple[float, float, int]:
     """(known-baseline threshold, pessimistic threshold, baseline windows needed or 0)."""
-    fit = _component_fit(spec, rho, arl, seed, max_samples)
+    fit = spec.detector.fit(rho, arl, seed, max_samples)  # its method against the null
     known, threshold = fit([(0.0, 1.0), nulls.pessimism(n_eff)])
     if known > 0 and threshold / known > TOO_SHORT_INFLATION:
         return known, threshold, nulls.first_n_eff(
             lambda n: fit([nulls.pessimism(n)])[0] <= TOO_SHORT_INFLATION * known,
             windows_per_eff)
     return known, threshold, 0
-
-
-def _component_fit(spec: DetectorSpec, rho: np.ndarray, arl: float, seed: int,
-                   max_samples: int) -> Callable[[list[tuple[float, float]]], list[float]]:
-    """The component's threshold for each null (δ, γ) it is given, by its detector's method."""
-    if _KIND[spec.kind] == 3:
-        var, corr = nulls.ewma_moments(rho, spec.lam)
-        return lambda targets: [nulls.ewma_threshold(var, corr, arl, d, g) for d, g in targets]
-    if spec.kind == "persistence":
-        return lambda targets: nulls.persistence_thresholds(rho, int(spec.m), arl, targets,
-                                                            seed)
-    path = nulls.simulate(rho, nulls.CUSUM_PATH, seed)  # one short path for every target
-    return lambda targets: nulls.cusum_thresholds(rho, float(spec.drift), arl, targets, seed,
-                                                  max_samples, path)
 
 
 def _calibrate_joint(spec: DetectorSpec, baseline: dict[str, np.ndarray],

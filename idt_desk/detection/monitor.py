@@ -116,6 +116,9 @@ class Baseline:
     thresholds: dict[str, float] | None = None
     #: The detector in force, in words (the live monitor's); None for the paper's rule.
     detector: str | None = None
+    #: Its registered name (``idt_desk.detection.registry.DETECTORS``); None: the paper's
+    #: rule of a baseline fitted alone (:meth:`fit`).
+    kind: str | None = None
 
     @classmethod
     def fit(
@@ -413,11 +416,11 @@ class Monitor:
                 **({"phase_baseline": None if self.phase_baseline is None
                     else self.phase_baseline.to_dict()} if self.phased else {})}
 
-    def _windows_per_unit(self) -> float:
+    def budget_windows(self) -> float:
+        """Windows per false alarm the budget allows (a calibrated detector's)."""
         unit = self.budget.unit
-        if unit == "windows":
-            return 1.0
-        return float(self.windows_per_unit[unit])
+        per = 1.0 if unit == "windows" else float(self.windows_per_unit[unit])
+        return self.budget.windows_per_alarm(per)
 
     def _fit(self) -> None:
         data = {m: np.asarray(v, dtype=np.float64) for m, v in self._pending.items()}
@@ -428,7 +431,7 @@ class Monitor:
             self.phase_baseline = pb = PhaseBaseline.fit(data, phases)
             data = {m: pb.residuals(m, x, phases) for m, x in data.items()}
         if self.spec.calibrated:
-            self.arl_windows = self.budget.windows_per_alarm(self._windows_per_unit())
+            self.arl_windows = self.budget_windows()
         calibrations = {}
         for g, comps in metric_groups(self.metrics).items():
             # A component with fewer than 3 defined windows (P undefined all along) cannot
@@ -442,8 +445,8 @@ class Monitor:
         self.baseline = Baseline(
             fitted.mean, fitted.std, fitted.n_windows, self.k,
             thresholds={m: c.threshold[m] for c in calibrations.values()
-                        for m in c.components} if self.spec.kind == "persistence" else None,
-            detector=self.describe())
+                        for m in c.components} if self.spec.detector.band else None,
+            detector=self.describe(), kind=self.spec.kind)
 
     def _flag(self, windows: Mapping[str, Any], lo: int, n: int) -> dict[str, np.ndarray]:
         flags: dict[str, np.ndarray] = {}

@@ -131,7 +131,7 @@ def reference_calibrate(
             needed = max(needed, _reference_needed(spec, path, length / arl_c, known,
                                                  x.size / n_eff[c]))
     joint = None
-    if spec.kind == "mewma" and len(comps) > 1:
+    if spec.detector.joint and len(comps) > 1:
         joint = _reference_joint(spec, baseline, comps, mean, std, float(arl_windows),
                                  max_lag, overlap, seed, max_samples)
         needed = max(needed, joint.pop("needed_windows", 0))

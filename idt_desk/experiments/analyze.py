@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from idt_desk.detection.detectors import DetectorSpec
+from idt_desk.detection.detectors import ANALYZE_BUDGET, DetectorSpec
 from idt_desk.detection.monitor import IDT_METRICS, Detection, detect
 from idt_desk.errors import InputError
 from idt_desk.metrics.engine import sliding_metrics, surrogate_null, window_means
@@ -139,13 +139,14 @@ def analyze_trajectory(
     false_alarms: str | None = None,
     persist: int = DetectorSpec.m,
     ewma_lambda: float = DEFAULTS["ewma_lambda"],
+    drift: float = DEFAULTS["drift"],
     rate: float | None = None,
 ) -> AnalysisResult:
     """Symbolise a trajectory (whole file as calibration), window it, summarise it.
 
     With an onset or a baseline length, windows are flagged by ``detector``: the paper's
-    rule (default, ``k`` σ), or ``persistence`` / ``cusum`` / ``ewma`` (weight
-    ``ewma_lambda``) calibrated to ``false_alarms``
+    rule (default, ``k`` σ), or ``persistence`` / ``cusum`` (reference ``drift``) /
+    ``ewma`` / ``mewma`` (weight ``ewma_lambda``) calibrated to ``false_alarms``
     (per windows by default; in seconds of loop time given ``rate``, transitions per second)
     by the live monitor's own code.
 
@@ -237,8 +238,8 @@ def analyze_trajectory(
         try:
             monitor = None if detector == "paper" else build_monitor(
                 metrics, baseline_windows=2, detector=detector,
-                false_alarms=false_alarms or "1/10000windows", k=k, persist=persist,
-                ewma_lambda=ewma_lambda,
+                false_alarms=false_alarms or ANALYZE_BUDGET, k=k, persist=persist,
+                ewma_lambda=ewma_lambda, drift=drift,
                 rate=rate, stride=preset.stride, window=preset.window,
                 what=f"{source or 'the trajectory'} (give --rate for loop time)")
             detection = detect(

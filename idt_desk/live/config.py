@@ -18,7 +18,7 @@ import numpy as np
 
 from idt_desk.detection.monitor import ADJUSTED_METRICS, Baseline
 from idt_desk.metrics.tokens import LENGTH_COLUMNS
-from idt_desk.settings import DEFAULTS
+from idt_desk.settings import DEFAULTS, source_defaults
 
 __all__ = [
     "AGENCY_EVERY",
@@ -151,20 +151,16 @@ class SessionConfig:
                      "preset_spec")
 
     def resolve_defaults(self, source: Any) -> None:
-        """Fill the settings left None from ``source``'s declarations.
+        """Fill the settings left None from ``source`` (:func:`idt_desk.settings.source_defaults`).
 
-        Its metric path, baseline, budget and detector; persistence's m: 1 turn on the turn
-        path, else 5 windows.
+        Its metric path, baseline, budget and detector (the preset's, if it names one);
+        persistence's m.
         """
         self.metric_path = source.metric_path
-        if self.baseline_windows is None:
-            self.baseline_windows = int(source.default_baseline)
-        if self.false_alarms is None:
-            self.false_alarms = source.default_budget
-        if self.detector is None:
-            self.detector = preset_detector(source, self) or source.default_detector
-        if self.persist is None:
-            self.persist = 1 if self.metric_path == "turns" else 5
+        preset = self.preset_spec if self.preset is None and self.preset_spec else self.preset
+        for key, value in source_defaults(source, preset).items():
+            if getattr(self, key) is None:
+                setattr(self, key, value)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form; a turn path's leaves out the symbol settings, which do not apply."""
@@ -173,16 +169,6 @@ class SessionConfig:
             for key in self.SYMBOL_FIELDS:
                 out.pop(key, None)
         return out
-
-
-def preset_detector(source: Any, config: Any) -> str | None:
-    """The detector the preset a session would use names (``Preset.detector``), or None."""
-    from idt_desk.metrics.presets import PRESETS
-
-    if config.preset is None and config.preset_spec:  # a replay's preset, by value
-        return config.preset_spec.get("detector")
-    name = config.preset or (source.presets[0] if source.presets else None)
-    return PRESETS[name].detector if name in PRESETS else None
 
 
 @dataclass

@@ -46,7 +46,8 @@ __all__ = ["SessionProcess", "SourceFacts", "build_session"]
 #: What a source resolves when it is built (its instance values); the window reads the rest
 #: of a source in a session's process (its declarations) from its class.
 FACTS = ("name", "label", "config", "notice", "rate", "metric_path", "has_reward", "view",
-         "passive", "replays", "state_names", "action_names", "episode_steps",
+         "passive", "replays", "recorded_source", "state_names", "action_names",
+         "episode_steps",
          "default_budget", "default_baseline", "default_detector")
 
 #: The calls a session's process answers: the session's public API.
@@ -69,7 +70,7 @@ def build_session(cls: Any, settings: dict[str, Any], config: dict[str, Any],
     a build that waits for another build's process stops waiting once it says True.
     """
     if process is None:
-        process = bool(getattr(cls, "own_process", False))
+        process = bool(cls.own_process)
     if process:
         return SessionProcess(cls, settings, config, record, given_up)
     source = cls(**settings)

@@ -100,7 +100,7 @@ class Session:
         self.source = source
         self.config.source = source.name
         self.config.settings = dict(source.config)
-        overrides = getattr(source, "pipeline_overrides", lambda: None)()
+        overrides = source.recorded_pipeline()
         if overrides:
             # A replay re-runs the pipeline exactly as it was recorded: its settings checked
             # as any other (a recording is data, not code).

@@ -299,6 +299,11 @@ class Source(ABC):
     default_detector: str = DEFAULT_DETECTOR
     #: Steps of an episode, for false-alarm budgets per episode (None: no episodes).
     episode_steps: int | None = None
+    #: A replay: the name of the source whose recording it plays (its switches' names).
+    recorded_source: str | None = None
+    #: A fitted attribution model (``idt_desk.detection.attribution``): a path, or a file in
+    #: the shipped ``assets/data``; None: alarms are not attributed.
+    attribution: str | None = None
     #: A warning about the data to say once before a session runs (a replay of an
     #: incomplete recording), or None.
     notice: str | None = None
@@ -404,6 +409,14 @@ class Source(ABC):
         A policy's algorithm, say. Default: nothing.
         """
         return {}
+
+    def recorded_pipeline(self) -> dict[str, Any] | None:
+        """The pipeline settings a recording ran with, which its session applies over its own.
+
+        A replay's (``replays``): its symbols, baseline and detector as recorded, and a turn
+        path's tokenizer. Default: None, the session's settings stand.
+        """
+        return None
 
     def value_ranges(self) -> dict[str, tuple[float, float]]:
         """Ranges the source knows its variables stay within, by variable name.

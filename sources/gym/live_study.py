@@ -397,11 +397,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--onset", type=int, default=50_000, help="perturbation onset (step)")
     parser.add_argument("--preset", default="cheetah-live",
                         help="the symbols and windows judged (default: cheetah-live)")
-    parser.add_argument("--calibration", type=int, default=None,
-                        help="windows the symbols are fitted on (default: the gym source's)")
-    parser.add_argument("--baseline", type=int, default=None,
-                        help="baseline windows (default: the gym source's)")
-    parser.add_argument("--budget", default=None, help="false-alarm budget (default: 1/10h)")
+    from idt_desk_sources.gym import GymSource
+
+    from idt_desk.plugin import add_settings, source_defaults
+
+    unset = source_defaults(GymSource)
+    add_settings(parser, ("calibration_windows", "baseline_windows", "false_alarms"),
+                 baseline_windows=unset["baseline_windows"],
+                 false_alarms=unset["false_alarms"])
     parser.set_defaults(func=run)
 
 
@@ -409,7 +412,14 @@ def run(args: argparse.Namespace) -> int:
     """Run the study from parsed arguments."""
     from idt_desk_sources.gym import GymSource
 
-    from idt_desk.plugin import PRESETS, InputError, SessionConfig, check_int
+    from idt_desk.plugin import (
+        DEFAULTS,
+        PRESETS,
+        InputError,
+        check_int,
+        check_limit,
+        source_defaults,
+    )
 
     check_int("--steps", args.steps, 10_000, 10_000_000)
     check_int("--onset", args.onset, 5_000, args.steps - 1_000)
@@ -426,15 +436,15 @@ def run(args: argparse.Namespace) -> int:
             trial_rollouts(args.out, name, policy, env_id, split=split, controls=controls,
                            repeats=args.repeats, n=args.steps, onset=args.onset,
                            progress=lambda m: print(m, flush=True))
-    defaults = SessionConfig()
-    settings = {"calibration_windows": args.calibration or defaults.calibration_windows,
-                "baseline_windows": args.baseline or GymSource.default_baseline,
-                "budget": args.budget or GymSource.default_budget,
-                "ewma_lambda": defaults.ewma_lambda, "rate": 20.0}
+    for key in ("calibration_windows", "baseline_windows", "false_alarms"):
+        check_limit(key, getattr(args, key))
+    settings = {"calibration_windows": args.calibration_windows,
+                "baseline_windows": args.baseline_windows, "budget": args.false_alarms,
+                "ewma_lambda": DEFAULTS["ewma_lambda"], "rate": 20.0}
     rows = [r for name, _, _ in todo for split in SPLITS
             for r in judge_split(args.out, name, split, preset, settings)]
     result: dict[str, Any] = {"preset": preset.to_dict(), "settings": settings,
-                              "detector": preset.detector or GymSource.default_detector,
+                              "detector": source_defaults(GymSource, preset)["detector"],
                               "steps": args.steps, "onset": args.onset,
                               "summary": summarize(rows)}
     model, result["attribution"] = attribution_study(rows)

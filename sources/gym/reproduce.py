@@ -81,8 +81,10 @@ from idt_desk.plugin import (
     CONTROL_BUDGET,
     DEFAULT_BUDGET,
     InputError,
+    add_settings,
     check_float,
     check_int,
+    check_limit,
     check_out_dir,
 )
 
@@ -224,10 +226,10 @@ class CheetahConfig:
             raise InputError(f"--policies: no such file: {', '.join(missing)}")
         check_int("--episodes", self.episodes, 2, 10_000)
         check_int("--onset", self.onset, 2, self.episodes)
-        check_int("--seed", self.seed, 0, 2**63 - 1)
+        check_limit("seed", self.seed)
         check_int("--workers", self.workers, 1)
         check_float("--max-baseline-cv", self.max_baseline_cv, 0.0)
-        check_float("--k", self.k, 0.0, lo_open=True)
+        check_limit("k", self.k)
         for spec in self.auto:
             auto = parse_auto(spec, GymSource)
             if auto["modulation"] != "dim_reduction":
@@ -1540,14 +1542,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "settings on the three shipped SAC seeds, about 35 minutes on 2 "
                              "cores; batches already in --out are kept) and write its table "
                              "as --modulation does")
-    parser.add_argument("--false-alarms", default=CONTROL_BUDGET,
-                        help="budget of the live-calibrated block: every trial judged by "
-                             "the detectors a live session calibrates on its own pre-onset "
-                             "windows (persistence, ewma, mewma; default "
-                             f"{CONTROL_BUDGET}, the RL source's)")
+    add_settings(parser, ("false_alarms",), false_alarms=CONTROL_BUDGET, notes={
+        "false_alarms": "the live-calibrated block's: every trial judged by the detectors a "
+                        "live session calibrates on its own pre-onset windows (persistence, "
+                        "ewma, mewma; the RL source's budget)"})
     parser.add_argument("--max-baseline-cv", type=float, default=0.25,
                         help="exclude seeds whose pre-onset return CV exceeds this (0.25)")
-    parser.add_argument("--k", type=float, default=3.0, help="threshold in σ (3)")
+    add_settings(parser, ("k",))
     parser.add_argument("--workers", type=int, default=None,
                         help="worker processes (default: all cores)")
     parser.add_argument("--scheduler", metavar="ADDRESS", default=None,
@@ -1645,8 +1646,9 @@ def shared_controls(runs: dict[str, Any]) -> list[str]:
 def pool_runs(runs: dict[str, Any], budget: str | None = None) -> dict[str, Any]:
     """The live-calibrated block of several runs, per policy and in all.
 
-    Perturbed trials are summed; a control shared by two runs (:func:`shared_controls`) is
-    counted once (its first run's row). ``budget`` only labels the block (each run's trials
+    Perturbed trials are summed; a control shared by two runs (:func:`shared_controls`), or a
+    perturbed trial two runs share (``trials.TRIAL_KEY``), is counted once (its first run's
+    row). ``budget`` only labels the block (each run's trials
     were judged at their own run's budget: pool runs of one budget).
     """
     import pandas as pd
@@ -1659,11 +1661,22 @@ def pool_runs(runs: dict[str, Any], budget: str | None = None) -> dict[str, Any]
     every = pd.concat(frames, ignore_index=True)
     control = every[every["perturbation"] == CONTROL]
     distinct = control.drop_duplicates(subset=list(CONTROL_KEY), keep="first")
-    every = pd.concat([every[every["perturbation"] != CONTROL], distinct], ignore_index=True)
+    from idt_desk_sources.gym.trials import TRIAL_KEY
+
+    perturbed = every[every["perturbation"] != CONTROL]
+    once = perturbed.drop_duplicates(subset=[c for c in TRIAL_KEY if c in perturbed],
+                                     keep="first")
+    every = pd.concat([once, distinct], ignore_index=True)
     config = CheetahConfig(false_alarms=budget or CONTROL_BUDGET)
-    out: dict[str, Any] = {"runs": list(runs), "warnings": shared_controls(runs),
+    warnings = shared_controls(runs)
+    if len(once) < len(perturbed):
+        warnings.append(f"{len(perturbed) - len(once)} perturbed trial(s) appear in two runs "
+                        "(the same policy, perturbation, environment seed and onset): each "
+                        "is counted once, from the first run that has it")
+    out: dict[str, Any] = {"runs": list(runs), "warnings": warnings,
                            "controls_counted": len(distinct),
                            "controls_shared": len(control) - len(distinct),
+                           "perturbed_shared": len(perturbed) - len(once),
                            "all": _live_summary(every, config), "policies": {},
                            "signatures": signatures(runs)}
     for policy in dict.fromkeys(every["policy"]):

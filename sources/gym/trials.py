@@ -21,7 +21,7 @@ import numpy as np
 
 from idt_desk.plugin import InputError
 
-__all__ = ["read_runs", "read_trials"]
+__all__ = ["TRIAL_KEY", "read_runs", "read_trials", "trial_keys"]
 
 #: Columns every run's table has (the analyses select on them).
 REQUIRED = ("policy", "perturbation", "error", "auto")
@@ -37,8 +37,23 @@ NUMBER_PREFIXES = ("latency_", "excursion_frac_", "d_", "baseline_", "post_", "l
 RETURN_LISTS = ("returns_pre", "returns_post")
 
 
+#: What one trial is: its policy, protocol, perturbation, Auto setting, environment seed and
+#: onset. Two rows with the same key are one trial (the loop is deterministic given them).
+TRIAL_KEY = ("policy", "actions", "perturbation", "auto", "env_seed", "onset_step")
+
+
+def trial_keys(rows: Any) -> list[tuple[str, ...]]:
+    """Each row's :data:`TRIAL_KEY` (the columns the table has), as text."""
+    cols = [c for c in TRIAL_KEY if c in rows]
+    return [tuple(str(v) for v in k) for k in rows[cols].itertuples(index=False, name=None)]
+
+
 def read_runs(dirs: Sequence[Any], flag: str) -> list[Any]:
     """Each finished run's checked ``trials.csv``; a run given twice is refused.
+
+    Given twice means the same folder twice, or a folder whose every trial (:data:`TRIAL_KEY`)
+    is in a run given before it (a copy): its trials would count twice. Runs that share some
+    trials are read; the analyses count a shared trial once and say so.
 
     Raises
     ------
@@ -52,7 +67,16 @@ def read_runs(dirs: Sequence[Any], flag: str) -> list[Any]:
             raise InputError(f"{flag} {d}: given twice (as {seen[key]}): its trials would count "
                              "twice; give each run once")
         seen[key] = str(d)
-    return [read_trials(d, flag) for d in dirs]
+    tables = [read_trials(d, flag) for d in dirs]
+    before: dict[tuple[str, ...], str] = {}
+    for d, rows in zip(dirs, tables, strict=True):
+        keys = trial_keys(rows)
+        if keys and all(k in before for k in keys):
+            raise InputError(f"{flag} {d}: every trial in it is one of {before[keys[0]]}'s (a "
+                             "copy of that run?): its trials would count twice; give each run "
+                             "once")
+        before.update({k: str(d) for k in keys if k not in before})
+    return tables
 
 
 def read_trials(run: Any, flag: str) -> Any:

@@ -52,6 +52,7 @@ from idt_desk.plugin import (
     IDT_METRICS,
     DetectorSpec,
     InputError,
+    add_settings,
     build_monitor,
     check_float,
     check_int,
@@ -294,8 +295,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=60.0,
                         help="loop time per trial (60 s)")
     parser.add_argument("--onset", type=float, default=20.0, help="perturbation onset (20 s)")
-    parser.add_argument("--false-alarms", default=DEFAULT_BUDGET, metavar="BUDGET",
-                        help="the calibrated detectors' budget (1/h)")
+    add_settings(parser, ("false_alarms",), false_alarms=DEFAULT_BUDGET,
+                 notes={"false_alarms": "the calibrated detectors'"})
     parser.add_argument("--conditions", type=lambda s: tuple(x for x in s.split(",") if x),
                         default=tuple(c[0] for c in CONDITIONS), metavar="NAME,NAME",
                         help="subset of: " + ", ".join(c[0] for c in CONDITIONS))
