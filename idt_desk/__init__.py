@@ -18,7 +18,7 @@ from idt_desk.detection.monitor import (
     first_post_onset_window,
 )
 from idt_desk.errors import InputError
-from idt_desk.live.loop import Recorder
+from idt_desk.live.recorder import Recorder
 from idt_desk.metrics.engine import (
     WINDOW_KEYS,
     MetricEngine,

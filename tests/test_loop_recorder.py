@@ -46,7 +46,7 @@ def _same_windows(a, b):
 
 
 def test_package_root_exports_the_recorder():
-    assert idt_desk.Recorder is idt_desk.live.loop.Recorder and "Recorder" in idt_desk.__all__
+    assert idt_desk.Recorder is idt_desk.live.recorder.Recorder and "Recorder" in idt_desk.__all__
 
 
 @pytest.mark.parametrize("batch", [1, 37, 5000])
@@ -229,7 +229,7 @@ def test_a_full_disk_refuses_rows_until_there_is_room_and_tears_nothing(tmp_path
     import errno
     import os
 
-    from idt_desk.recordings import _format
+    from idt_desk.recordings import files
 
     real = os.write
 
@@ -241,9 +241,9 @@ def test_a_full_disk_refuses_rows_until_there_is_room_and_tears_nothing(tmp_path
     with idt_desk.Recorder(tmp_path / "r", ["x", "v"], ["u"], chunk=200, **PIPE) as rec:
         for lo in range(0, 6000, 200):
             if lo == 2000:
-                monkeypatch.setattr(_format.os, "write", full)
+                monkeypatch.setattr(files.os, "write", full)
             if lo == 4000:
-                monkeypatch.setattr(_format.os, "write", real)  # room again
+                monkeypatch.setattr(files.os, "write", real)  # room again
                 assert until(lambda: rec.session.sink.error is None)
             try:
                 rec.add(s[lo:lo + 200], a[lo:lo + 200], s2[lo:lo + 200])

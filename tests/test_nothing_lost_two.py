@@ -18,7 +18,7 @@ import pytest
 import idt_desk
 from idt_desk.errors import InputError
 from idt_desk.gym import IDTMonitor
-from idt_desk.recordings import RecordingError, _format, load_recording
+from idt_desk.recordings import RecordingError, files, load_recording
 from idt_desk.recordings.trajectory import read_table
 
 from .polling import until
@@ -76,8 +76,8 @@ class _Disk:
 
 def test_a_write_keeps_the_whole_lines_that_fit_and_the_rest_for_later(tmp_path, monkeypatch):
     disk = _Disk()
-    monkeypatch.setattr(_format.os, "write", disk)
-    f = _format._JsonLines(tmp_path / "e.jsonl")
+    monkeypatch.setattr(files.os, "write", disk)
+    f = files.JsonLines(tmp_path / "e.jsonl")
     lines = [{"kind": "note", "n": k} for k in range(10)]
     for row in lines:
         f.append(row)
@@ -101,7 +101,7 @@ def test_a_recorder_on_a_full_disk_refuses_until_there_is_room_and_keeps_every_r
     go out as room appears, ``add`` takes rows again, and every accepted row is on disk once,
     in order."""
     disk = _Disk()
-    monkeypatch.setattr(_format.os, "write", disk)
+    monkeypatch.setattr(files.os, "write", disk)
     rng = np.random.default_rng(0)
     path = tmp_path / "rec"
     rec = idt_desk.Recorder(path, ["x", "v"], ["u"], flush_seconds=0.05, **SMALL)

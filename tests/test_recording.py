@@ -272,7 +272,7 @@ def test_fields_are_checked_past_the_first_chunk(rec_dir, monkeypatch, chunk):
 
     64 bytes is shorter than a transitions line (a chunk then ends at the line's end).
     """
-    monkeypatch.setattr(idt_desk.recordings._format, "_CHUNK", chunk)
+    monkeypatch.setattr(idt_desk.recordings.files, "_CHUNK", chunk)
     path = rec_dir / "transitions.csv"
     lines = _lines(path)
     assert len(lines) * chunk > 10 * len(path.read_bytes()) / len(lines)  # many chunks

@@ -72,7 +72,7 @@ def _members(proto: type) -> set[str]:
 def test_a_session_and_its_collaborators_offer_what_the_seams_name():
     s = Session(SessionConfig(source="pendulum", speed=None))
     offered = {seams.EventLog: s, seams.CalibrationHost: s, seams.RecordedHost: s,
-               seams.CommandHost: s, seams.LoopHost: s, seams.LoopControl: s.run,
+               seams.CommandHost: s, seams.LoopHost: s, seams.LoopControl: s.loop_state,
                seams.Pace: s.pacer, seams.CommandQueue: s.commands, seams.Recording: s.sink,
                seams.AlarmState: s.alarms, seams.Runnable: s}
     for proto, obj in offered.items():
@@ -107,7 +107,7 @@ class _Host:
 
     def __init__(self) -> None:
         self.n_transitions = 7
-        self.run, self.pacer, self.commands = LoopState(), Pacer(), Commands()
+        self.loop_state, self.pacer, self.commands = LoopState(), Pacer(), Commands()
         self.logged: list[tuple[str, int | None, dict]] = []
 
     def event(self, kind: str, at: int | None = None, **fields: object) -> None:
@@ -124,12 +124,12 @@ def test_commands_run_against_a_stand_in_in_schedule_order():
     c.apply_due(host)  # n_transitions = 7: the two due, in transition order
     assert [k for k, _, _ in host.logged] == ["pause", "note"]
     assert host.logged[1][2] == {"text": "early"}
-    assert host.run.state == "paused" and host.run.held
+    assert host.loop_state.state == "paused" and host.loop_state.held
     assert c.next_due() == 9
     c.put("resume", {})
     c.put("note", {"bad": "no text"})  # a bad command is logged, the loop goes on
     c.drain(host)
-    assert host.run.state == "running" and not host.run.held
+    assert host.loop_state.state == "running" and not host.loop_state.held
     assert host.logged[-1][0] == "error" and "KeyError" in host.logged[-1][2]["message"]
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from idt_desk.live.config import WINDOW_COLUMNS
-from idt_desk.recordings import Recorder, RecordingError, RecordingTail, _format, load_recording
+from idt_desk.recordings import Recorder, RecordingError, RecordingTail, files, load_recording
 
 from .cli_call import call
 from .polling import rows_on_disk, until
@@ -120,7 +120,7 @@ def test_a_full_disk_keeps_every_row_and_never_tears_a_line(tmp_path, monkeypatc
     rec.flush()
     size = (tmp_path / "r" / "transitions.csv").stat().st_size
     disk = _Disk(room=1000)  # less than the next block's lines: a torn write
-    monkeypatch.setattr(_format.os, "write", disk)
+    monkeypatch.setattr(files.os, "write", disk)
     s2 = _add(rec, 300, 300)
     with pytest.raises(RecordingError, match=r"disk is full.*kept in memory"):
         rec.flush()
@@ -130,7 +130,7 @@ def test_a_full_disk_keeps_every_row_and_never_tears_a_line(tmp_path, monkeypatc
     assert isinstance(rec.error, RecordingError)
     # The loop goes on; space is freed: every row is written once, in order.
     s3 = _add(rec, 600, 100)
-    monkeypatch.setattr(_format.os, "write", disk.real)
+    monkeypatch.setattr(files.os, "write", disk.real)
     rec.flush()
     assert rec.error is None
     _close(rec)
@@ -144,7 +144,7 @@ def test_closing_on_a_full_disk_raises_and_leaves_whole_lines(tmp_path, monkeypa
     rec = _writer(tmp_path / "r", flush_seconds=3600)
     _add(rec, 0, 100)
     rec.flush()
-    monkeypatch.setattr(_format.os, "write", _Disk(room=700))
+    monkeypatch.setattr(files.os, "write", _Disk(room=700))
     _add(rec, 100, 100)
     with pytest.raises(RecordingError, match="disk is full"):
         rec.close()
@@ -190,7 +190,7 @@ def test_two_writers_cannot_share_a_path(tmp_path, monkeypatch):
 
 
 def test_run_on_a_full_disk_exits_non_zero_with_one_line(tmp_path, monkeypatch):
-    monkeypatch.setattr(_format.os, "write", _Disk(room=200_000))
+    monkeypatch.setattr(files.os, "write", _Disk(room=200_000))
     rc, out, err = call(["run", "--steps", "200000", "--record", str(tmp_path / "r"),
                          "--quiet"])
     assert rc == 1, (out, err)

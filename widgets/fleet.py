@@ -382,8 +382,7 @@ def bench_fleet(counts: tuple[int, ...] = (100, 1000), ssh: str | None = None,
             until(lambda v=view, k=k: v.refreshes > k)
             shown.append(time.perf_counter() - t0)
         rows = view.proxy.rowCount()
-        win._quit_confirmed = True
-        win.close()
+        win.close_without_asking()
         alone_index = RunIndex(location)
         alone_index.refresh()
         alone = []

@@ -98,6 +98,7 @@ class MainWindow(WindowFrame):
     ) -> None:
         super().__init__(Path(record_dir) if record_dir
                          else Path.home() / "idt-desk-recordings")
+        self._quit_confirmed = False  # Ctrl+Q was answered: closing asks nothing more
         self.session: Session | None = None
         self.history = history
         self.own_process = own_process
@@ -453,15 +454,19 @@ class MainWindow(WindowFrame):
                                         recorded=s.on_disk, action="quit",
                                         partly=s.recording_path is not None)
 
+    def close_without_asking(self) -> None:
+        """Close the window as a confirmed quit does (a script or a bench that is done)."""
+        self._quit_confirmed = True
+        self.close()
+
     def quit_asking(self) -> None:
         """Ctrl+Q: close the window, once the user says so if the session is not recorded."""
         if self.may_quit():
-            self._quit_confirmed = True
-            self.close()
+            self.close_without_asking()
 
     def closeEvent(self, event: Any) -> None:
         """Join the worker before the window goes (the close button asks as Ctrl+Q does)."""
-        if event.spontaneous() and not getattr(self, "_quit_confirmed", False) and \
+        if event.spontaneous() and not self._quit_confirmed and \
                 not self.may_quit():
             event.ignore()
             return

@@ -19,7 +19,7 @@ from idt_desk.cli.validate import (
 from idt_desk.detection.detectors import ANALYZE_BUDGET, DetectorSpec, parse_budget
 from idt_desk.errors import InputError
 
-__all__: list[str] = []
+__all__ = ["add_analyze"]
 
 
 def _int_list(text: str) -> tuple[int, ...]:
@@ -40,7 +40,8 @@ def _names(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
-def _add_analyze(sub: argparse._SubParsersAction) -> None:
+def add_analyze(sub: argparse._SubParsersAction) -> None:
+    """The ``analyze`` command: a trajectory or a dialogue recording."""
     from idt_desk.metrics.presets import ANGLE_MODES
 
     p = sub.add_parser(
@@ -131,8 +132,8 @@ def _recording(args: argparse.Namespace) -> tuple[Path, dict | None]:
         raise InputError(f"{folder}: a recording without transitions.csv (an export of a "
                          "session without Record keeps only windows and events)")
     from idt_desk.recordings import RecordingError
-    from idt_desk.recordings._checks import check_columns, check_regular, read_config
-    from idt_desk.recordings._format import text_head_problem
+    from idt_desk.recordings.checks import check_columns, check_regular, read_config
+    from idt_desk.recordings.files import text_head_problem
 
     try:  # the readers' one check of a recording's config, files and columns
         config = read_config(folder)

@@ -11,9 +11,9 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from idt_desk.cli.analyze import _add_analyze
-from idt_desk.cli.run import _add_run
-from idt_desk.cli.runs import _add_runs
+from idt_desk.cli.analyze import add_analyze
+from idt_desk.cli.run import add_run
+from idt_desk.cli.runs import add_runs
 from idt_desk.cli.validate import (
     check_int,
     check_out_dir,
@@ -264,10 +264,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="IDT Desk: live bi-predictability (P, H_f, H_b, dH) of closed loops.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    _add_run(sub)
-    _add_analyze(sub)
+    add_run(sub)
+    add_analyze(sub)
     _add_export(sub)
-    _add_runs(sub)
+    add_runs(sub)
     parents = {"reproduce": _add_reproduce(sub)}
     sources = _add_sources(sub)
     parents["bench"] = _add_bench(sub)

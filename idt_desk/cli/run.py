@@ -29,7 +29,7 @@ from idt_desk.cli.validate import (
 from idt_desk.errors import InputError
 from idt_desk.settings import DEFAULTS, PIPELINE_KEYS, SETTINGS, PipelineSettings, SettingError
 
-__all__: list[str] = []
+__all__ = ["add_run"]
 
 
 #: The session options, in the order ``--help`` lists them: each one's type, range, default
@@ -130,7 +130,8 @@ def _origin(args: argparse.Namespace, source) -> str:
         f"{source.name}'s default settings"
 
 
-def _add_run(sub: argparse._SubParsersAction) -> None:
+def add_run(sub: argparse._SubParsersAction) -> None:
+    """The ``run`` command: a session headless."""
     p = sub.add_parser(
         "run", help="run a source headless through the IDT pipeline, optionally recording",
         description="Run a source without the GUI: the same session, pipeline and recordings. "

@@ -9,7 +9,7 @@ import time
 
 from idt_desk.errors import InputError
 
-__all__ = ["_add_runs", "parse_duration"]
+__all__ = ["add_runs", "parse_duration"]
 
 _UNITS = {"s": 1.0, "min": 60.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -28,7 +28,8 @@ def parse_duration(text: str, option: str) -> float:
     return value * _UNITS[unit]
 
 
-def _add_runs(sub: argparse._SubParsersAction) -> None:
+def add_runs(sub: argparse._SubParsersAction) -> None:
+    """The ``runs`` command: every run under a folder."""
     p = sub.add_parser(
         "runs", help="every run under a folder, local or ssh://, alarmed first",
         description="List every run under PATH, recursively (a run is a folder holding a "

@@ -94,6 +94,7 @@ __all__ = [
     "Calibration",
     "DetectorSpec",
     "alarm_episodes",
+    "autocorrelation",
     "calibrate",
     "detector_statistic",
     "joint_statistic",
@@ -326,8 +327,8 @@ def alarm_episodes(statistic: np.ndarray, threshold: float, above: bool = False)
 # -- calibration ------------------------------------------------------------------------------
 
 
-def _acf(z: np.ndarray, max_lag: int) -> np.ndarray:
-    """Biased sample autocorrelation (keeps the Toeplitz matrix positive definite)."""
+def autocorrelation(z: np.ndarray, max_lag: int) -> np.ndarray:
+    """Biased sample autocorrelation of ``z`` up to ``max_lag`` (the Toeplitz stays PD)."""
     n = z.size
     x = z - z.mean()
     c0 = float(x @ x) / n
@@ -344,7 +345,7 @@ def _null_acf(z: np.ndarray, max_lag: int, overlap: float) -> tuple[np.ndarray, 
     windows are standardised to 0, and any other value to ±inf: the threshold hardly matters).
     """
     p = int(min(max_lag, max(1, z.size // 5)))
-    rho = _acf(z, p)
+    rho = autocorrelation(z, p)
     if rho[0] <= 0:  # a constant baseline: any change is infinitely many σ off; a white null
         return np.ones(1), max(float(overlap), 1.0)
     cut = np.flatnonzero(rho[1:] <= 0)

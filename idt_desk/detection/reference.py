@@ -1,4 +1,4 @@
-"""Today's threshold fit kept as a reference: long null paths and a bisection of full passes.
+"""The first threshold fit, kept as a reference: long null paths and a bisection of full passes.
 
 This is how :func:`idt_desk.detection.detectors.calibrate` fitted thresholds before it
 computed the EWMA's up-crossing rate in closed form and counted every threshold's
@@ -22,8 +22,8 @@ from idt_desk.detection.detectors import (
     TOO_SHORT_INFLATION,
     Calibration,
     DetectorSpec,
-    _acf,
     alarm_episodes,
+    autocorrelation,
     detector_statistic,
     joint_statistic,
     standardise,
@@ -115,7 +115,7 @@ def reference_calibrate(
             continue
         z = (x - mean[c]) / std[c] if std[c] > 0 else np.zeros_like(x)
         p = int(min(max_lag, max(1, x.size // 5)))
-        rho = _acf(z, p)
+        rho = autocorrelation(z, p)
         cut = np.flatnonzero(rho[1:] <= 0)
         rho = rho[: 1 + (cut[0] if cut.size else p)]  # the initial positive sequence
         tau = max(1.0 + 2.0 * float(rho[1:].sum()), float(overlap), 1.0)
@@ -154,7 +154,7 @@ def _reference_joint(spec: DetectorSpec, baseline: dict[str, np.ndarray],
     for j in range(r):
         x = u[:, j]
         p = int(min(max_lag, max(1, x.size // 5)))
-        rho = _acf(x, p)
+        rho = autocorrelation(x, p)
         cut = np.flatnonzero(rho[1:] <= 0)
         rho = rho[: 1 + (cut[0] if cut.size else p)]
         taus.append(max(1.0 + 2.0 * float(rho[1:].sum()), float(overlap), 1.0))

@@ -19,7 +19,7 @@ from idt_desk.metrics.presets import Preset
 if TYPE_CHECKING:
     import pandas as pd
 
-    from idt_desk.live.loop import Recorder
+    from idt_desk.live.recorder import Recorder
 
 from idt_desk.gym.stream import (
     ALARM_DEFAULTS,

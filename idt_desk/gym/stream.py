@@ -33,7 +33,7 @@ from idt_desk.settings import SETTINGS, PipelineSettings, check_finite, check_li
 if TYPE_CHECKING:
     import pandas as pd
 
-    from idt_desk.live.loop import Recorder
+    from idt_desk.live.recorder import Recorder
 
 __all__ = ["ALARM_DEFAULTS", "GENERIC_PRESET", "IDT_COLUMNS", "LOGGED_METRICS", "SpaceCodec",
            "Stream", "alarm_monitor", "check_options", "check_recordable", "flat", "frame",
@@ -479,7 +479,7 @@ def open_recording(
     episodes for), and a Discrete space's value range declared to the calibration, so that
     each of its values keeps a bin of its own (``bins`` >= its n, checked before).
     """
-    from idt_desk.live.loop import Recorder
+    from idt_desk.live.recorder import Recorder
 
     budget = _budget(alarm, rate, episode_steps)
     parsed = parse_budget(budget)

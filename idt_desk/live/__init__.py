@@ -5,5 +5,5 @@ perturbations, modulations, batches of (S, A, S') rows) and :func:`check_source`
 conformance check; :mod:`~idt_desk.live.plugins` finds sources and commands through entry
 points; :mod:`~idt_desk.live.session` runs one source through the pipeline in a thread that
 the GUI and the headless ``idt-desk run`` drive by commands and read by snapshots;
-:mod:`~idt_desk.live.loop` gives any Python loop the same (``idt_desk.Recorder``).
+:mod:`~idt_desk.live.recorder` gives any Python loop the same (``idt_desk.Recorder``).
 """

@@ -96,12 +96,12 @@ def apply(host: CommandHost, kind: str, args: dict[str, Any]) -> None:
 
 
 def _pause(host: CommandHost, args: dict[str, Any]) -> None:
-    host.run.pause()
+    host.loop_state.pause()
     host.event("pause")
 
 
 def _resume(host: CommandHost, args: dict[str, Any]) -> None:
-    host.run.resume()
+    host.loop_state.resume()
     host.pacer.reset()
     host.event("resume")
 

@@ -1,9 +1,9 @@
-"""What a session is and what it shows: its configuration, its snapshots, its window ring.
+"""What a session is: its configuration, its window ring, its event journal, its constants.
 
 :class:`SessionConfig` is everything that defines a session (recorded in full with every
-recording); :class:`Snapshot` is the copy of its state the GUI and the command line read
-30 times a second; :class:`WindowRing` is the bounded buffer of its latest windows (memory
-stays flat over hours). Plain data: no thread, no source.
+recording); :class:`WindowRing` is the bounded buffer of its latest windows (memory stays
+flat over hours); :class:`EventJournal` the events its consumers read. What it shows, the
+snapshot, is :mod:`idt_desk.live.snapshot`. Plain data: no thread, no source.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from idt_desk.detection.monitor import ADJUSTED_METRICS, Baseline
+from idt_desk.detection.monitor import ADJUSTED_METRICS
 from idt_desk.metrics.tokens import LENGTH_COLUMNS
 from idt_desk.settings import DEFAULTS, source_defaults
 
@@ -28,7 +28,6 @@ __all__ = [
     "WINDOW_COLUMNS",
     "EventJournal",
     "SessionConfig",
-    "Snapshot",
     "WindowRing",
     "undefined_reason",
     "versions",
@@ -169,62 +168,6 @@ class SessionConfig:
             for key in self.SYMBOL_FIELDS:
                 out.pop(key, None)
         return out
-
-
-@dataclass
-class Snapshot:
-    """A consistent copy of the session's state for a consumer (the GUI's timer)."""
-
-    state: str
-    error: str | None
-    source: str
-    n_transitions: int
-    n_windows: int
-    sim_time: float
-    speed: float | None
-    preset: dict[str, Any]
-    calibration: tuple[int, int]
-    baseline: Baseline | None
-    baseline_progress: tuple[int, int]
-    windows: dict[str, np.ndarray]
-    info: dict[str, Any]
-    events: list[dict[str, Any]]
-    switches: list[dict[str, Any]]
-    active_perturbations: dict[str, dict[str, Any]]
-    active_modulations: dict[str, dict[str, Any]]
-    auto: dict[str, Any] | None
-    alarm: dict[str, bool]
-    onset: dict[str, Any] | None
-    recording: str | None
-    #: Compute throughput: transitions per second of the worker's compute time.
-    throughput: float
-    #: Loop rate: transitions per wall-clock second the loop actually advanced.
-    loop_rate: float = 0.0
-    #: {"fraction", "since_i"} while the symbols' calibrated range no longer covers the data.
-    out_of_range_warning: dict[str, Any] | None = None
-    #: Windows so far whose P is undefined (see :func:`undefined_reason`).
-    n_undefined: int = 0
-    #: The agency conditions of the latest W transitions (``idt_desk.detection.agency``), refreshed
-    #: every ``AGENCY_EVERY`` seconds; None for a passive source or before the first window.
-    agency: dict[str, Any] | None = None
-    #: Why the source paused the loop (``SourcePaused``), until it is resumed.
-    paused_reason: str | None = None
-    #: The tokenizer of the turn path (metrics per turn from token counts); None for windows.
-    tokenizer: str | None = None
-    #: The alarm's detector: {"describe", "budget", "baseline_windows", "too_short",
-    #: "needed_windows", "calibrating"} (``Monitor`` in words for the alarm panel).
-    detector: dict[str, Any] | None = None
-    #: IDT alarm episodes (``alarm_on`` events) since the session started.
-    n_alarms: int = 0
-    #: The source's transitions per second of loop time (real time: speed 1).
-    rate: float = 0.0
-
-    @property
-    def achieved_speed(self) -> float | None:
-        """The multiple of real time the loop ran at lately (None: not measured yet)."""
-        if self.state != "running" or self.loop_rate <= 0 or self.rate <= 0:
-            return None
-        return self.loop_rate / self.rate
 
 
 class WindowRing:

@@ -38,8 +38,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from idt_desk.live.config import WINDOW_COLUMNS, SessionConfig, Snapshot, WindowRing
+from idt_desk.live.config import WINDOW_COLUMNS, SessionConfig, WindowRing
 from idt_desk.live.session import Session
+from idt_desk.live.snapshot import Snapshot
 
 __all__ = ["SessionProcess", "SourceFacts", "build_session"]
 

@@ -20,7 +20,8 @@ from typing import Any, Protocol
 
 from idt_desk.detection.auto import AutoController
 from idt_desk.detection.monitor import Monitor
-from idt_desk.live.config import SessionConfig, Snapshot
+from idt_desk.live.config import SessionConfig
+from idt_desk.live.snapshot import Snapshot
 from idt_desk.live.source import Batch, Source
 from idt_desk.metrics.presets import Preset
 from idt_desk.pipeline import Pipeline
@@ -175,7 +176,7 @@ class CommandHost(CalibrationHost, RecordedHost, Protocol):
     """What a command changes (``commands.HANDLERS``)."""
 
     alarms: AlarmState
-    run: LoopControl
+    loop_state: LoopControl
     pacer: Pace
     sink: Recording
     commands: CommandQueue

@@ -48,13 +48,12 @@ from idt_desk.live.config import (
     WINDOW_COLUMNS,
     EventJournal,
     SessionConfig,
-    Snapshot,
     WindowRing,
     undefined_reason,
 )
 from idt_desk.live.ranges import RangeWatch
 from idt_desk.live.sink import Sink, export_session, preset_record
-from idt_desk.live.snapshot import detector_info
+from idt_desk.live.snapshot import Snapshot, detector_info
 from idt_desk.live.source import Batch, Source
 from idt_desk.live.turns import TurnPath
 from idt_desk.live.worker import LoopState, Pacer, run_headless, run_loop
@@ -123,7 +122,7 @@ class Session:
         settings = PipelineSettings.parse(self.pipeline_settings())
         self._lock = threading.Lock()
         #: Where the loop is (running, paused, stopped) and its stop/resume flags.
-        self.run = LoopState()
+        self.loop_state = LoopState()
         #: Loop time against the wall clock, and the loop's rate.
         self.pacer = Pacer()
         #: The commands waiting for the loop: the queue, the schedule, pending impulses.
@@ -152,7 +151,7 @@ class Session:
         #: rows back until there is room again (``idt_desk.Recorder``).
         self.stop_on_write_error = True
         self.rebuild_pipeline(settings)
-        source.should_stop = lambda: self.run.stop_requested
+        source.should_stop = lambda: self.loop_state.stop_requested
         source.publish = lambda info: self._show(None, info)
 
     # -- public API (any thread) ------------------------------------------------------------
@@ -160,12 +159,12 @@ class Session:
     @property
     def state(self) -> str:
         """idle, running, paused, stopped or error."""
-        return self.run.state
+        return self.loop_state.state
 
     @property
     def error(self) -> str | None:
         """The message that stopped the session, if one did."""
-        return self.run.error
+        return self.loop_state.error
 
     @property
     def running(self) -> bool:
@@ -186,18 +185,18 @@ class Session:
             raise RuntimeError("a session runs once; build a new Session to run again")
         self._thread = threading.Thread(target=self._run, name=f"idt-{self.source.name}",
                                         daemon=True)
-        self.run.start()
+        self.loop_state.start()
         self._thread.start()
 
     def request_stop(self) -> None:
         """Ask the worker to stop, and return at once (:attr:`running` says when it has)."""
-        self.run.request_stop()
+        self.loop_state.request_stop()
 
     @property
     def stopping(self) -> bool:
         """The loop is over (asked to stop, or at a replay's end) but the worker still runs."""
-        return self.running and (self.run.stop_requested
-                                 or self.run.state in ("stopped", "error"))
+        return self.running and (self.loop_state.stop_requested
+                                 or self.loop_state.state in ("stopped", "error"))
 
     def stop(self, timeout: float = 10.0) -> None:
         """Ask the worker to stop and wait up to ``timeout`` s for it.
@@ -312,7 +311,7 @@ class Session:
             pipe, alarms, src = self.pipeline, self.alarms, self.source
             self._detector = detector_info(self.monitor, self._detector)
             return Snapshot(
-                state=self.run.state, error=self.run.error,
+                state=self.loop_state.state, error=self.loop_state.error,
                 source=src.name, n_transitions=self.n_transitions,
                 n_windows=self._ring.total, sim_time=self._sim_time,
                 speed=self.config.speed, preset=self._preset_dict,
@@ -333,7 +332,7 @@ class Session:
                 else dict(self._range.warning),
                 n_undefined=self._n_undefined,
                 agency=self._agency,
-                paused_reason=self.run.paused_reason,
+                paused_reason=self.loop_state.paused_reason,
                 tokenizer=self.config.tokenizer if self.turns is not None else None,
                 detector=self._detector,
                 n_alarms=alarms.n_alarms, rate=float(src.rate),
@@ -477,7 +476,7 @@ class Session:
             fn()
 
     def _later(self, kind: str, at: int, **fields: Any) -> None:
-        """Queue an event of the windows being processed (logged in order by _feed)."""
+        """Queue an event of the windows being processed (logged in order by :meth:`_emit`)."""
         self._window_events.append((at, kind, fields))
 
     def _judged(self, table: dict[str, np.ndarray], step: Step) -> None:
@@ -544,7 +543,7 @@ class Session:
     def _command(self, kind: str, **args: Any) -> None:
         self.commands.put(kind, args)
         if kind == "resume":
-            self.run.wake()
+            self.loop_state.wake()
 
     # -- one step of the loop, for the worker thread and for drivers that step many sources
     # together (``reproduce cheetah``): begin(), then plan() / the source steps / advance(),
@@ -601,7 +600,7 @@ class Session:
         try:
             self.source.close()
         finally:
-            run = self.run
+            run = self.loop_state
             if self.sink.recording:
                 if self.sink.error is not None:
                     run.fail(f"{type(self.sink.error).__name__}: {self.sink.error}")

@@ -173,14 +173,14 @@ def export_session(out: str | Path, config: SessionConfig, preset: dict[str, Any
     import pandas as pd
 
     from idt_desk.recordings import Recording, export_recording
-    from idt_desk.recordings._format import _json_safe
+    from idt_desk.recordings.files import json_safe
 
     table = pd.DataFrame({c: windows[c] for c in window_columns(config.metric_path == "turns")})
-    header = _json_safe({
+    header = json_safe({
         "session": config.to_dict(), "preset": preset, "source": dict(source),
         "exported_without_recording": True, "n_transitions": n_transitions,
         "n_windows": n_windows, "windows_exported": len(table),
         "note": "no transitions: only a recording (Record) keeps them"})
     rec = Recording(Path(out), header, pd.DataFrame(), table,
-                    pd.DataFrame([_json_safe(e) for e in events]), [], False, None)
+                    pd.DataFrame([json_safe(e) for e in events]), [], False, None)
     return export_recording(rec, out, fmt)

@@ -16,7 +16,8 @@ import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from idt_desk.live.config import AGENCY_EVERY, MAX_SPEED_CHUNKS, PACE_SLICE, Snapshot
+from idt_desk.live.config import AGENCY_EVERY, MAX_SPEED_CHUNKS, PACE_SLICE
+from idt_desk.live.snapshot import Snapshot
 from idt_desk.live.source import SourcePaused
 
 if TYPE_CHECKING:
@@ -163,7 +164,7 @@ class Pacer:
 
 def run_loop(host: LoopHost) -> None:
     """The worker thread's loop: pace, plan, step the source, take its batch in, repeat."""
-    run, pacer, src = host.run, host.pacer, host.source
+    run, pacer, src = host.loop_state, host.pacer, host.source
     try:
         host.begin()
         pacer.reset()
@@ -215,7 +216,7 @@ def run_loop(host: LoopHost) -> None:
 
 def _source_paused(host: LoopHost, exc: SourcePaused) -> None:
     """The source cannot go on for now: pause, keep what it made, wait for a resume."""
-    host.run.pause(str(exc))
+    host.loop_state.pause(str(exc))
     host.pacer.loop_rate = 0.0
     host.event("source_paused", message=str(exc), **exc.record)
 

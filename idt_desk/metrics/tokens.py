@@ -315,10 +315,6 @@ class DialogueMetrics:
         keys = rows[0].keys() if rows else ()
         return {k: np.array([r[k] for r in rows], dtype=np.float64) for k in keys}
 
-    def history_turns(self) -> list[int]:
-        """Turn numbers held in the history."""
-        return sorted(self._history)
-
 
 #: The metrics whose length confound is reported, raw then adjusted.
 CONFOUND_METRICS = (*ADJUSTED, *ADJUSTED.values())

@@ -8,13 +8,13 @@ missing from a killed one), follows one another process is writing, and exports 
 CSV or Parquet. :mod:`~idt_desk.recordings.trajectory` reads plain (S, A, S') trajectory
 files for ``idt-desk analyze``. The modules: :mod:`~idt_desk.recordings.writer`,
 :mod:`~idt_desk.recordings.reader`, :mod:`~idt_desk.recordings.tail`,
-:mod:`~idt_desk.recordings.export`, and the format they share, ``_format``.
+:mod:`~idt_desk.recordings.export`, and the format they share, ``files``.
 """
 
 from __future__ import annotations
 
-from idt_desk.recordings._format import FORMAT_VERSION, WINDOW_EVENTS, RecordingError
 from idt_desk.recordings.export import export_recording
+from idt_desk.recordings.files import FORMAT_VERSION, WINDOW_EVENTS, RecordingError
 from idt_desk.recordings.reader import (
     Recording,
     load_recording,

@@ -12,21 +12,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from idt_desk.recordings._checks import (
+from idt_desk.recordings.checks import (
     check_columns,
     check_event,
     check_regular,
     check_turn,
     read_config,
 )
-from idt_desk.recordings._format import (
-    _CLOSING_EVENTS,
-    _FILES,
+from idt_desk.recordings.files import (
+    CLOSING_EVENTS,
+    FILES,
     RecordingError,
-    _first_line,
-    _in_transition_order,
-    _read_csv,
-    _read_json_lines,
+    first_line,
+    in_transition_order,
+    read_csv,
+    read_json_lines,
 )
 
 __all__ = ["Recording", "load_recording", "newest_recording", "recording_size",
@@ -105,23 +105,23 @@ def load_recording(path: str | Path) -> Recording:
     if not path.exists():
         raise RecordingError(f"{path}: no such recording")
     if not path.is_dir():
-        raise RecordingError(f"{path}: a recording is a directory holding {', '.join(_FILES)}")
-    missing = [f for f in _FILES if not (path / f).exists()]
+        raise RecordingError(f"{path}: a recording is a directory holding {', '.join(FILES)}")
+    missing = [f for f in FILES if not (path / f).exists()]
     if missing:
         raise RecordingError(_not_a_recording(path, missing))
-    for name in (*_FILES, "turns.jsonl"):
-        if name in _FILES or (path / name).exists():
+    for name in (*FILES, "turns.jsonl"):
+        if name in FILES or (path / name).exists():
             check_regular(path / name)
     config = read_config(path)
-    issues: dict[str, list[str]] = {name: [] for name in _FILES[1:]}
-    transitions = _read_csv(path / "transitions.csv", issues["transitions.csv"])
+    issues: dict[str, list[str]] = {name: [] for name in FILES[1:]}
+    transitions = read_csv(path / "transitions.csv", issues["transitions.csv"])
     check_columns(list(transitions.columns), config, f"{path}/transitions.csv")
     _check_values(transitions, config, path / "transitions.csv")
-    windows = _read_csv(path / "windows.csv", issues["windows.csv"])
+    windows = read_csv(path / "windows.csv", issues["windows.csv"])
     if "i" not in transitions.columns or "start" not in windows.columns:
         raise RecordingError(f"{path}: tables lack their index columns (i / start)")
     i = transitions["i"].to_numpy(np.float64)
-    if (k := _first_line(np.diff(i) != 1)) is not None:
+    if (k := first_line(np.diff(i) != 1)) is not None:
         issues["transitions.csv"].append(
             f"line {k + 3}: i jumps from {i[k]:.17g} to {i[k + 1]:.17g} (rows missing)")
     start_index = config.get("start_index")
@@ -129,7 +129,7 @@ def load_recording(path: str | Path) -> Recording:
         issues["transitions.csv"].append(
             f"line 2: starts at i = {i[0]:.17g} but config.json says start_index {start_index}")
     start = windows["start"].to_numpy(np.float64)
-    if (k := _first_line(~(np.diff(start) >= 0))) is not None:
+    if (k := first_line(~(np.diff(start) >= 0))) is not None:
         issues["windows.csv"].append(
             f"line {k + 3}: start goes back from {start[k]:.17g} to {start[k + 1]:.17g}")
     for name, table, cols in (("transitions.csv", transitions, ("i", "episode")),
@@ -139,17 +139,17 @@ def load_recording(path: str | Path) -> Recording:
                 continue
             x = table[col].to_numpy(np.float64)
             # Whole numbers a float holds exactly are counts; anything else is kept as read.
-            if (k := _first_line((x != np.round(x)) | (np.abs(x) > 2.0**53))) is not None:
+            if (k := first_line((x != np.round(x)) | (np.abs(x) > 2.0**53))) is not None:
                 issues[name].append(f"line {k + 2}: {col} {x[k]:.17g} is not a whole number "
                                     "(the column is kept as read)")
             else:
                 table[col] = x.astype(np.int64)
-    events = pd.DataFrame(_in_transition_order(_read_json_lines(
+    events = pd.DataFrame(in_transition_order(read_json_lines(
         path / "events.jsonl", issues["events.jsonl"], "kind", "a JSON event", check_event)))
     turns = None
     if (path / "turns.jsonl").exists():
         issues["turns.jsonl"] = []
-        turns = _read_json_lines(path / "turns.jsonl", issues["turns.jsonl"], "turn",
+        turns = read_json_lines(path / "turns.jsonl", issues["turns.jsonl"], "turn",
                                  "a JSON turn", check_turn)
         if config.get("complete"):
             got = sum(not t.get("history") for t in turns)
@@ -173,7 +173,7 @@ def load_recording(path: str | Path) -> Recording:
                 issues[name].append(
                     f"holds {len(table):,} {what} but config.json promises {promised:,}")
         kinds = set(events["kind"]) if len(events) else set()
-        if not kinds & set(_CLOSING_EVENTS):
+        if not kinds & set(CLOSING_EVENTS):
             issues["events.jsonl"].append(
                 "no session_end event, which a closed recording ends with")
     error = _ended_in_error(events)

@@ -166,7 +166,7 @@ class SFTPFiles:
 
         A recording's files must be its own: a link to a file elsewhere on the server would
         make a run read whatever file its author chose (as
-        :func:`~idt_desk.recordings._checks.check_regular` refuses on this machine).
+        :func:`~idt_desk.recordings.checks.check_regular` refuses on this machine).
         """
         found = self._call(self._many(self._outside, paths))
         return [p for p, bad in zip(paths, found, strict=True) if bad is True]

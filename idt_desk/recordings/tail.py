@@ -18,15 +18,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from idt_desk.recordings._checks import (
+from idt_desk.recordings.checks import (
     check_columns,
     check_event,
     check_regular,
     parse_config,
     read_config,
 )
-from idt_desk.recordings._format import (
-    _CLOSING_EVENTS,
+from idt_desk.recordings.files import (
+    CLOSING_EVENTS,
     HEAD_BYTES,
     RecordingError,
     parse_json,
@@ -174,7 +174,7 @@ class RecordingTail:
                     raise RecordingError(f"{where}: not a JSON event")
                 check_event(ev, where)
                 events.append(ev)
-                self.ended = self.ended or ev.get("kind") in _CLOSING_EVENTS
+                self.ended = self.ended or ev.get("kind") in CLOSING_EVENTS
         raw = self._new_lines("transitions.csv")
         if not raw:
             return np.empty((0, len(self.columns))), events

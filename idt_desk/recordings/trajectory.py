@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from idt_desk.errors import InputError
-from idt_desk.recordings._format import text_head_problem
+from idt_desk.recordings.files import text_head_problem
 
 __all__ = ["Trajectory", "load_trajectory", "read_table"]
 

@@ -27,12 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from idt_desk.recordings._format import (
+from idt_desk.recordings.files import (
     FORMAT_VERSION,
+    JsonLines,
     RecordingError,
-    _json_safe,
-    _JsonLines,
-    _Table,
+    Table,
+    json_safe,
 )
 from idt_desk.recordings.status import RunStatus, write_status
 
@@ -92,10 +92,10 @@ class Recorder:
             created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         )
         self._claim()
-        self._transitions = _Table(self.path / "transitions.csv", cols)
-        self._windows = _Table(self.path / "windows.csv", window_columns)
-        self._events = _JsonLines(self.path / "events.jsonl")
-        self._turns = _JsonLines(self.path / "turns.jsonl") if turns else None
+        self._transitions = Table(self.path / "transitions.csv", cols)
+        self._windows = Table(self.path / "windows.csv", window_columns)
+        self._events = JsonLines(self.path / "events.jsonl")
+        self._turns = JsonLines(self.path / "turns.jsonl") if turns else None
         # Events first: a reader that reads the transitions, then the events, finds every
         # event logged before the transitions it has (a follower places each at its row).
         self._files = [f for f in (self._events, self._turns, self._transitions,
@@ -148,7 +148,7 @@ class Recorder:
         return self._windows.columns
 
     def _config_bytes(self) -> bytes:
-        return (json.dumps(_json_safe(self.config), indent=2) + "\n").encode()
+        return (json.dumps(json_safe(self.config), indent=2) + "\n").encode()
 
     def write_config(self, **updates: Any) -> None:
         """Rewrite config.json atomically (a reader never sees half a file).
@@ -312,7 +312,7 @@ class Recorder:
     def _tick(self) -> None:
         """The flusher's turn: write what is pending, or show the writer is alive."""
         with self._lock:
-            pending = any(f.carry or f._pending for f in self._files)
+            pending = any(f.carry or f.pending for f in self._files)
         if pending:
             try:
                 self.flush()

@@ -276,7 +276,7 @@ _SIGNALS = {
 }
 
 
-def _portable_features(system_info: str) -> str:
+def portable_features(system_info: str) -> str:
     """The instruction sets a llama.cpp build uses, from its system info (``AVX2 = 1 | ...``)."""
     on = [part.split("=")[0].strip() for part in system_info.split("|")
           if part.strip().endswith("= 1")]
@@ -405,7 +405,7 @@ class ModelProcess:
             except ValueError:
                 name = f"signal {-rc}"
             why = _SIGNALS.get(name, "ended by a signal").format(
-                features=_portable_features(self.system_info))
+                features=portable_features(self.system_info))
             what = f"{name} ({why})"
         else:
             last = next((line for line in reversed(self._stderr) if line.strip()), "")

@@ -309,7 +309,7 @@ class DialogueSource(Source):
             self._count = lambda text: len(tok.encode(text))
         return self._count
 
-    def _judge(self, turn: int, question: str, answer: str) -> dict[str, Any]:
+    def judge(self, turn: int, question: str, answer: str) -> dict[str, Any]:
         """The judge's three scores of a reply (None where it gave none), with its words."""
         messages = [{"role": "system", "content": JUDGE_SYSTEM},
                     {"role": "user", "content": judge_prompt(question, answer)}]
@@ -376,7 +376,7 @@ class DialogueSource(Source):
         if self._reply is None:
             self._reply = self._chat("student", t, messages, options).strip()
         if self.config["judge"] != "off" and self._judged is None:
-            self._judged = self._judge(t, self._prompt, self._reply)
+            self._judged = self.judge(t, self._prompt, self._reply)
         injection = self._injection(t)
         if injection is not None:
             next_prompt = injection["text"]

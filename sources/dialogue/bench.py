@@ -91,9 +91,9 @@ def bench_dialogue(recording: Path = SHIPPED, turns: int = 100, rounds: int = 3,
 
         src = DialogueSource(judge=judge, judge_model=judge_model, judge_host=host)
         t0 = time.perf_counter()
-        src._judge(1, dialogue[0]["prompt"], dialogue[0]["reply"])  # loads the model
+        src.judge(1, dialogue[0]["prompt"], dialogue[0]["reply"])  # loads the model
         load["judge"] = time.perf_counter() - t0
-        runs["judge"] = lambda: lambda ts: src._judge(int(ts[0]["turn"]), ts[0]["prompt"],
+        runs["judge"] = lambda: lambda ts: src.judge(int(ts[0]["turn"]), ts[0]["prompt"],
                                                       ts[0]["reply"])
     best: dict[str, list[float]] = {}
     for _ in range(rounds):

@@ -40,8 +40,8 @@ def bench_llama(against: str | None = None, rounds: int = 3, threads: int = 1,
     from idt_desk_sources.dialogue._backends import (
         BackendError,
         ModelProcess,
-        _portable_features,
         builtin_model_path,
+        portable_features,
     )
 
     builds = {"installed": ModelProcess()}
@@ -81,7 +81,7 @@ def bench_llama(against: str | None = None, rounds: int = 3, threads: int = 1,
         total = base["prompt_seconds"] + base["generate_seconds"]
         ratio = total / (r["prompt_seconds"] + r["generate_seconds"])
         print_fn(f"{name:>9} {r['prompt_tps']:>13.1f} {r['generate_tps']:>15.1f} "
-                 f"{ratio:>12.2f}  {_portable_features(r['system_info'])}")
+                 f"{ratio:>12.2f}  {portable_features(r['system_info'])}")
     return best
 
 

@@ -80,7 +80,7 @@ _OBS_UNIT = ("each variable's standard deviation (raw observations from the star
 _log = logging.getLogger("idt_desk_sources.gym")
 
 
-def _route_mujoco_warnings() -> None:
+def route_mujoco_warnings() -> None:
     """MuJoCo warnings to Python logging instead of stderr and a MUJOCO_LOG.TXT in the cwd.
 
     Gymnasium's HalfCheetah XML uses a compiler attribute MuJoCo 4 deprecates; that one is
@@ -348,7 +348,7 @@ class GymSource(Source):
 
         super().__init__(**settings)
         env_id = self.config["env_id"]
-        _route_mujoco_warnings()
+        route_mujoco_warnings()
         try:
             self.env = gym.make(env_id)
         except Exception as exc:  # unknown id, missing dependency: one line

@@ -251,9 +251,9 @@ def train(
     """
     import gymnasium as gym
     import torch
-    from idt_desk_sources.gym._source import _route_mujoco_warnings
+    from idt_desk_sources.gym._source import route_mujoco_warnings
 
-    _route_mujoco_warnings()
+    route_mujoco_warnings()
     torch.set_num_threads(threads)
     if trainer not in TRAINERS:
         raise ValueError(f"trainer {trainer!r}: one of {', '.join(TRAINERS)}")

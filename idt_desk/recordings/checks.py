@@ -14,11 +14,11 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from idt_desk.recordings._format import (
+from idt_desk.recordings.files import (
     FORMAT_VERSION,
     RecordingError,
-    _read_lines,
     parse_json,
+    read_lines,
 )
 from idt_desk.settings import (
     PIPELINE_KEYS,
@@ -29,7 +29,8 @@ from idt_desk.settings import (
     is_number,
 )
 
-__all__: list[str] = []
+__all__ = ["check_columns", "check_config", "check_event", "check_regular", "check_turn",
+           "parse_config", "read_config"]
 
 
 def _int(v: Any, lo: int = 0) -> bool:
@@ -65,7 +66,7 @@ def read_config(path: Path) -> dict[str, Any]:
         uses of the wrong type or range (one line naming the file and the field).
     """
     check_regular(path / "config.json")
-    return parse_config(_read_lines(path / "config.json"), str(path))
+    return parse_config(read_lines(path / "config.json"), str(path))
 
 
 def parse_config(raw: bytes, run: str) -> dict[str, Any]:

@@ -40,7 +40,7 @@ import numpy as np
 from idt_desk.detection.detectors import DEFAULT_BUDGET
 from idt_desk.live.source import Batch, Source
 from idt_desk.recordings import RecordingError
-from idt_desk.recordings._format import json_line
+from idt_desk.recordings.files import json_line
 from idt_desk.settings import check_finite, check_limit
 
 __all__ = ["Recorder"]
@@ -532,7 +532,7 @@ class Recorder:
         ses = self.session
         if error is None and failure is not None:
             error = f"the pipeline failed: {type(failure).__name__}: {failure}"
-        ses.run.finish(error)
+        ses.loop_state.finish(error)
         ses.end()
         if given is None and ses.state == "error":  # not the loop's own exception: say it
             raise RecordingError(f"{self.path}: closed as an error: {ses.error}")

@@ -56,17 +56,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["FORMAT_VERSION", "RecordingError"]
+__all__ = ["CLOSING_EVENTS", "FILES", "FORMAT_VERSION", "HEAD_BYTES", "WINDOW_EVENTS", "AppendFile",
+           "JsonLines", "RecordingError", "Table", "first_line", "in_transition_order",
+           "json_line", "json_safe", "parse_json", "read_csv", "read_json_lines", "read_lines",
+           "text_head_problem"]
 
 
 FORMAT_VERSION = 1
 
 
-_FILES = ("config.json", "transitions.csv", "windows.csv", "events.jsonl")
+FILES = ("config.json", "transitions.csv", "windows.csv", "events.jsonl")
 
 
 #: The events a session writes just before it closes a recording.
-_CLOSING_EVENTS = ("session_end", "recording_stop")
+CLOSING_EVENTS = ("session_end", "recording_stop")
 
 #: Events a window's verdict makes, stamped at that window's end (Auto's switches too): their
 #: ``i`` is the window's end, which on a dialogue's turn path is the turn itself.
@@ -74,7 +77,7 @@ WINDOW_EVENTS = frozenset({"baseline", "alarm_on", "alarm_off", "detected", "not
                            "symbols_out_of_range", "symbols_in_range", "symbols_recheck"})
 
 
-def _in_transition_order(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def in_transition_order(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Events ordered by their transition ``i``; at one ``i``, the windows' events first.
 
     A session logs its loop's events (switches, notes) as they happen and a window's events
@@ -102,13 +105,14 @@ class RecordingError(ValueError):
     """A path that is not a readable recording; the message says what is wrong."""
 
 
-def _json_safe(v: Any) -> Any:
+def json_safe(v: Any) -> Any:
+    """``v`` as JSON can hold it: NumPy numbers and arrays as Python's, paths as text."""
     if isinstance(v, dict):
-        return {str(k): _json_safe(x) for k, x in v.items()}
+        return {str(k): json_safe(x) for k, x in v.items()}
     if isinstance(v, list | tuple):
-        return [_json_safe(x) for x in v]
+        return [json_safe(x) for x in v]
     if isinstance(v, np.ndarray):
-        return _json_safe(v.tolist())
+        return json_safe(v.tolist())
     if isinstance(v, np.integer):
         return int(v)
     if isinstance(v, np.floating | float):
@@ -121,7 +125,7 @@ def _json_safe(v: Any) -> Any:
     return v
 
 
-class _AppendFile:
+class AppendFile:
     """An append-only file written in whole lines: rows are taken, then written on a flush.
 
     :meth:`take` (under the writer's lock: a swap, so the loop's appends never wait long)
@@ -142,6 +146,11 @@ class _AppendFile:
     def fd(self) -> int:
         """The file's descriptor (a heartbeat touches it)."""
         return self._fd
+
+    @property
+    def pending(self) -> bool:
+        """Rows appended and not yet taken."""
+        return bool(self._pending)
 
     def take(self) -> list[Any]:
         """What was appended since the last take (the caller holds the writer's lock)."""
@@ -177,10 +186,11 @@ class _AppendFile:
         self.carry = b""
 
     def close(self) -> None:
+        """Close the file (what was not written stays in :attr:`carry`)."""
         os.close(self._fd)
 
 
-class _Table(_AppendFile):
+class Table(AppendFile):
     """An append-only CSV file written in whole lines.
 
     Blocks are kept as arrays and formatted when taken, all at once, by Arrow's CSV writer
@@ -194,15 +204,17 @@ class _Table(_AppendFile):
         super().__init__(path, (",".join(self.columns) + "\n").encode())
 
     def append(self, block: np.ndarray) -> None:
+        """Keep a block of rows for the next take (copied: the caller may reuse its array)."""
         if block.size:
             self._pending.append(np.array(block, dtype=np.float64))
 
     def stage(self, taken: list[Any]) -> None:
+        """Format the taken blocks as CSV lines onto :attr:`carry`."""
         if taken:
             self.carry += _csv_lines(np.vstack(taken))
 
 
-class _JsonLines(_AppendFile):
+class JsonLines(AppendFile):
     """An append-only JSON-lines file written in whole lines (events, a dialogue's turns)."""
 
     def __init__(self, path: Path) -> None:
@@ -210,9 +222,11 @@ class _JsonLines(_AppendFile):
         super().__init__(path)
 
     def append(self, row: Mapping[str, Any]) -> None:
+        """Keep one object as its JSON line for the next take."""
         self._pending.append(json_line(row))
 
     def stage(self, taken: list[Any]) -> None:
+        """Put the taken lines onto :attr:`carry`."""
         if taken:
             self.carry += "".join(taken).encode()
 
@@ -220,7 +234,7 @@ class _JsonLines(_AppendFile):
 def json_line(row: Mapping[str, Any]) -> str:
     """One JSON object as a line; raises TypeError naming what JSON cannot hold."""
     try:
-        return json.dumps(_json_safe(dict(row)), allow_nan=False) + "\n"
+        return json.dumps(json_safe(dict(row)), allow_nan=False) + "\n"
     except (TypeError, ValueError) as exc:
         raise TypeError(f"not JSON: {exc}") from None
 
@@ -266,7 +280,7 @@ def text_head_problem(path: Path) -> str | None:
     return None
 
 
-def _read_lines(path: Path, issues: list[str] | None = None) -> bytes:
+def read_lines(path: Path, issues: list[str] | None = None) -> bytes:
     """A file's bytes, checked to be text; with ``issues``, a torn last line is dropped.
 
     Bytes that are not UTF-8 text (or NUL) raise RecordingError naming the file and line;
@@ -293,8 +307,9 @@ def _read_lines(path: Path, issues: list[str] | None = None) -> bytes:
     return raw
 
 
-def _read_csv(path: Path, issues: list[str]) -> pd.DataFrame:
-    raw = _read_lines(path, issues)
+def read_csv(path: Path, issues: list[str]) -> pd.DataFrame:
+    """A recording's table, every field of every line checked; one line naming a bad one."""
+    raw = read_lines(path, issues)
     if not raw or raw.isspace():
         raise RecordingError(f"{path}: empty (not even a header)")
     _check_fields(raw, path)
@@ -348,7 +363,7 @@ def _check_fields(raw: bytes, path: Path) -> None:
         pos = end
 
 
-def _first_line(flags: np.ndarray) -> int | None:
+def first_line(flags: np.ndarray) -> int | None:
     """The 0-based index of the first True in ``flags``, or None."""
     idx = np.flatnonzero(flags)
     return int(idx[0]) if idx.size else None
@@ -371,7 +386,7 @@ def parse_json(raw: bytes | str, where: str) -> Any:
         raise RecordingError(f"{where}: {str(exc).splitlines()[0]}") from None
 
 
-def _read_json_lines(path: Path, issues: list[str], key: str, what: str,
+def read_json_lines(path: Path, issues: list[str], key: str, what: str,
                      check: Callable[[dict, str], None] | None = None) -> list[dict]:
     """The JSON objects of a JSON-lines file, each required to have ``key``.
 
@@ -379,7 +394,7 @@ def _read_json_lines(path: Path, issues: list[str], key: str, what: str,
     file and line).
     """
     rows = []
-    for k, line in enumerate(_read_lines(path, issues).split(b"\n")):
+    for k, line in enumerate(read_lines(path, issues).split(b"\n")):
         if not line.strip():
             continue
         try:
