@@ -306,15 +306,20 @@ def source_preset(source: Any, p: Mapping[str, Any] | PipelineSettings) -> Prese
     return preset
 
 
-def _source_budget(source: Any, s: PipelineSettings, preset: Preset) -> Budget:
-    """The budget of ``s`` (or the source's default), its units checked against the loop."""
+def _source_budget(source: Any, s: PipelineSettings, preset: Preset, check: bool = True
+                   ) -> Budget:
+    """The budget of ``s`` (or the source's default); ``check``: its units against the loop.
+
+    :func:`source_monitor` leaves the check to :func:`build_monitor`, which makes it once.
+    """
     turns = source.metric_path == "turns"
     if s.phase_baseline and (turns or not source.episode_steps):
         why = f"{source.name} has no episodes of a set length to take a phase from"
         raise SettingError("phase_baseline", True, why, f"phase_baseline: {why}")
     budget = s.budget or parse_budget(source_defaults(source, preset)["false_alarms"])
-    budget_units(budget, rate=source.rate, stride=1 if turns else preset.stride, turns=turns,
-                 episode_steps=source.episode_steps, what=source.name)
+    if check:
+        budget_units(budget, rate=source.rate, stride=1 if turns else preset.stride,
+                     turns=turns, episode_steps=source.episode_steps, what=source.name)
     return budget
 
 
@@ -334,7 +339,7 @@ def source_monitor(source: Any, p: Mapping[str, Any] | PipelineSettings,
     """
     s = p if isinstance(p, PipelineSettings) else PipelineSettings.parse(p)
     turns = source.metric_path == "turns"
-    budget = _source_budget(source, s, preset)
+    budget = _source_budget(source, s, preset, check=False)  # build_monitor checks it
     unset = source_defaults(source, preset)  # what the settings leave to the source
     metrics = (*part_metrics(preset, IDT_METRICS), *(ADJUSTED_METRICS if turns else ()),
                *(("reward",) if source.has_reward else ()))

@@ -200,7 +200,7 @@ def test_cli_detector_and_budget_options(tmp_path):
 
 
 def test_the_band_shown_is_the_detectors():
-    from idt_desk_widgets.plots import _band_label
+    from idt_desk_widgets.legend import band_label
 
     data = _stream(400)
     bands = {}
@@ -208,11 +208,11 @@ def test_the_band_shown_is_the_detectors():
         mon = build_monitor(METRICS, baseline_windows=300, detector=kind,
                             false_alarms="1/5000windows")
         mon.update(data)
-        bands[kind] = (mon.baseline.thresholds, _band_label(mon.baseline))
+        bands[kind] = (mon.baseline.thresholds, band_label(mon.baseline))
     assert bands["paper"] == (None, "baseline ±3σ")  # the paper rule's band is its alarm
     thresholds, label = bands["persistence"]
     assert label == "alarm band (kσ)" and set(thresholds) == set(METRICS)
     assert all(t > 3.0 for t in thresholds.values())  # beyond 3σ: a stricter budget
     assert bands["cusum"] == (None, "baseline ±3σ (reference)")
     assert bands["ewma"] == (None, "baseline ±3σ (reference)")
-    assert _band_label(None) == "alarm band"
+    assert band_label(None) == "alarm band"

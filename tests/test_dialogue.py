@@ -362,16 +362,16 @@ def test_an_armed_schedule_is_no_onset_and_no_shaded_period(server):
     """Being on, the paper schedule starts no latency and the plots shade no period for it
     (they shaded the whole baseline and the panel said 'Paper schedule on: not detected
     yet'); a replay of a recording made before the event said so takes it so too."""
-    from idt_desk_widgets.plots import _periods
+    from idt_desk_widgets.periods import periods_of
 
     ses = _session(server, baseline=30)
     ses.schedule(0, "perturb", name="paper_schedule", params={"type": "contradiction"})
     run_headless(ses, steps=3)
     assert ses.snapshot(1).onset is None
     (on,) = [e for e in ses.events_since(0) if e["kind"] == "perturbation_on"]
-    assert on["scheduled"] is True and _periods([on], now=3.0) == []
+    assert on["scheduled"] is True and periods_of([on], now=3.0) == []
     noise = {"kind": "perturbation_on", "name": "noise", "t": 1.0}
-    assert [p[:4] for p in _periods([on, noise], now=3.0)] == [
+    assert [p[:4] for p in periods_of([on, noise], now=3.0)] == [
         (1.0, 3.0, "perturbation", "noise")]
     shipped = ReplaySource(path="assets/recordings/dialogue-smollm2-contradictions")
     ons = [ev for _i, ev in shipped._events if ev["kind"] == "perturbation_on"]

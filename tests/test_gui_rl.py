@@ -18,7 +18,7 @@ pytest.importorskip("mujoco")
 import gymnasium
 from idt_desk_widgets.agency import PASSIVE_TEXT, AgencyPanel
 from idt_desk_widgets.main_window import MainWindow
-from idt_desk_widgets.plots import ReturnPlot
+from idt_desk_widgets.returns_plot import ReturnPlot
 from idt_desk_widgets.views import RENDER_PIXELS, VIEWS, CheetahView, make_view
 from PySide6.QtGui import QColor
 
@@ -357,7 +357,8 @@ def test_window_with_cheetah_source(qtbot, tmp_path):
 
 
 def test_band_labels_name_the_parameters_that_differ_from_the_declared_ones(qtbot):
-    from idt_desk_widgets.plots import MetricPlots, _periods
+    from idt_desk_widgets.periods import periods_of
+    from idt_desk_widgets.plots import MetricPlots
 
     plots = MetricPlots()
     qtbot.addWidget(plots)
@@ -371,7 +372,7 @@ def test_band_labels_name_the_parameters_that_differ_from_the_declared_ones(qtbo
         {"kind": "modulation_on", "name": "hold", "t": 3.0,
          "params": {"mode": "repeat", "scale": 0.5, "probability": 0.5}},
     ]
-    periods = _periods(events, now=4.0)
+    periods = periods_of(events, now=4.0)
     assert [p[:4] for p in periods] == [(1.0, 2.0, "perturbation", "act_noise_1"),
                                         (3.0, 4.0, "modulation", "hold")]
     labels = [plots._label(p[3], p[4]) for p in periods]

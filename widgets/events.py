@@ -12,7 +12,7 @@ from typing import Any
 
 from idt_desk_widgets.alarms import plural
 from idt_desk_widgets.forms import compact_combo
-from idt_desk_widgets.plots import event_x, format_params
+from idt_desk_widgets.periods import event_x, format_params
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (

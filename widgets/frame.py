@@ -21,9 +21,11 @@ from idt_desk_widgets.alarms import AlarmPanel
 from idt_desk_widgets.columns import CentreSplit, ControlColumn, SideColumn
 from idt_desk_widgets.events import EventLog
 from idt_desk_widgets.forms import ElidedLabel, WheelGuard
+from idt_desk_widgets.navigator import PlotNavigator
 from idt_desk_widgets.pipeline_panel import PipelinePanel
-from idt_desk_widgets.plots import MetricPlots, PlotNavigator, ReturnPlot
+from idt_desk_widgets.plots import MetricPlots
 from idt_desk_widgets.recording import RecordPanel
+from idt_desk_widgets.returns_plot import ReturnPlot
 from idt_desk_widgets.source_panel import SourcePanel
 from idt_desk_widgets.status import StatusLine
 from idt_desk_widgets.switches import SwitchPanel, declared

@@ -1,45 +1,34 @@
-"""Stacked, x-linked live plots of P, H_f, H_b, dH (and reward) with baseline bands.
+"""The metric plots: stacked, x-linked live plots of P, H_f, H_b, ΔH (and reward).
+
+They draw the baseline bands, the alarmed windows, the shaded perturbation and modulation
+periods with their names, the impulses and the undefined windows, follow the data or stay
+frozen, and show the values under the cursor. The navigator above them is
+:mod:`.navigator`, their legend :mod:`.legend`, the periods they shade :mod:`.periods`,
+a saved figure :mod:`.figure_export`; the reward's episode returns are :mod:`.returns_plot`.
 
 One file: the stacked plots share one x axis, one band and marker model and one
-decimation path; the navigator and the reward plot are driven by the same refresh.
+decimation path, driven by one refresh (:meth:`MetricPlots.update_snapshot`).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
+from idt_desk_widgets.figure_export import save_figure
 from idt_desk_widgets.history import PlotHistory
-from PySide6.QtCore import QMargins, QPointF, QRect, QRectF, Qt, Signal
-from PySide6.QtGui import (
-    QColor,
-    QFont,
-    QFontMetrics,
-    QFontMetricsF,
-    QImage,
-    QPainter,
-    QPolygonF,
-)
-from PySide6.QtSvg import QSvgGenerator
-from PySide6.QtWidgets import (
-    QComboBox,
-    QDoubleSpinBox,
-    QGraphicsView,
-    QHBoxLayout,
-    QLabel,
-    QPushButton,
-    QWidget,
-)
+from idt_desk_widgets.legend import SHORT_WORDS, Legend, Swatch, band_label
+from idt_desk_widgets.periods import event_x, format_params, periods_of, pulses_of
+from PySide6.QtCore import QPointF, Qt, Signal
+from PySide6.QtGui import QFontMetricsF
+from PySide6.QtWidgets import QLabel
 
-from idt_desk.detection.registry import DETECTORS
 from idt_desk.live.session import Snapshot, undefined_reason
-from idt_desk.recordings import WINDOW_EVENTS
 
-__all__ = ["MAX_EPISODES", "METRICS", "NON_NEGATIVE", "SHOWN_WHEN_DEFINED", "STRUCTURAL",
-           "MetricPlots", "PlotNavigator", "ReturnPlot", "event_x", "format_params"]
+__all__ = ["METRICS", "NON_NEGATIVE", "SHOWN_WHEN_DEFINED", "STRUCTURAL", "MetricPlots"]
 
 #: (window column, axis label (HTML), curve colour)
 METRICS = (
@@ -82,69 +71,6 @@ MAX_UNDEFINED = 500
 MIN_SPAN = 1e-3
 
 
-def event_x(ev: dict[str, Any], turns: bool) -> float:
-    """Where an event stands on the plots' x axis: its loop time, or its turn.
-
-    On the turn path a command at transition i acts on turn i + 1 (an injection is the S' of
-    turn i + 1) and is drawn on that turn, as the transcript and the docs number them; a
-    window's event (an alarm) stands on the turn it judged.
-    """
-    if not turns:
-        return float(ev.get("t", math.nan))
-    i = int(ev.get("i", 0))
-    return float(i if ev.get("kind") in WINDOW_EVENTS else i + 1)
-
-
-def format_params(params: dict[str, Any] | None) -> str:
-    """Scalar parameters as "k=v, k=v" (floats short: 0.05, 1e-06)."""
-    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                     for k, v in (params or {}).items()
-                     if isinstance(v, bool | int | float | str))
-
-
-class _Swatch(pg.ItemSample):
-    """A legend sample drawn by hand (dashed line, filled box, dot, marker); not clickable."""
-
-    def __init__(self, kind: str, color: tuple[int, ...]) -> None:
-        super().__init__(None)
-        self.kind, self.color = kind, color
-        self.setFixedWidth(22)
-        self.setFixedHeight(16)
-
-    def mouseClickEvent(self, event: Any) -> None:
-        event.ignore()
-
-    def boundingRect(self) -> QRectF:
-        return QRectF(0, 0, 22, 16)
-
-    def paint(self, p: QPainter, *args: Any) -> None:
-        if self.kind == "dash":
-            p.setPen(pg.mkPen(self.color, width=1.5, style=Qt.PenStyle.DashLine))
-            p.drawLine(1, 8, 21, 8)
-        elif self.kind == "box":
-            p.setPen(pg.mkPen(None))
-            p.setBrush(pg.mkBrush(*self.color[:3], max(self.color[3] * 2, 70)))
-            p.drawRect(QRectF(1, 2, 20, 12))
-        elif self.kind == "dot":
-            p.setPen(pg.mkPen(None))
-            p.setBrush(pg.mkBrush(*self.color))
-            p.drawEllipse(QPointF(11, 8), 3, 3)
-        elif self.kind == "vline":
-            p.setPen(pg.mkPen(self.color, width=1.5))
-            p.drawLine(11, 1, 11, 15)
-        elif self.kind == "tri":
-            p.setPen(pg.mkPen(None))
-            p.setBrush(pg.mkBrush(*self.color))
-            p.drawPolygon(QPolygonF([QPointF(6, 14), QPointF(16, 14), QPointF(11, 5)]))
-
-
-class _Legend(pg.LegendItem):
-    """A legend that sits in its own row above the plots (not draggable)."""
-
-    def mouseDragEvent(self, ev: Any) -> None:
-        ev.ignore()
-
-
 class MetricPlots(pg.GraphicsLayoutWidget):
     """The IDT's four metrics (plus reward) against the loop's time, sharing one x axis.
 
@@ -175,8 +101,8 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         self.dots: dict[str, pg.ScatterPlotItem] = {}
         self.bands: dict[str, pg.LinearRegionItem] = {}
         self.means: dict[str, pg.InfiniteLine] = {}
-        self.legend = _Legend(colCount=7, labelTextColor=(60, 60, 60), labelTextSize="8.5pt",
-                              sampleType=_Swatch, horSpacing=4, frame=False)
+        self.legend = Legend(colCount=7, labelTextColor=(60, 60, 60), labelTextSize="8.5pt",
+                             sampleType=Swatch, horSpacing=4, frame=False)
         self.legend.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
         # pyqtgraph's legends ignore transformations (to keep their size in a zoomed view);
         # these are not in a zoomed view, and must grow with a figure exported at 2×.
@@ -428,7 +354,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         if self._seen_undefined:
             entries.append(("tri", _UNDEFINED, "P undefined"))
         if self.width() < self.COMPACT_BELOW:
-            entries = [(kind, color, _SHORT.get(text, text)) for kind, color, text in entries]
+            entries = [(kind, color, SHORT_WORDS.get(text, text)) for kind, color, text in entries]
         key = tuple(entries)
         if key == self._legend_key:
             return
@@ -436,7 +362,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         self.legend.clear()
         self.legend.columnCount = len(entries)
         for kind, color, text in entries:
-            self.legend.addItem(_Swatch(kind, color), text)
+            self.legend.addItem(Swatch(kind, color), text)
         self._wrap_legend()
 
     # -- navigation -------------------------------------------------------------------------
@@ -566,7 +492,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         w = self.history.update(snap.windows, snap.n_windows)
         x = w["t"]
         b = snap.baseline
-        label = _band_label(b)
+        label = band_label(b)
         if b is not None and label != self._band_text:
             self._band_text = label
             self._legend_key = ()
@@ -602,8 +528,8 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         if self.x_label == "turn":
             switches = [{**ev, "t": event_x(ev, turns=True)} if "i" in ev else ev
                         for ev in switches]
-        self._set_periods(_periods(switches, now))
-        self._set_pulses(_pulses(switches))
+        self._set_periods(periods_of(switches, now))
+        self._set_pulses(pulses_of(switches))
         self._follow(x, w, snap.baseline)
         if self._regions or self._pulses:
             self._stack_labels()
@@ -876,222 +802,15 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         for line in shown:
             line.setVisible(False)
         try:
-            self._export(path, scale, title)
+            save_figure(self, path, scale, title)
         finally:
             for line in shown:
                 line.setVisible(True)
-
-    def _export(self, path: str, scale: float, title: str | None) -> None:
-
-        def strip(width: int, k: float) -> tuple[QFont, int]:
-            font = QFont(self.font())
-            font.setPointSizeF(9.0 * k)
-            if not title:
-                return font, 0
-            rect = QFontMetrics(font).boundingRect(
-                QRect(0, 0, width - int(16 * k), 10_000), int(Qt.TextFlag.TextWordWrap), title)
-            return font, rect.height() + int(10 * k)
-
-        def write_title(painter: QPainter, width: int, k: float, height: int,
-                        font: QFont) -> None:
-            painter.setFont(font)
-            painter.setPen(QColor(32, 33, 36))
-            painter.drawText(QRect(int(8 * k), 0, width - int(16 * k), height),
-                             int(Qt.AlignmentFlag.AlignVCenter | Qt.TextFlag.TextWordWrap),
-                             title)
-
-        if str(path).lower().endswith(".svg"):
-            # Qt's own SVG painter: pyqtgraph 0.14's SVGExporter fails on the closed paths
-            # Qt 6.11 writes ("Z"; pyqtgraph issue #3495).
-            font, top = strip(self.width(), 1.0)
-            gen = QSvgGenerator()
-            gen.setFileName(str(path))
-            gen.setSize(self.size().grownBy(QMargins(0, top, 0, 0)))
-            gen.setViewBox(QRect(0, 0, self.width(), self.height() + top))
-            gen.setTitle(title or "IDT Desk metrics")
-            painter = QPainter(gen)
-            if top:
-                write_title(painter, self.width(), 1.0, top, font)
-                painter.translate(0, top)
-            self.render(painter)
-            painter.end()
-            return
-        # The view drawn into a rectangle ``scale`` times its size: text, legend, markers and
-        # axes all grow and stay sharp (pyqtgraph's ImageExporter enlarged the plots but left
-        # the legend at screen size).
-        width, height = round(self.width() * scale), round(self.height() * scale)
-        font, top = strip(width, scale)
-        image = QImage(width, height + top, QImage.Format.Format_ARGB32)
-        image.fill(QColor("white"))
-        painter = QPainter(image)
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        painter.setRenderHint(QPainter.RenderHint.TextAntialiasing)
-        if top:
-            write_title(painter, width, scale, top, font)
-        QGraphicsView.render(self, painter, QRectF(0, top, width, height),
-                             self.viewport().rect())
-        painter.end()
-        if not image.save(str(path)):
-            raise OSError(f"cannot write {path}")
-
-
-class PlotNavigator(QWidget):
-    """Above the plots: follow the whole history or the latest N, freeze or follow.
-
-    Drives a :class:`MetricPlots` (``set_follow``, ``freeze``) and shows when it froze itself
-    (``frozenChanged``: a drag or a wheel turn on a plot). The values under the cursor go to
-    the window's status bar (``cursorChanged``), which is as wide as the window.
-    """
-
-    #: Default span of "latest" (seconds, turns).
-    SPANS: ClassVar[dict[str, float]] = {"s": 60.0, "turns": 20.0}
-
-    def __init__(self, plots: MetricPlots, parent: Any = None) -> None:
-        super().__init__(parent)
-        self.setObjectName("plot_navigator")
-        self.plots = plots
-        lay = QHBoxLayout(self)
-        lay.setContentsMargins(4, 2, 4, 0)
-        lay.setSpacing(6)
-        self.mode = QComboBox(self)
-        self.mode.addItem("Whole history", "all")
-        self.mode.addItem("Latest", "latest")
-        self.mode.setToolTip("What the time axis follows: the whole session (older windows "
-                             "drawn merged: each group's lowest and highest values), or the "
-                             "latest span")
-        self.span = QDoubleSpinBox(self)
-        self.span.setRange(1.0, 1e7)
-        self.span.setDecimals(0)
-        self.span.setToolTip("The span 'Latest' shows")
-        self.freeze_button = QPushButton("Freeze", self)
-        self.freeze_button.setMinimumWidth(64)  # the style's 80 px minimum
-        self.freeze_button.setCheckable(True)
-        self.freeze_button.setToolTip(
-            "Hold the view while the loop runs (a drag or a wheel turn on the plots freezes "
-            "it too); press again to follow the data (Ctrl+F)")
-        for w in (self.mode, self.span, self.freeze_button):
-            lay.addWidget(w)
-        lay.addStretch(1)
-        self.set_unit("s")
-        self.mode.currentIndexChanged.connect(self._apply)
-        self.span.valueChanged.connect(self._apply)
-        self.freeze_button.toggled.connect(self._freeze_toggled)
-        plots.frozenChanged.connect(self._frozen)
-
-    def set_unit(self, unit: str) -> None:
-        """Seconds ("s") or turns: the span's suffix and its default."""
-        self.span.blockSignals(True)
-        self.span.setSuffix(f" {unit}")
-        self.span.setValue(self.SPANS.get(unit, 60.0))
-        self.span.blockSignals(False)
-        self.span.setEnabled(self.mode.currentData() == "latest")
-        self.plots.span = self.span.value()
-
-    def _apply(self, *_args: Any) -> None:
-        mode = self.mode.currentData()
-        self.span.setEnabled(mode == "latest")
-        self.plots.set_follow(mode, self.span.value())
-
-    def _freeze_toggled(self, on: bool) -> None:
-        self.plots.freeze(on)
-
-    def _frozen(self, on: bool) -> None:
-        self.freeze_button.blockSignals(True)
-        self.freeze_button.setChecked(on)
-        self.freeze_button.blockSignals(False)
-        self.freeze_button.setText("Follow" if on else "Freeze")
-        self.freeze_button.setToolTip(
-            "Frozen: press to follow the data again (Ctrl+F)" if on else
-            "Hold the view while the loop runs (a drag or a wheel turn on the plots freezes "
-            "it too); press again to follow the data (Ctrl+F)")
-
-
-#: Finished episodes shown on the return plot (the latest ones; bounded).
-MAX_EPISODES = 500
-
-
-class ReturnPlot(pg.PlotWidget):
-    """Return of every finished episode (x: episode, y: return), for sources with reward.
-
-    Fed with the source's info (``episode_returns``: [episode, return] pairs of the latest
-    finished episodes); redrawn only when that list changes.
-    """
-
-    def __init__(self, parent: Any = None) -> None:
-        super().__init__(parent, background="w")
-        self.setObjectName("return_plot")
-        p = self.getPlotItem()
-        p.setMenuEnabled(False)
-        p.hideButtons()
-        p.setLabel("left", "return")
-        p.setLabel("bottom", "episode")
-        p.getAxis("left").setWidth(62)  # aligned with the metric plots above
-        for side in ("left", "bottom"):
-            p.getAxis(side).enableAutoSIPrefix(False)
-        p.showGrid(x=False, y=True, alpha=0.15)
-        self.curve = p.plot(pen=pg.mkPen((90, 90, 90), width=1), symbol="o", symbolSize=5,
-                            symbolPen=None, symbolBrush=pg.mkBrush(30, 130, 80))
-        self.setMinimumHeight(120)
-        self.setMaximumHeight(190)
-        self._key: tuple = ()
-        self.clear_data()
-
-    def clear_data(self) -> None:
-        """No episodes (a new session)."""
-        self._key = ()
-        self.curve.setData([], [])
-        self._title("Episode return — no episode finished yet")
-
-    def _title(self, text: str) -> None:
-        self.getPlotItem().setTitle(f"<span style='color:#3c4043; font-size:9pt'>{text}</span>")
-
-    def update_info(self, info: dict[str, Any]) -> None:
-        """Plot ``info["episode_returns"]`` when it has changed."""
-        pairs = info.get("episode_returns")
-        if pairs is None or len(pairs) == 0:
-            return
-        key = (len(pairs), tuple(np.asarray(pairs[-1]).tolist()),
-               tuple(np.asarray(pairs[0]).tolist()))
-        if key == self._key:
-            return
-        self._key = key
-        arr = np.asarray(pairs[-MAX_EPISODES:], dtype=float).reshape(-1, 2)
-        x, y = arr[:, 0], arr[:, 1]
-        # Many episodes: the line alone (dots would blot it out).
-        self.curve.setSymbol("o" if len(x) <= 60 else None)
-        self.curve.setData(x, y)
-        # Episodes are whole numbers: ticks on integers, about eight of them.
-        step = max(1, math.ceil((x[-1] - x[0] + 1) / 8))
-        self.getPlotItem().getAxis("bottom").setTickSpacing(step, step)
-        best = float(np.nanmax(y)) if len(y) else math.nan
-        # Short enough for the narrowest centre pane (about 300 px at 1024 wide).
-        self._title(f"Return: last {y[-1]:,.0f}, best {best:,.0f} "
-                    f"({len(x)} ep.)")
 
 
 #: Axis labels without their units, for short plots.
 _SHORT_AXIS = {"H_f": "H<sub>f</sub>", "H_b": "H<sub>b</sub>", "dH": "ΔH", "reward": "reward",
                "P_adj": "P − null"}
-#: The legend's short words, for a narrow centre pane.
-_SHORT = {"baseline mean": "mean", "alarm band (kσ)": "alarm band",
-          "alarmed window": "alarmed", "impulse (kick)": "kick", "perturbation": "perturbed",
-          "modulation": "modulated"}
-
-
-def _band_label(b: Any) -> str:
-    """The legend's words for the band: the detector's calibrated band, or kσ."""
-    if b is None:
-        return "alarm band"
-    kind = DETECTORS.get(getattr(b, "kind", None) or "")
-    if kind is None or not kind.calibrated:  # the paper's rule, or a baseline fitted alone
-        return f"baseline ±{b.k:g}σ"
-    if getattr(b, "thresholds", None):
-        # k calibrated to the budget (the alarm panel says how); short enough that the five
-        # entries fit one row of a 1400-px window's plots.
-        return "alarm band (kσ)"
-    return f"baseline ±{b.k:g}σ (reference)"
-
-
 def _band(b: Any, key: str) -> tuple[float, float] | None:
     """The baseline's (lower, upper) band of a metric, lower clipped at 0 where it must be."""
     if b is None or key not in b.mean or not math.isfinite(b.std.get(key, math.nan)):
@@ -1125,36 +844,3 @@ def _waiting_text(snap: Snapshot) -> str:
                 f"<br><small>the first windows fix the symbols' bins; the plots start "
                 f"when they are done{eta}</small>")
     return f"Waiting for the first window{paused}…"
-
-
-def _periods(events: list[dict[str, Any]], now: float
-             ) -> list[tuple[float, float, str, str, tuple]]:
-    """(start, end, kind, name, params) of every perturbation / modulation period.
-
-    From the event log; ``params`` are the switch-on event's scalar parameters, sorted.
-    """
-    open_: dict[tuple[str, str], tuple[float, tuple]] = {}
-    out = []
-    for ev in events:
-        kind = ev.get("kind", "")
-        for what in ("perturbation", "modulation"):
-            key = (what, str(ev.get("name")))
-            if kind == f"{what}_on" and key not in open_ and not ev.get("scheduled"):
-                # (An armed schedule perturbs nothing: its impulses are marked instead.)
-                params = tuple(sorted((k, v) for k, v in (ev.get("params") or {}).items()
-                                      if isinstance(v, bool | int | float | str)))
-                open_[key] = (float(ev.get("t", now)), params)
-            elif kind == f"{what}_off" and key in open_:
-                t0, params = open_.pop(key)
-                out.append((t0, float(ev.get("t", now)), what, key[1], params))
-    for (what, name), (t0, params) in open_.items():
-        # An onset after the latest window's end: a zero-width period until windows catch up.
-        out.append((t0, max(now, t0), what, name, params))
-    # Round so an open period's growing end does not rebuild items every frame for nothing.
-    return sorted((round(a, 2), round(b, 2), k, n, p) for a, b, k, n, p in out)
-
-
-def _pulses(switches: list[dict[str, Any]]) -> list[tuple[float, str]]:
-    """(t, name) of every one-shot impulse (``perturbation_pulse``) among the switches."""
-    return [(round(float(ev["t"]), 3), str(ev.get("name"))) for ev in switches
-            if ev.get("kind") == "perturbation_pulse"]
