@@ -30,7 +30,8 @@ The names, by what a plugin does with them:
   part_metrics, detect, first_post_onset_window, IDT_METRICS, DetectorSpec, DETECTOR_KINDS,
   DEFAULT_BUDGET, CONTROL_BUDGET, CONTROL_DETECTOR, parse_budget, calibrate, standardise,
   whitening, detector_statistic, joint_statistic, Attributor, evidence, term_columns (an
-  alarm's class of change), first_above, matched_threshold, records, episode_steps,
+  alarm's class of change), first_above, matched_threshold, records, matched_comparison
+  and MATCHED_RATE (detectors compared at a matched false-alarm rate), episode_steps,
   window_phase, and
   a dialogue's per-turn rule (BASELINE_TURNS, RESPONSE_TURNS, detect_injection, response_z);
 - **compute metrics**: Symbolizer, sliding_metrics, window_means, a dialogue's token metrics
@@ -72,8 +73,8 @@ _WHERE: dict[str, str] = {
                     "idt_desk.detection.detectors"),
     **dict.fromkeys(("Attributor", "evidence", "term_columns"),
                     "idt_desk.detection.attribution"),
-    **dict.fromkeys(("first_above", "matched_threshold", "records"),
-                    "idt_desk.detection.matched"),
+    **dict.fromkeys(("MATCHED_RATE", "first_above", "matched_comparison", "matched_threshold",
+                     "records"), "idt_desk.detection.matched"),
     **dict.fromkeys(("episode_steps", "window_phase"), "idt_desk.detection.phase"),
     **dict.fromkeys(("BASELINE_TURNS", "RESPONSE_TURNS", "detect_injection", "response_z"),
                     "idt_desk.detection.turns"),

@@ -119,3 +119,81 @@ def test_the_plugin_api_hands_out_the_cores_own_objects_and_nothing_else():
     assert dir(api) == api.__all__
     with pytest.raises(AttributeError, match="a plugin may import: ACTION_SMOOTHING"):
         api.Sesion  # noqa: B018 (a typo)
+
+
+#: Other libraries' underscore names this code must use: argparse names its sub-parsers' type
+#: only so; llama-cpp-python's context (the KV cache's size) has no public accessor;
+#: Gymnasium's MuJoCo environments build their observation only in ``_get_obs``.
+FOREIGN_PRIVATE = ("argparse._SubParsersAction", "self.llm._ctx", "u[1]._get_obs")
+PACKAGES = {"idt_desk": "idt_desk", "sources": "idt_desk_sources", "widgets": "idt_desk_widgets"}
+
+
+def _own_names(tree) -> set[str]:
+    """Names a module defines: its functions, classes, variables and attributes of self."""
+    import ast
+
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and \
+                isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return names
+
+
+def _reach_ins(tree, module: str) -> list[str]:
+    """Underscore names of another module: ``x._name`` where ``_name`` is not this module's
+    own, ``from m import _name``, and a package's private module imported from outside it."""
+    import ast
+
+    own, package = _own_names(tree), module.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and \
+                not node.attr.startswith("__") and node.attr not in own:
+            base = node.value
+            if not (isinstance(base, ast.Name) and base.id in ("self", "cls")) and \
+                    ast.unparse(node) not in FOREIGN_PRIVATE:
+                found.append(f"{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            home, _, last = node.module.rpartition(".")
+            if last.startswith("_") and not last.startswith("__") and \
+                    not (package + ".").startswith(home + "."):
+                found.append(f"{node.lineno}: from {node.module} (another package's private "
+                             "module)")
+            found += [f"{node.lineno}: from {node.module} import {a.name}" for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_no_module_reaches_into_another_modules_private_names():
+    """Over the whole tree: a module uses another's public names only (its own privates,
+    those of classes it defines, and its own package's private modules are its business)."""
+    import ast
+
+    bad = {}
+    for folder, package in PACKAGES.items():
+        for f in sorted((ROOT / folder).rglob("*.py")):
+            rel = f.relative_to(ROOT / folder).with_suffix("")
+            module = ".".join((package, *rel.parts))
+            if found := _reach_ins(ast.parse(f.read_text()), module):
+                bad[str(f.relative_to(ROOT))] = found
+    assert bad == {}
+
+
+def test_the_reach_in_checker_sees_each_form():
+    """The check above fails on the forms it forbids (it is not vacuous)."""
+    import ast
+
+    code = ("from idt_desk.recordings.files import _hidden\n"
+            "from idt_desk_sources.gym._source import GymSource\n"
+            "def f(mon):\n    return mon._windows, self._mine\n")
+    found = _reach_ins(ast.parse(code), "idt_desk.cli.bench")
+    assert [x.split(":")[0] for x in found] == ["1", "2", "4"], found
+    # Its own package's private module, and its own class's private name, are allowed.
+    own = "from idt_desk_sources.gym._source import GymSource\nclass A:\n    def f(self, o):" \
+          "\n        self._x = 1\n        return o._x\n"
+    assert _reach_ins(ast.parse(own), "idt_desk_sources.gym.bench") == []

@@ -14,7 +14,7 @@ pytest.importorskip("mujoco")
 
 from idt_desk_sources.gym import GymSource
 from idt_desk_sources.gym._policy import PolicyError, algorithm_of
-from idt_desk_sources.gym._source import _CHEETAH_GROUPS, POLICY_DIR
+from idt_desk_sources.gym._source import CHEETAH_GROUPS, POLICY_DIR
 from idt_desk_sources.gym.cards import NormalizedActor, evaluate
 from idt_desk_sources.gym.train import train
 
@@ -237,9 +237,9 @@ def test_dim_reduction_freezes_groups_at_their_running_mean(tiny_policy):
     mean = src._mean.copy()
     src.set_modulation("dim_reduction", {"drop": "torso,front_leg"})
     b = src.step(50)
-    idx = list(_CHEETAH_GROUPS["torso"] + _CHEETAH_GROUPS["front_leg"])
+    idx = list(CHEETAH_GROUPS["torso"] + CHEETAH_GROUPS["front_leg"])
     np.testing.assert_allclose(b.s[1:, idx], np.broadcast_to(mean[idx], (49, len(idx))))
-    back = list(_CHEETAH_GROUPS["back_leg"])
+    back = list(CHEETAH_GROUPS["back_leg"])
     assert np.ptp(b.s[:, back], axis=0).min() > 0  # the rest still moves
     with pytest.raises(ValueError, match="unknown group"):
         src.set_modulation("dim_reduction", {"drop": "tail"})
@@ -252,13 +252,13 @@ def test_dim_reduction_by_default_freezes_a_group_that_exists(tiny_policy):
     decl = GymSource.modulation("dim_reduction")
     (drop,) = decl.params
     assert drop.default == "back_leg"  # the least costly group (the study's)
-    assert all(g in drop.help for g in _CHEETAH_GROUPS)
+    assert all(g in drop.help for g in CHEETAH_GROUPS)
     src = _source(tiny_policy)
     src.step(100)
     mean = src._mean.copy()
     src.set_modulation("dim_reduction", {})
     b = src.step(20)
-    idx = list(_CHEETAH_GROUPS["back_leg"])
+    idx = list(CHEETAH_GROUPS["back_leg"])
     np.testing.assert_allclose(b.s[1:, idx], np.broadcast_to(mean[idx], (19, len(idx))))
     src.set_modulation("dim_reduction", None)
     with pytest.raises(ValueError, match="name the groups to freeze; known: torso, back_leg"):

@@ -22,13 +22,13 @@ from idt_desk_sources.gym.reproduce import (
     CheetahConfig,
     Trial,
     TrialGroup,
-    _engagements,
     analyze_trial,
     control_seed,
     reproduce,
     run_group,
     summarize_trials,
 )
+from idt_desk_sources.gym.reproduce.lockstep import _engagements
 
 from idt_desk.cli import main
 from idt_desk.detection.detectors import CONTROL_BUDGET
@@ -194,7 +194,7 @@ def test_auto_engages_the_modulation_and_it_shows_in_the_actions():
 
 def test_auto_may_follow_every_calibrated_detector_from_the_command_line(monkeypatch, tmp_path):
     # Auto follows whichever detector is named; the RL source's live default (MEWMA) too.
-    import idt_desk_sources.gym.reproduce as rc
+    import idt_desk_sources.gym.reproduce.command as rc
 
     seen = []
     monkeypatch.setattr(rc, "reproduce", lambda config, progress: seen.append(config) or
@@ -401,7 +401,7 @@ def test_summary_statistics_match_hand_computed_values():
 
 
 def test_detection_at_a_matched_false_alarm_rate_against_hand_counts():
-    from idt_desk_sources.gym.reproduce import _matched
+    from idt_desk_sources.gym.reproduce.judge import matched_false_alarm
 
     def row(pert, score, first):
         recs = json.dumps([[0, score / 2], [first, score]])
@@ -413,7 +413,7 @@ def test_detection_at_a_matched_false_alarm_rate_against_hand_counts():
     rows = [row("none", 0.1 * i, 3) for i in range(20)]
     # Perturbed: scores 1.0 (missed), 1.85 (from window 7), 3.0 (from window 2).
     rows += [row("p1", 1.0, 5), row("p2", 1.85, 7), row("p3", 3.0, 2)]
-    got = _matched(pd.DataFrame(rows))
+    got = matched_false_alarm(pd.DataFrame(rows))
     assert got["allowed_false_alarms"] == 1
     b = got["persistence"]["IDT"]
     assert b["threshold_sigma"] == pytest.approx(1.8)
@@ -477,7 +477,7 @@ def test_a_group_that_fails_is_reported_not_raised(monkeypatch):
 def test_an_interrupted_run_resumes_from_its_finished_groups(tiny_run, monkeypatch):
     result, out = tiny_run
     assert len(list((out / "groups").glob("*.pkl"))) == 1  # one policy, open loop: one group
-    import idt_desk_sources.gym.reproduce as module
+    import idt_desk_sources.gym.reproduce.runner as module
 
     def must_not_run(group):
         raise AssertionError("a finished group was run again")
@@ -512,7 +512,7 @@ def test_rate_error_bars_stay_between_0_and_1():
 
 
 def test_the_live_block_judges_a_trial_as_a_live_monitor_would():
-    from idt_desk_sources.gym.reproduce import LIVE_DETECTORS, _live
+    from idt_desk_sources.gym.reproduce.judge import LIVE_DETECTORS, _live
 
     from idt_desk.metrics.presets import PRESETS
 
@@ -594,7 +594,7 @@ def test_the_budget_says_how_many_alarmed_controls_are_chance():
     import itertools
 
     import pandas as pd
-    from idt_desk_sources.gym.reproduce import _by_chance
+    from idt_desk_sources.gym.reproduce.summary import _by_chance
 
     def controls(post_steps):
         return pd.DataFrame({"steps": [14_000 + n for n in post_steps], "onset_step": 14_000,

@@ -101,7 +101,7 @@ def test_no_cost_is_claimed_without_episodes_before_or_once_the_perturbation_is_
 
 
 def test_the_episode_return_monitor_against_a_hand_computation():
-    from idt_desk_sources.gym.reproduce import _return_monitors
+    from idt_desk_sources.gym.reproduce.judge import _return_monitors
 
     from idt_desk.detection.detectors import DetectorSpec, calibrate, detector_statistic
 

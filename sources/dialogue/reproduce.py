@@ -580,35 +580,28 @@ def _prompt_tokens(rows: Any) -> dict[str, Any]:
             "injected": stats(rows.loc[injected, "n_S_next"])}
 
 
-#: The per-turn false-alarm rate at which detectors are compared (``matched``).
-MATCHED_RATE = 0.05
-
-
 def _matched(real: Sequence[dict[str, Any]], ctrl: Sequence[dict[str, Any]], d: str
              ) -> dict[str, Any] | None:
-    """Detection at a matched false-alarm rate (``MATCHED_RATE``).
+    """Detection at a matched false-alarm rate (``idt_desk.plugin.MATCHED_RATE``, 5 %).
 
     The threshold (in σ) that at most 5 % of the baseline tests' control turns exceed within
     their response turns, applied to the injections (latency: the first response turn
-    beyond it).
+    beyond it): :func:`~idt_desk.detection.matched.matched_comparison` on each turn's records
+    of |z| over its response turns, kept exact.
     """
-    import numpy as np
+    from idt_desk.plugin import matched_comparison, records
 
-    from idt_desk.plugin import matched_threshold
-
-    def peak(r: dict[str, Any]) -> float:
-        z = [abs(x) for x in r[f"z_{d}"] if x is not None]
-        return max(z) if z else -math.inf
+    def recs(r: dict[str, Any]) -> list[list[float]]:
+        return records([math.nan if x is None else abs(x) for x in r[f"z_{d}"]], digits=None)
 
     if not ctrl or not real:
         return None
-    theta, allowed = matched_threshold(np.array([peak(r) for r in ctrl]), MATCHED_RATE)
-    lats = [next(j for j, x in enumerate(r[f"z_{d}"]) if x is not None and abs(x) > theta)
-            for r in real if peak(r) > theta]
-    return {"threshold_sigma": theta, "allowed_false_alarms": allowed,
-            "false_alarms": sum(peak(r) > theta for r in ctrl), "control_turns": len(ctrl),
-            "detected": len(lats), "injections": len(real),
-            "median_latency": float(np.median(lats)) if lats else None}
+    got = matched_comparison([recs(r) for r in ctrl], [recs(r) for r in real])
+    return {"threshold_sigma": got["threshold_sigma"],
+            "allowed_false_alarms": got["allowed_false_alarms"],
+            "false_alarms": got["false_alarms"]["alarms"], "control_turns": len(ctrl),
+            "detected": got["detection"]["detected"], "injections": len(real),
+            "median_latency": got["median_latency"]}
 
 
 def _mean_z(rows: Sequence[dict[str, Any]], d: str) -> list[float | None]:

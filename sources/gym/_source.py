@@ -61,7 +61,7 @@ HALFCHEETAH_OBS = (
 #: HalfCheetah's 6 torques.
 HALFCHEETAH_ACTIONS = ("bthigh", "bshin", "bfoot", "fthigh", "fshin", "ffoot")
 #: The body-part groups of the cheetah preset, by name (paper §10.3).
-_CHEETAH_GROUPS = dict(zip(("torso", "back_leg", "front_leg"), PRESETS["cheetah"].state_groups,
+CHEETAH_GROUPS = dict(zip(("torso", "back_leg", "front_leg"), PRESETS["cheetah"].state_groups,
                            strict=True))
 #: Where the shipped policies live (in the repository, beside the packages).
 POLICY_DIR = assets.path("policies")
@@ -375,7 +375,7 @@ class GymSource(Source):
         self.action_names = (tuple(f"torque_{a}" for a in HALFCHEETAH_ACTIONS) if cheetah
                              else tuple(f"act_{j}" for j in range(n_act)))
         self.presets = ("cheetah", "cheetah-live") if cheetah else ("gym",)
-        self.groups = dict(_CHEETAH_GROUPS) if cheetah else {
+        self.groups = dict(CHEETAH_GROUPS) if cheetah else {
             name: (j,) for j, name in enumerate(self.state_names)}
         self.rate = 1.0 / float(getattr(env.unwrapped, "dt", 0.05))
         spec = getattr(env, "spec", None)

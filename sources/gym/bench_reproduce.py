@@ -47,11 +47,11 @@ def _lockstep(policy: str, trials: int, episodes: int, deterministic: bool) -> f
         CONTROL,
         Trial,
         TrialGroup,
-        _perturbation_names,
+        perturbation_names,
         run_group,
     )
 
-    names = (CONTROL, *_perturbation_names())
+    names = (CONTROL, *perturbation_names())
     group = TrialGroup(policy, tuple(Trial(names[j % len(names)]) for j in range(trials)),
                        "HalfCheetah-v5", episodes, 2, 0, 3.0, deterministic=deterministic)
     t0 = time.perf_counter()

@@ -28,15 +28,15 @@ One trial
 Matched false-alarm rate: for the paper rule and persistence the IDT statistic after the
 onset (largest over the four components of |z|, or of the smallest |z| of the last 5
 windows) is kept as its running-maximum records, and the threshold is set so that at most
-5 % of the control trials exceed it (``idt_desk.detection.matched.matched_threshold``): detection
-and latency are then compared at that false-alarm rate.
+5 % of the control trials exceed it: detection and latency are then compared at that
+false-alarm rate (``idt_desk.detection.matched.matched_comparison``, the reproductions' one
+comparison).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,9 +58,8 @@ from idt_desk.plugin import (
     check_int,
     check_out_dir,
     detector_statistic,
-    first_above,
     judge,
-    matched_threshold,
+    matched_comparison,
     parse_budget,
     records,
     run_tasks,
@@ -81,8 +80,6 @@ CONDITIONS: tuple[tuple[str, str | None, dict[str, Any]], ...] = (
 )
 #: Symbols' calibration and baseline windows (the live session's defaults).
 CALIBRATION_WINDOWS, BASELINE_WINDOWS = 20, 200
-#: The per-trial false-alarm rate at which the swept detectors are compared.
-MATCHED_RATE = 0.05
 #: Swept detectors: (kind, m) of the statistic whose records are kept.
 SWEPT = {"paper": ("paper", 1), "persistence": ("persistence", 5)}
 
@@ -213,21 +210,18 @@ def _summary(config: AlarmsConfig, trials: pd.DataFrame, wall: float) -> dict[st
             block[name] = {"detected": int(g[f"alarm_{kind}"].sum()), "trials": len(g),
                            "median_latency": float(lat.median()) if len(lat) else None}
         out["detectors"][kind] = block
-    for kind in SWEPT:
+    for kind in SWEPT:  # θ matched on the controls to MATCHED_RATE (idt_desk.plugin)
         recs = {i: json.loads(r) for i, r in trials[f"records_{kind}"].items()}
-        best = {i: (r[-1][1] if r else -math.inf) for i, r in recs.items()}
-        theta, allowed = matched_threshold(np.array([best[i] for i in control.index]),
-                                           MATCHED_RATE)
-        block = {"threshold_sigma": theta, "allowed_false_alarms": allowed,
-                 "false_alarms": {"alarms": int(sum(best[i] > theta for i in control.index)),
-                                  "trials": len(control)}}
+        ctrl = [recs[i] for i in control.index]
+        got = matched_comparison(ctrl, [])
+        block = {k: got[k] for k in ("threshold_sigma", "allowed_false_alarms", "false_alarms")}
         for name in config.conditions:
             if name == "none":
                 continue
             idx = trials.index[trials["condition"] == name]
-            lat = [first_above(recs[i], theta) for i in idx if best[i] > theta]
-            block[name] = {"detected": len(lat), "trials": len(idx),
-                           "median_latency": float(np.median(lat)) if lat else None}
+            got = matched_comparison(ctrl, [recs[i] for i in idx])
+            block[name] = {"detected": got["detection"]["detected"], "trials": len(idx),
+                           "median_latency": got["median_latency"]}
         out["matched_false_alarm"][kind] = block
     return out
 
