@@ -16,7 +16,7 @@ pytest.importorskip("stable_baselines3")
 pytest.importorskip("mujoco")
 
 from idt_desk_sources.gym import GymSource
-from idt_desk_sources.gym._source import POLICY_DIR, step_together
+from idt_desk_sources.gym._source import POLICY_DIR
 from idt_desk_sources.gym.reproduce import (
     DETECTORS,
     CheetahConfig,
@@ -223,7 +223,7 @@ def test_lockstep_steps_each_source_as_it_would_step_alone():
     src.close()
     # Sources in the same state act exactly as one stepped alone, each drawing its own noise.
     same = _sources([3, 3])
-    b = step_together(same, 300)
+    b = GymSource.step_together(same, 300)
     for s in same:
         s.close()
     for j in (0, 1):
@@ -243,7 +243,7 @@ def test_a_control_is_bit_identical_alone_and_beside_eight_perturbed_trials():
         src.reset(seed=seed)
         return src
 
-    (alone,) = step_together([solo := control(5)], 400)
+    (alone,) = GymSource.step_together([solo := control(5)], 400)
     group = [control(5)]
     for k, name in enumerate(names):
         src = GymSource(policy=policy)
@@ -251,7 +251,7 @@ def test_a_control_is_bit_identical_alone_and_beside_eight_perturbed_trials():
         src.reset(seed=100 + k)
         src.set_perturbation(name, {})
         group.append(src)
-    together = step_together(group, 400)
+    together = GymSource.step_together(group, 400)
     for src in (solo, *group):
         src.close()
     for col in ("s", "a", "s_next", "reward"):
@@ -450,9 +450,7 @@ def test_engagement_accounting():
 
 
 def test_a_group_that_fails_is_reported_not_raised(monkeypatch):
-    import idt_desk_sources.gym._source as source_module
-
-    real, calls = source_module.step_together, []
+    real, calls = GymSource.step_together, []
 
     def unstable(sources, n, info=True):
         calls.append(n)
@@ -460,7 +458,7 @@ def test_a_group_that_fails_is_reported_not_raised(monkeypatch):
             raise FloatingPointError("MuJoCo went unstable")
         return real(sources, n, info)
 
-    monkeypatch.setattr(source_module, "step_together", unstable)
+    monkeypatch.setattr(GymSource, "step_together", staticmethod(unstable))
     group = TrialGroup(POLICY, (Trial("none"), Trial("act_noise_4")), "HalfCheetah-v5", 3, 2,
                        0, 3.0)
     rows = run_group(group)

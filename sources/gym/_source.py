@@ -50,7 +50,7 @@ from idt_desk.plugin import (
 )
 
 __all__ = ["ACTIONS", "HALFCHEETAH_ACTIONS", "HALFCHEETAH_OBS", "GymSource", "default_policy",
-           "shipped_policies", "step_together"]
+           "shipped_policies"]
 
 #: HalfCheetah's 17 observations: qpos without rootx, then qvel.
 HALFCHEETAH_OBS = (
@@ -456,7 +456,35 @@ class GymSource(Source):
 
     def step(self, n: int) -> Batch:
         """``n`` environment steps of the frozen policy."""
-        return step_together([self], n)[0]
+        return GymSource.step_together([self], n)[0]
+
+    @staticmethod
+    def step_together(sources: list[GymSource], n: int, info: bool = True) -> list[Batch]:
+        """``n`` steps of every source in lockstep, one policy call per policy per step.
+
+        Sources that share a :class:`FrozenPolicy` object (and ``deterministic``) are served by
+        one call of :meth:`FrozenPolicy.act_many`, which gives each row the action it would get
+        alone; each source keeps its own environment, generator, perturbations and modulations,
+        so what each records is bit for bit what it would record stepped alone, whichever other
+        sources step beside it. ``info=False`` leaves out the per-batch display data (body
+        positions...).
+        """
+        groups: dict[tuple[int, bool], list[GymSource]] = {}
+        for src in sources:
+            src._open_steps(n)
+            groups.setdefault((id(src.policy), bool(src.config["deterministic"])), []).append(src)
+        done = n
+        for k in range(n):
+            if any(src.should_stop() for src in sources):
+                done = k
+                break
+            for (_, deterministic), group in groups.items():
+                obs = np.stack([src._obs for src in group])
+                actions = group[0].policy.act_many(obs, [src._rng for src in group], deterministic)
+                for src, action in zip(group, actions, strict=True):
+                    src._take_step(k, action)
+        return [src._close_steps(done, info) for src in sources]
+
 
     def _open_steps(self, n: int) -> None:
         """Buffers for the next ``n`` transitions."""
@@ -652,30 +680,3 @@ class GymSource(Source):
 
 
 GymSource._sort_perturbations()
-
-
-def step_together(sources: list[GymSource], n: int, info: bool = True) -> list[Batch]:
-    """``n`` steps of every source in lockstep, one policy call per policy per step.
-
-    Sources that share a :class:`FrozenPolicy` object (and ``deterministic``) are served by
-    one call of :meth:`FrozenPolicy.act_many`, which gives each row the action it would get
-    alone; each source keeps its own environment, generator, perturbations and modulations,
-    so what each records is bit for bit what it would record stepped alone, whichever other
-    sources step beside it. ``info=False`` leaves out the per-batch display data (body
-    positions...).
-    """
-    groups: dict[tuple[int, bool], list[GymSource]] = {}
-    for src in sources:
-        src._open_steps(n)
-        groups.setdefault((id(src.policy), bool(src.config["deterministic"])), []).append(src)
-    done = n
-    for k in range(n):
-        if any(src.should_stop() for src in sources):
-            done = k
-            break
-        for (_, deterministic), group in groups.items():
-            obs = np.stack([src._obs for src in group])
-            actions = group[0].policy.act_many(obs, [src._rng for src in group], deterministic)
-            for src, action in zip(group, actions, strict=True):
-                src._take_step(k, action)
-    return [src._close_steps(done, info) for src in sources]

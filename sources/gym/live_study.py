@@ -82,7 +82,6 @@ def roll_trials(policy: str, env_id: str, split: str, plan: Sequence[tuple[str, 
     """
     import torch
     from idt_desk_sources.gym import GymSource
-    from idt_desk_sources.gym._source import step_together
 
     torch.set_num_threads(1)  # one process per core: torch's own threads would contend
     sources = [GymSource(policy=policy, env_id=env_id) for _ in plan]
@@ -100,7 +99,7 @@ def roll_trials(policy: str, env_id: str, split: str, plan: Sequence[tuple[str, 
                         decl = next(p for p in src.perturbations if p.name == kind)
                         src.set_perturbation(kind, {q.name: q.default for q in decl.params})
             k = min(chunk, (onset if done < onset else n) - done)
-            for rec, b in zip(parts, step_together(sources, k, info=False), strict=True):
+            for rec, b in zip(parts, GymSource.step_together(sources, k, info=False), strict=True):
                 rec.append({"s": b.s.astype(np.float32), "a": b.a.astype(np.float32),
                             "s_next": b.s_next.astype(np.float32),
                             "reward": b.reward.astype(np.float32),

@@ -66,7 +66,7 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
     stand, and ``summary.json`` lists the errors.
     """
     import torch
-    from idt_desk_sources.gym._source import GymSource, step_together
+    from idt_desk_sources.gym._source import GymSource
 
     from idt_desk.plugin import PRESETS, Session, SessionConfig, parse_switch
 
@@ -135,8 +135,8 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
             n = min(session.plan(chunk) for session in sessions)
             if n == 0:
                 break
-            for session, batch, parts in zip(sessions, step_together(sources, n, info=False),
-                                             data, strict=True):
+            batches = GymSource.step_together(sources, n, info=False)
+            for session, batch, parts in zip(sessions, batches, data, strict=True):
                 session.advance(batch)
                 parts.append((batch.s, batch.a, batch.s_next, batch.reward, batch.episode))
     except Exception as exc:  # the group's trials are reported failed; other groups go on
