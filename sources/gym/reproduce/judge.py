@@ -210,7 +210,7 @@ def _records(w: dict[str, Any], det: Any, metrics: Sequence[str]) -> dict[str, s
     for name, (kind, m) in SWEPT.items():
         spec = DetectorSpec(kind, m=m)
         stats = {metric: detector_statistic(spec, zs[metric])[0][j0:] for metric in metrics}
-        if kind == "mewma":
+        if spec.detector.joint:  # one statistic for the group (MEWMA's T²)
             z = np.column_stack([zs[c] for c in COMPONENTS])
             stats["IDT"] = joint_statistic(spec.lam, z @ whitening(z[:j0]))[0][j0:]
         else:
