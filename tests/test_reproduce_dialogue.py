@@ -10,13 +10,8 @@ import pandas as pd
 import pytest
 from idt_desk_sources.dialogue import DialogueSource
 from idt_desk_sources.dialogue._texts import INJECTIONS, parse_judge
-from idt_desk_sources.dialogue.reproduce import (
-    Dialogue,
-    detect_injection,
-    read_turns,
-    response_z,
-    run_dialogue,
-)
+from idt_desk_sources.dialogue.reproduce import Dialogue, read_turns, run_dialogue
+from idt_desk_sources.dialogue.reproduce.detection import detect_injection, response_z
 from idt_desk_sources.replay import ReplaySource
 
 from idt_desk.live.session import Session, SessionConfig, run_headless
