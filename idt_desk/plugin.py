@@ -38,7 +38,8 @@ The names, by what a plugin does with them:
   (DialogueMetrics, load_tokenizer, TOKENIZER, ADJUSTED, LENGTH_COLUMNS, length_confound,
   embeddings), statistics (cohens_d, correlation, paired_t_test);
 - **run reproductions and their command lines**: run_tasks, default_workers,
-  executor_description, write_report, summarize, summary_document, symbolize_trajectory,
+  executor_description, add_executor_arguments, write_report, summarize, summary_document,
+  symbolize_trajectory,
   deferred_signals, add_settings (options from the settings table), check_limit, check_float,
   check_int, check_out_dir, parse_auto, parse_switch, InputError.
 """
@@ -83,7 +84,8 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(("ADJUSTED", "DialogueMetrics", "LENGTH_COLUMNS", "TOKENIZER",
                      "length_confound", "load_tokenizer"), "idt_desk.metrics.tokens"),
     **dict.fromkeys(("cohens_d", "correlation", "paired_t_test"), "idt_desk.stats"),
-    **dict.fromkeys(("default_workers", "executor_description", "run_tasks", "write_report"),
+    **dict.fromkeys(("add_executor_arguments", "default_workers", "executor_description",
+                     "run_tasks", "write_report"),
                     "idt_desk.experiments.executor"),
     **dict.fromkeys(("summarize", "summary_document", "symbolize_trajectory"),
                     "idt_desk.experiments.analyze"),

@@ -31,10 +31,28 @@ from typing import Any
 
 from idt_desk.errors import InputError
 
-__all__ = ["DASK_MISSING", "dask_client", "default_workers", "executor_description", "run_tasks",
-           "write_report"]
+__all__ = ["DASK_MISSING", "add_executor_arguments", "dask_client", "default_workers",
+           "executor_description", "run_tasks", "write_report"]
 
 DASK_MISSING = "install the dask extra: pip install 'idt-desk[dask]'"
+
+
+def add_executor_arguments(parser: Any, workers: str = "worker processes") -> None:
+    """A reproduction's options for where it runs and what it writes.
+
+    --workers, --scheduler, --out and --no-progress; ``workers``: what runs at once, in the
+    help.
+    """
+    from pathlib import Path
+
+    parser.add_argument("--workers", type=int, default=None,
+                        help=f"{workers} at once (default: all cores)")
+    parser.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                        help="run on a Dask scheduler, e.g. tcp://host:8786 (needs the dask "
+                             "extra; workers must have idt-desk installed; it exchanges "
+                             "pickles with this process: a cluster you trust)")
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def default_workers() -> int:

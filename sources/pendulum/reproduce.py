@@ -71,6 +71,7 @@ from idt_desk.plugin import (
     InputError,
     Preset,
     Trajectory,
+    add_executor_arguments,
     check_int,
     check_out_dir,
     default_workers,
@@ -751,14 +752,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--masses", choices=MASS_MODES, default="both",
                         help="symmetric (m1=m2=1), asymmetric (m2/m1 log-uniform in "
                              "[0.25, 4]) or both, alternating (default)")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="worker processes (default: all cores)")
-    parser.add_argument("--scheduler", metavar="ADDRESS", default=None,
-                        help="run on a Dask scheduler, e.g. tcp://host:8786 (needs the dask "
-                             "extra; workers must have idt-desk installed; it exchanges "
-                             "pickles with this process: a cluster you trust)")
-    parser.add_argument("--out", type=Path, required=True, help="output directory")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_executor_arguments(parser, "runs")
     parser.set_defaults(func=run)
 
 

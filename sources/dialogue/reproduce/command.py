@@ -9,12 +9,13 @@ its own option; :func:`run` builds a
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from idt_desk_sources.dialogue.reproduce.config import DialogueConfig
 from idt_desk_sources.dialogue.reproduce.report import format_tables
 from idt_desk_sources.dialogue.reproduce.runner import reproduce
+
+from idt_desk.plugin import add_executor_arguments
 
 #: ``idt-desk reproduce dialogue``'s one-line help.
 HELP = "the paper's LLM results: injection detection, effect sizes, Table 6 correlations"
@@ -78,13 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run nothing: report on the turns kept in --out so far")
     parser.add_argument("--no-baselines", action="store_true",
                         help="skip the embedding baselines even when installed")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="dialogues at once (default: all cores)")
-    parser.add_argument("--scheduler", metavar="ADDRESS", default=None,
-                        help="run on a Dask scheduler, e.g. tcp://host:8786 (it exchanges "
-                        "pickles with this process: a cluster you trust)")
-    parser.add_argument("--out", type=Path, required=True, help="output directory")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_executor_arguments(parser, "dialogues")
     parser.set_defaults(func=run)
 
 

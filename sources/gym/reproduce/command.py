@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from pathlib import Path
 
 from idt_desk_sources.gym.reproduce import held_out, pool, recovery
 from idt_desk_sources.gym.reproduce.config import CheetahConfig
@@ -22,6 +21,7 @@ from idt_desk.plugin import (
     CONTROL_BUDGET,
     DEFAULT_BUDGET,
     InputError,
+    add_executor_arguments,
     add_settings,
     check_out_dir,
 )
@@ -106,13 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-baseline-cv", type=float, default=0.25,
                         help="exclude seeds whose pre-onset return CV exceeds this (0.25)")
     add_settings(parser, ("k",))
-    parser.add_argument("--workers", type=int, default=None,
-                        help="worker processes (default: all cores)")
-    parser.add_argument("--scheduler", metavar="ADDRESS", default=None,
-                        help="run on a Dask scheduler, e.g. tcp://host:8786 (it exchanges "
-                        "pickles with this process: a cluster you trust)")
-    parser.add_argument("--out", type=Path, required=True, help="output directory")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_executor_arguments(parser, "trial groups")
     parser.set_defaults(func=run)
 
 
