@@ -139,8 +139,6 @@ class _IDTCallbackImpl:
             raise ValueError(f"unknown metrics {bad}; window keys: {', '.join(IDT_COLUMNS)}")
         if every is not None and (isinstance(every, bool) or int(every) != every or every < 1):
             raise ValueError(f"every must be None or an integer >= 1, got {every!r}")
-        if correction not in (None, "miller-madow"):
-            raise ValueError(f"correction must be None or 'miller-madow', got {correction!r}")
         self._options = {"preset": preset, "bins": bins, "window": window, "stride": stride}
         self._calibration_windows = calibration_windows
         self._correction = correction

@@ -272,12 +272,9 @@ class Stream:
             ) -> dict[str, np.ndarray] | None:
         """Add one transition; return the windows it finished (columns), or None."""
         k = self._k
-        for what, value, width in zip(("observation", "action", "next observation"),
-                                      (s, a, s_next), self._widths, strict=True):
-            if np.size(value) != width:
-                raise ValueError(f"{what} of transition {self.n_transitions:,}: "
-                                 f"{np.size(value)} value(s), shape {np.shape(value)}; the "
-                                 f"space has {width} variable(s)")
+        ws, wa, wn = self._widths
+        if np.size(s) != ws or np.size(a) != wa or np.size(s_next) != wn:
+            self._wrong_shape(s, a, s_next)
         self._s[k] = s
         self._a[k] = a
         self._n[k] = s_next
@@ -291,6 +288,15 @@ class Stream:
         if k < self._due:
             return None
         return self._flush()
+
+    def _wrong_shape(self, s: Any, a: Any, s_next: Any) -> None:
+        """Raise, naming the value whose size is not its space's (off the per-step path)."""
+        for what, value, width in zip(("observation", "action", "next observation"),
+                                      (s, a, s_next), self._widths, strict=True):
+            if np.size(value) != width:
+                raise ValueError(f"{what} of transition {self.n_transitions:,}: "
+                                 f"{np.size(value)} value(s), shape {np.shape(value)}; the "
+                                 f"space has {width} variable(s)")
 
     def flush(self) -> dict[str, np.ndarray] | None:
         """Symbolise and push what is buffered (after calibration); return new windows."""
