@@ -31,6 +31,7 @@ from idt_desk.metrics.engine import MetricEngine
 from idt_desk.metrics.parts import part_metrics, part_windows
 from idt_desk.metrics.presets import PRESETS, Preset, preset_from_spec
 from idt_desk.metrics.symbolize import Symbolizer
+from idt_desk.metrics.twin import TWIN_METRICS, Twin, TwinEvidence, TwinStage
 from idt_desk.settings import (
     DEFAULTS,
     LIMITS,
@@ -45,7 +46,8 @@ __all__ = ["FLAG_COLUMNS", "Pipeline", "Step", "WindowStage", "build_monitor", "
 
 #: The flag column of each detector in a window table.
 FLAG_COLUMNS = {"P": "x_P", "H_f": "x_H_f", "H_b": "x_H_b", "dH": "x_dH", "IDT": "x_IDT",
-                "reward": "x_reward", **{m: f"x_{m}" for m in (*ADJUSTED_METRICS, "IDT_adj")}}
+                "reward": "x_reward", "twin": "x_twin",
+                **{m: f"x_{m}" for m in (*ADJUSTED_METRICS, "IDT_adj")}}
 
 
 class WindowStage:
@@ -324,10 +326,11 @@ def _source_budget(source: Any, s: PipelineSettings, preset: Preset, check: bool
 
 
 def source_monitor(source: Any, p: Mapping[str, Any] | PipelineSettings,
-                   preset: Preset) -> Monitor:
+                   preset: Preset, twin: bool = False) -> Monitor:
     """The alarm's monitor of ``source`` for pipeline settings ``p`` (see :func:`build_monitor`).
 
-    The IDT components, a dialogue's length-adjusted ones on the turn path, and reward when
+    The IDT components, a dialogue's length-adjusted ones on the turn path, the twin's
+    channels (``twin``: the pipeline has one; :mod:`idt_desk.metrics.twin`), and reward when
     the source has one; a budget in loop time converts through the source's rate.
     ``phase_baseline`` asks for a baseline per phase of the episode
     (:mod:`~idt_desk.detection.phase`): only a source with episodes (``episode_steps``).
@@ -342,6 +345,7 @@ def source_monitor(source: Any, p: Mapping[str, Any] | PipelineSettings,
     budget = _source_budget(source, s, preset, check=False)  # build_monitor checks it
     unset = source_defaults(source, preset)  # what the settings leave to the source
     metrics = (*part_metrics(preset, IDT_METRICS), *(ADJUSTED_METRICS if turns else ()),
+               *(TWIN_METRICS if twin and not turns else ()),
                *(("reward",) if source.has_reward else ()))
     return build_monitor(
         metrics, baseline_windows=int(s.baseline_windows or unset["baseline_windows"]),
@@ -416,6 +420,11 @@ class Pipeline:
     turns
         A dialogue: one metric row a turn from its token counts, made elsewhere; the
         pipeline only judges them (no symbols, nothing to calibrate).
+    twin
+        The loop's nominal model (``Source.twin``; None: none): each window gets the
+        residual channels of :mod:`idt_desk.metrics.twin`, fitted on the symbols'
+        calibration rows, and :meth:`evidence` says what the twin saw in any window of the
+        latest step (its baseline: the monitor's).
 
     Examples
     --------
@@ -454,10 +463,14 @@ class Pipeline:
         mean_columns: Sequence[str] = ("reward",),
         end_columns: Sequence[str] = ("t",),
         turns: bool = False,
+        twin: Twin | None = None,
     ) -> None:
         self.preset = preset
         self.monitor = monitor
-        #: What :meth:`warm` builds its twin from.
+        #: The twin's residual channels (None: no twin).
+        self.twin_stage = None if twin is None or turns else TwinStage(
+            twin, preset.window, state_names)
+        #: What :meth:`warm` builds its copy from.
         self._shape = dict(state_names=tuple(state_names), action_names=None if action_names
                            is None else tuple(action_names), state_bins=state_bins,
                            action_bins=action_bins, correction=correction,
@@ -505,11 +518,12 @@ class Pipeline:
 
         numba loads a compiled kernel from its cache at the kernel's first call in a process
         (seconds; longer to compile after an install): met at the first real rows, that time
-        would hold them back. A twin of this pipeline (the same symbol shapes, engine and
+        would hold them back. A copy of this pipeline (the same symbol shapes, engine and
         detector, one calibration window and a three-window baseline) takes random rows
-        instead, so a loop that warms first never waits for a kernel. Milliseconds once
-        the kernels are loaded. The twin's own trouble is not the loop's: a pipeline that
-        would fail fails on its real rows, where they are on record.
+        instead, so a loop that warms first never waits for a kernel (nor for its twin's:
+        it predicts a few rows). Milliseconds once the kernels are loaded. The copy's own
+        trouble is not the loop's: a pipeline that would fail fails on its real rows, where
+        they are on record.
         """
         shape = self._shape
         key = (repr(self.preset), self.turns, len(shape["state_names"]),
@@ -519,12 +533,12 @@ class Pipeline:
         if key in _WARMED:  # loaded once per process: a reproduction starts many sessions
             return
         with contextlib.suppress(Exception):  # a warm-up only loads kernels
-            self._warm_twin()
+            self._warm_copy()
         _WARMED.add(key)
 
-    def _warm_twin(self) -> None:
+    def _warm_copy(self) -> None:
         mon = self.monitor
-        twin_mon = None if mon is None else Monitor(
+        copy_mon = None if mon is None else Monitor(
             3, mon.k, mon.metrics, spec=mon.spec,
             budget=None if mon.budget is None else Budget(1.0, 1000.0, "windows"),
             overlap=mon.overlap, phased=mon.phased)
@@ -532,11 +546,11 @@ class Pipeline:
             nulls.warm_kernels()  # each detector's fit meets only some of them on 3 windows
         rng = np.random.default_rng(0)
         if self.turns:
-            if twin_mon is not None:
-                twin_mon.update({m: rng.standard_normal(6) for m in twin_mon.metrics})
+            if copy_mon is not None:
+                copy_mon.update({m: rng.standard_normal(6) for m in copy_mon.metrics})
             return
         shape = self._shape
-        twin = Pipeline(self.preset, twin_mon, calibration_windows=1, turns=False,
+        copy = Pipeline(self.preset, copy_mon, calibration_windows=1, turns=False,
                         **shape)
         n = self.preset.window + 6 * self.preset.stride
         width = len(shape["state_names"])
@@ -545,7 +559,9 @@ class Pipeline:
             (n, len(shape["action_names"])))
         columns = {c: np.arange(n, dtype=np.float64)
                    for c in (*shape["mean_columns"], *shape["end_columns"])}
-        twin.push(s[:-1], a, s[1:], columns)
+        if self.twin_stage is not None:  # its kernels too (the pendulum's equations)
+            self.twin_stage.twin.predict(s[:2], None if a is None else a[:2])
+        copy.push(s[:-1], a, s[1:], columns)
 
     @property
     def calibrated(self) -> bool:
@@ -582,14 +598,29 @@ class Pipeline:
             got = ranges() if callable(ranges) else ranges
             r_s, r_a = got if got is not None else ({}, {})
             self.stage.fit(s, a, r_s, r_a)
+            if self.twin_stage is not None:  # on the same rows, however the loop was cut
+                need = self.calibration_transitions
+                self.twin_stage.fit(s[:need], None if a is None else a[:need], s_next[:need])
             step.calibrated = {
                 "transitions": self.calibration_transitions,
                 "symbolizer": self.sym_s.to_dict(),
                 "action_symbolizer": None if self.sym_a is None else self.sym_a.to_dict()}
         w = self.stage.push(s, a, s_next, columns)
+        if self.twin_stage is not None:  # every row, whether or not it ends a window
+            ends = np.empty(0, dtype=np.int64) if w is None else w["end"]
+            got = self.twin_stage.push(s, a, s_next, ends)
+            if w is not None:
+                w.update(got)
         if w is not None:
             self._judge(w, step)
         return step
+
+    def evidence(self, row: int, hypotheses: bool = True) -> TwinEvidence | None:
+        """What the twin saw in window ``row`` of the latest step (None: no twin, no baseline).
+
+        See :meth:`idt_desk.metrics.twin.TwinStage.evidence`.
+        """
+        return None if self.twin_stage is None else self.twin_stage.evidence(row, hypotheses)
 
     def judge(self, table: dict[str, np.ndarray]) -> Step:
         """Judge rows made elsewhere (the turn path's): flags and the baseline's row."""
@@ -607,7 +638,14 @@ class Pipeline:
             return
         # The window that completes the baseline fits the thresholds here, in milliseconds
         # (idt_desk.detection.nulls), and every window is judged as it arrives.
-        self._apply(step, *judge(self.monitor, table, first, self.calibration_windows))
+        twin, mon = self.twin_stage, self.monitor
+        if twin is not None and mon.baseline is None:  # the twin's baseline: the monitor's
+            got, need = mon.baseline_progress
+            skip = min(max(self.calibration_windows - first, 0), k)
+            twin.gather(slice(skip, skip + min(need - got, k - skip)), restart=got == 0)
+        self._apply(step, *judge(mon, table, first, self.calibration_windows))
+        if twin is not None and step.baseline_row is not None:
+            twin.freeze()
 
     def _apply(self, step: Step, flags: dict[str, np.ndarray], baseline_row: int | None
                ) -> None:

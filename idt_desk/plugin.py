@@ -18,8 +18,10 @@ The names, by what a plugin does with them:
 
 - **declare a source** (``idt_desk.live.source``, ``assets/docs/plugins.md``): Source,
   Batch, Param, Perturbation, Modulation, Suggestion, SourcePaused, check_source, the shared
-  modulations HOLD, INPUT_FILTER, DIM_REDUCTION, ACTION_SMOOTHING, OBS_HOLD; its presets
-  (PRESETS, Preset, get_preset) and data shipped with the product (assets);
+  modulations HOLD, INPUT_FILTER, DIM_REDUCTION, ACTION_SMOOTHING, OBS_HOLD; its twin (its
+  nominal model: Twin, Hypothesis, KINDS, TwinStage, TwinEvidence, twin_over, TWIN_METRICS; a
+  MuJoCo env's, MujocoTwin and mujoco_twin; route_mujoco_warnings: MuJoCo's warnings to
+  logging); its presets (PRESETS, Preset, get_preset) and data shipped with the product (assets);
 - **run sessions** (a reproduction, a benchmark): Session, SessionConfig, run_headless,
   MAX_SPEED_CHUNKS, load_source, SourceLoadError, load_recording, RecordingError,
   RecordingTail, Trajectory, the settings table (SETTINGS, DEFAULTS, PIPELINE_KEYS,
@@ -29,8 +31,8 @@ The names, by what a plugin does with them:
 - **judge windows** (the detection layer, its defaults): Pipeline, build_monitor, judge,
   part_metrics, detect, first_post_onset_window, IDT_METRICS, DetectorSpec, DETECTOR_KINDS,
   DEFAULT_BUDGET, CONTROL_BUDGET, CONTROL_DETECTOR, parse_budget, calibrate, standardise,
-  whitening, detector_statistic, joint_statistic, Attributor, evidence, term_columns (an
-  alarm's class of change), first_above, matched_threshold, records, matched_comparison
+  whitening, detector_statistic, joint_statistic, attribute and CLASSES (an alarm's class
+  of change, from the twin), first_above, matched_threshold, records, matched_comparison
   and MATCHED_RATE (detectors compared at a matched false-alarm rate), episode_steps,
   window_phase, and
   a dialogue's per-turn rule (BASELINE_TURNS, RESPONSE_TURNS, detect_injection, response_z);
@@ -61,6 +63,10 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(("RecordingError", "RecordingTail", "load_recording"),
                     "idt_desk.recordings"),
     "Trajectory": "idt_desk.recordings.trajectory",
+    **dict.fromkeys(("MujocoTwin", "mujoco_twin", "route_mujoco_warnings"),
+                    "idt_desk.gym.twin"),
+    **dict.fromkeys(("Hypothesis", "KINDS", "TWIN_METRICS", "Twin", "TwinEvidence", "TwinStage",
+                     "twin_over"), "idt_desk.metrics.twin"),
     **dict.fromkeys(("SETTINGS", "DEFAULTS", "PIPELINE_KEYS", "source_defaults"),
                     "idt_desk.settings"),
     **dict.fromkeys(("Pipeline", "build_monitor", "judge", "part_metrics"), "idt_desk.pipeline"),
@@ -72,8 +78,7 @@ _WHERE: dict[str, str] = {
                      "DetectorSpec", "calibrate", "detector_statistic", "joint_statistic",
                      "parse_budget", "standardise", "whitening"),
                     "idt_desk.detection.detectors"),
-    **dict.fromkeys(("Attributor", "evidence", "term_columns"),
-                    "idt_desk.detection.attribution"),
+    **dict.fromkeys(("attribute", "CLASSES"), "idt_desk.detection.attribution"),
     **dict.fromkeys(("MATCHED_RATE", "first_above", "matched_comparison", "matched_threshold",
                      "records"), "idt_desk.detection.matched"),
     **dict.fromkeys(("episode_steps", "window_phase"), "idt_desk.detection.phase"),

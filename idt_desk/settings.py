@@ -199,6 +199,11 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("phase_baseline", bool, False, "Phase baseline",
             "an episodic loop: judge each window against the baseline at the same phase of "
             "the episode"),
+    Setting("twin", bool, True, "Twin",
+            "step the loop's nominal model beside the IDT, where the source declares one: "
+            "each window's residual of the physics, and at every alarm the class of change "
+            "(sensor, actuator, force, dynamics); off saves its cost (about one physics step "
+            "a transition)"),
     Setting("seed", int, 0, "Seed", "seed of the source", 0, _MAX),
     Setting("history", int, 20_000, "History", "windows kept in memory for the window's "
             "plots (memory stays flat over hours)", 1, 1_000_000),
@@ -285,6 +290,8 @@ class PipelineSettings:
     #: EWMA and MEWMA: the newest window's weight λ (it averages about 2/λ − 1 windows).
     ewma_lambda: float = SETTINGS["ewma_lambda"].default
     phase_baseline: bool = SETTINGS["phase_baseline"].default
+    #: Step the source's twin (``Source.twin``) beside the IDT.
+    twin: bool = SETTINGS["twin"].default
 
     def __post_init__(self) -> None:
         # Read once (parse checked it): the monitor takes it as it is.

@@ -28,6 +28,7 @@ from idt_desk.plugin import (
     SourceLoadError,
     load_recording,
     load_source,
+    mujoco_twin,
 )
 
 __all__ = ["DRAWN_FROM_RECORDING", "ReplaySource"]
@@ -100,6 +101,10 @@ class ReplaySource(Source):
         self.episode_steps = src.get("episode_steps") or None
         #: The recorded source's name (its declarations label the replayed switches).
         self.recorded_source: str | None = src.get("name")
+        #: The recorded source's settings and what it said of itself (its twin is built
+        #: from them).
+        self._recorded_settings = dict(src.get("settings") or {})
+        self._details = src.get("details") if isinstance(src.get("details"), dict) else {}
         self._scheduled: frozenset[str] | None = None
         #: The recorded source's view; the replay draws it only when the recording holds what
         #: it is drawn from (the pendulum's angles, the dialogue's turns; not the cheetah's
@@ -332,13 +337,41 @@ class ReplaySource(Source):
         # Stable: events of one transition keep the order they were logged in.
         self._events.sort(key=lambda e: e[0])
 
+    def _recorded_class(self) -> type[Source] | None:
+        """The recorded source's class (None: unnamed, or not installed here)."""
+        try:
+            return load_source(self.recorded_source) if self.recorded_source else None
+        except SourceLoadError:
+            return None
+
+    def twin(self) -> Any:
+        """The recorded loop's twin, built from its recorded settings (None: it has none)."""
+        if not hasattr(self, "_twin"):
+            cls = self._recorded_class()
+            self._twin = None
+            env_id = (self._details.get("twin") or {}).get("env_id")
+            if env_id:  # a loop recorded with a MuJoCo env's copy (idt_desk.Recorder)
+                self._twin, why = mujoco_twin(str(env_id))
+                if why:
+                    self.twin_note = f"{why}: no class of change"
+            elif cls is None:
+                self.twin_note = (f"the recorded source {self.recorded_source!r} is not "
+                                  "installed here: no twin, no class of change")
+            else:
+                try:
+                    self._twin = cls.twin_for(self._recorded_settings)
+                except ValueError as exc:
+                    self.twin_note = f"{exc}: no class of change"
+                else:
+                    if self._twin is None:
+                        self.twin_note = cls.twin_note
+        return self._twin
+
     def _schedules(self) -> frozenset[str]:
         """The recorded source's schedules (:attr:`Perturbation.scheduled`), loaded once."""
         if self._scheduled is None:
-            try:
-                cls = load_source(self.recorded_source) if self.recorded_source else None
-            except SourceLoadError:
-                cls = None  # an unknown source: its switches are taken as they were logged
+            # An unknown source: its switches are taken as they were logged.
+            cls = self._recorded_class()
             self._scheduled = frozenset(p.name for p in getattr(cls, "perturbations", ())
                                         if p.scheduled)
         return self._scheduled

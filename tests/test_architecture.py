@@ -123,8 +123,10 @@ def test_the_plugin_api_hands_out_the_cores_own_objects_and_nothing_else():
 
 #: Other libraries' underscore names this code must use: argparse names its sub-parsers' type
 #: only so; llama-cpp-python's context (the KV cache's size) has no public accessor;
-#: Gymnasium's MuJoCo environments build their observation only in ``_get_obs``.
-FOREIGN_PRIVATE = ("argparse._SubParsersAction", "self.llm._ctx", "u[1]._get_obs")
+#: Gymnasium's MuJoCo environments build their observation only in ``_get_obs`` (the
+#: frozen source reads it, and the twin predicts S' through its copy's).
+FOREIGN_PRIVATE = ("argparse._SubParsersAction", "self.llm._ctx", "u[1]._get_obs",
+                   "self._env._get_obs")
 PACKAGES = {"idt_desk": "idt_desk", "sources": "idt_desk_sources", "widgets": "idt_desk_widgets"}
 
 

@@ -1,22 +1,16 @@
-"""One IDT per part of the state, the live cheetah's symbols, and the attribution of alarms."""
+"""One IDT per part of the state and the live cheetah's symbols (the class of an alarm's change:
+``tests/test_twin.py``)."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest
 
-from idt_desk.detection.attribution import CLASSES, TERMS, Attributor, evidence, term_columns
 from idt_desk.detection.monitor import IDT_METRICS, Monitor, base_metric
-from idt_desk.live.config import SessionConfig
-from idt_desk.live.session import Session, run_headless
 from idt_desk.metrics.engine import sliding_metrics
 from idt_desk.metrics.presets import PRESETS, Preset
 from idt_desk.metrics.symbolize import Symbolizer
 from idt_desk.pipeline import Pipeline, part_metrics
-
-from .toy_source import ToySource
 
 PARTS = Preset("toy-parts", "two parts", bins=3, window=200, stride=50,
                state_groups=((0, 1), (2, 3, 4)), parts=("front", "back"))
@@ -80,74 +74,3 @@ def test_a_plain_metrics_flag_is_the_union_of_its_parts_and_all_are_the_idt_grou
     np.testing.assert_array_equal(flags["P"], [False, True, False, False])
     np.testing.assert_array_equal(flags["IDT"], flags["P"])
     assert not flags["H_f"].any() and not flags["reward"].any()
-
-
-def _samples(rng: np.random.Generator, feats: tuple[str, ...], n: int = 6):
-    axes = {c: rng.normal(size=len(feats)) for c in CLASSES}
-    return axes, [(c, dict(zip(feats, axes[c] * 3 + rng.normal(size=len(feats)) * 0.5,
-                                strict=True)))
-                  for c in CLASSES for _ in range(n)]
-
-
-def test_the_attributor_finds_the_class_whose_evidence_points_the_same_way(tmp_path):
-    rng = np.random.default_rng(3)
-    feats = tuple(f"{t}@{p}" for p in ("a", "b") for t in TERMS)
-    axes, samples = _samples(rng, feats)
-    model = Attributor.fit(samples, feats, made={"how": "synthetic"})
-    for c in CLASSES:
-        got = model.classify(dict(zip(feats, axes[c] * 2, strict=True)))
-        assert got["attribution"] == c and got["confidence"] > 0.5
-        assert abs(sum(got["probabilities"].values()) - 1) < 0.01
-        assert len(got["evidence"]) == 4
-    assert model.classify(dict.fromkeys(feats, 0.0))["attribution"] == "unknown"
-    path = tmp_path / "a.json"
-    path.write_text(json.dumps(model.to_dict()))
-    again = Attributor.load(path)
-    assert again.classify(samples[0][1]) == model.classify(samples[0][1])
-    path.write_text(json.dumps({**model.to_dict(), "centroids": {"weather": [0.0]}}))
-    with pytest.raises(ValueError, match=r"a\.json: .*'weather' is not a class"):
-        Attributor.load(path)
-    with pytest.raises(ValueError, match="unknown class 'weather'"):
-        Attributor.fit([("weather", {})], feats)
-
-
-class _PartsToy(ToySource):
-    """The toy loop watched per part, with an attribution file (set by the test)."""
-
-    attribution = ""
-
-
-def test_a_detection_names_the_class_of_change_from_its_evidence(tmp_path):
-    parts = ("x", "v")
-    spec = Preset("toy-parts", "", bins=2, window=100, stride=20, state_groups=((0,), (1,)),
-                  parts=parts, detector="paper").to_dict()
-    feats = tuple(f"{t}@{p}" for p in parts for t in TERMS)
-    _, samples = _samples(np.random.default_rng(4), feats)
-    (tmp_path / "attr.json").write_text(json.dumps(Attributor.fit(samples, feats).to_dict()))
-    _PartsToy.attribution = str(tmp_path / "attr.json")
-    cfg = SessionConfig(speed=None, preset_spec=spec, calibration_windows=3,
-                        baseline_windows=60, seed=5)
-    session = Session(cfg, source=_PartsToy(), record=tmp_path / "r")
-    assert session.alarms.attribute is not None
-    session.schedule(100 + 70 * 20, "perturb", name="obs_noise", params={"sigma": 3.0})
-    snap = run_headless(session, steps=100 + 130 * 20)
-    assert snap.error is None
-    (det,) = [e for e in session.events_since(0) if e["kind"] == "detected"]
-    assert det["attribution"] in (*CLASSES, "unknown") and 0 < det["confidence"] <= 1
-    assert set(det["evidence"]) <= set(feats)
-    # The same evidence, recomputed from the recorded transitions by a pipeline of its own:
-    # each term at the detecting window, in σ of the baseline's windows.
-    from idt_desk.plugin import load_recording
-
-    t = load_recording(tmp_path / "r").transitions
-    s, s2, a = (t[[f"{k}_{j}" for j in range(n)]].to_numpy() for k, n in
-                (("s", 2), ("s_next", 2), ("a", 1)))
-    pipe = Pipeline(session.preset, None, state_names=["x", "v"], action_names=["u"],
-                    calibration_windows=3)
-    w = pipe.push(s, a, s2, {"reward": np.zeros(len(s)), "t": np.arange(len(s), dtype=float)}
-                  ).windows
-    row = int(np.flatnonzero(w["end"] == det["i"])[0])
-    ev = evidence(term_columns(w, parts), slice(3, 63), row)
-    want = Attributor.load(tmp_path / "attr.json").classify(ev)
-    assert det["attribution"] == want["attribution"]
-    assert det["confidence"] == pytest.approx(want["confidence"], abs=1e-3)

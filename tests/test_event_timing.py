@@ -291,8 +291,10 @@ def test_a_detection_is_logged_with_its_latency():
     assert session.snapshot(1).onset["latency"] == 3
     verdicts = _verdicts(session)
     assert len(verdicts) == 1 and verdicts[0]["kind"] == "detected"
-    # Logged at the end of window 40 (start 400, end 440), after the onset event.
-    assert verdicts[0]["latency"] == 3 and verdicts[0]["i"] == 440
+    # Detected at window 40 (start 400, end 440), told with its class (the toy has no twin:
+    # unknown, and why) a window length less a stride later: window 43, ending at 470.
+    assert verdicts[0]["latency"] == 3 and verdicts[0]["i"] == 470
+    assert verdicts[0]["attribution"] == "unknown" and "no model" in verdicts[0]["evidence"]
     assert verdicts[0]["onset_i"] == 400 and verdicts[0]["unit"] == "window"
     kinds = [e["kind"] for e in session.events_since(0)]
     assert kinds.index("perturbation_on") < kinds.index("detected")

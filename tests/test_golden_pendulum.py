@@ -1,6 +1,15 @@
 """A scripted pendulum session gives the windows and events it gave before the live package was
 recut into collaborators (``tests/golden_pendulum.json``, written by the same script at the
-commit before the cut): every window's columns by hash, every event field by field."""
+commit before the cut): every window's columns by hash, every event field by field.
+
+Rewritten once since, when the twin joined the pipeline (``idt_desk.metrics.twin``) and its
+alarm the IDT's at half the budget each (``idt_desk.detection.monitor.JOINS``). Checked then
+against the file before: every column the same but ``x_H_b`` (its threshold, for half the
+budget) and ``x_IDT`` (the union) of the plain script, the twin's five columns added; the
+events the same but the baseline's thresholds, each IDT alarm's class of change (an
+``attributed`` event a window length after it, with ``attribution``, ``evidence`` and
+``twin``; a ``detected`` verdict told then, its latency unchanged), and gravity ×1.3, which
+the IDT alone never saw, now detected 4 windows after its onset (named dynamics)."""
 
 from __future__ import annotations
 

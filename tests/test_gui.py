@@ -91,9 +91,11 @@ def test_launch_shows_live_pendulum_windows(qtbot, window):
     texts = _legend_texts(window)
     assert {"baseline mean", "alarm band (kσ)", "alarmed window", "perturbation",
             "impulse (kick)"} <= set(texts)
-    # (The dialogue's structural-baselines plot keeps a legend for its three curves; it is
-    # hidden unless a session computes them.)
-    assert all(p.legend is None for k, p in window.plots.plots.items() if k != "cos_sim")
+    # (The dialogue's structural-baselines plot and the physics' residual keep a legend for
+    # their curves; the first is hidden unless a session computes them.)
+    own = {"cos_sim", "R_spread_pos"}
+    assert all(p.legend is None for k, p in window.plots.plots.items() if k not in own)
+    assert window.plots.plots["R_spread_pos"].legend is not None
     assert not window.plots.plots["cos_sim"].isVisible()
     assert "H<sub>f</sub>" in window.plots.plots["H_f"].getAxis("left").labelText
     assert "H<sub>b</sub>" in window.alarms.lights["H_b"].text()
@@ -890,7 +892,7 @@ def test_the_event_log_lists_centres_and_exports(qtbot, window, tmp_path, monkey
     # The filter: alarms and detections only.
     log.filter.setCurrentText("alarms and detections")
     kinds = {log.events[k]["kind"] for k in log._shown}
-    assert kinds and kinds <= {"alarm_on", "alarm_off", "detected", "not_detected"}
+    assert kinds and kinds <= {"alarm_on", "alarm_off", "attributed", "detected", "not_detected"}
     assert log.table.rowCount() == len(log._shown) < len(log.events)
     # A click on the detection centres the plots on it and freezes them.
     det = next(r for r, k in enumerate(log._shown) if log.events[k]["kind"] == "detected")

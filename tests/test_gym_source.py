@@ -326,7 +326,8 @@ def test_a_session_given_no_detector_alarms_by_its_presets_and_records_it(tiny_p
     paper = Session(SessionConfig(speed=None), source=GymSource(policy=str(tiny_policy)))
     assert paper.preset.name == "cheetah" and paper.monitor.spec.kind == "mewma"
     assert paper.monitor.metrics[:4] == ("P", "H_f", "H_b", "dH")
-    assert paper.alarms.attribute is None  # fitted on the parts' terms, not the composite's
+    # Both presets name the class of change: from the env's twin, whatever the symbols.
+    assert paper.alarms.attribute is not None and paper.pipeline.twin_stage is not None
     given = Session(SessionConfig(speed=None, detector="persistence", false_alarms="2/h"),
                     source=GymSource(policy=str(tiny_policy)))
     assert given.monitor.spec.kind == "persistence" and given.config.false_alarms == "2/h"
@@ -552,8 +553,9 @@ def test_a_clean_default_session_is_not_told_its_symbols_are_out_of_range():
     """The shipped default (SAC seed 3, the paper's preset) unperturbed for 3,000 s of loop time:
     its symbols, calibrated on the first episode, clamp 2-15 % of every later window (the gait
     reaches a little past the run-up's range), which moves no IDT component. That is no notice:
-    it was said at 117.5 s, long before anything happened (``idt_desk.live.ranges``)."""
-    session = Session(SessionConfig(speed=None), source=GymSource())
+    it was said at 117.5 s, long before anything happened (``idt_desk.live.ranges``). The
+    twin is off: the notice is the symbols' alone, and the twin costs a fifth of the loop."""
+    session = Session(SessionConfig(speed=None, twin=False), source=GymSource())
     notices = []
     session.add_event_listener(
         lambda ev: notices.append(ev) if ev["kind"].startswith("symbols_") else None)

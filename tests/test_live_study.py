@@ -59,12 +59,13 @@ def test_a_trial_is_judged_as_a_live_session_judges_it():
     control = study.judge_trial(study.trial_table(_trial(0.0), preset, 4), 14_000, preset, **kw)
     hit = study.judge_trial(study.trial_table(_trial(1.5), preset, 4), 14_000, preset, **kw)
     assert control["armed_s"] == (500 + (4 + 150 - 1) * 50) / 100.0
-    assert math.isnan(control["latency"]) and "evidence" not in control
+    assert math.isnan(control["latency"]) and "attribution" not in control
     assert 0 <= hit["latency"] < 100  # within the horizon of a live session's verdict
-    # The evidence names every term of every part; the actuator's noise raised the choice.
-    assert set(hit["evidence"]) == {f"{t}@{p}" for p in ("x", "v") for t in (
-        "P", "H_f", "H_b", "dH", "H_A_given_S", "MI_S_S_next", "MI_A_S_next_given_S")}
-    assert hit["evidence"]["H_A_given_S@x"] > 3
+    # A toy loop kept without an env: no twin, no class; a kept trial of a MuJoCo env that is
+    # not its state (Reacher) is judged and says why it has no class.
+    run = {**_trial(1.5), "env_id": np.array("Reacher-v5")}
+    named = study.judge_trial(study.trial_table(run, preset, 4), 14_000, preset, **kw, run=run)
+    assert named["attribution"] == "unknown" and "not its state" in named["evidence"]
     rows = [{**control, "agent": "toy", "split": "held-out", "trial": "control"},
             {**hit, "agent": "toy", "split": "held-out", "trial": "act_noise_4"}]
     (s,) = study.summarize(rows).values()
@@ -79,17 +80,22 @@ def test_the_gym_source_offers_the_live_cheetah_preset_beside_its_default():
     assert (live.bins, live.window, live.stride, live.detector) == (2, 1000, 50, "ewma")
 
 
-def test_the_shipped_attribution_is_the_live_cheetahs_and_says_how_it_was_made():
-    from idt_desk.detection.attribution import TERMS, Attributor, attribution_watch
-    from idt_desk.plugin import assets
-
-    live, paper = PRESETS["cheetah-live"], PRESETS["cheetah"]
-    model = Attributor.load(assets.path("data", GymSource.attribution))
-    assert set(model.features) == {f"{t}@{p}" for p in live.parts for t in TERMS}
-    assert set(model.centroids) == {"sensor", "actuator", "force", "dynamics"}
-    made = model.made
-    assert made["command"] == "idt-desk reproduce cheetah-live" and made["preset"] == live.name
-    held = made["held_out"]
-    assert 0 < held["right"] <= held["judged"] == sum(n for _, n in held["per_agent"].values())
-    assert attribution_watch(GymSource, live, 800) is not None
-    assert attribution_watch(GymSource, paper, 800) is None  # no parts: the default names none
+def test_the_study_counts_the_twins_class_against_the_declared_class_per_split():
+    rows = [{"agent": "a", "split": "held-out", "trial": "act_noise_1", "cls": "actuator",
+             "attribution": "actuator"},
+            {"agent": "a", "split": "held-out", "trial": "gravity_110", "cls": "dynamics",
+             "attribution": "unknown"},
+            {"agent": "b", "split": "held-out", "trial": "obs_noise_3", "cls": "sensor",
+             "attribution": "sensor"},
+            {"agent": "b", "split": "held-out", "trial": "obs_noise_1", "cls": "sensor"},
+            {"agent": "a", "split": "held-out", "trial": "control", "cls": "control",
+             "attribution": "actuator"},
+            {"agent": "a", "split": "choice", "trial": "act_noise_1", "cls": "actuator",
+             "attribution": "force"}]
+    got = study.attribution_study(rows)
+    held = got["held-out"]
+    assert (held["right"], held["judged"]) == (2, 3)  # undetected: not judged; unknown: wrong
+    assert held["per_agent"] == {"a": [1, 2], "b": [1, 1]}
+    assert held["confusion"]["dynamics"]["unknown"] == 1
+    assert held["controls_named"] == {"actuator": 1}
+    assert got["choice"]["confusion"]["actuator"]["force"] == 1

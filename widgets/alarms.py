@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import math
 
+import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QFrame,
@@ -38,7 +39,7 @@ _GREY, _GREEN, _RED = "#b9bec6", "#3aa757", "#d93025"
 _DARK_GREY = "#7d838c"
 #: (window column, name as rich text, name as plain text)
 _LIGHTS = (("P", "P", "P"), ("H_f", "H<sub>f</sub>", "H_f"), ("H_b", "H<sub>b</sub>", "H_b"),
-           ("dH", "ΔH", "ΔH"), ("reward", "reward", "reward"))
+           ("dH", "ΔH", "ΔH"), ("twin", "twin", "twin"), ("reward", "reward", "reward"))
 #: What a component light says in each state (the colour says it too).
 _WORDS = {"idle": "waiting", "ok": "ok", "alarm": "alarm", "undefined": "undefined"}
 #: An alarm says its direction (short enough for five lights side by side).
@@ -204,6 +205,7 @@ class AlarmPanel(QGroupBox):
         self.calibration.setWordWrap(True)
         outer.addWidget(self.calibration)
         self.set_reward_visible(False)
+        self.lights["twin"].setVisible(False)  # shown for a session with a twin
         self.reset()
 
     def set_reward_visible(self, visible: bool) -> None:
@@ -224,6 +226,17 @@ class AlarmPanel(QGroupBox):
         self.notice.hide()
         self.undefined.hide()
         self.calibration.setText("")
+
+    def _twin_light(self, ready: bool, waiting: str, alarm: bool | None, detector: str) -> None:
+        """The twin's own alarm: the residual of the physics against its baseline."""
+        what = ("the residual of the physics (S' against the loop's own model, its twin); "
+                "its alarm joins the IDT alarm")
+        if not ready:
+            self._set_light("twin", "idle", f"{what}; no baseline yet: {waiting}")
+        elif alarm:
+            self._set_light("twin", "alarm", f"{detector}: the residual moved; {what}")
+        else:
+            self._set_light("twin", "ok", f"{detector}: no alarm; {what}")
 
     def _set_light(self, key: str, state: str, why: str, word: str = "") -> None:
         rich, plain = self._names[key]
@@ -261,8 +274,14 @@ class AlarmPanel(QGroupBox):
         detector = det.get("describe") or f"paper rule (|z| > {3 if b is None else b.k:g}σ)"
         p = w.get("P")
         p_undefined = p is not None and len(p) > 0 and math.isnan(float(p[-1]))
+        twin = w.get("R_spread_pos")
+        has_twin = twin is not None and bool(np.isfinite(twin).any())
+        if has_twin != self.lights["twin"].isVisibleTo(self):
+            self.lights["twin"].setVisible(has_twin)
         for key in self.lights:
-            if key == "P" and p_undefined:
+            if key == "twin":
+                self._twin_light(ready, waiting, snap.alarm.get("twin"), detector)
+            elif key == "P" and p_undefined:
                 self._set_light(key, "undefined", "the latest window's P is undefined")
             elif not ready:
                 self._set_light(key, "idle", f"no baseline yet: {waiting}")
@@ -284,8 +303,8 @@ class AlarmPanel(QGroupBox):
             note = "symbols out of calibrated range: see below"
         stopped = (f"<br><span style='font-size:11px; font-weight:normal'>{note}</span>"
                    if note else "")
-        tip = ("Union of the P, H_f, H_b and ΔH alarms (paper §10.5): an alarm when any "
-               f"component's detector fires — {detector}")
+        tip = ("Union of the P, H_f, H_b and ΔH alarms (paper §10.5), and of the twin's where "
+               f"the loop has one: an alarm when any of them fires — {detector}")
         if not ready:
             self.idt.set_state("idle", f"IDT: {waiting.split(' (')[0]}{stopped}",
                                f"{tip}. No verdict yet: {waiting}.")
@@ -296,8 +315,10 @@ class AlarmPanel(QGroupBox):
         onset = snap.onset
         unit = (onset or {}).get("unit") or (
             "turn" if getattr(snap, "tokenizer", None) is not None else "window")
+        latest = attribution_text(getattr(snap, "attribution", None))
         if onset is None:
-            text = "No perturbation yet"
+            text = "No perturbation yet" + (
+                f"<br>The latest alarm — what changed: {html.escape(latest)}" if latest else "")
         else:
             # A recording's names are data: shown as text, never read as markup.
             name = html.escape(str(self.names.get(onset["name"], onset["name"])))
@@ -309,8 +330,9 @@ class AlarmPanel(QGroupBox):
                 moved = severity_text(onset.get("severity"), top=2,
                                       beyond=None if b is None else b.k_of)
                 text += f"; moved {html.escape(moved)}" if moved else ""
-                named = attribution_text(onset.get("attribution"), top=2)
-                text += f"<br>Likeliest change: <b>{html.escape(named)}</b>" if named else ""
+                named = attribution_text(onset.get("attribution"))
+                text += f"<br>What changed: {html.escape(named)}" if named else (
+                    "<br>What changed: named once a window holds only changed data")
             elif onset.get("expired"):
                 h = onset.get("horizon")
                 text = f"<i>{name}</i>: not detected within {h} {plural(unit, h)}"

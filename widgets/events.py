@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from idt_desk.live.alarms import impact_text, severity_text
+from idt_desk.live.alarms import attribution_text, impact_text, severity_text
 from idt_desk.live.ranges import VERDICTS
 
 __all__ = ["COLUMNS", "FILTERS", "EventLog", "describe_event"]
@@ -45,8 +45,8 @@ FILTERS: dict[str, frozenset[str] | None] = {
     "perturbations and modulations": frozenset({
         "perturbation_on", "perturbation_off", "perturbation_pulse", "modulation_on",
         "modulation_off", "auto"}),
-    "alarms and detections": frozenset({"alarm_on", "alarm_off", "detected", "not_detected",
-                                        "impact"}),
+    "alarms and detections": frozenset({"alarm_on", "alarm_off", "attributed", "detected",
+                                        "not_detected", "impact"}),
     "notes and calibration": frozenset({
         "note", "session_start", "session_end", "calibrated", "baseline", "baseline_overlap",
         "calibrate_baseline",
@@ -69,6 +69,7 @@ _WORDS = {
     "perturbation_pulse": "impulse", "modulation_on": "modulation on",
     "modulation_off": "modulation off", "auto": "auto modulation", "note": "note",
     "detected": "detected", "not_detected": "not detected", "pause": "paused",
+    "attributed": "what changed",
     "impact": "return change",
     "episode_end": "episode end",
     "resume": "resumed", "speed": "speed", "calibrate_baseline": "baseline asked for",
@@ -112,6 +113,8 @@ def describe_event(ev: dict[str, Any], turns: bool = False) -> tuple[str, str]:
         details = f"{n} {plural(unit, n)} after the onset"
         moved = severity_text(ev.get("severity"))
         details += f"; moved {moved}" if moved else ""
+    elif kind == "attributed":
+        details = attribution_text(ev)
     elif kind == "impact":
         details = impact_text(ev)
     elif kind == "speed":
@@ -349,7 +352,7 @@ class EventLog(QFrame):
         self._keys.insert(row, key)
         kind = str(self.events[k].get("kind", ""))
         tint = next((c for prefix, c in _TINT.items() if kind.startswith(prefix)), None)
-        if kind in ("detected", "not_detected", "baseline_overlap", "impact"):
+        if kind in ("detected", "not_detected", "baseline_overlap", "impact", "attributed"):
             tint = _TINT["alarm"]
         for col, text in enumerate(self.row_texts(k)):
             item = QTableWidgetItem(text)

@@ -9,13 +9,22 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from idt_desk_widgets.plots import MetricPlots
-from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QHBoxLayout, QPushButton, QWidget
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QHBoxLayout,
+    QPushButton,
+    QToolButton,
+    QWidget,
+)
 
 __all__ = ["PlotNavigator"]
 
 
 class PlotNavigator(QWidget):
     """Above the plots: follow the whole history or the latest N, freeze or follow.
+
+    On its right, a toggle shows or hides the plot of the physics' residual (the twin's).
 
     Drives a :class:`MetricPlots` (``set_follow``, ``freeze``) and shows when it froze itself
     (``frozenChanged``: a drag or a wheel turn on a plot). The values under the cursor go to
@@ -42,15 +51,25 @@ class PlotNavigator(QWidget):
         self.span.setRange(1.0, 1e7)
         self.span.setDecimals(0)
         self.span.setToolTip("The span 'Latest' shows")
+        self.span.setMinimumWidth(72)  # seven digits, not the range's eight: 1,024 px fit
         self.freeze_button = QPushButton("Freeze", self)
         self.freeze_button.setMinimumWidth(64)  # the style's 80 px minimum
         self.freeze_button.setCheckable(True)
         self.freeze_button.setToolTip(
             "Hold the view while the loop runs (a drag or a wheel turn on the plots freezes "
             "it too); press again to follow the data (Ctrl+F)")
+        self.twin_button = QToolButton(self)  # narrower than a push button: 1,024 px fit
+        self.twin_button.setText("Residual")
+        self.twin_button.setCheckable(True)
+        self.twin_button.setChecked(True)
+        self.twin_button.setToolTip(
+            "Show the plot of the physics' residual (S' against what the loop's own model, "
+            "its twin, predicts) where the source declares a twin; press to hide it")
         for w in (self.mode, self.span, self.freeze_button):
             lay.addWidget(w)
         lay.addStretch(1)
+        lay.addWidget(self.twin_button)
+        self.twin_button.toggled.connect(lambda on: plots.set_twin_hidden(not on))
         self.set_unit("s")
         self.mode.currentIndexChanged.connect(self._apply)
         self.span.valueChanged.connect(self._apply)

@@ -134,6 +134,10 @@ PICTURES = (
             at=2400.0, preset="cheetah-live",
             what="rl.md: the live cheetah preset, 4 % action noise from 2,150 s: the alarm "
                  "names the likeliest class of change"),
+    *(Picture(f"screenshot_twin_{cls}.png", "gym", switches=(f"{name}@2100",), at=2250.0,
+              what=f"rl.md: the shipped default, {name} from 2,100 s: the twin names {cls}")
+      for cls, name in (("sensor", "obs_noise_3"), ("actuator", "act_noise_3"),
+                        ("force", "force_torso_10N"), ("dynamics", "gravity_110"))),
     Picture("screenshot_sac2_act_noise_1.png", "gym", {"policy": _SAC2},
             switches=("act_noise_1@2500",), at=2800.0,
             what="rl.md: SAC seed 2 (chaotic), 1 % action noise from 2,500 s"),

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import QLabel
 
 from idt_desk.live.session import Snapshot, undefined_reason
 
-__all__ = ["METRICS", "NON_NEGATIVE", "SHOWN_WHEN_DEFINED", "STRUCTURAL", "MetricPlots"]
+__all__ = ["METRICS", "NON_NEGATIVE", "SHOWN_WHEN_DEFINED", "STRUCTURAL", "TWIN", "MetricPlots"]
 
 #: (window column, axis label (HTML), curve colour)
 METRICS = (
@@ -36,6 +36,7 @@ METRICS = (
     ("H_f", "H<sub>f</sub> (bits)", (200, 110, 20)),
     ("H_b", "H<sub>b</sub> (bits)", (130, 60, 180)),
     ("dH", "ΔH (bits)", (20, 140, 120)),
+    ("R_spread_pos", "physics residual", (170, 40, 40)),
     ("P_adj", "P − len. null", (40, 60, 140)),
     ("reward", "reward / step", (120, 120, 120)),
     ("cos_sim", "cosine", (200, 50, 90)),
@@ -47,9 +48,17 @@ STRUCTURAL = (
     ("adjacent", "adjacent replies", (230, 150, 30)),
     ("drift", "reply vs reply 1", (90, 90, 90)),
 )
+#: The residual of the physics (``idt_desk.metrics.twin``), drawn together in one plot in
+#: decades against the baseline's mean (0: as in the baseline): (column, legend, colour).
+TWIN = (
+    ("R_spread_pos", "positions' spread", (170, 40, 40)),
+    ("R_shift_pos", "positions' shift", (230, 140, 140)),
+    ("R_spread_vel", "velocities' spread", (40, 70, 170)),
+    ("R_shift_vel", "velocities' shift", (130, 160, 230)),
+)
 #: Plots shown once a session computes their column (a dialogue's length-adjusted P, its
-#: structural baselines), hidden again for a new session.
-SHOWN_WHEN_DEFINED = ("P_adj", "cos_sim")
+#: structural baselines, the twin's residual), hidden again for a new session.
+SHOWN_WHEN_DEFINED = ("P_adj", "cos_sim", "R_spread_pos")
 #: Metrics that cannot be negative: their ±kσ band is clipped at 0 (ΔH and reward may be).
 NON_NEGATIVE = frozenset({"P", "H_f", "H_b"})
 _BAND = (60, 170, 90, 45)
@@ -191,6 +200,24 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             if key != "cos_sim":
                 self.extra[key] = cos.plot(pen=pg.mkPen(color, width=1))
             legend.addItem(self.curves[key] if key == "cos_sim" else self.extra[key], text)
+        # The twin's four channels share the residual's plot, with a legend of their own.
+        twin = self.plots["R_spread_pos"]
+        legend = twin.addLegend(offset=(4, 1), labelTextSize="8pt", colCount=4,
+                                labelTextColor=(60, 60, 60),
+                                brush=pg.mkBrush(255, 255, 255, 200), verSpacing=-6)
+        legend.setFlag(legend.GraphicsItemFlag.ItemIgnoresTransformations, False)
+        for key, text, color in TWIN:
+            if key != "R_spread_pos":
+                self.extra[key] = twin.plot(pen=pg.mkPen(color, width=1))
+            legend.addItem(self.curves[key] if key == "R_spread_pos" else self.extra[key], text)
+        twin.setToolTip("The residual of the physics: S' against what the loop's own model "
+                        "(its twin) predicts from S and A, in decades against the baseline "
+                        "(0: as in the baseline). Noise in what is measured spreads the "
+                        "positions'; a push or heavier gravity shifts the velocities'; a "
+                        "changed action leaves it where it was. Red dots: the twin's alarm.")
+        #: The user hid the residual's plot (the navigator's toggle).
+        self.twin_hidden = False
+        self._twin_rel: dict[str, np.ndarray] = {}
         self._optional = {"reward": False, **{key: False for key in SHOWN_WHEN_DEFINED}}
         # Navigation: what x follows, whether it is frozen, the cursor.
         self.follow = "all"
@@ -223,8 +250,14 @@ class MetricPlots(pg.GraphicsLayoutWidget):
 
     def set_structural_visible(self, visible: bool, key: str = "cos_sim") -> None:
         """Show a plot of :data:`SHOWN_WHEN_DEFINED` (by default the structural baselines')."""
-        self._optional[key] = visible
+        self._optional[key] = visible and not (key == "R_spread_pos" and self.twin_hidden)
         self._layout_rows()
+
+    def set_twin_hidden(self, hidden: bool) -> None:
+        """Hide the residual's plot (the user's choice), or show it again where it is defined."""
+        self.twin_hidden = hidden
+        defined = self._last is not None and np.isfinite(self._last[1]["R_spread_pos"]).any()
+        self.set_structural_visible(defined, "R_spread_pos")
 
     def _layout_rows(self) -> None:
         for key, on in self._optional.items():
@@ -500,13 +533,21 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         # Shown once a session computes them, hidden again by clear_data (a new session):
         # the column is scanned only while the plot is hidden, not every frame.
         for key in SHOWN_WHEN_DEFINED:
-            if not self._optional[key] and np.isfinite(w[key]).any():
+            if not self._optional[key] and np.isfinite(w[key]).any() and \
+                    not (key == "R_spread_pos" and self.twin_hidden):
                 self.set_structural_visible(True, key)
         if self._optional["cos_sim"]:
-            for key, curve in self.extra.items():
-                curve.setData(x, w[key], connect="finite")
+            for key, _t, _c in STRUCTURAL[1:]:
+                self.extra[key].setData(x, w[key], connect="finite")
+        if self._optional["R_spread_pos"]:
+            self._twin_rel = rel = _against_baseline(w, b)
+            for key, _t, _c in TWIN[1:]:
+                self.extra[key].setData(x, rel[key], connect="finite")
         for key, _label, _color in METRICS:
             if not self.plots[key].isVisible():
+                continue
+            if key == "R_spread_pos":
+                self._draw_twin(x, w)
                 continue
             y = w[key]
             self.curves[key].setData(x, y, connect="finite")
@@ -535,6 +576,15 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             self._stack_labels()
         self._set_undefined(w)
         self.show_hint(None if len(x) else _waiting_text(snap))
+
+    def _draw_twin(self, x: np.ndarray, w: dict[str, np.ndarray]) -> None:
+        """The residual's first channel, and the twin alarm's dots on the highest channel."""
+        rel = self._twin_rel
+        self.curves["R_spread_pos"].setData(x, rel["R_spread_pos"], connect="finite")
+        hit = w["x_twin"] == 1.0
+        top = np.nanmax(np.vstack([rel[k][hit] for k, _t, _c in TWIN]), axis=0) \
+            if hit.any() else np.empty(0)
+        self.dots["R_spread_pos"].setData(x[hit], top)
 
     def _follow(self, x: np.ndarray, w: dict[str, np.ndarray], baseline: Any) -> None:
         """Scroll x to the data (unless frozen); move y ranges only when the data leaves them.
@@ -576,8 +626,14 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         for key, plot in self.plots.items():
             if not plot.isVisible():
                 continue
-            y = (np.concatenate([w[k][view] for k, _t, _c in STRUCTURAL]) if key == "cos_sim"
-                 else w[key][view])
+            if key == "cos_sim":
+                y = np.concatenate([w[k][view] for k, _t, _c in STRUCTURAL])
+            elif key == "R_spread_pos":
+                rel = self._twin_rel
+                y = np.concatenate([rel[k][view] for k, _t, _c in TWIN if k in rel]) \
+                    if rel and len(rel["R_spread_pos"]) == len(view) else np.empty(0)
+            else:
+                y = w[key][view]
             y = y[np.isfinite(y)]
             if not y.size:
                 continue
@@ -810,10 +866,31 @@ class MetricPlots(pg.GraphicsLayoutWidget):
 
 #: Axis labels without their units, for short plots.
 _SHORT_AXIS = {"H_f": "H<sub>f</sub>", "H_b": "H<sub>b</sub>", "dH": "ΔH", "reward": "reward",
-               "P_adj": "P − null"}
+               "P_adj": "P − null", "R_spread_pos": "residual"}
+#: The twin's channels: drawn against their baseline's mean, never with a band.
+TWIN_KEYS = frozenset(k for k, _t, _c in TWIN)
+
+
+def _against_baseline(w: dict[str, np.ndarray], b: Any) -> dict[str, np.ndarray]:
+    """The twin's channels in decades against the baseline's mean, as the plot draws them.
+
+    Before the baseline, against the first window's value.
+    """
+    out = {}
+    for key, _t, _c in TWIN:
+        y = np.asarray(w[key], dtype=np.float64)
+        ref = b.mean.get(key) if b is not None else None
+        if ref is None or not math.isfinite(ref):
+            finite = y[np.isfinite(y)]
+            ref = float(finite[0]) if finite.size else 0.0
+        out[key] = y - ref
+    return out
+
+
 def _band(b: Any, key: str) -> tuple[float, float] | None:
     """The baseline's (lower, upper) band of a metric, lower clipped at 0 where it must be."""
-    if b is None or key not in b.mean or not math.isfinite(b.std.get(key, math.nan)):
+    if key in TWIN_KEYS or b is None or key not in b.mean or \
+            not math.isfinite(b.std.get(key, math.nan)):
         return None
     lo, hi = b.band(key)
     if key in NON_NEGATIVE:

@@ -36,7 +36,7 @@ __all__ = ["add_run"]
 #: and help come from the settings table (``idt_desk.settings.SETTINGS``).
 SESSION_OPTIONS = ("preset", "bins", "window", "stride", "calibration_windows",
                    "baseline_windows", "detector", "false_alarms", "persist", "ewma_lambda",
-                   "drift", "phase_baseline", "k", "correction", "seed")
+                   "drift", "phase_baseline", "twin", "k", "correction", "seed")
 
 
 def _add_session_options(p: argparse.ArgumentParser) -> None:
@@ -322,7 +322,7 @@ def _verdict_lines(events: list[dict]) -> list[str]:
             named = attribution_text(ev)
             lines.append(head + f"detected {n} {unit}{'s' if n != 1 else ''} after the onset"
                          + (f"; moved {moved}" if moved else "")
-                         + (f"; likeliest change: {named}" if named else ""))
+                         + (f"; what changed: {named}" if named else ""))
         elif ev["kind"] == "not_detected":
             lines.append(head + ("not detected while it was on" if ev.get("off") else
                                  f"not detected within {ev.get('horizon')} "

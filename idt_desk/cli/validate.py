@@ -78,8 +78,9 @@ def add_settings(p: argparse.ArgumentParser, keys: Iterable[str],
         s = SETTINGS[key]
         default = defaults.get(key, s.default)
         words = s.describe(default, notes.get(key, ""))
-        if s.kind is bool:
-            p.add_argument(s.flag, action="store_true", help=words)
+        if s.kind is bool:  # on by default: --twin / --no-twin
+            p.add_argument(s.flag, action=argparse.BooleanOptionalAction if default
+                           else "store_true", default=bool(default), help=words)
         elif s.choices:
             extra = ("none",) if s.unset == "none" else ()
             p.add_argument(s.flag, choices=(*s.choices, *extra), help=words,

@@ -71,7 +71,7 @@ applied to a stream.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -409,6 +409,7 @@ def calibrate(
     seed: int = 0,
     max_samples: int = 4_000_000,
     standardised: bool = False,
+    min_std: Mapping[str, float] | None = None,
 ) -> Calibration:
     """Fit ``spec`` to baseline windows so the union of components keeps ``arl_windows``.
 
@@ -440,6 +441,10 @@ def calibrate(
         :mod:`~idt_desk.detection.phase`): its mean 0 and σ 1 are taken as given, not
         estimated (its own sample σ is below 1 where phases never varied; calibrating on it
         would make their variation the unit).
+    min_std
+        A component's resolution: its σ is taken as at least this (the twin's channels,
+        ``idt_desk.metrics.twin.RESOLUTION``); its variation below it then stays below unit
+        variance, for the MEWMA too (only the components' correlation is whitened).
 
     Raises
     ------
@@ -463,6 +468,7 @@ def calibrate(
             raise ValueError(f"{c}: a baseline needs at least 3 defined windows, got {x.size}")
         mean[c], std[c] = (0.0, 1.0) if standardised else (float(x.mean()),
                                                             float(x.std(ddof=1)))
+        std[c] = max(std[c], float((min_std or {}).get(c, 0.0)))
         if not spec.calibrated:
             threshold[c] = float(spec.k)
             continue
@@ -474,7 +480,8 @@ def calibrate(
                            n_eff[c], x.size / n_eff[c])
     if spec.detector.joint and len(comps) > 1:
         tasks[""] = partial(_calibrate_joint, spec, baseline, comps, mean, std,
-                            float(arl_windows), max_lag, overlap, seed, standardised)
+                            float(arl_windows), max_lag, overlap, seed,
+                            standardised or bool(min_std))
     # The components are independent fits of compiled kernels and numpy that release the
     # GIL: two at a time, one per core of a small machine.
     try:
@@ -511,7 +518,8 @@ def _calibrate_joint(spec: DetectorSpec, baseline: dict[str, np.ndarray],
     """The MEWMA's whitening and T² threshold for the group's whole budget (module doc).
 
     ``standardised``: the components are unit-variance residuals whose sample variance may
-    be lower (phases that never varied): only their correlation is whitened, each keeping
+    be lower (phases that never varied, a channel under its resolution): only their
+    correlation is whitened, each keeping
     the unit variance assumed of it, as the univariate detectors do. Whitening their
     sample covariance instead would scale the quiet phases up to the loud ones' variance and
     the loud ones beyond it: measured on a synthetic episodic loop, 7 of 40 unperturbed

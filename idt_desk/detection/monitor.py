@@ -24,11 +24,13 @@ from idt_desk.detection.detectors import (
 )
 from idt_desk.detection.phase import PhaseBaseline
 from idt_desk.metrics.tokens import ADJUSTED
+from idt_desk.metrics.twin import RESOLUTION, TWIN_METRICS
 
 __all__ = [
     "ADJUSTED_METRICS",
     "DEFAULT_BASELINE_WINDOWS",
     "IDT_METRICS",
+    "JOINS",
     "UNIONS",
     "Baseline",
     "Detection",
@@ -54,8 +56,14 @@ DEFAULT_BASELINE_WINDOWS = 800
 #: their own, with its own false-alarm budget and its union alarm ``IDT_adj``.
 ADJUSTED_METRICS = tuple(ADJUSTED.values())
 
-#: The union alarm of each group of metrics that shares a budget (the rest: one group each).
-UNIONS = {"IDT": IDT_METRICS, "IDT_adj": ADJUSTED_METRICS}
+#: The union alarm of each group of metrics that shares a budget (the rest: one group each):
+#: the IDT's components, a dialogue's length-adjusted ones, and the twin's residual channels
+#: (``idt_desk.metrics.twin``), each with a baseline and a calibration of its own.
+UNIONS = {"IDT": IDT_METRICS, "IDT_adj": ADJUSTED_METRICS, "twin": TWIN_METRICS}
+#: Groups whose alarm joins another's: the twin's joins the IDT's (``x_IDT`` is then the IDT's
+#: components or its twin), and the two share that alarm's budget, half each, so the joined
+#: alarm keeps it (``x_twin`` stays the twin's own).
+JOINS = {"twin": "IDT"}
 
 
 def base_metric(metric: str) -> str:
@@ -404,7 +412,10 @@ class Monitor:
         phase = ", against the episode's phase" if self.phased else ""
         if not self.spec.calibrated:
             return self.spec.describe() + phase
-        return f"{self.spec.describe()}, {self.budget}{phase}"
+        groups = metric_groups(self.metrics)
+        joined = "".join(f", shared with its {g} (half each)" for g, into in JOINS.items()
+                         if groups.get(g) and groups.get(into))
+        return f"{self.spec.describe()}, {self.budget}{joined}{phase}"
 
     def to_dict(self) -> dict[str, Any]:
         """The detector's configuration and calibration (recorded with the baseline)."""
@@ -433,14 +444,20 @@ class Monitor:
         if self.spec.calibrated:
             self.arl_windows = self.budget_windows()
         calibrations = {}
-        for g, comps in metric_groups(self.metrics).items():
+        groups = metric_groups(self.metrics)
+        # A group whose alarm another joins shares its budget with it: half each.
+        share = {g: 2.0 for j, into in JOINS.items() if groups.get(j) and groups.get(into)
+                 for g in (j, into)}
+        for g, comps in groups.items():
             # A component with fewer than 3 defined windows (P undefined all along) cannot
             # be judged: it never alarms, and the budget is shared by the others.
             comps = [m for m in comps if np.isfinite(data[m]).sum() >= 3]
             if comps:
-                calibrations[g] = calibrate(self.spec, {m: data[m] for m in comps},
-                                            self.arl_windows, overlap=self.overlap,
-                                            standardised=self.phased)
+                arl = None if self.arl_windows is None else self.arl_windows * share.get(g, 1.0)
+                calibrations[g] = calibrate(
+                    self.spec, {m: data[m] for m in comps}, arl,
+                    overlap=self.overlap, standardised=self.phased,
+                    min_std={m: RESOLUTION for m in comps if base_metric(m) in TWIN_METRICS})
         self.calibrations = calibrations
         self.baseline = Baseline(
             fitted.mean, fitted.std, fitted.n_windows, self.k,
@@ -528,4 +545,7 @@ class Monitor:
             for g, f in self._joint_flags.items():  # a multivariate group's own alarm
                 if g in flags:
                     flags[g][i:] = f
+            for g, into in JOINS.items():
+                if g in flags and into in flags:
+                    flags[into][i:] |= flags[g][i:]
         return flags

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from idt_desk.metrics.presets import Preset
+from idt_desk.metrics.twin import Twin
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,6 +38,7 @@ from idt_desk.gym.stream import (
     open_recording,
     record_path,
     resolve_preset,
+    resolve_twin,
 )
 
 __all__ = ["callback_class"]
@@ -61,8 +63,10 @@ class _IDTCallbackImpl:
     preset, bins, window, stride, calibration_windows, correction, block
         As :class:`IDTMonitor`; checked against the training env's spaces when training
         starts.
-    detector, false_alarms, baseline_windows, persist, k, phase_baseline
-        The alarm per training env, as :class:`IDTMonitor`'s (``idt/x_IDT`` can be logged).
+    detector, false_alarms, baseline_windows, persist, k, phase_baseline, twin
+        The alarm per training env, as :class:`IDTMonitor`'s (``idt/x_IDT`` can be logged),
+        and its twin (each env of a ``DummyVecEnv`` its own copy; a ``SubprocVecEnv``'s envs
+        are in other processes: none). Each env's attributed alarms: ``alarms(env)``.
     every
         None: the metrics are written at SB3's own dumps (on-policy: every ``log_interval``
         rollouts; off-policy: every ``log_interval`` episodes). An integer: the callback
@@ -126,6 +130,7 @@ class _IDTCallbackImpl:
         k: float = ALARM_DEFAULTS["k"],
         record: str | os.PathLike | None = None,
         phase_baseline: bool = False,
+        twin: bool | Twin = True,
     ) -> None:
         super().__init__(verbose)  # BaseCallback's (see _callback_class)
         check_settings({"preset": preset, "bins": bins, "window": window, "stride": stride,
@@ -149,6 +154,7 @@ class _IDTCallbackImpl:
         if self._record is not None:
             # What does not depend on the env, refused now rather than when training starts.
             check_options(correction, self._alarm)
+        self._twin = twin
         self._recorders: list[Recorder] = []
         self._recording_ended = False
         self.every = every
@@ -182,6 +188,10 @@ class _IDTCallbackImpl:
         """
         return list(self._recorders)
 
+    def alarms(self, env: int = 0) -> list[dict]:
+        """Each IDT alarm of training env ``env``: ``end``, ``attribution``, ``evidence``."""
+        return [dict(a) for a in self._streams[env].alarms] if self._streams else []
+
     def windows(self, env: int = 0) -> pd.DataFrame:
         """Every window so far of training env ``env``, columns :data:`IDT_COLUMNS`."""
         table = self._streams[env].flush()  # with block > stride, windows not yet logged
@@ -202,12 +212,17 @@ class _IDTCallbackImpl:
             rate = None if first is None else loop_rate(first)
             state = SpaceCodec(venv.observation_space, "observation")
             action = SpaceCodec(venv.action_space, "action")
-            streams = [
-                Stream(self.preset, state, action, self._calibration_windows,
-                        self._correction, self._block,
-                        alarm_monitor(self._alarm, self.preset, rate, steps))
-                for _ in range(venv.num_envs)
-            ]
+            streams = []
+            for j in range(venv.num_envs):  # a twin each: its copy of the env steps apart
+                env = venv.envs[j] if hasattr(venv, "envs") else None
+                model, note = resolve_twin(self._twin if env is not None else False, env)
+                if env is None and self._twin is not False:
+                    note = ("the training envs run in other processes: no twin here, no "
+                            "class of change")
+                streams.append(Stream(
+                    self.preset, state, action, self._calibration_windows, self._correction,
+                    self._block, alarm_monitor(self._alarm, self.preset, rate, steps,
+                                               twin=model is not None), model, note))
             if self._record is not None:
                 self._recorders = self._open_recordings(venv.num_envs, state, action, rate,
                                                         steps)
@@ -279,10 +294,13 @@ class _IDTCallbackImpl:
             record_path(path)  # refused before any is created
         opened: list[Recorder] = []
         try:
-            for path in paths:
+            envs = getattr(self.training_env, "envs", None) or [None] * n
+            for path, env in zip(paths, envs, strict=True):
+                # A twin of its own each: the recorder's pipeline runs in its own thread.
+                twin = resolve_twin(self._twin if env is not None else False, env)[0]
                 opened.append(open_recording(path, self._options["preset"], self.preset,
                                               state, action, self._calibration_windows,
-                                              self._alarm, rate, steps))
+                                              self._alarm, rate, steps, twin))
         except BaseException as exc:
             _close_all(opened, f"{type(exc).__name__}: {exc}")
             raise

@@ -13,6 +13,7 @@ import numpy as np
 
 from idt_desk.metrics.presets import Preset
 from idt_desk.metrics.symbolize import Symbolizer
+from idt_desk.metrics.twin import Twin
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,6 +33,7 @@ from idt_desk.gym.stream import (
     open_recording,
     record_path,
     resolve_preset,
+    resolve_twin,
 )
 
 __all__ = ["IDTMonitor"]
@@ -98,6 +100,16 @@ class IDTMonitor(gymnasium.Wrapper):
     phase_baseline
         Judge each window against the baseline at the same phase of the episode
         (``idt_desk.detection.phase``; the env needs a time limit). Off by default.
+    twin
+        The loop's nominal model (``idt_desk.metrics.twin``): True (the default) for the
+        env's own where it has one — an unperturbed copy of a MuJoCo env whose observation
+        is its state (:class:`~idt_desk.gym.twin.MujocoTwin`) — False for none, or your
+        own :class:`~idt_desk.metrics.twin.Twin`. Each window then gets the residual of the
+        physics (``R_*`` keys, ``x_twin``), and every IDT alarm the class of change, in
+        :attr:`alarms` and, while it is on, ``info["idt"]["attribution"]`` and
+        ``["evidence"]``; without a twin the class is ``unknown`` and the evidence says why.
+        The twin is stepped from the observation as the wrapper sees it: wrap observation
+        normalisers outside this wrapper, or pass ``twin=False``.
     record
         A directory to write the stream to as an ordinary IDT Desk recording (None: none),
         which ``idt-desk watch`` follows while the env runs and replay reads afterwards. An
@@ -162,6 +174,7 @@ class IDTMonitor(gymnasium.Wrapper):
         k: float = ALARM_DEFAULTS["k"],
         record: str | os.PathLike | None = None,
         phase_baseline: bool = False,
+        twin: bool | Twin = True,
     ) -> None:
         super().__init__(env)
         check_settings({"preset": preset, "bins": bins, "window": window, "stride": stride,
@@ -179,15 +192,18 @@ class IDTMonitor(gymnasium.Wrapper):
                  "phase_baseline": bool(phase_baseline)}
         rate, steps = loop_rate(env), getattr(spec, "max_episode_steps", None)
         #: The alarm's monitor (None without a detector): its ``describe()`` and calibration.
-        self.monitor = alarm_monitor(alarm, self.preset, rate, steps)
+        model, note = resolve_twin(twin, env)
+        self.monitor = alarm_monitor(alarm, self.preset, rate, steps, twin=model is not None)
         state = SpaceCodec(env.observation_space, "observation")
         action = SpaceCodec(env.action_space, "action")
         self._stream = Stream(self.preset, state, action, calibration_windows, correction,
-                               block, self.monitor)
+                               block, self.monitor, model, note)
         if path is not None:
             check_recordable(self.preset, state, action, correction, alarm)
+            # A twin of its own: the recorder's pipeline runs in its own thread.
             self._recorder = open_recording(path, preset, self.preset, state, action,
-                                             calibration_windows, alarm, rate, steps)
+                                             calibration_windows, alarm, rate, steps,
+                                             resolve_twin(twin, env)[0] if model else None)
         self._obs: Any = None
         self._done = False
         #: Episode index of the current episode (0 after the first ``reset``).
@@ -207,6 +223,11 @@ class IDTMonitor(gymnasium.Wrapper):
     def n_transitions(self) -> int:
         """Transitions recorded so far (all episodes)."""
         return self._stream.n_transitions
+
+    @property
+    def alarms(self) -> list[dict[str, Any]]:
+        """Each IDT alarm so far: its window's ``end``, ``attribution`` and ``evidence``."""
+        return [dict(a) for a in self._stream.alarms]
 
     @property
     def calibrated(self) -> bool:

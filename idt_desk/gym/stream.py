@@ -18,6 +18,7 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
+from idt_desk.detection.attribution import attribute
 from idt_desk.detection.detectors import (
     CONTROL_BUDGET,
     CONTROL_DETECTOR,
@@ -27,6 +28,7 @@ from idt_desk.detection.detectors import (
 from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS, IDT_METRICS, Monitor
 from idt_desk.metrics.engine import WINDOW_KEYS
 from idt_desk.metrics.presets import PRESETS, Preset
+from idt_desk.metrics.twin import TWIN_COLUMNS, TWIN_METRICS, Twin
 from idt_desk.pipeline import Pipeline, build_monitor
 from idt_desk.settings import SETTINGS, PipelineSettings, check_finite, check_limit
 
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ALARM_DEFAULTS", "GENERIC_PRESET", "IDT_COLUMNS", "LOGGED_METRICS", "SpaceCodec",
            "Stream", "alarm_monitor", "check_options", "check_recordable", "flat", "frame",
-           "loop_rate", "open_recording", "record_path", "resolve_preset"]
+           "loop_rate", "open_recording", "record_path", "resolve_preset", "resolve_twin"]
 
 #: Keys of a window, in order (``info["idt"]``, the rows of ``windows``): ``start`` and
 #: ``end`` (first transition and one past the last: the number of transitions seen when the
@@ -45,9 +47,10 @@ __all__ = ["ALARM_DEFAULTS", "GENERIC_PRESET", "IDT_COLUMNS", "LOGGED_METRICS", 
 #: :data:`~idt_desk.WINDOW_KEYS`, ``reward`` (mean reward over the window),
 #: ``out_of_range`` (fraction of its transitions with a value clamped into an edge bin) and
 #: the alarm's flags ``x_P`` … ``x_IDT`` (1.0 alarm, 0.0 none, NaN no verdict: calibration
-#: and baseline windows, or no detector), exactly as a live session flags them.
+#: and baseline windows, or no detector), exactly as a live session flags them, and the
+#: twin's residual channels and alarm (``idt_desk.metrics.twin``; NaN without a twin).
 IDT_COLUMNS = ("start", "end", "episode", *WINDOW_KEYS[1:], "reward", "out_of_range",
-               "x_P", "x_H_f", "x_H_b", "x_dH", "x_IDT")
+               "x_P", "x_H_f", "x_H_b", "x_dH", "x_IDT", *TWIN_COLUMNS)
 _INT_COLUMNS = frozenset({"start", "end", "episode", "K_S", "K_A", "K_S_next", "K_SAS"})
 
 #: What the SB3 callback logs (as ``idt/<key>``) by default.
@@ -209,7 +212,9 @@ class Stream:
 
     :meth:`add` copies a transition into a buffer; when the buffer completes the calibration
     or a window, the block goes through the same :class:`~idt_desk.pipeline.Pipeline` as a
-    live session's, and the windows it finished are returned.
+    live session's, and the windows it finished are returned. With a ``twin`` every IDT
+    alarm is attributed as a session's are (:attr:`alarms`; ``twin_note`` says why not
+    without one).
     """
 
     def __init__(
@@ -221,6 +226,8 @@ class Stream:
         correction: str | None = None,
         block: int | None = None,
         monitor: Monitor | None = None,
+        twin: Twin | None = None,
+        twin_note: str = "",
     ) -> None:
         cw = calibration_windows
         if isinstance(cw, bool) or int(cw) != cw or cw < 1:
@@ -234,7 +241,14 @@ class Stream:
             preset, monitor, state_names=self._names[0], action_names=self._names[1],
             state_bins=state.bins(preset.bins), action_bins=action.bins(preset.bins),
             calibration_windows=int(calibration_windows), correction=correction,
-            mean_columns=("reward",), end_columns=("episode",))
+            mean_columns=("reward",), end_columns=("episode",), twin=twin)
+        #: Why alarms are not attributed ("" with a twin).
+        self.twin_note = twin_note
+        #: Each IDT alarm: ``end`` of its first window, ``attribution`` and ``evidence`` (named
+        #: a window length less a stride after it).
+        self.alarms: list[dict[str, Any]] = []
+        self._alarmed = False
+        self._naming: list[tuple[int, int]] = []  # (window to name it at, the alarm's end)
         self.sym_s, self.sym_a = self.pipeline.sym_s, self.pipeline.sym_a
         self.engine = self.pipeline.engine
         self.monitor = monitor
@@ -322,8 +336,33 @@ class Stream:
         table["episode"] = table["episode"].astype(np.int64)
         table = {c: table[c] if c in table else np.full(m, np.nan) for c in IDT_COLUMNS}
         self._windows.extend(table, m)
+        self._attribute(table["x_IDT"], table["end"])
         self.latest = {c: v[-1].item() for c, v in table.items()}
+        if self._alarmed and self.alarms:  # the alarm in force says what changed
+            self.latest.update({k: self.alarms[-1][k] for k in ("attribution", "evidence")})
         return table
+
+    def _attribute(self, flags: np.ndarray, ends: np.ndarray) -> None:
+        """Each rising IDT alarm, attributed from the twin (or said why not) as a session does.
+
+        A window length less a stride after the alarm's first window (the first that holds
+        only what followed the change): an alarm is listed in :attr:`alarms` then.
+        """
+        W, stride = self.preset.window, self.preset.stride
+        after = max(-(-W // stride) - 1, 0)
+        first = self.pipeline.n_windows - len(flags)  # the block's first window's index
+        for j, f in enumerate(flags):
+            on = bool(f == 1.0)
+            if on and not self._alarmed:
+                self._naming.append((first + j + after, int(ends[j])))
+            if np.isfinite(f):
+                self._alarmed = on
+        while self._naming and self._naming[0][0] < first + len(flags):
+            due, end = self._naming.pop(0)
+            got = attribute(self.pipeline.evidence(due - first), passive=False,
+                            note=self.twin_note)
+            self.alarms.append({"end": end, "attribution": got["attribution"],
+                                "evidence": got["evidence"]})
 
     def windows(self) -> dict[str, np.ndarray]:
         """Every window finished so far (buffered transitions flushed), as columns (copies)."""
@@ -365,16 +404,39 @@ def loop_rate(env: Any) -> float | None:
 
 
 def alarm_monitor(options: Mapping[str, Any], preset: Preset, rate: float | None,
-                   episode_steps: int | None) -> Monitor | None:
-    """A session's monitor for a wrapped stream (``detector`` None: windows only)."""
+                   episode_steps: int | None, twin: bool = False) -> Monitor | None:
+    """A session's monitor for a wrapped stream (``detector`` None: windows only).
+
+    ``twin``: the stream has one; its channels are a group of their own.
+    """
     if options["detector"] is None:
         return None
     return build_monitor(
-        IDT_METRICS, baseline_windows=options["baseline_windows"],
+        (*IDT_METRICS, *(TWIN_METRICS if twin else ())),
+        baseline_windows=options["baseline_windows"],
         detector=options["detector"], false_alarms=_budget(options, rate, episode_steps),
         k=options["k"], persist=options["persist"], rate=rate, stride=preset.stride,
         window=preset.window, episode_steps=episode_steps, what="this env",
         phased=_phased(options, episode_steps))
+
+
+def resolve_twin(twin: Any, env: Any) -> tuple[Twin | None, str]:
+    """The wrapper's and the callback's ``twin=``: the twin and, without one, why not.
+
+    True: the env's own, where it is a MuJoCo env whose observation is its state
+    (:func:`idt_desk.gym.twin.mujoco_twin`); False: none; a :class:`Twin`: that one.
+    """
+    if twin is False or twin is None:
+        return None, "twin=False: no model of the loop, no class of change"
+    if twin is True:
+        from idt_desk.gym.twin import mujoco_twin
+
+        got, why = mujoco_twin(env)
+        return got, "" if got is not None else f"{why}: no class of change"
+    if not isinstance(twin, Twin):
+        raise TypeError(f"twin must be True, False or an idt_desk.Twin (predict, hypotheses, "
+                        f"kinds, description), got {type(twin).__name__}")
+    return twin, ""
 
 
 def _phased(options: Mapping[str, Any], episode_steps: int | None) -> bool:
@@ -477,13 +539,15 @@ def open_recording(
     alarm: Mapping[str, Any],
     rate: float | None,
     episode_steps: int | None,
+    twin: Twin | None = None,
 ) -> Recorder:
     """An :class:`~idt_desk.Recorder` at ``path`` running the stream's own pipeline.
 
-    Its windows equal the stream's: the same preset, calibration, baseline, detector and
-    budget (a budget per episode is handed over in windows, which the recorder's loop has no
-    episodes for), and a Discrete space's value range declared to the calibration, so that
-    each of its values keeps a bin of its own (``bins`` >= its n, checked before).
+    Its windows equal the stream's: the same preset, calibration, baseline, detector,
+    twin and budget (a budget per episode is handed over in windows, which the recorder's
+    loop has no episodes for), and a Discrete space's value range declared to the
+    calibration, so that each of its values keeps a bin of its own (``bins`` >= its n,
+    checked before).
     """
     from idt_desk.live.recorder import Recorder
 
@@ -500,8 +564,8 @@ def open_recording(
         calibration_windows=int(calibration_windows),
         baseline_windows=int(alarm["baseline_windows"]),
         detector=alarm["detector"] or ALARM_DEFAULTS["detector"], false_alarms=budget,
-        **({"episode_steps": episode_steps, "phase_baseline": True}
-           if _phased(alarm, episode_steps) else {}))
+        twin=twin, **({"episode_steps": episode_steps, "phase_baseline": True}
+                      if _phased(alarm, episode_steps) else {}))
     ranges = {f"{prefix}_0": codec.ranges[0] for prefix, codec in (("obs", state),
                                                                     ("act", action))
               if codec.discrete_n is not None}

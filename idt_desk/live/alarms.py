@@ -17,9 +17,9 @@ import numpy as np
 
 from idt_desk.detection.auto import AutoController
 from idt_desk.detection.monitor import IDT_METRICS, base_metric
+from idt_desk.metrics.twin import TWIN_METRICS
 
 if TYPE_CHECKING:
-    from idt_desk.detection.attribution import AttributionWatch
     from idt_desk.live.seams import CalibrationHost
     from idt_desk.live.source import Source
 
@@ -62,18 +62,32 @@ class Alarms:
         Logs an event at the end of a window being processed.
     attribute
         The session's attribution (None: none): called with a row of the latest block, it
-        gives that alarm's ``{"attribution", "confidence", "evidence", ...}``, added to its
-        ``alarm_on`` and ``detected`` events (:mod:`idt_desk.detection.attribution`).
+        gives that window's ``{"attribution", "evidence", "twin"}``
+        (:mod:`idt_desk.detection.attribution`).
+    attribute_after
+        Windows after an alarm's first at which its class is named (:attr:`attribute_after`).
     """
 
     def __init__(self, turns: bool, source: Source, later: Later,
-                 attribute: AttributionWatch | None = None) -> None:
+                 attribute: Callable[[int], dict[str, Any]] | None = None,
+                 attribute_after: int = 0) -> None:
         self.turns = turns
         self.source = source
         self.later = later
         self.attribute = attribute
+        #: An alarm's class of change is named this many windows after its first (a window
+        #: length less a stride: the first window that holds only what followed the change,
+        #: whose first effects raised the alarm), in an ``attributed`` event; the detection of
+        #: an onset is told then too (``detected``, with its latency as of the alarm). 0 (the
+        #: turn path): at the alarm itself.
+        self.attribute_after = int(attribute_after)
+        #: The latest alarm's class (``attributed``'s fields), for the panel.
+        self.attribution: dict[str, Any] | None = None
+        #: Windows (the session's count) whose class is still to be named: the first window
+        #: of the alarm each is for (its end transition).
+        self._due: dict[int, int] = {}
         #: The light of each detector: on while its latest judged window alarmed.
-        self.alarm = {m: False for m in (*IDT_METRICS, "IDT", "reward")}
+        self.alarm = {m: False for m in (*IDT_METRICS, "IDT", "twin", "reward")}
         #: IDT alarms so far (rising edges).
         self.n_alarms = 0
         #: Latency bookkeeping of the latest perturbation switched on (None: none yet).
@@ -150,7 +164,13 @@ class Alarms:
         self.n_alarms += int(np.count_nonzero(idt & ~before))
         for j in judged[idt != before]:
             on = flags["IDT"][j] == 1.0
-            got = self._attribute(int(j)) if on else {}
+            got = {}
+            if on and self.attribute_after:
+                self._due.setdefault(windows_before + int(j) + self.attribute_after,
+                                     int(ends[j]))
+            elif on:
+                got = self._attribute(int(j))
+                self.attribution = {**got, "alarm_i": int(ends[j])} if got else None
             self.later("alarm_on" if on else "alarm_off", at=int(ends[j]),
                        metric="IDT", window_start=int(table["start"][j]), **got)
         # The reward's own alarm episodes are logged too (metric "reward"): the plot's marks
@@ -168,6 +188,7 @@ class Alarms:
         onset = self.onset
         if onset is not None and onset["latency"] is None and not onset.get("logged"):
             self._judge_onset(onset, table, flags, judged, windows_before, z or {})
+        self._name_due(ends, windows_before)
         if self.auto is not None:
             for j, what in self.auto.update(idt):
                 self._auto_switch(what, int(ends[judged[j]]), int(table["start"][judged[j]]))
@@ -206,17 +227,24 @@ class Alarms:
                 onset["carried"] = False
         hits = seen[alarmed]
         # How far each component moved: its mean σ over the perturbed windows up to the
-        # detection (or all of them so far).
+        # detection (or all of them so far). The twin's channels are the attribution's
+        # evidence, told with the class.
         upto = seen[seen <= hits[0]] if hits.size else seen
         for m, zm in z.items():
+            if m in TWIN_METRICS:
+                continue
             v = zm[upto]
             v = v[np.isfinite(v)]
             onset["z_sum"][m] = onset["z_sum"].get(m, 0.0) + float(v.sum())
             onset["z_n"][m] = onset["z_n"].get(m, 0) + int(v.size)
         if hits.size:
             onset["latency"] = windows_before + int(hits[0]) - onset["first_window"]
-            onset["attribution"] = self._attribute(int(hits[0]))
-            self._verdict(onset, at=int(ends[hits[0]]))
+            if self.attribute_after:  # told with its class, once that is named
+                onset["due"] = windows_before + int(hits[0]) + self.attribute_after
+                self._due.setdefault(onset["due"], int(ends[hits[0]]))
+            else:
+                onset["attribution"] = self._attribute(int(hits[0]))
+                self._verdict(onset, at=int(ends[hits[0]]))
         elif last.size:
             onset["expired"] = True
             self._verdict(onset, at=int(ends[last[0]]))
@@ -249,6 +277,32 @@ class Alarms:
         """The attribution of an alarm at ``row`` of the latest block ({}: none)."""
         got = self.attribute(row) if self.attribute is not None else None
         return dict(got) if got else {}
+
+    def _name_due(self, ends: np.ndarray, windows_before: int) -> None:
+        """Name the class of the alarms whose window to name it at is in this block.
+
+        An ``attributed`` event for each (the alarm's first window's end, ``alarm_i``); the
+        onset detected by that alarm gets its ``detected`` verdict now, with the class.
+        """
+        for due in sorted(d for d in self._due if windows_before <= d < windows_before + len(ends)):
+            alarm_i = self._due.pop(due)
+            row = due - windows_before
+            got = self._attribute(row)
+            self.later("attributed", at=int(ends[row]), alarm_i=alarm_i, **got)
+            self.attribution = {**got, "alarm_i": alarm_i} if got else None
+            onset = self.onset
+            if onset is not None and onset.get("due") == due and not onset.get("logged"):
+                onset["attribution"] = got
+                self._verdict(onset, at=int(ends[row]))
+
+    def flush(self, at: int) -> None:
+        """The loop ended: tell a detection whose class was still to be named, without it."""
+        onset = self.onset
+        self._due.clear()
+        if onset is not None and onset.get("due") is not None and not onset.get("logged"):
+            onset["attribution"] = {"attribution": "unknown", "evidence": (
+                "the loop ended before a window after the alarm held only changed data")}
+            self._verdict(onset, at=at)
 
     def _auto_switch(self, what: str, at: int, window_start: int) -> None:
         name = self.auto.modulation
@@ -336,26 +390,19 @@ def _component_name(m: str) -> str:
     return f"{name} ({part.replace('_', ' ')})" if part else name
 
 
-def attribution_text(event: Mapping[str, Any] | None, top: int = 4) -> str:
-    """An alarm's attribution in words: "actuator (0.71): H(A|S) (torso) +4.2σ, …"."""
+def attribution_text(event: Mapping[str, Any] | None) -> str:
+    """An alarm's class of change in words, with how often the rule is right.
+
+    "actuator — physics intact (…): the action given the state changed (the twin's rule:
+    right in …)"; a class not named (``unknown``) says why, without the rule's record.
+    """
+    from idt_desk.detection.attribution import HELD_OUT, UNKNOWN
+
     if not event or not event.get("attribution"):
         return ""
-    ev = dict(list((event.get("evidence") or {}).items())[:top])
-    terms = ", ".join(f"{_term_name(t)} {v:+.1f}σ".replace("-", "−") for t, v in ev.items())
-    conf = event.get("confidence")
-    head = event["attribution"] + (f" ({float(conf):.2f})" if conf is not None else "")
-    return head + (f": {terms}" if terms else "")
-
-
-#: The attribution's terms as the panels name them.
-_TERMS = {"H_A_given_S": "H(A|S)", "MI_S_S_next": "MI(S;S')",
-          "MI_A_S_next_given_S": "MI(A;S'|S)"}
-
-
-def _term_name(t: str) -> str:
-    base, _, part = t.partition("@")
-    name = _TERMS.get(base) or _NAMES.get(base, base)
-    return f"{name} ({part.replace('_', ' ')})" if part else name
+    words = event.get("evidence")
+    text = event["attribution"] + (f" — {words}" if isinstance(words, str) and words else "")
+    return text if event["attribution"] == UNKNOWN else f"{text} (the twin's rule: {HELD_OUT})"
 
 
 def severity_text(severity: Mapping[str, float] | None, top: int = 4,

@@ -18,6 +18,7 @@ import numpy as np
 
 from idt_desk.detection.monitor import ADJUSTED_METRICS
 from idt_desk.metrics.tokens import LENGTH_COLUMNS
+from idt_desk.metrics.twin import TWIN_COLUMNS
 from idt_desk.settings import DEFAULTS, source_defaults
 
 __all__ = [
@@ -45,7 +46,8 @@ TURN_COLUMNS = (
 WINDOW_COLUMNS = (
     "start", "end", "t", "P", "H_f", "H_b", "dH", "MI", "H_S", "H_A", "H_S_next", "H_SA",
     "H_SAS", "H_A_given_S", "MI_A_S_next_given_S", "K_SAS", "unique_frac", "out_of_range",
-    "reward", "x_P", "x_H_f", "x_H_b", "x_dH", "x_IDT", "x_reward", *TURN_COLUMNS,
+    "reward", "x_P", "x_H_f", "x_H_b", "x_dH", "x_IDT", "x_reward", *TWIN_COLUMNS,
+    *TURN_COLUMNS,
 )
 
 
@@ -93,6 +95,9 @@ class SessionConfig:
         baseline's windows at the same phase of the episode (``idt_desk.detection.phase``),
         the IDT components and reward alike. Off by default: on the shipped HalfCheetah
         agents it did not detect more than the pooled baseline (``assets/docs/rl.md``).
+    twin
+        Step the source's nominal model (``Source.twin``) beside the IDT: each window's
+        residual of the physics and, at an alarm, the class of change. On by default.
     k
         The paper rule's threshold in baseline standard deviations.
     correction
@@ -123,6 +128,8 @@ class SessionConfig:
     #: The EWMA detector's λ (the newest window's weight).
     ewma_lambda: float = DEFAULTS["ewma_lambda"]
     phase_baseline: bool = False
+    #: Step the source's twin beside the IDT (``idt_desk.metrics.twin``).
+    twin: bool = DEFAULTS["twin"]
     k: float = DEFAULTS["k"]
     correction: str | None = None
     speed: float | None = 1.0

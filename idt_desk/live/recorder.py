@@ -39,6 +39,7 @@ import numpy as np
 
 from idt_desk.detection.detectors import DEFAULT_BUDGET
 from idt_desk.live.source import Batch, Source
+from idt_desk.metrics.twin import Twin
 from idt_desk.recordings import RecordingError
 from idt_desk.recordings.files import json_line
 from idt_desk.settings import check_finite, check_limit
@@ -66,9 +67,11 @@ class LoopSource(Source):
     description = "Transitions a Python loop hands to idt_desk.Recorder."
 
     def __init__(self, state_names: Sequence[str], action_names: Sequence[str],
-                 rate: float | None, has_reward: bool, episode_steps: int | None = None
-                 ) -> None:
+                 rate: float | None, has_reward: bool, episode_steps: int | None = None,
+                 twin: Twin | None = None) -> None:
         super().__init__()
+        #: The loop's twin, where the caller gave one (``Source.twin``).
+        self._twin = twin
         self.episode_steps = episode_steps
         self.state_names = tuple(str(n) for n in state_names)
         self.action_names = tuple(str(n) for n in action_names)
@@ -76,6 +79,13 @@ class LoopSource(Source):
         # Without a rate the loop's time is its step count and budgets count windows.
         self.rate = float(rate) if rate else 1.0
         self.default_budget = DEFAULT_BUDGET if rate else "1/1000windows"
+
+    def describe(self) -> dict[str, Any]:
+        """The loop's twin, where it is a MuJoCo env's copy: a replay rebuilds it from this."""
+        env_id = getattr(self._twin, "env_id", None)
+        if env_id is None or getattr(self._twin, "mismatch", 0.0):
+            return {}
+        return {"twin": {"env_id": str(env_id)}}
 
     def reset(self, seed: int | None = None) -> None:
         """Nothing to reset: the loop runs elsewhere."""
@@ -226,6 +236,12 @@ class Recorder:
     max_queued
         Transitions ``add`` may queue ahead of the pipeline before it waits for it (None:
         four chunks, at least 10,000).
+    twin
+        The loop's nominal model (``idt_desk.metrics.twin.Twin``; a MuJoCo env's:
+        ``idt_desk.gym.twin.MujocoTwin(env)``), stepped beside the IDT: the residual of the
+        physics in each window and the class of change at every alarm. None: alarms say
+        ``unknown``. A MuJoCo env's copy is written into the recording (its env id), so a
+        replay rebuilds it; another twin is not, and a replay runs without it.
 
     Raises
     ------
@@ -254,6 +270,7 @@ class Recorder:
         chunk: int = 1000,
         flush_seconds: float = 0.25,
         max_queued: int | None = None,
+        twin: Twin | None = None,
     ) -> None:
         from idt_desk.live.session import Session, SessionConfig
 
@@ -279,8 +296,11 @@ class Recorder:
                 isinstance(episode_steps, int | np.integer) and 1 <= episode_steps <= 10**9):
             raise ValueError(f"episode_steps must be an integer from 1 to 10**9, got "
                              f"{episode_steps!r}")
+        if twin is not None and not isinstance(twin, Twin):
+            raise TypeError(f"twin must be an idt_desk.Twin (predict, hypotheses, kinds, "
+                            f"description) or None, got {type(twin).__name__}")
         self.source = LoopSource(state_names, action_names, rate, reward,
-                                 None if episode_steps is None else int(episode_steps))
+                                 None if episode_steps is None else int(episode_steps), twin)
         config = SessionConfig(source="loop", speed=None, preset=preset, bins=bins,
                                window=window, stride=stride,
                                calibration_windows=calibration_windows,

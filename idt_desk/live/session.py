@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from idt_desk.detection.agency import agency_conditions
-from idt_desk.detection.attribution import attribution_watch
+from idt_desk.detection.attribution import twin_attribution
 from idt_desk.live.alarms import Alarms, auto_controller
 from idt_desk.live.commands import Commands, source_events
 from idt_desk.live.config import (
@@ -326,6 +326,7 @@ class Session:
                 auto=alarms.auto_state(),
                 alarm=dict(alarms.alarm),
                 onset=None if alarms.onset is None else dict(alarms.onset),
+                attribution=alarms.attribution,
                 recording=str(self.sink.path) if self.sink.recording else None,
                 throughput=self.pacer.throughput, loop_rate=self.pacer.loop_rate,
                 out_of_range_warning=None if self._range.warning is None
@@ -361,8 +362,11 @@ class Session:
         self.preset = source_preset(self.source, settings)
         self._preset_dict = self.preset.to_dict()  # snapshots are taken 30 times a second
         self._detector = None
+        # The loop's nominal model, where the source declares one (the windows path only).
+        twin = None if self.turns is not None or not settings.twin else self.source.twin()
         # Seconds of loop time convert through the source's rate, never the wall clock.
-        self.monitor = source_monitor(self.source, settings, self.preset)
+        self.monitor = source_monitor(self.source, settings, self.preset,
+                                      twin=twin is not None)
         #: Transition index of the pipeline's sample 0 (it restarts with every rebuild).
         self.offset = self.n_transitions
         self._tail = np.empty((0, 1))
@@ -376,10 +380,15 @@ class Session:
             self.pipeline = Pipeline(
                 self.preset, self.monitor, state_names=self.source.state_names,
                 action_names=None if self.source.passive else self.source.action_names,
-                calibration_windows=c.calibration_windows, correction=c.correction)
+                calibration_windows=c.calibration_windows, correction=c.correction,
+                twin=twin)
         self.engine = self.pipeline.engine
-        self.alarms.attribute = attribution_watch(self.source, self.preset,
-                                                  int(c.baseline_windows or 2))
+        self.alarms.attribute = twin_attribution(self.pipeline.evidence,
+                                                 passive=self.source.passive,
+                                                 note=self.source.twin_note)
+        # A class is named once a window holds only what followed the change (windows path).
+        self.alarms.attribute_after = 0 if self.turns is not None else max(
+            -(-self.preset.window // self.preset.stride) - 1, 0)
 
     def _time_at(self, i: int) -> float:
         """Loop time at the moment ``i`` transitions have been processed."""
@@ -465,15 +474,18 @@ class Session:
         self._n_undefined += int(np.isnan(table["P"]).sum())
         self._judged(table, step := step or self.pipeline.judge(table))
         self._range.update(table, step.baseline_row)
-        # Events of these windows in transition order, however the loop was chunked.
-        for at, kind, fields in sorted(self._window_events, key=lambda e: e[0]):
-            self.event(kind, at=at, **fields)
-        self._window_events.clear()
+        self._log_window_events()
         with self._lock:
             self._ring.append(table, k)
         self.sink.windows(table)
         for fn in self._listeners:
             fn()
+
+    def _log_window_events(self) -> None:
+        """The events of the windows just processed, in transition order, however cut."""
+        for at, kind, fields in sorted(self._window_events, key=lambda e: e[0]):
+            self.event(kind, at=at, **fields)
+        self._window_events.clear()
 
     def _later(self, kind: str, at: int, **fields: Any) -> None:
         """Queue an event of the windows being processed (logged in order by :meth:`_emit`)."""
@@ -487,9 +499,6 @@ class Session:
         if step.baseline_row is not None:
             self._later("baseline", at=int(table["end"][step.baseline_row]),
                         **self.monitor.baseline.to_dict(), detector=self.monitor.to_dict())
-        if (watch := self.alarms.attribute) is not None and step.windows is not None:
-            watch.take(step.windows, step.baseline_row,
-                       self.monitor.baseline is None or step.baseline_row is not None)
         if step.flags is not None and np.isfinite(step.flags["IDT"]).any():
             onset = self.alarms.onset
             z = self.monitor.zscores(step.windows or table) if onset is not None and \
@@ -598,6 +607,9 @@ class Session:
     def end(self) -> None:
         """Close the source and the recording (the worker thread does this when it stops)."""
         try:
+            # A detection whose class was still to be named is told now, without it.
+            self.alarms.flush(self.n_transitions)
+            self._log_window_events()
             self.source.close()
         finally:
             run = self.loop_state

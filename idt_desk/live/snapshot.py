@@ -63,6 +63,9 @@ class Snapshot:
     n_alarms: int = 0
     #: The source's transitions per second of loop time (real time: speed 1).
     rate: float = 0.0
+    #: The latest alarm's class of change (an ``attributed`` event's fields, ``alarm_i`` its
+    #: first window's end), None before one is named.
+    attribution: dict[str, Any] | None = None
 
     @property
     def achieved_speed(self) -> float | None:

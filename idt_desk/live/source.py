@@ -35,6 +35,7 @@ import numpy as np
 
 from idt_desk.detection.detectors import DEFAULT_BUDGET, DEFAULT_DETECTOR
 from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS
+from idt_desk.metrics.twin import Twin
 
 __all__ = [
     "ACTION_SMOOTHING",
@@ -301,9 +302,6 @@ class Source(ABC):
     episode_steps: int | None = None
     #: A replay: the name of the source whose recording it plays (its switches' names).
     recorded_source: str | None = None
-    #: A fitted attribution model (``idt_desk.detection.attribution``): a path, or a file in
-    #: the shipped ``assets/data``; None: alarms are not attributed.
-    attribution: str | None = None
     #: A warning about the data to say once before a session runs (a replay of an
     #: incomplete recording), or None.
     notice: str | None = None
@@ -313,9 +311,6 @@ class Source(ABC):
     #: GUI opens its window first and builds it there, with its loading screen, and the
     #: command line checks its settings by their declarations instead of building it.
     slow_to_load: ClassVar[bool] = False
-    #: Its steps cost a core (a policy and a physics engine): the window runs its session in
-    #: a process of its own (``idt_desk.live.process``), so drawing does not slow the loop.
-    own_process: ClassVar[bool] = False
     #: Its steps cost a core (a policy and a physics engine): the window runs its session in
     #: a process of its own (``idt_desk.live.process``), so drawing does not slow the loop;
     #: the next one waits warmed by a build with the default settings.
@@ -417,6 +412,30 @@ class Source(ABC):
         path's tokenizer. Default: None, the session's settings stand.
         """
         return None
+
+    @classmethod
+    def twin_for(cls, settings: Mapping[str, Any]) -> Twin | None:
+        """The loop's nominal model for these settings (``idt_desk.metrics.twin``), or None.
+
+        A batched prediction of S' from (S, A) by an unperturbed model of the loop, which
+        the pipeline steps beside the IDT: each window's residual of the physics, and at an
+        alarm the class of change (sensor, actuator, force, dynamics). A class method, so a
+        replay builds the recorded loop's from its recorded settings; a ValueError says in
+        one line why these settings have none. Default: none (:attr:`twin_note`).
+        """
+        return None
+
+    #: Why :meth:`twin` gives none, in words shown where a class of change would be.
+    twin_note: str = "this loop declares no model of itself (a twin): no class of change"
+
+    def twin(self) -> Twin | None:
+        """The source's twin (:meth:`twin_for` its settings, built once), or None."""
+        if not hasattr(self, "_twin"):
+            try:
+                self._twin = self.twin_for(self.config)
+            except ValueError as exc:
+                self._twin, self.twin_note = None, f"{exc}: no class of change"
+        return self._twin
 
     def value_ranges(self) -> dict[str, tuple[float, float]]:
         """Ranges the source knows its variables stay within, by variable name.

@@ -73,8 +73,9 @@ CLOSING_EVENTS = ("session_end", "recording_stop")
 
 #: Events a window's verdict makes, stamped at that window's end (Auto's switches too): their
 #: ``i`` is the window's end, which on a dialogue's turn path is the turn itself.
-WINDOW_EVENTS = frozenset({"baseline", "alarm_on", "alarm_off", "detected", "not_detected",
-                           "symbols_out_of_range", "symbols_in_range", "symbols_recheck"})
+WINDOW_EVENTS = frozenset({"baseline", "alarm_on", "alarm_off", "attributed", "detected",
+                           "not_detected", "symbols_out_of_range", "symbols_in_range",
+                           "symbols_recheck"})
 
 
 def in_transition_order(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

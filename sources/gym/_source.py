@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -75,24 +75,6 @@ ACTIONS = ("deterministic", "stochastic")
 _ACTION_UNIT = "the action bound ((high − low) / 2: σ 0.01 for 1 % on [−1, 1])"
 _OBS_UNIT = ("each variable's standard deviation (raw observations from the start of the "
              "run to the switch-on)")
-
-
-_log = logging.getLogger("idt_desk_sources.gym")
-
-
-def route_mujoco_warnings() -> None:
-    """MuJoCo warnings to Python logging instead of stderr and a MUJOCO_LOG.TXT in the cwd.
-
-    Gymnasium's HalfCheetah XML uses a compiler attribute MuJoCo 4 deprecates; that one is
-    logged at debug level, every other MuJoCo warning (instabilities...) as a warning.
-    """
-    import mujoco
-
-    def warn(message: str) -> None:
-        level = logging.DEBUG if "settotalmass" in message else logging.WARNING
-        _log.log(level, "MuJoCo: %s", message)
-
-    mujoco.set_mju_user_warning(warn)
 
 
 #: Share of steps upside down from which a shipped policy is not the default.
@@ -273,7 +255,6 @@ class GymSource(Source):
     label = "RL agent (Gymnasium + SB3)"
     slow_to_load = True  # torch, MuJoCo and the policy: 4 s idle, 20-80 s on a loaded machine
     own_process = True  # the window's drawing halved its loop in the same interpreter
-    own_process = True  # the window's drawing halved its loop in the same interpreter
     description = (
         "A frozen Stable-Baselines3 policy acting in MuJoCo HalfCheetah (or any Gymnasium "
         "env with Box observations): S the observation the policy receives, A the applied "
@@ -327,9 +308,6 @@ class GymSource(Source):
     FORCES: tuple[str, ...] = ()
     modulations = RL_MODULATIONS
     view = "cheetah"
-    #: The class of change an alarm names under the live cheetah preset: centroids fitted by
-    #: ``idt-desk reproduce cheetah-live`` (how, and its held-out accuracy, in the file).
-    attribution = "attribution_cheetah_live.json"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -348,6 +326,8 @@ class GymSource(Source):
 
         super().__init__(**settings)
         env_id = self.config["env_id"]
+        from idt_desk.plugin import route_mujoco_warnings
+
         route_mujoco_warnings()
         try:
             self.env = gym.make(env_id)
@@ -434,6 +414,20 @@ class GymSource(Source):
         return {"algorithm": self.policy.algorithm, "policy": str(self.policy.path),
                 "vecnormalize": self.policy.vecnormalize, "rate": self.rate,
                 "groups": {k: list(v) for k, v in self.groups.items()}, "card": card}
+
+    @classmethod
+    def twin_for(cls, settings: Mapping[str, Any]) -> Any:
+        """An unperturbed copy of the env (``idt_desk.plugin.MujocoTwin``).
+
+        Any MuJoCo env whose observation is its state has one; another env (Pendulum-v1,
+        Reacher's angles as cos and sin) has none: a ValueError says why.
+        """
+        from idt_desk.plugin import mujoco_twin
+
+        twin, why = mujoco_twin(str(settings.get("env_id", "HalfCheetah-v5")))
+        if twin is None:
+            raise ValueError(why)
+        return twin
 
     # -- loop -------------------------------------------------------------------------------
 
@@ -523,8 +517,10 @@ class GymSource(Source):
                      events=events, info=self._info() if info else {})
 
     def close(self) -> None:
-        """Close the environment."""
+        """Close the environment (and its twin's copy)."""
         self.env.close()
+        if getattr(self, "_twin", None) is not None:
+            self._twin.close()
 
     # -- the loop's interface: perturbations and modulations ---------------------------------
 

@@ -4,8 +4,10 @@
 
 - **bare**: the source's own loop (policy forward pass + environment step + the observation
   and action pipeline), no session;
-- **IDT**: the same loop through a session at maximum speed (symbolisation, metric engine,
-  monitor, agency panel);
+- **IDT without its twin**: the same loop through a session at maximum speed (symbolisation,
+  metric engine, monitor, agency panel), the env's twin off (``twin=False``);
+- **IDT**: the same with the twin (an unperturbed copy of the env stepped from each S: the
+  residual of the physics, and the class of an alarm), as every session runs by default;
 - **IDT + recording**: the same, writing a recording.
 
 After a warm-up session (numba's kernels load once per process), the three are measured in
@@ -25,7 +27,7 @@ import numpy as np
 __all__ = ["HELP", "add_arguments", "bench_estimator", "bench_rl", "run"]
 
 #: ``idt-desk bench rl``'s one-line help.
-HELP = "RL loop steps/s bare, with the IDT, and with the IDT and a recording"
+HELP = ("RL loop steps/s bare, with the IDT without and with its twin, and with a recording")
 
 
 def _bare(policy: str, steps: int, deterministic: bool) -> float:
@@ -43,12 +45,13 @@ def _bare(policy: str, steps: int, deterministic: bool) -> float:
     return steps / dt
 
 
-def _session(policy: str, steps: int, record: Path | None, deterministic: bool) -> float:
+def _session(policy: str, steps: int, record: Path | None, deterministic: bool,
+             twin: bool = True) -> float:
     from idt_desk_sources.gym import GymSource
 
     from idt_desk.plugin import Session, SessionConfig, run_headless
 
-    session = Session(SessionConfig(speed=None),
+    session = Session(SessionConfig(speed=None, twin=twin),
                       source=GymSource(policy=policy, deterministic=deterministic), record=record)
     t0 = time.perf_counter()
     snap = run_headless(session, steps=steps, interval=0.05)
@@ -68,13 +71,15 @@ def bench_rl(policy: str = "", steps: int = 6000, rounds: int = 3, print_fn=prin
 
     det = actions == "deterministic"
     policy = policy or str(default_policy("HalfCheetah-v5"))
-    best = {"bare": 0.0, "IDT": 0.0, "IDT + recording": 0.0}
+    best = {"bare": 0.0, "IDT without twin": 0.0, "IDT": 0.0, "IDT + recording": 0.0}
     with tempfile.TemporaryDirectory() as tmp:
         # Warm-up: loading the numba kernels from their cache (about 1 s) is start-up, not
         # a cost per step.
         _session(policy, 1500, Path(tmp) / "warm-up", det)
         for r in range(rounds):
             best["bare"] = max(best["bare"], _bare(policy, steps, det))
+            best["IDT without twin"] = max(best["IDT without twin"],
+                                           _session(policy, steps, None, det, twin=False))
             best["IDT"] = max(best["IDT"], _session(policy, steps, None, det))
             best["IDT + recording"] = max(
                 best["IDT + recording"], _session(policy, steps, Path(tmp) / f"rec{r}", det))
@@ -84,6 +89,8 @@ def bench_rl(policy: str = "", steps: int = 6000, rounds: int = 3, print_fn=prin
         print_fn(f"{label:>16}: {v:8,.0f} steps/s   ({v / best['bare']:.3f} of bare)")
     cost = 1.0 - best["IDT + recording"] / best["bare"]
     print_fn(f"IDT and recording together cost {100 * cost:.1f} % of the bare loop's speed")
+    twin = 1.0 - best["IDT"] / best["IDT without twin"]
+    print_fn(f"the twin costs {100 * twin:.1f} % of the loop's speed with the IDT")
     return best
 
 

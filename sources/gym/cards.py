@@ -158,7 +158,8 @@ def recard(path: Path, episodes: int = 10, command: str = "", env_id: str | None
     """
     import numpy as np
     from idt_desk_sources.gym._policy import FrozenPolicy
-    from idt_desk_sources.gym._source import route_mujoco_warnings
+
+    from idt_desk.plugin import route_mujoco_warnings
 
     route_mujoco_warnings()
     path = Path(path)

@@ -15,11 +15,13 @@ MEWMA of every part's components, at the default budget). Per trial: when the al
 (loop time), whether the calibration called the baseline too short, the share of values out
 of the symbols' range (as the session's out-of-range notice averages it), the latency of the
 first alarm after the onset (windows from the first window holding a perturbed step; for a
-control, any alarm over the same span is a false alarm), and the evidence at the alarm
-(:mod:`idt_desk.detection.attribution`).
+control, any alarm over the same span is a false alarm), and the class of change the env's
+twin names at the alarm (:mod:`idt_desk.detection.attribution`: an unperturbed copy of the
+env stepped from each kept S; the trials keep S, A and S' as float32, so its residual on
+clean rows is float32's rounding, not the copy's 1e-11).
 
-The attribution is fitted on the choice split's detected trials (all agents pooled) and
-judged on the held-out split's: the class of a perturbation comes from its declaration
+The attribution's rule is fixed (chosen on ``reproduce cheetah``'s training seeds); it is
+judged on both splits here: the class of a perturbation comes from its declaration
 (:func:`change_class`), never its name.
 """
 
@@ -39,10 +41,10 @@ __all__ = ["HELP", "SPLITS", "add_arguments", "change_class", "judge_trial", "ru
 
 #: ``idt-desk reproduce cheetah-live``'s one-line help.
 HELP = ("the RL source's live default on held-out seeds: detection, false alarms on distinct "
-        "controls, latency, arming time and attribution")
+        "controls, latency, arming time and the twin's class of each detection")
 
-#: The splits: the seeds the live default and the attribution are chosen and
-#: fitted on, and seeds never used for anything before (earlier studies used 0-1301).
+#: The splits: the seeds the live default was chosen on, and seeds never used for anything
+#: before (earlier studies used 0-1301).
 SPLITS = {"choice": 20_000, "held-out": 30_000}
 
 
@@ -187,21 +189,24 @@ def trial_table(run: dict[str, np.ndarray], preset: Any, calibration_windows: in
 def judge_trial(table: dict[str, np.ndarray], onset: int, preset: Any, *,
                 calibration_windows: int, baseline_windows: int, budget: str,
                 ewma_lambda: float, rate: float, detector: str | None = None,
-                persist: int = 20) -> dict[str, Any]:
+                persist: int = 20, run: dict[str, np.ndarray] | None = None
+                ) -> dict[str, Any]:
     """A trial judged as a live session would judge it (module docstring).
 
     ``onset``: the step the perturbation started at (for a control, the perturbed trials'
-    onset: its alarms over the same span are the false alarms counted).
+    onset: its alarms over the same span are the false alarms counted). ``run``: the kept
+    trial (with its ``env_id``), for the twin's class at the alarm.
     """
     from idt_desk.plugin import (
         CONTROL_DETECTOR,
         IDT_METRICS,
+        attribute,
         build_monitor,
-        evidence,
         first_post_onset_window,
         judge,
+        mujoco_twin,
         part_metrics,
-        term_columns,
+        twin_over,
     )
 
     mon = build_monitor((*part_metrics(preset, IDT_METRICS), "reward"),
@@ -232,12 +237,20 @@ def judge_trial(table: dict[str, np.ndarray], onset: int, preset: Any, *,
     row["latency"] = float(hits[0]) if hits.size else math.nan
     rh = np.flatnonzero(flags["reward"][j0:] == 1)
     row["latency_reward"] = float(rh[0]) if rh.size else math.nan
-    if hits.size:
-        terms = term_columns(table, preset.parts)
-        base = slice(completed + 1 - baseline_windows, completed + 1)
-        at = j0 + int(hits[0])
-        row["evidence"] = evidence(terms, base, at)
-        row["evidence_full"] = evidence(terms, base, slice(at, at + preset.window // preset.stride))
+    if hits.size and run is not None:
+        twin, why = mujoco_twin(str(run.get("env_id", "HalfCheetah-v5")))
+        ev = None
+        if twin is not None:
+            s = run["s"]
+            fit = preset.window + (calibration_windows - 1) * preset.stride
+            stage, _ = twin_over(twin, preset.window, [f"obs_{j}" for j in range(s.shape[1])],
+                                 s, run["a"], run["s_next"], np.asarray(end),
+                                 fit=slice(0, fit), baseline=slice(
+                                     completed + 1 - baseline_windows, completed + 1))
+            ev = stage.evidence(j0 + int(hits[0]))
+            twin.close()
+        got = attribute(ev, note=why)
+        row["attribution"], row["evidence"] = got["attribution"], got["evidence"]
     return row
 
 
@@ -282,7 +295,7 @@ def judge_split(out: Path, agent: str, split: str, preset: Any, settings: dict[s
         run = load_trial(path)
         on = int(run["onset"]) if int(run["onset"]) >= 0 else onset
         table = trial_table(run, preset, settings["calibration_windows"])
-        row = judge_trial(table, on, preset, **settings)
+        row = judge_trial(table, on, preset, **settings, run=run)
         row.update(agent=agent, split=split, trial=kind, repeat=int(j),
                    cls="control" if kind == "control" else change_class(decl[kind]))
         rows.append(row)
@@ -343,40 +356,32 @@ def _median_distinct(rows: Sequence[dict[str, Any]]) -> Any:
     return float(np.median(ds))
 
 
-def attribution_study(rows: Sequence[dict[str, Any]], key: str = "evidence"
-                      ) -> tuple[Any, dict[str, Any]]:
-    """An attribution fitted on the choice split and judged on the held-out one.
+def attribution_study(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The twin's class at each detection against the perturbation's declared class.
 
-    An :class:`~idt_desk.detection.attribution.Attributor` fitted on the choice split's
-    detected perturbed trials (every agent pooled), judged on the held-out split's: accuracy
-    per agent and pooled (``unknown`` counts as wrong), the confusion table, and how often a
-    control's false alarm (if any) was given a class.
+    Per split: accuracy per agent and pooled (``unknown`` counts as wrong), the confusion
+    table (true class × named class), and what each control's false alarm was named.
     """
-    from idt_desk.plugin import Attributor
-
     classes = ("sensor", "actuator", "force", "dynamics")
-
-    def detected(split: str) -> list[dict[str, Any]]:
-        return [r for r in rows if r["split"] == split and r["trial"] != "control"
-                and key in r]
-
-    fit_rows = detected("choice")
-    features = tuple(fit_rows[0][key]) if fit_rows else ()
-    model = Attributor.fit([(r["cls"], r[key]) for r in fit_rows], features)
-    judged = detected("held-out")
-    confusion = {c: dict.fromkeys((*classes, "unknown"), 0) for c in classes}
-    per_agent: dict[str, list[int]] = {}
-    for r in judged:
-        got = model.classify(r[key])
-        r["attribution"], r["confidence"] = got["attribution"], got["confidence"]
-        confusion[r["cls"]][got["attribution"]] += 1
-        a = per_agent.setdefault(r["agent"], [0, 0])
-        a[0] += got["attribution"] == r["cls"]
-        a[1] += 1
-    right = sum(confusion[c][c] for c in classes)
-    return model, {"fitted_on": len(fit_rows), "judged": len(judged), "right": right,
-                   "per_agent": per_agent, "confusion": confusion,
-                   "temperature": model.temperature}
+    out: dict[str, Any] = {}
+    for split in SPLITS:
+        judged = [r for r in rows if r["split"] == split and r["trial"] != "control"
+                  and "attribution" in r]
+        confusion = {c: dict.fromkeys((*classes, "unknown"), 0) for c in classes}
+        per_agent: dict[str, list[int]] = {}
+        for r in judged:
+            confusion[r["cls"]][r["attribution"]] += 1
+            a = per_agent.setdefault(r["agent"], [0, 0])
+            a[0] += r["attribution"] == r["cls"]
+            a[1] += 1
+        controls: dict[str, int] = {}
+        for r in rows:
+            if r["split"] == split and r["trial"] == "control" and "attribution" in r:
+                controls[r["attribution"]] = controls.get(r["attribution"], 0) + 1
+        out[split] = {"judged": len(judged), "right": sum(confusion[c][c] for c in classes),
+                      "per_agent": per_agent, "confusion": confusion,
+                      "controls_named": controls}
+    return out
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -446,13 +451,7 @@ def run(args: argparse.Namespace) -> int:
                               "detector": source_defaults(GymSource, preset)["detector"],
                               "steps": args.steps, "onset": args.onset,
                               "summary": summarize(rows)}
-    model, result["attribution"] = attribution_study(rows)
-    model.made = {"command": "idt-desk reproduce cheetah-live", "preset": preset.name,
-                  "fitted_on": f"{result['attribution']['fitted_on']} detected trials of the "
-                               f"choice split (seeds from {SPLITS['choice']})",
-                  "held_out": {k: v for k, v in result["attribution"].items()
-                               if k in ("right", "judged", "per_agent")}}
-    (args.out / "attribution.json").write_text(json.dumps(model.to_dict(), indent=1))
+    result["attribution"] = attribution_study(rows)
     (args.out / "trials.json").write_text(json.dumps(rows, indent=1, default=float))
     (args.out / "summary.json").write_text(json.dumps(result, indent=1, default=float))
     print(report(result))
@@ -479,11 +478,13 @@ def report(result: dict[str, Any]) -> str:
             f"{v['median_latency']:.1f} | {v['reward_detected'][0]}/{v['reward_detected'][1]}, "
             f"{v['reward_controls_alarmed']} controls | {v['armed_s_max']:.0f} s | "
             f"{v['too_short']} | {v['out_of_range_max']:.3f} | {dist} |")
-    a = result["attribution"]
-    lines += ["", f"attribution (fitted on {a['fitted_on']} choice-split detections, judged on "
-              f"{a['judged']} held-out): {a['right']}/{a['judged']} right; per agent: "
+    a = result["attribution"]["held-out"]
+    lines += ["", f"the twin's class at each held-out detection: {a['right']}/{a['judged']} "
+              "right; per agent: "
               + ", ".join(f"{k} {r}/{n}" for k, (r, n) in a["per_agent"].items()),
-              "true -> given: " + "; ".join(
+              "true -> named: " + "; ".join(
                   f"{t} -> " + ", ".join(f"{g} {n}" for g, n in row.items() if n)
-                  for t, row in a["confusion"].items())]
+                  for t, row in a["confusion"].items()),
+              "controls' false alarms named: " + (", ".join(
+                  f"{g} {n}" for g, n in a["controls_named"].items()) or "none")]
     return "\n".join(lines)

@@ -251,7 +251,8 @@ def train(
     """
     import gymnasium as gym
     import torch
-    from idt_desk_sources.gym._source import route_mujoco_warnings
+
+    from idt_desk.plugin import route_mujoco_warnings
 
     route_mujoco_warnings()
     torch.set_num_threads(threads)

@@ -2,17 +2,53 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
-from idt_desk_sources.pendulum._dynamics import PendulumParams, Stepper, energy
+from idt_desk_sources.pendulum._dynamics import (
+    PendulumParams,
+    Stepper,
+    energy,
+    predict_states,
+)
 
-from idt_desk.plugin import Batch, Param, Perturbation, Source
+from idt_desk.plugin import Batch, Hypothesis, Param, Perturbation, Source
 
-__all__ = ["PendulumSource"]
+__all__ = ["PendulumSource", "PendulumTwin"]
 
 _RATE = 1000.0
+
+
+class PendulumTwin:
+    """The double pendulum's twin: its own equations, stepped 1/rate from each measured S.
+
+    On clean samples it predicts S' to about 1e-10 (within the live integrator's tolerance); sensor
+    noise spreads the residual, friction and a change of gravity bias it (its hypotheses:
+    gravity ×1.1 and a damping of 0.1 N·m·s/rad, both changes of the dynamics).
+    """
+
+    kinds = ("position", "position", "velocity", "velocity")
+
+    def __init__(self, params: PendulumParams, rate: float) -> None:
+        self.params, self.dt = params, 1.0 / float(rate)
+        self.description = (f"the double pendulum's equations (m {params.m1:g}, {params.m2:g} "
+                            f"kg; l {params.l1:g}, {params.l2:g} m; g {params.g:g} m/s²)")
+
+    def predict(self, s: np.ndarray, a: np.ndarray | None) -> np.ndarray:
+        """S' of each row: the equations integrated over one sample."""
+        return predict_states(s, self.params, self.dt)
+
+    def hypotheses(self, s: np.ndarray, a: np.ndarray | None) -> list[Hypothesis]:
+        """Gravity ×1.1 and joint friction: what each does to these rows' S'."""
+        base = self.predict(s, a)
+        p = self.params
+        return [Hypothesis(name, "dynamics", words,
+                           predict_states(s, changed, self.dt) - base)
+                for name, words, changed in (
+                    ("gravity", "gravity ×1.1", replace(p, g=p.g * 1.1)),
+                    ("friction", "friction at the joints", replace(p, damping=p.damping + 0.1)))]
 
 
 class PendulumSource(Source):
@@ -155,6 +191,13 @@ class PendulumSource(Source):
         w1 = float(np.sqrt(2 * e / (p.m1 * p.l1**2)))
         w2 = float(np.sqrt(2 * e * (p.m1 + p.m2) / (p.m1 * p.m2 * p.l2**2)))
         return {"omega1": (-w1, w1), "omega2": (-w2, w2)}
+
+    @classmethod
+    def twin_for(cls, settings: Mapping[str, Any]) -> PendulumTwin:
+        """The unperturbed equations (:class:`PendulumTwin`) with these settings' pendulum."""
+        given = {p.name: settings.get(p.name, p.default) for p in cls.settings}
+        return PendulumTwin(PendulumParams(*(float(given[k]) for k in ("m1", "m2", "l1", "l2",
+                                                                     "g"))), _RATE)
 
     # -- perturbations ----------------------------------------------------------------------
 

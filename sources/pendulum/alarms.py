@@ -144,9 +144,10 @@ def run_trial(task: AlarmTask) -> dict[str, Any]:
 
     cond = {c[0]: c for c in CONDITIONS}[task.condition]
     src = PendulumSource(random_start=True)
+    # The IDT's detectors are judged here (the twin's alarm is the RL page's study).
     cfg = SessionConfig(source="pendulum", speed=None, seed=task.seed, detector="paper",
                         calibration_windows=CALIBRATION_WINDOWS,
-                        baseline_windows=BASELINE_WINDOWS, history=10**6)
+                        baseline_windows=BASELINE_WINDOWS, history=10**6, twin=False)
     session = Session(cfg, source=src)
     onset_i = round(task.onset * src.rate)
     if cond[1] is not None:

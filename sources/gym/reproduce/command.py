@@ -103,6 +103,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "false_alarms": "the live-calibrated block's: every trial judged by the detectors a "
                         "live session calibrates on its own pre-onset windows (persistence, "
                         "ewma, mewma; the RL source's budget)"})
+    add_settings(parser, ("twin",), notes={
+        "twin": "judge every trial with the env's twin too (an exact copy and one 10 %% off): "
+                "its alarm alone and with the IDT's, and the class of every detection"})
     parser.add_argument("--max-baseline-cv", type=float, default=0.25,
                         help="exclude seeds whose pre-onset return CV exceeds this (0.25)")
     add_settings(parser, ("k",))
@@ -137,7 +140,7 @@ def run(args: argparse.Namespace, print_fn: Callable[[str], None] = print) -> in
         env_id=args.env_id, seed=args.seed, auto=tuple(args.auto),
         manual=tuple(args.manual), auto_detector=args.auto_detector,
         auto_false_alarms=args.auto_false_alarms, false_alarms=args.false_alarms,
-        max_baseline_cv=args.max_baseline_cv,
+        twin=args.twin, max_baseline_cv=args.max_baseline_cv,
         k=args.k, workers=args.workers,
         scheduler=args.scheduler, out=args.out,
     )

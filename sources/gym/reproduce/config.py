@@ -101,6 +101,8 @@ class CheetahConfig:
     #: session calibrates on the trial's own pre-onset windows to this budget (the gym
     #: source's default).
     false_alarms: str = CONTROL_BUDGET
+    #: Judge every trial with the env's twin too (its alarm, and each detection's class).
+    twin: bool = True
     max_baseline_cv: float = 0.25
     k: float = 3.0
     workers: int | None = None
@@ -217,6 +219,7 @@ class TrialGroup:
     auto_detector: str = "persistence"
     auto_false_alarms: str = DEFAULT_BUDGET
     false_alarms: str = CONTROL_BUDGET
+    twin: bool = True
 
 
 # The resume key (``runner``'s ``_group_key``) hashes a pickled group, and a pickle names its
@@ -252,7 +255,7 @@ def make_groups(config: CheetahConfig) -> list[TrialGroup]:
                        config.seed, config.k, deterministic=actions == "deterministic",
                        auto_detector=config.auto_detector,
                        auto_false_alarms=config.auto_false_alarms,
-                       false_alarms=config.false_alarms)
+                       false_alarms=config.false_alarms, twin=config.twin)
             for actions in config.actions for p in config.policies
             for a in ("", *config.auto, *(HAND + m for m in config.manual))]
 

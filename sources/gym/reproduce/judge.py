@@ -25,6 +25,7 @@ def analyze_trial(
     preset: Any, k: float = 3.0, *, live_false_alarms: str | None = None,
     rate: float | None = None, episode: np.ndarray | None = None,
     returns: Sequence[tuple[int, float]] = (), steps_per_episode: int | None = None,
+    twins: Sequence[tuple[str, Any]] = (), state_names: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The paper's detection on one trial's transitions (the protocol's steps 2-3).
 
@@ -36,6 +37,9 @@ def analyze_trial(
     calibrated as a live session would on the trial's own pre-onset windows (the phased
     rows need each row's ``episode``), and each episode-return monitor's
     (:data:`RETURN_MONITORS`; ``returns``: (end step, return) of every finished episode).
+    With ``twins`` ((suffix, twin) pairs, the exact twin's suffix "" first) and a budget,
+    the twin's alarm, its union with the IDT's and the class of each detection
+    (:mod:`~idt_desk_sources.gym.reproduce.twin`; ``state_names`` name the evidence).
     """
     from idt_desk.plugin import IDT_METRICS, Symbolizer, detect, sliding_metrics, window_means
 
@@ -80,6 +84,11 @@ def analyze_trial(
             steps, _ = episode_steps(episode)
             w["phase"] = window_phase(steps[w["start"] + preset.window - 1], preset.stride)
         row.update(_live(w, j0, preset, live_false_alarms, rate))
+        if twins:
+            from idt_desk_sources.gym.reproduce.twin import judge_twin
+
+            row.update(judge_twin(w, s, a, s_next, onset, j0, preset, twins, state_names,
+                                  live_false_alarms, rate, {"": row["live_mewma_IDT"]}))
         if returns and steps_per_episode:
             row.update(_return_monitors(returns, onset, preset.stride, live_false_alarms,
                                         rate, steps_per_episode))

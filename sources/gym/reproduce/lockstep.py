@@ -108,7 +108,9 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
         base = max(2, third // preset.stride)
     sessions, logs, data = [], [], []
     for trial, src in zip(task.trials, sources, strict=True):
+        # Auto's session needs no twin: the trial is judged with its own twins below.
         cfg = SessionConfig(source="gym", settings=dict(src.config), preset=preset.name,
+                            twin=False,
                             calibration_windows=calib, baseline_windows=base, k=task.k,
                             detector=task.auto_detector, false_alarms=task.auto_false_alarms,
                             speed=None, seed=_seed(task, trial), history=16,
@@ -145,6 +147,7 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
         for session in sessions:
             session.end()
     wall = time.perf_counter() - t_start
+    twins = _twins(task) if not failure else []
     rows = []
     for trial, log, parts in zip(task.trials, logs, data, strict=True):
         row: dict[str, Any] = {
@@ -164,7 +167,8 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
             row.update(analyze_trial(s, a, s2, r, onset, preset, task.k,
                                      live_false_alarms=task.false_alarms, rate=rate,
                                      episode=ep, returns=ends,
-                                     steps_per_episode=steps_per_episode))
+                                     steps_per_episode=steps_per_episode, twins=twins,
+                                     state_names=first.state_names))
         except Exception as exc:  # reported per trial, the others stand
             row["error"] = f"{type(exc).__name__}: {exc}"
         returns = [(ev["episode"], ev["return"]) for ev in log if ev["kind"] == "episode_end"]
@@ -183,6 +187,22 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
         row["group_wall_seconds"] = wall
         rows.append(row)
     return rows
+
+
+def _twins(task: TrialGroup) -> list[tuple[str, Any]]:
+    """The env's twins a trial is judged with: exact (suffix "") and 10 % off (``_off``).
+
+    None when the reproduction asks for none (``twin``) or the env has none.
+    """
+    from idt_desk_sources.gym.reproduce.twin import MISMATCH
+
+    from idt_desk.plugin import mujoco_twin
+
+    if not task.twin:
+        return []
+    exact, _ = mujoco_twin(task.env_id)
+    off, _ = mujoco_twin(task.env_id, MISMATCH)
+    return [] if exact is None else [("", exact), ("_off", off)]
 
 
 def _engagements(log: list[dict[str, Any]], onset: int, total: int, window: int,

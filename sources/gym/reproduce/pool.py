@@ -1,7 +1,8 @@
 """``reproduce cheetah --pool RUN ...``: the live-calibrated blocks of finished runs, pooled.
 
 :func:`pool_runs` sums the perturbed trials of several runs (other ``--seed``, the same
-policies) per policy and in all, counting a control or a perturbed trial two runs share once;
+policies) per policy and in all, counting a control or a perturbed trial two runs share once,
+and the twin's classes of their detections (a confusion of true × named class);
 :func:`signatures` says which components each perturbation moves (Cohen's d) and whether that
 tells the perturbations apart out of sample; :func:`run` prints and writes ``pooled.json``
 and ``pooled.md``.
@@ -24,8 +25,9 @@ from idt_desk_sources.gym.reproduce.finished import (
     run_names,
     shared_controls,
 )
-from idt_desk_sources.gym.reproduce.report import LABEL, live_rows
+from idt_desk_sources.gym.reproduce.report import LABEL, attribution_rows, live_rows
 from idt_desk_sources.gym.reproduce.summary import live_summary
+from idt_desk_sources.gym.reproduce.twin import attribution_summary
 
 from idt_desk.plugin import CONTROL_BUDGET
 
@@ -65,6 +67,7 @@ def pool_runs(runs: dict[str, Any], budget: str | None = None) -> dict[str, Any]
                            "controls_shared": len(control) - len(distinct),
                            "perturbed_shared": len(perturbed) - len(once),
                            "all": live_summary(every, config), "policies": {},
+                           "attribution": attribution_summary(every),
                            "signatures": signatures(runs)}
     for policy in dict.fromkeys(every["policy"]):
         out["policies"][policy] = live_summary(every[every["policy"] == policy], config)
@@ -181,6 +184,9 @@ def run(args: argparse.Namespace, print_fn: Callable[[str], None]) -> int:
             continue
         lines += [f"## {label}: {lv['perturbed_trials']} perturbed, {lv['control_trials']} "
                   "distinct controls", "", *live_rows(lv), ""]
+    if result.get("attribution"):
+        lines += ["## What changed: the twin's class at each detection, pooled", "",
+                  *attribution_rows(result["attribution"])]
     if result.get("signatures"):
         lines += ["## Signatures: how far each component moved (Cohen's d, mean ± σ over "
                   "trials)", "", *_signature_rows(result["signatures"]), ""]

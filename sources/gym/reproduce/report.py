@@ -47,6 +47,26 @@ def live_rows(lv: dict[str, Any]) -> list[str]:
     return lines
 
 
+def attribution_rows(att: dict[str, Any]) -> list[str]:
+    """Each attribution column's confusion and accuracy as Markdown lines."""
+    from idt_desk_sources.gym.reproduce.twin import NAMED
+
+    lines = []
+    for col, b in att.items():
+        lines += [f"**{col}** — at {b['alarm']}'s detection, twin {b['twin']}: "
+                  f"{b['right']} of {b['judged']} right"
+                  + (f" ({b['right'] / b['judged']:.0%})" if b["judged"] else "") + "; per "
+                  "policy " + ", ".join(f"{p} {r}/{n}" for p, (r, n) in b["per_policy"].items())
+                  + "; controls' false alarms named: " + (", ".join(
+                      f"{n} {k}" for n, k in b["controls_named"].items()) or "none") + ".", "",
+                  "| true \\ named | " + " | ".join(NAMED) + " |",
+                  "|---|" + "---|" * len(NAMED)]
+        for c, row in b["confusion"].items():
+            lines.append(f"| {c} | " + " | ".join(str(row[n]) for n in NAMED) + " |")
+        lines.append("")
+    return lines
+
+
 def _chance_text(live: dict[str, Any]) -> str:
     """The live block's false alarms as the budget expects them (see :func:`_by_chance`)."""
     c = live.get("by_chance")
@@ -224,6 +244,17 @@ def format_tables(summary: dict[str, Any]) -> str:
                   "windows (episodes for `return_*`) any trial's calibration asked for, to keep "
                   "the threshold's inflation ≤ 1.25 (0: none asked).", "",
                   *live_rows(lv)]
+    attributed = {a: b["attribution"] for a, b in (protocols or
+                                                  {summary["actions"]: summary}).items()
+                  if b.get("attribution")}
+    for a, att in attributed.items():
+        lines += ["", f"## What changed: the twin's class at each detection ({a} actions)", "",
+                  "At each detection the env's twin (an unperturbed copy stepped from each "
+                  "recorded S with the recorded A; or one with masses ×1.1 and friction ×0.9) "
+                  "names the class of change: rows the perturbation's declared class, columns "
+                  "the class named; `unknown` counts as wrong. `mewma_twin` and `mewma_union` "
+                  "above are the twin's own alarm and its union with the IDT's.", "",
+                  *attribution_rows(att)]
     lines += [
         "",
         "## Table 4 — Detection latency (median windows after perturbation onset)",

@@ -32,6 +32,7 @@ import numpy as np
 from idt_desk_sources.gym._source import ACTIONS
 from idt_desk_sources.gym.reproduce.config import COMPONENTS, CONTROL, DETECTORS, CheetahConfig
 from idt_desk_sources.gym.reproduce.judge import LIVE_ROWS, RETURN_MONITORS, matched_false_alarm
+from idt_desk_sources.gym.reproduce.twin import TWIN_ROWS, attribution_summary
 
 #: The paper's numbers (§5.1.2-5.1.4, Tables 3 and 4).
 PAPER: dict[str, Any] = {
@@ -134,6 +135,7 @@ def _protocol_summary(open_loop: Any, config: CheetahConfig) -> dict[str, Any]:
         "all_seeds": _detection(open_loop, seeds),
         "matched_false_alarm": matched_false_alarm(open_loop),
         "live_calibrated": live_summary(open_loop, config),
+        "attribution": attribution_summary(open_loop),
     }
 
 
@@ -175,7 +177,7 @@ def live_summary(open_loop: Any, config: CheetahConfig) -> dict[str, Any] | None
 
 def _live_names(rows: Any) -> list[str]:
     """The live block's rows these trials hold (older runs lack the newer ones)."""
-    names = [r[0] for r in LIVE_ROWS] + list(RETURN_MONITORS)
+    names = [r[0] for r in LIVE_ROWS] + list(RETURN_MONITORS) + list(TWIN_ROWS)
     return [n for n in names if f"live_{n}_IDT" in rows or f"live_{n}_reward" in rows]
 
 

@@ -1,0 +1,228 @@
+"""The twin of a MuJoCo Gymnasium env: an unperturbed copy of it, stepped from each recorded S.
+
+:class:`MujocoTwin` is :class:`~idt_desk.metrics.twin.Twin` for any env built on Gymnasium's
+``MujocoEnv`` whose observation is its state: the joint positions (less the first
+``skipped_qpos``, which the dynamics ignore: HalfCheetah's, Hopper's and Walker2d's x) and
+the joint velocities, as ``observation_structure`` declares and a check at build time
+confirms (an older env without it, HalfCheetah-v4, is read off its sizes and checked the
+same way). Each row's S is set into the copy's ``qpos``/``qvel``, A into ``ctrl``, the copy is
+stepped ``frame_skip`` times (Gymnasium's ``do_simulation``) and its own observation
+function gives the predicted S'. On clean HalfCheetah transitions this predicts S' to 1e-11.
+
+Its hypotheses (:class:`~idt_desk.metrics.twin.Hypothesis`) are what a change of each class
+would do to the same rows, simulated by the same copy: a horizontal external force on the
+root body (``xfrc_applied``, 1 N along each world axis the root can move along) for a
+**force**, and gravity ×1.1 for a change of the **dynamics** (a heavier load: a vertical
+force on the root is a payload, so it is not offered as a force). :func:`mujoco_twin` builds
+one for an env, or says in one line why it cannot.
+
+``mismatch`` builds a twin that is off, as any real model is: every body's mass and inertia
+×(1 + mismatch), every geom's sliding friction ×(1 − mismatch). Its residual on clean data is
+then a baseline of its own, not rounding (the twin's channels are read against their
+baseline windows, so the attribution still works; how well is measured in
+``assets/docs/rl.md``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from idt_desk.metrics.twin import Hypothesis
+
+__all__ = ["MujocoTwin", "TwinUnavailable", "mujoco_twin", "route_mujoco_warnings"]
+
+_log = logging.getLogger("idt_desk.gym")
+
+
+def route_mujoco_warnings() -> None:
+    """MuJoCo warnings to Python logging instead of stderr and a MUJOCO_LOG.TXT in the cwd.
+
+    Gymnasium's HalfCheetah XML uses a compiler attribute MuJoCo 4 deprecates; that one is
+    logged at debug level, every other MuJoCo warning (instabilities...) as a warning.
+    """
+    import mujoco
+
+    def warn(message: str) -> None:
+        level = logging.DEBUG if "settotalmass" in message else logging.WARNING
+        _log.log(level, "MuJoCo: %s", message)
+
+    mujoco.set_mju_user_warning(warn)
+
+#: Gravity's factor under the dynamics hypothesis.
+GRAVITY_FACTOR = 1.1
+
+
+class TwinUnavailable(ValueError):
+    """The env has no twin this way; the message says why, in one line."""
+
+
+def _make(env: Any) -> Any:
+    """A fresh, unwrapped copy of ``env`` (a Gymnasium env or its id)."""
+    import gymnasium as gym
+
+    route_mujoco_warnings()
+    if isinstance(env, str):
+        return gym.make(env).unwrapped
+    spec = getattr(env, "spec", None)
+    if spec is None:
+        raise TwinUnavailable("the env has no spec (gymnasium.make) to build a copy from")
+    return gym.make(spec).unwrapped
+
+
+class MujocoTwin:
+    """An unperturbed copy of a MuJoCo Gymnasium env, stepped from each recorded state.
+
+    Parameters
+    ----------
+    env
+        The env (a Gymnasium env made with ``gymnasium.make``) or its id.
+    mismatch
+        0 for an exact copy; 0.1 for masses and inertias ×1.1 and friction ×0.9.
+
+    Raises
+    ------
+    TwinUnavailable
+        Not a MuJoCo env, or its observation is not its state (Reacher's angles as cos and
+        sin, Ant's contact forces, ...).
+
+    Examples
+    --------
+    >>> import gymnasium as gym, numpy as np
+    >>> from idt_desk.gym.twin import MujocoTwin
+    >>> env = gym.make("HalfCheetah-v5"); s, _ = env.reset(seed=0)
+    >>> a = env.action_space.sample(); s2, *_ = env.step(a)
+    >>> twin = MujocoTwin("HalfCheetah-v5")
+    >>> bool(np.abs(twin.predict(s[None], a[None])[0] - s2).max() < 1e-9)
+    True
+    """
+
+    def __init__(self, env: Any, mismatch: float = 0.0) -> None:
+        self._env = copy = _make(env)
+        if not hasattr(copy, "model") or not hasattr(copy, "do_simulation"):
+            raise TwinUnavailable(f"{self._name()} is not a MuJoCo env")
+        model, data = copy.model, copy.data
+        self.model, self.data = model, data
+        self.frame_skip = int(copy.frame_skip)
+        structure = dict(getattr(copy, "observation_structure", None) or {})
+        n_obs = int(np.prod(copy.observation_space.shape))
+        # v5 envs declare the layout; an older one (HalfCheetah-v4) is read off the sizes,
+        # and either way checked against the env's own observation below.
+        self.skip = int(structure.get("skipped_qpos", model.nq + model.nv - n_obs))
+        if set(structure) - {"skipped_qpos", "qpos", "qvel"} or not 0 <= self.skip <= model.nq \
+                or n_obs != model.nq - self.skip + model.nv:
+            raise TwinUnavailable(f"{self._name()}'s observation is not its state (joint "
+                                  "positions and velocities): no twin")
+        self._check_layout()
+        self.mismatch = float(mismatch)
+        if self.mismatch:
+            model.body_mass[:] *= 1.0 + self.mismatch
+            model.body_inertia[:] *= 1.0 + self.mismatch
+            model.geom_friction[:, 0] *= 1.0 - self.mismatch
+        self.gravity = model.opt.gravity.copy()
+        self.npos = model.nq - self.skip
+        #: Per observation variable: position or velocity.
+        self.kinds = ("position",) * self.npos + ("velocity",) * model.nv
+        self.root = int(model.jnt_bodyid[0]) if model.njnt else 0
+        import mujoco
+
+        root_name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, self.root) or "root"
+        self.root_name = root_name
+        off = f", masses ×{1 + self.mismatch:g} and friction ×{1 - self.mismatch:g}" \
+            if self.mismatch else ""
+        #: The env's id: what a recording states of this twin, so that a replay rebuilds it.
+        self.env_id = self._name()
+        self.description = f"an unperturbed copy of {self.env_id} (MuJoCo){off}"
+
+    def _name(self) -> str:
+        spec = getattr(self._env, "spec", None)
+        return getattr(spec, "id", None) or type(self._env).__name__
+
+    def _check_layout(self) -> None:
+        """The observation is (qpos[skip:], qvel): checked at a state set by hand."""
+        env, model = self._env, self.model
+        env.reset(seed=0)
+        rng = np.random.default_rng(0)
+        qpos = env.init_qpos + rng.uniform(-0.1, 0.1, model.nq)
+        qvel = rng.uniform(-1.0, 1.0, model.nv)
+        env.set_state(qpos, qvel)
+        want = np.concatenate([qpos[self.skip:], qvel])
+        if not np.allclose(self._env._get_obs(), want, atol=1e-12):
+            raise TwinUnavailable(f"{self._name()}'s observation is not (qpos, qvel) as its "
+                                  "observation_structure says: no twin")
+
+    def close(self) -> None:
+        """Close the copy."""
+        self._env.close()
+
+    def _step(self, s: np.ndarray, a: np.ndarray, out: np.ndarray, k: int) -> None:
+        import mujoco
+
+        data = self.data
+        data.qpos[:self.skip] = 0.0  # the dynamics ignore them (x of a planar walker)
+        data.qpos[self.skip:] = s[:self.npos]
+        data.qvel[:] = s[self.npos:]
+        data.ctrl[:] = a
+        mujoco.mj_step(self.model, data, nstep=self.frame_skip)
+        out[k] = self._env._get_obs()
+
+    def predict(self, s: np.ndarray, a: np.ndarray | None) -> np.ndarray:
+        """S' of each row: S set as the state, A as the control, ``frame_skip`` steps."""
+        s = np.asarray(s, dtype=np.float64)
+        a = np.zeros((len(s), self.model.nu)) if a is None else np.asarray(a, dtype=np.float64)
+        out = np.empty_like(s)
+        for k in range(len(s)):
+            self._step(s[k], a[k], out, k)
+        return out
+
+    def hypotheses(self, s: np.ndarray, a: np.ndarray | None) -> list[Hypothesis]:
+        """A horizontal force on the root along each axis it moves along; gravity ×1.1.
+
+        The copy's solver state (its warm start) is put back after: the predictions that
+        follow are the same whether or not an alarm asked for these (a replay's are the
+        session's).
+        """
+        data = self.data
+        kept = (data.qacc_warmstart.copy(), float(data.time))
+        try:
+            return self._hypotheses(s, a)
+        finally:
+            data.qacc_warmstart[:], data.time = kept
+
+    def _hypotheses(self, s: np.ndarray, a: np.ndarray | None) -> list[Hypothesis]:
+        base = self.predict(s, a)
+        out = []
+        data, model = self.data, self.model
+        for axis, name in enumerate("xy"):
+            data.xfrc_applied[:] = 0.0
+            data.xfrc_applied[self.root, axis] = 1.0
+            try:
+                delta = self.predict(s, a) - base
+            finally:
+                data.xfrc_applied[:] = 0.0
+            if np.abs(delta).max() > 1e-9:  # the root cannot move along this axis
+                out.append(Hypothesis(f"force_{name}", "force",
+                                      f"an external force on {self.root_name} along {name}",
+                                      delta))
+        model.opt.gravity[:] = self.gravity * GRAVITY_FACTOR
+        try:
+            delta = self.predict(s, a) - base
+        finally:
+            model.opt.gravity[:] = self.gravity
+        if np.abs(delta).max() > 1e-9:  # a loop in a horizontal plane (a swimmer)
+            out.append(Hypothesis("gravity", "dynamics",
+                                  f"gravity ×{GRAVITY_FACTOR:g} (a heavier load)", delta))
+        return out
+
+
+def mujoco_twin(env: Any, mismatch: float = 0.0) -> tuple[MujocoTwin | None, str]:
+    """The twin of ``env`` (a Gymnasium env or id), or None and why not in one line."""
+    try:
+        return MujocoTwin(env, mismatch), ""
+    except TwinUnavailable as exc:
+        return None, str(exc)
+    except Exception as exc:  # a broken env: the loop runs without a twin, and says so
+        return None, f"no twin: {type(exc).__name__}: {exc}"
+

@@ -1,0 +1,343 @@
+"""The loop's nominal model (its *twin*) and the residual of the physics in each window.
+
+The IDT's terms say *that* a loop changed; its own model says *what* changed. A source may
+declare a twin (``Source.twin``): a batched prediction of S' from (S, A) by an unperturbed
+model of the loop — for a MuJoCo env, an unperturbed copy of it set to each recorded state
+and stepped with the recorded action (:class:`idt_desk.gym.twin.MujocoTwin`); for the double
+pendulum, its own integrator. On clean transitions such a twin predicts S' to rounding
+(1e-11 on HalfCheetah); what a change does to the residual ``r = S' − twin(S, A)`` names it
+(model-based fault isolation with structured residuals):
+
+- noise in what is measured (a **sensor**) spreads the residual of the positions, which an
+  error in the physics barely touches;
+- a change of the action given the state (an **actuator**: A is recorded as applied) leaves
+  the physics intact, and the residual where it was;
+- an external **force** or a change of the **dynamics** (gravity, a payload) is a *bias*, in
+  the direction the twin itself predicts for that change (:class:`Hypothesis`).
+
+:class:`TwinStage` turns rows into per-window channels, recorded with every window
+(:data:`TWIN_COLUMNS`): for the positions and the velocities, the residual's spread (log10
+of its variance about the window's mean) and its shift (log10 of its mean's square; both
+above :data:`CHANNEL_FLOOR`), each
+variable's residual in units of its own scale (its RMS over the symbols' calibration rows,
+floored at ``FLOOR`` of the variable's spread, so a twin exact to rounding does not read
+rounding as signal). The alarm's monitor calibrates them like the IDT components, a group
+with its own baseline (``idt_desk.detection.monitor.UNIONS``); :mod:`~idt_desk.detection.
+attribution` reads them, with each variable's shift and the hypotheses, at every alarm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["CHANNEL_FLOOR", "FLOOR", "KINDS", "RESOLUTION", "TWIN_COLUMNS", "TWIN_METRICS",
+           "Hypothesis", "Twin", "TwinEvidence", "TwinStage", "twin_over"]
+
+#: What a state variable is, for its residual: a position (an angle, a height) or a velocity.
+KINDS = ("position", "velocity")
+#: The channels of a window, by kind and statistic: what the monitor watches and a recording
+#: keeps (NaN for a loop without a twin).
+TWIN_METRICS = ("R_spread_pos", "R_shift_pos", "R_spread_vel", "R_shift_vel")
+#: The channels and the twin group's alarm flag, as window columns.
+TWIN_COLUMNS = (*TWIN_METRICS, "x_twin")
+#: A residual below this share of its variable's spread (over the calibration rows) is
+#: rounding: the scale a residual is measured in never falls below it.
+FLOOR = 1e-6
+#: The channels' own floor (in squared units of the scale): a residual under 1e-4 of its
+#: scale is rounding, drawn and judged as a flat floor rather than as decades of jitter.
+CHANNEL_FLOOR = 1e-8
+#: The channels' resolution (decades): their baseline σ is read as at least this, so a twin
+#: exact to rounding, whose channels sit on the floor to the ninth digit, does not take the
+#: ninth digit's jitter for a change (a 2 % change of the residual's power is none).
+RESOLUTION = 0.01
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """A change the twin can simulate, and what it does to each row's S'.
+
+    Attributes
+    ----------
+    name
+        Short name (``force_x``, ``gravity``).
+    cls
+        The class of change it stands for: ``force`` or ``dynamics``.
+    words
+        What it is, for an alarm's evidence ("an external force on torso along x").
+    delta
+        Per row, S' under the change minus S' without it (rows × state variables).
+
+    """
+
+    name: str
+    cls: str
+    words: str
+    delta: np.ndarray
+
+
+@runtime_checkable
+class Twin(Protocol):
+    """A loop's nominal model: what a source declares (``Source.twin``).
+
+    Attributes
+    ----------
+    description
+        What the model is, in words ("an unperturbed copy of HalfCheetah-v5 (MuJoCo)").
+    kinds
+        Per state variable, ``position`` or ``velocity`` (:data:`KINDS`).
+
+    """
+
+    description: str
+    kinds: Sequence[str]
+
+    def predict(self, s: np.ndarray, a: np.ndarray | None) -> np.ndarray:
+        """S' predicted from each row of S (and A; None for a passive loop)."""
+        ...
+
+    def hypotheses(self, s: np.ndarray, a: np.ndarray | None) -> list[Hypothesis]:
+        """The changes it can simulate, each with its effect on these rows' S'."""
+        ...
+
+
+@dataclass
+class TwinEvidence:
+    """What the twin saw in one window, against its baseline windows.
+
+    Attributes
+    ----------
+    z
+        Each channel of :data:`TWIN_METRICS` in σ of its baseline windows.
+    ratio
+        Each channel's spread as a factor of its baseline mean (``R_spread_pos`` ×1.3…).
+    bias
+        Each variable's mean residual in the window, in σ of the baseline windows' means.
+    t
+        Each variable's mean residual's change from the baseline's, in units of its own
+        standard error in the window (σ / √W of the window's residual): a bias stands out of
+        the window's own scatter, where zero-mean noise (a sensor's) leaves t near 1 however
+        far its mean is from a baseline at rounding.
+    hypotheses
+        Each hypothesis's direction in the same units (its delta over the window's rows).
+    names
+        The state's variable names (the bias's order).
+
+    """
+
+    z: dict[str, float]
+    ratio: dict[str, float]
+    bias: np.ndarray
+    t: np.ndarray
+    hypotheses: list[tuple[Hypothesis, np.ndarray]] = field(default_factory=list)
+    names: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The numbers, JSON-able (a trial's record, for a rule judged afresh)."""
+        return {"z": {k: round(v, 4) for k, v in self.z.items()},
+                "ratio": {k: float(f"{v:.6g}") for k, v in self.ratio.items()},
+                "bias": [float(f"{x:.6g}") for x in self.bias],
+                "t": [float(f"{x:.6g}") for x in self.t], "names": list(self.names),
+                "hypotheses": {h.name: [h.cls, h.words, [float(f"{x:.6g}") for x in d]]
+                               for h, d in self.hypotheses}}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TwinEvidence:
+        """Back from :meth:`to_dict` (the hypotheses' deltas are not kept: their directions)."""
+        hyps = [(Hypothesis(n, c, w, np.empty((0, len(v)))), np.asarray(v, dtype=np.float64))
+                for n, (c, w, v) in d.get("hypotheses", {}).items()]
+        return cls(dict(d["z"]), dict(d.get("ratio", {})), np.asarray(d["bias"], dtype=float),
+                   np.asarray(d["t"], dtype=float), hyps, tuple(d.get("names", ())))
+
+
+class TwinStage:
+    """Rows in, each window's residual channels out; and the evidence of any window of a block.
+
+    Parameters
+    ----------
+    twin
+        The loop's nominal model.
+    window
+        W, the transitions of a window.
+    state_names
+        The state's variable names (evidence names them).
+
+    Examples
+    --------
+    A toy twin that knows x' = 0.9 x + u exactly; noise added to what is measured after row
+    2,000 spreads the positions' residual:
+
+    >>> import numpy as np
+    >>> from idt_desk.metrics.twin import Hypothesis, TwinStage
+    >>> class Toy:
+    ...     description, kinds = "x' = 0.9 x + u", ("position",)
+    ...     def predict(self, s, a): return 0.9 * s + a
+    ...     def hypotheses(self, s, a): return []
+    >>> rng = np.random.default_rng(0)
+    >>> u = rng.normal(size=(4000, 1)); x = np.zeros((4001, 1))
+    >>> for t in range(4000): x[t + 1] = 0.9 * x[t] + u[t] + 1e-3 * rng.normal()
+    >>> seen = x + np.where(np.arange(4001)[:, None] > 2000, 0.1 * rng.normal(size=(4001, 1)), 0)
+    >>> stage = TwinStage(Toy(), window=300, state_names=("x",))
+    >>> stage.fit(seen[:1000], u[:1000], seen[1:1001])
+    >>> w = stage.push(seen[:-1], u, seen[1:], ends=np.array([1000, 4000]))
+    >>> bool(w["R_spread_pos"][1] > w["R_spread_pos"][0] + 1)  # ×10 and more: noise
+    True
+    """
+
+    def __init__(self, twin: Twin, window: int, state_names: Sequence[str]) -> None:
+        self.twin = twin
+        self.window = int(window)
+        self.names = tuple(state_names)
+        kinds = tuple(twin.kinds)
+        if len(kinds) != len(self.names) or any(k not in KINDS for k in kinds):
+            raise ValueError(f"twin {twin.description!r}: give each of the {len(self.names)} "
+                             f"state variables a kind of {', '.join(KINDS)}")
+        self._idx = {k[:3]: np.flatnonzero(np.array(kinds) == k) for k in KINDS}
+        #: Each variable's residual scale (None before :meth:`fit`).
+        self.scale: np.ndarray | None = None
+        d = len(self.names)
+        self._z = np.empty((0, d))  # standardised residuals of the latest rows
+        self._s = np.empty((0, d))
+        self._a: np.ndarray | None = None
+        self.n_seen = 0
+        # The latest block's windows: each variable's mean residual, and the rows' ends.
+        self._block_shift = np.empty((0, d))
+        self._block_var = np.empty((0, d))
+        self._block_ends = np.empty(0, dtype=np.int64)
+        self._block = {}  # the latest block's channels
+        # The baseline windows' channels and shifts, gathered; their statistics once frozen.
+        self._gathered: dict[str, list[np.ndarray]] = {}
+        self._base: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
+
+    def residual(self, s: np.ndarray, a: np.ndarray | None, s_next: np.ndarray
+                 ) -> np.ndarray:
+        """S' − twin(S, A), row by row."""
+        pred = np.asarray(self.twin.predict(s, a), dtype=np.float64)
+        if pred.shape != np.shape(s_next):
+            raise ValueError(f"twin {self.twin.description!r} predicted {pred.shape} for S' of "
+                             f"{np.shape(s_next)}")
+        return np.asarray(s_next, dtype=np.float64) - pred
+
+    def fit(self, s: np.ndarray, a: np.ndarray | None, s_next: np.ndarray) -> None:
+        """Each variable's residual scale from these rows (the symbols' calibration rows)."""
+        r = self.residual(s, a, s_next)
+        spread = np.asarray(s, dtype=np.float64).std(axis=0)
+        rms = np.sqrt(np.mean(r ** 2, axis=0))
+        self.scale = np.maximum(np.maximum(rms, FLOOR * spread), 1e-12)
+
+    def push(self, s: np.ndarray, a: np.ndarray | None, s_next: np.ndarray,
+             ends: np.ndarray) -> dict[str, np.ndarray]:
+        """Take rows; the channels of the windows ending at ``ends`` (rows since the first).
+
+        Every row after :meth:`fit` passes here once, whether or not it ends a window.
+        """
+        if self.scale is None:
+            raise RuntimeError("TwinStage.push before fit")
+        z = self.residual(s, a, s_next) / self.scale
+        keep = self.window + len(s)
+        self._z = np.concatenate([self._z, z])[-keep:]
+        self._s = np.concatenate([self._s, np.asarray(s, dtype=np.float64)])[-keep:]
+        if a is not None:
+            a = np.asarray(a, dtype=np.float64)
+            self._a = a if self._a is None else np.concatenate([self._a, a])[-keep:]
+        self.n_seen += len(s)
+        ends = np.asarray(ends, dtype=np.int64)
+        W = self.window
+        first = self.n_seen - len(self._z)  # row index of the tail's first row
+        # Each window's rows as they are (two passes, no running sums): residuals at rounding
+        # beside noise a million times larger keep their digits, whatever the blocks.
+        rows = np.lib.stride_tricks.sliding_window_view(self._z, W, axis=0)[ends - W - first]
+        mean = rows.mean(axis=2)
+        var = ((rows - mean[:, :, None]) ** 2).mean(axis=2)
+        out = {}
+        for kind, cols in self._idx.items():
+            if cols.size:
+                out[f"R_spread_{kind}"] = np.log10(var[:, cols].mean(axis=1) + CHANNEL_FLOOR)
+                out[f"R_shift_{kind}"] = np.log10((mean[:, cols] ** 2).mean(axis=1)
+                                                  + CHANNEL_FLOOR)
+            else:
+                out[f"R_spread_{kind}"] = out[f"R_shift_{kind}"] = np.full(len(ends), np.nan)
+        self._block_shift, self._block_var = mean, var
+        self._block_ends, self._block = ends, out
+        return out
+
+    # -- the baseline and the evidence --------------------------------------------------------
+
+    def gather(self, rows: slice, restart: bool = False) -> None:
+        """The latest block's ``rows`` are baseline windows (``restart``: a new baseline)."""
+        if restart or self._base is not None:
+            self._gathered, self._base = {}, None
+        for key, col in (*self._block.items(), ("shift", self._block_shift)):
+            self._gathered.setdefault(key, []).append(np.asarray(col)[rows])
+
+    def freeze(self) -> None:
+        """The baseline is complete: its statistics, every later window is read against."""
+        stats = {}
+        for key, parts in self._gathered.items():
+            x = np.concatenate(parts)
+            with np.errstate(invalid="ignore"):
+                stats[key] = (np.nanmean(x, axis=0), np.nanstd(x, axis=0, ddof=1))
+        self._base, self._gathered = stats, {}
+
+    @property
+    def has_baseline(self) -> bool:
+        """Whether the baseline's statistics are set."""
+        return self._base is not None
+
+    def evidence(self, row: int, hypotheses: bool = True) -> TwinEvidence | None:
+        """What the twin saw in window ``row`` of the latest block (None before a baseline).
+
+        ``hypotheses``: simulate each of the twin's hypotheses on the window's rows (one
+        twin step per row each; an alarm's, not every window's).
+        """
+        if self._base is None:
+            return None
+        base = self._base
+
+        def z_of(key: str, x: float) -> float:
+            mu, sd = base[key]
+            return float((x - mu) / max(sd, RESOLUTION)) if np.isfinite(x) else 0.0
+
+        z = {k: z_of(k, float(v[row])) for k, v in self._block.items()}
+        ratio = {k: float(10 ** (v[row] - base[k][0])) for k, v in self._block.items()
+                 if k.startswith("R_spread") and np.isfinite(v[row])}
+        mu, sd = base["shift"]
+        # A mean residual under the channels' floor (1e-4 of the scale) is rounding.
+        sd = np.maximum(np.nan_to_num(sd, nan=np.inf), np.sqrt(CHANNEL_FLOOR))
+        change = self._block_shift[row] - mu
+        bias = change / sd
+        t = change / np.sqrt((self._block_var[row] + CHANNEL_FLOOR) / self.window)
+        ev = TwinEvidence(z, ratio, bias, t, names=self.names)
+        if hypotheses:
+            end = int(self._block_ends[row]) - (self.n_seen - len(self._s))
+            rows = slice(max(end - self.window, 0), end)
+            s = self._s[rows]
+            a = None if self._a is None else self._a[rows]
+            for h in self.twin.hypotheses(s, a):
+                ev.hypotheses.append((h, np.mean(h.delta / self.scale, axis=0) / sd))
+        return ev
+
+    def kinds_of(self) -> Mapping[str, np.ndarray]:
+        """The state's columns by kind (``pos``, ``vel``)."""
+        return dict(self._idx)
+
+
+def twin_over(twin: Twin, window: int, names: Sequence[str], s: np.ndarray,
+              a: np.ndarray | None, s_next: np.ndarray, ends: np.ndarray, *, fit: slice,
+              baseline: slice) -> tuple[TwinStage, dict[str, np.ndarray]]:
+    """A finished run's rows through a :class:`TwinStage` in one block, as a session would.
+
+    The scale fitted on rows ``fit`` (the symbols' calibration rows), the channels of the
+    windows ending at ``ends``, their baseline the windows ``baseline``: the stage says what
+    the twin saw in any of those windows (:meth:`TwinStage.evidence`). For analyses of
+    recorded runs (``reproduce cheetah``, ``reproduce cheetah-live``).
+    """
+    stage = TwinStage(twin, window, names)
+    stage.fit(s[fit], None if a is None else a[fit], s_next[fit])
+    channels = stage.push(s, a, s_next, ends)
+    stage.gather(baseline, restart=True)
+    stage.freeze()
+    return stage, channels
