@@ -47,6 +47,20 @@ def _no_dangling_session_threads():
     assert not alive, f"session worker threads left running: {alive}"
 
 
+#: The slowest files, slowest first (seconds of one worker, measured on 2 cores: see
+#: ``assets/docs/testing.md``). xdist hands whole files to its two workers in collection
+#: order (``--dist loadfile --no-loadscope-reorder``); started first, the long files run
+#: side by side and the short ones fill in the end, where a long file handed out last
+#: would run on alone (xdist's own order, the files with the most tests first, did that).
+SLOW_FIRST = ("test_train.py", "test_train_phases.py", "test_reproduce_cheetah.py",
+              "test_gui.py", "test_cli.py", "test_gym_source.py", "test_dialogue.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: k for k, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files whole
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # "No tests collected" (exit 5) is not a failure of the code: CI must not fail for it.
     if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:

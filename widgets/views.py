@@ -279,6 +279,9 @@ def load_model(env_id: str) -> Any:
     """The MjModel of a Gymnasium MuJoCo environment (its own copy, not the source's)."""
     import gymnasium
 
+    from idt_desk.plugin import route_mujoco_warnings
+
+    route_mujoco_warnings()  # the XML's deprecated attribute: a debug line, not stderr
     env = gymnasium.make(env_id)
     try:
         model = env.unwrapped.model

@@ -78,9 +78,12 @@ class Rule:
 #: ``assets/docs/rl.md``) and fixed before it was judged on seeds never used.
 RULE = Rule()
 #: How often the rule named the right class on seeds never used, said beside every class it
-#: names (``idt-desk reproduce cheetah --pool`` of the held-out runs, ``assets/docs/rl.md``):
-#: the only place it was measured, so a loop of another kind reads it as a reference.
-HELD_OUT = "PENDING"
+#: names: six HalfCheetah agents, all eight perturbations, env seeds 410 and 411, pooled at
+#: the default alarm's detections (``idt-desk reproduce cheetah --pool`` of the held-out
+#: runs, ``assets/docs/rl.md``). The only place it was measured: a loop of another kind reads
+#: it as a reference, not a promise.
+HELD_OUT = ("right in 90 of 90 held-out HalfCheetah detections, 79 of 89 with a twin 10 % "
+            "off")
 
 
 def _cosine(u: np.ndarray, v: np.ndarray) -> float:
