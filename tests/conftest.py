@@ -52,8 +52,9 @@ def _no_dangling_session_threads():
 #: order (``--dist loadfile --no-loadscope-reorder``); started first, the long files run
 #: side by side and the short ones fill in the end, where a long file handed out last
 #: would run on alone (xdist's own order, the files with the most tests first, did that).
-SLOW_FIRST = ("test_train.py", "test_train_phases.py", "test_reproduce_cheetah.py",
-              "test_gui.py", "test_cli.py", "test_gym_source.py", "test_dialogue.py")
+SLOW_FIRST = ("test_train_phases.py", "test_train.py", "test_gym_source.py", "test_gui.py",
+              "test_reproduce_cheetah.py", "test_gui_waits.py", "test_dialogue_builtin.py",
+              "test_click_storm.py", "test_follow.py", "test_gui_start.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -9,7 +9,9 @@ budget) and ``x_IDT`` (the union) of the plain script, the twin's five columns a
 events the same but the baseline's thresholds, each IDT alarm's class of change (an
 ``attributed`` event a window length after it, with ``attribution``, ``evidence`` and
 ``twin``; a ``detected`` verdict told then, its latency unchanged), and gravity ×1.3, which
-the IDT alone never saw, now detected 4 windows after its onset (named dynamics)."""
+the IDT alone never saw, now detected 4 windows after its onset (named dynamics). Then once
+more when a detection's severity left the twin's channels to the class's evidence: only those
+four entries of the three ``detected`` events went."""
 
 from __future__ import annotations
 

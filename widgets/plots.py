@@ -250,13 +250,13 @@ class MetricPlots(pg.GraphicsLayoutWidget):
 
     def set_structural_visible(self, visible: bool, key: str = "cos_sim") -> None:
         """Show a plot of :data:`SHOWN_WHEN_DEFINED` (by default the structural baselines')."""
-        self._optional[key] = visible and not (key == "R_spread_pos" and self.twin_hidden)
+        self._optional[key] = bool(visible) and not (key == "R_spread_pos" and self.twin_hidden)
         self._layout_rows()
 
     def set_twin_hidden(self, hidden: bool) -> None:
         """Hide the residual's plot (the user's choice), or show it again where it is defined."""
         self.twin_hidden = hidden
-        defined = self._last is not None and np.isfinite(self._last[1]["R_spread_pos"]).any()
+        defined = self._last is not None and bool(np.isfinite(self._last[1]["R_spread_pos"]).any())
         self.set_structural_visible(defined, "R_spread_pos")
 
     def _layout_rows(self) -> None:

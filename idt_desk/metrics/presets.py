@@ -128,7 +128,7 @@ PRESETS: dict[str, Preset] = {
             "that part's observations, A all six torques), 2 bins, W = 1000 (one episode), "
             "stride 50. Chosen on training seeds, judged on held-out ones: a window of every "
             "mature agent holds neither one repeated gait cycle nor mostly unseen triples, and "
-            "alarms name the likeliest class of change. Not the default: on held-out controls "
+            "it sees a chaotic agent's changes sooner. Not the default: on held-out controls "
             "its alarm went off more often than its budget allows (assets/docs/rl.md).",
             bins=2, window=1000, stride=50, state_groups=_CHEETAH_S, action_groups=_CHEETAH_A,
             n_state=17, n_action=6, parts=CHEETAH_PARTS, range_margin=0.5, detector="ewma",
