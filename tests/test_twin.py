@@ -251,6 +251,17 @@ def test_the_pendulums_twin_is_its_own_equations():
     assert {h.cls for h in twin.hypotheses(b.s[:5], None)} == {"dynamics"}
 
 
+def _heavier_from(env, seed: int, steps: int, at: int) -> None:
+    """Random small torques for ``steps`` steps; gravity ×1.5 from step ``at`` on."""
+    env.reset(seed=seed)
+    for t in range(steps):
+        _, _, term, trunc, _ = env.step(env.action_space.sample() * 0.2)
+        if t == at:
+            env.unwrapped.model.opt.gravity[:] *= 1.5
+        if term or trunc:
+            env.reset()
+
+
 def test_the_wrapper_steps_the_envs_own_twin_and_says_why_when_there_is_none():
     import gymnasium as gym
 
@@ -258,13 +269,7 @@ def test_the_wrapper_steps_the_envs_own_twin_and_says_why_when_there_is_none():
 
     env = IDTMonitor(gym.make("HalfCheetah-v5"), window=100, stride=50, baseline_windows=40,
                      calibration_windows=2)
-    env.reset(seed=0)
-    for t in range(3000):
-        _, _, term, trunc, _ = env.step(env.action_space.sample() * 0.2)
-        if t == 2500:
-            env.unwrapped.model.opt.gravity[:] *= 1.5
-        if term or trunc:
-            env.reset()
+    _heavier_from(env, seed=0, steps=3000, at=2500)
     w = env.windows
     assert np.isfinite(w["R_spread_vel"]).all()
     assert w["x_twin"].iloc[-5:].eq(1.0).all()  # the twin sees the heavier gravity
@@ -287,13 +292,7 @@ def test_a_wrapped_mujoco_envs_recording_keeps_its_twin_and_replays_it_exactly(t
 
     env = IDTMonitor(gym.make("HalfCheetah-v5"), window=100, stride=50, baseline_windows=30,
                      calibration_windows=2, record=tmp_path / "rec")
-    env.reset(seed=1)
-    for t in range(2600):
-        _, _, term, trunc, _ = env.step(env.action_space.sample() * 0.2)
-        if t == 2200:
-            env.unwrapped.model.opt.gravity[:] *= 1.5
-        if term or trunc:
-            env.reset()
+    _heavier_from(env, seed=1, steps=2600, at=2200)
     live = env.windows
     env.close()
     rec = load_recording(tmp_path / "rec")

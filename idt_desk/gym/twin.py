@@ -116,6 +116,9 @@ class MujocoTwin:
             raise TwinUnavailable(f"{self._name()}'s observation is not its state (joint "
                                   "positions and velocities): no twin")
         self._check_layout()
+        import mujoco
+
+        self._mj_step = mujoco.mj_step  # per row of every window: looked up once
         self.mismatch = float(mismatch)
         if self.mismatch:
             model.body_mass[:] *= 1.0 + self.mismatch
@@ -126,8 +129,6 @@ class MujocoTwin:
         #: Per observation variable: position or velocity.
         self.kinds = ("position",) * self.npos + ("velocity",) * model.nv
         self.root = int(model.jnt_bodyid[0]) if model.njnt else 0
-        import mujoco
-
         root_name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, self.root) or "root"
         self.root_name = root_name
         off = f", masses ×{1 + self.mismatch:g} and friction ×{1 - self.mismatch:g}" \
@@ -158,14 +159,12 @@ class MujocoTwin:
         self._env.close()
 
     def _step(self, s: np.ndarray, a: np.ndarray, out: np.ndarray, k: int) -> None:
-        import mujoco
-
         data = self.data
         data.qpos[:self.skip] = 0.0  # the dynamics ignore them (x of a planar walker)
         data.qpos[self.skip:] = s[:self.npos]
         data.qvel[:] = s[self.npos:]
         data.ctrl[:] = a
-        mujoco.mj_step(self.model, data, nstep=self.frame_skip)
+        self._mj_step(self.model, data, nstep=self.frame_skip)
         out[k] = self._env._get_obs()
 
     def predict(self, s: np.ndarray, a: np.ndarray | None) -> np.ndarray:
