@@ -1,16 +1,48 @@
-"""Durations in words, one way everywhere: waits, estimates and "active 3 min ago".
+r"""Durations in words, one way everywhere: waits, estimates and "active 3 min ago".
 
 >>> duration_text(42), duration_text(130), duration_text(3_900), duration_text(200_000)
 ('42 s', '2 min 10 s', '1 h 05 min', '2 d 8 h')
 >>> ago_text(130), eta_text(12_000, 2_400.0), eta_text(100, 0.0)
 ('2 min ago', 'about 5 s', '')
+>>> shown("seed-9\n\x1b[2Jok\udcff")
+'seed-9\\n\\x1b[2Jok\\xff'
 """
 
 from __future__ import annotations
 
 import math
+import unicodedata
 
-__all__ = ["ago_text", "duration_text", "eta_text"]
+__all__ = ["ago_text", "duration_text", "eta_text", "shown"]
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def shown(text: object, limit: int = 500) -> str:
+    r"""``text`` safe to print on a terminal or a table's cell: one line, nothing it obeys.
+
+    Control characters (a newline that would forge a row, ESC sequences that clear the
+    screen or set the window's title, bidirectional overrides) are written as escapes,
+    ``\n`` or ``\x1b``; a file name's undecodable bytes (Python's surrogate escapes) as
+    ``\xff``. Longer than ``limit`` characters: cut, saying how much was left out.
+    """
+    s = str(text)
+    if s.isprintable() and len(s) <= limit:
+        return s
+    out = []
+    for ch in s[:limit]:
+        code = ord(ch)
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif 0xDC80 <= code <= 0xDCFF:  # a byte os.fsdecode could not decode
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    if len(s) > limit:
+        out.append(f"… ({len(s) - limit:,} more characters)")
+    return "".join(out)
 
 
 def duration_text(seconds: float) -> str:

@@ -3,19 +3,34 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import threading
+import time
 from types import SimpleNamespace
+from typing import ClassVar
 
 import asyncssh
 import pytest
+
+
+class _LoggingSFTP(asyncssh.SFTPServer):
+    """The server's SFTP, noting the real path of every file a client opens (``opened``)."""
+
+    opened: ClassVar[list[str]] = []
+
+    def open(self, path, pflags, attrs):
+        _LoggingSFTP.opened.append(os.path.realpath(os.fsdecode(self.map_path(path))))
+        return super().open(path, pflags, attrs)
 
 
 @pytest.fixture(scope="module")
 def sshd():
     """A server with a host key and one client key of its own.
 
-    ``.port``; ``.options`` (``asyncssh.connect`` keywords trusting it and holding the key);
-    ``.known_line`` (its known_hosts line) and ``.client_key``.
+    ``.port``; ``.port6`` (the same server on ``[::1]``); ``.options`` (``asyncssh.connect``
+    keywords trusting it and holding the key); ``.known_line`` (its known_hosts line) and
+    ``.client_key``; ``.opened``: the real path of every file its SFTP opened, in order.
     """
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -24,18 +39,24 @@ def sshd():
     client_key = asyncssh.generate_private_key("ssh-ed25519")
     authorized = asyncssh.import_authorized_keys(client_key.export_public_key().decode())
 
-    async def listen():
-        return await asyncssh.listen("127.0.0.1", 0, server_host_keys=[host_key],
-                                     authorized_client_keys=authorized, sftp_factory=True)
+    async def listen(host):
+        return await asyncssh.listen(host, 0, server_host_keys=[host_key],
+                                     authorized_client_keys=authorized,
+                                     sftp_factory=_LoggingSFTP)
 
-    server = asyncio.run_coroutine_threadsafe(listen(), loop).result()
+    server = asyncio.run_coroutine_threadsafe(listen("127.0.0.1"), loop).result()
+    server6 = asyncio.run_coroutine_threadsafe(listen("::1"), loop).result()
     port = server.sockets[0].getsockname()[1]
-    known = f"[127.0.0.1]:{port} {host_key.export_public_key().decode()}"
+    port6 = server6.sockets[0].getsockname()[1]
+    public = host_key.export_public_key().decode()
+    known = f"[127.0.0.1]:{port} {public}[::1]:{port6} {public}"
     yield SimpleNamespace(
-        port=port, known_line=known, client_key=client_key,
+        port=port, port6=port6, known_line=known, client_key=client_key,
+        opened=_LoggingSFTP.opened, public=public,
         options={"known_hosts": asyncssh.import_known_hosts(known),
                  "client_keys": [client_key], "agent_path": None})
     server.close()
+    server6.close()
     loop.call_soon_threadsafe(loop.stop)
 
 
@@ -54,3 +75,77 @@ def ssh_home(sshd, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
     return sshd.port
+
+
+class Proxy:
+    """A TCP relay to the server that can stop relaying: a server frozen mid-session.
+
+    ``port``: where clients connect; :meth:`freeze` keeps the connections open but lets no
+    byte through either way (as a stopped sshd process does); :meth:`thaw` lets them through
+    again.
+    """
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.frozen = threading.Event()
+        self._stop = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.2)
+        self.port = self._listener.getsockname()[1]
+        self._socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                continue
+            server = socket.create_connection(("127.0.0.1", self.target))
+            self._socks += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, a: socket.socket, b: socket.socket) -> None:
+        a.settimeout(0.2)
+        while not self._stop.is_set():
+            if self.frozen.is_set():
+                time.sleep(0.05)
+                continue
+            try:
+                data = a.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+            if not data:
+                break
+            while self.frozen.is_set() and not self._stop.is_set():
+                time.sleep(0.05)  # frozen with the bytes in hand: they never arrive
+            try:
+                b.sendall(data)
+            except OSError:
+                break
+
+    def freeze(self) -> None:
+        """Relay nothing from now on (the connections stay open)."""
+        self.frozen.set()
+
+    def close(self) -> None:
+        """Stop relaying and close every connection."""
+        self._stop.set()
+        for s in [self._listener, *self._socks]:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def proxy(sshd):
+    """A :class:`Proxy` to the test server; its known_hosts entry is the server's key."""
+    relay = Proxy(sshd.port)
+    relay.options = dict(sshd.options, known_hosts=asyncssh.import_known_hosts(
+        f"[127.0.0.1]:{relay.port} {sshd.public}"))
+    yield relay
+    relay.close()

@@ -12,6 +12,7 @@ table marks it ▶); the window's **◀ All runs** button comes back here.
 
 from __future__ import annotations
 
+import html
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -39,7 +40,7 @@ from PySide6.QtWidgets import (
 
 from idt_desk.errors import InputError
 from idt_desk.recordings.runs import RunIndex, root_problem, select
-from idt_desk.words import ago_text
+from idt_desk.words import ago_text, shown
 
 __all__ = ["FleetModel", "FleetView"]
 
@@ -120,7 +121,7 @@ class FleetModel(QAbstractTableModel):
         value = row.get(key)
         if role == Qt.ItemDataRole.DisplayRole:
             if key == "path" and value == self.followed:
-                return f"▶ {value}"
+                return f"▶ {shown(value)}"
             return self._text(key, value)
         if role == Qt.ItemDataRole.UserRole:
             if key == "path":
@@ -129,8 +130,9 @@ class FleetModel(QAbstractTableModel):
                 return -(value or 0.0)
             return value if isinstance(value, (int, float)) else -1 if value is None \
                 else str(value)
-        if role == Qt.ItemDataRole.ToolTipRole:
-            return row.get("error") or None
+        if role == Qt.ItemDataRole.ToolTipRole:  # rich text, escaped: a file's text is no markup
+            err = row.get("error")
+            return f"<qt>{html.escape(shown(err, 2000))}</qt>" if err else None
         if role == Qt.ItemDataRole.BackgroundRole:
             tint = _TINT.get("alarm") if row["alarms"] else _TINT.get(row["state"])
             return QBrush(QColor(tint)) if tint else None
@@ -152,7 +154,7 @@ class FleetModel(QAbstractTableModel):
             return ago_text(self.now - value)
         if isinstance(value, int):
             return f"{value:,}"
-        return str(value)
+        return shown(value)  # a name holding a newline or ESC is shown escaped
 
 
 class FleetView(QWidget):
@@ -177,7 +179,8 @@ class FleetView(QWidget):
     def __init__(self, index: RunIndex, location: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.index, self.location = index, location
-        self.title = ElidedLabel(f"Runs in {location}", self)
+        self.title = ElidedLabel(f"Runs in {shown(location)}", self)
+        self.title.setTextFormat(Qt.TextFormat.PlainText)
         self.title.setStyleSheet("font-weight: 600;")
         self.filter = QLineEdit(self)
         self.filter.setPlaceholderText("filter: a glob on the path, e.g. sweep*/seed-1*")
@@ -185,6 +188,7 @@ class FleetView(QWidget):
         self.filter.setMinimumWidth(300)
         self.filter.textChanged.connect(lambda _text: self._show())
         self.summary = QLabel("reading the runs …", self)
+        self.summary.setTextFormat(Qt.TextFormat.PlainText)  # it may quote a file's text
         self.summary.setObjectName("fleetSummary")
         self.model = FleetModel(self)
         self.proxy = QSortFilterProxyModel(self)
@@ -298,7 +302,7 @@ class FleetView(QWidget):
         text = (f"{n:,} run{'s' if n != 1 else ''} · {alarmed} alarmed · {writing} being "
                 f"written" + (f" · {len(shown):,} shown" if pattern else "")
                 + f" — refreshed every {self.REFRESH_MS / 1000:g} s (the last took "
-                f"{self._took:.2f} s)")
+                f"{self._took:.2f} s)" + "".join(f" · {note}" for note in self.index.notes))
         if not n and self.problem is None:
             text = (f"no run in {self.location} yet (a run is a folder with a recording's "
                     "config.json); a run that starts there appears here")
@@ -329,11 +333,15 @@ class FleetView(QWidget):
             self.open_run.emit(self.index.location(row))
 
     def shutdown(self) -> None:
-        """Stop refreshing and let the listing go (a server's connection is closed)."""
+        """Stop refreshing and let the listing go (a server's connection is closed).
+
+        Never waits on the network: a refresh under way against a server that stopped
+        answering is cancelled by the close (its thread ends at once).
+        """
         self.timer.stop()
         self._poll.stop()
-        self._pool.shutdown(wait=True, cancel_futures=True)
         self.index.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def bench_fleet(counts: tuple[int, ...] = (100, 1000), ssh: str | None = None,

@@ -26,6 +26,7 @@ from idt_desk.live.plugins import (
     discover_commands,
     duplicate_commands,
 )
+from idt_desk.words import shown
 
 __all__ = ["build_parser", "main"]
 
@@ -277,6 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``idt-desk`` console script."""
+    for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show a character: \u03c3
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("--") and argv[0] not in ("--help", "-h")):
@@ -289,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except (InputError, KeyError, PluginLoadError) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"idt-desk {args.command}: error: {msg}", file=sys.stderr)
+        print(f"idt-desk {args.command}: error: {shown(msg, 2000)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"idt-desk {args.command}: interrupted", file=sys.stderr)

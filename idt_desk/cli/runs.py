@@ -1,13 +1,21 @@
-"""``idt-desk runs PATH``: every run under a folder (or a server's, over SSH), one line each."""
+"""``idt-desk runs PATH``: every run under a folder (or a server's, over SSH), one line each.
+
+Everything printed from the runs' files (folder names, states, errors) is passed through
+:func:`~idt_desk.words.shown`: a name holding a newline or an ESC sequence cannot forge a row
+or command the terminal. What the listing left out (links leading outside PATH, folders
+reached twice, too deep) is said on stderr, a line each.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import sys
 import time
 
 from idt_desk.errors import InputError
+from idt_desk.words import shown as shown_text
 
 __all__ = ["add_runs", "parse_duration"]
 
@@ -68,15 +76,18 @@ def _run_runs(args: argparse.Namespace) -> int:
     finally:
         if index is not None:
             index.close()  # an SFTP connection
+    for note in index.notes:
+        print(f"idt-desk runs: {note}", file=sys.stderr)
     now = time.time()
     shown = select(rows, args.filter, within, now)
     if args.json:
         print(json.dumps(shown, indent=1, allow_nan=False))
         return 0
+    where = shown_text(args.path)
     if not rows:
-        print(f"{args.path}: no run here (a run is a folder with a recording's config.json)")
+        print(f"{where}: no run here (a run is a folder with a recording's config.json)")
     elif not shown:
-        print(f"{args.path}: {len(rows)} run{'s' if len(rows) != 1 else ''}, none matching")
+        print(f"{where}: {len(rows)} run{'s' if len(rows) != 1 else ''}, none matching")
     for row in shown:
         print(row_line(row, now))
     return 0

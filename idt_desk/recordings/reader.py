@@ -28,6 +28,7 @@ from idt_desk.recordings.files import (
     read_csv,
     read_json_lines,
 )
+from idt_desk.recordings.runs import CONFIG_BYTES, LocalFiles
 
 __all__ = ["Recording", "load_recording", "newest_recording", "recording_size",
            "runs_by_start"]
@@ -290,11 +291,8 @@ def runs_by_start(folder: str | Path) -> list[tuple[float, Path]]:
 
 def _first_event_wall(events: Path) -> float | None:
     """The ``wall`` time of the first event in ``events`` (None until a whole line is there)."""
-    try:
-        if not events.is_file():  # a FIFO would hang the listing
-            return None
-        with open(events, "rb") as f:
-            head = f.read(1 << 16)
+    try:  # a FIFO would hang the listing, a link leading out read another's file: refused
+        head = LocalFiles(events.parent).read(str(events), 0, 1 << 16)
         line, newline, _ = head.partition(b"\n")
         if not newline:
             return None
@@ -309,7 +307,8 @@ def _created(config: Path) -> float | None:
     import datetime as dt
 
     try:
-        created = json.loads(config.read_bytes()).get("created")
+        created = json.loads(LocalFiles(config.parent).read(str(config), 0, CONFIG_BYTES)
+                             ).get("created")
         return dt.datetime.strptime(str(created), "%Y-%m-%dT%H:%M:%S%z").timestamp()
     except (OSError, ValueError, AttributeError, RecursionError):
         pass

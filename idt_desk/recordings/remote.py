@@ -10,23 +10,44 @@ honoured: ``~/.ssh/config`` (host aliases, users, ports, identity files), the ke
 host key is not there is refused, never accepted silently. Only JSON and CSV text crosses
 the connection; nothing is unpickled.
 
+Nothing outside the URL's folder is opened: a file is read only when its real path (the
+server resolves the links) is under the folder and it is a regular file there, checked at each
+read (a link swapped in after a listing is refused all the same). A server that stops
+answering is found out by a keepalive (:data:`KEEPALIVE_S` seconds, :data:`KEEPALIVE_COUNT`
+misses) and every request gives up after :data:`REQUEST_TIMEOUT` seconds, saying so in one
+line; closing never waits on the network.
+
 The calls are synchronous: an event loop in a thread of its own runs them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import os
 import posixpath
+import stat as stat_mod
 import threading
+from collections.abc import Hashable
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from idt_desk.errors import InputError
+from idt_desk.recordings.runs import Entry, outside_error, refuse_system_root, within
+from idt_desk.words import shown
 
 __all__ = ["SFTPFiles", "parse_ssh_url"]
 
 #: Seconds to connect (TCP, key exchange, authentication) before giving up.
 CONNECT_TIMEOUT = 15.0
+
+#: Seconds between keepalive requests to the server, and how many may go unanswered before
+#: the connection counts as lost (a server frozen mid-listing is found out in about 6 s).
+KEEPALIVE_S = 2.0
+KEEPALIVE_COUNT = 3
+
+#: Seconds any one call (a batch of requests) may take before it gives up, in one line.
+REQUEST_TIMEOUT = 30.0
 
 #: Requests a batch keeps in flight on the connection (SFTP pipelines them: 1,000 stats
 #: cost about 1,000 / IN_FLIGHT round trips, not 1,000).
@@ -39,19 +60,49 @@ def parse_ssh_url(url: str) -> tuple[str | None, str, int | None, str]:
     Raises
     ------
     InputError
-        Not such a URL (the message says what is missing).
+        Not such a URL (the message says what is missing or malformed).
     """
-    parts = urlsplit(url)
+    where = shown(url, 120)
     try:
-        port = parts.port
-    except ValueError:
-        raise InputError(f"{url}: the port must be a number from 1 to 65535") from None
-    if parts.scheme != "ssh" or not parts.hostname:
-        raise InputError(f"{url}: give ssh://[user@]host[:port]/path")
-    path = unquote(parts.path) or "/"
+        parts = urlsplit(url)
+        port, host = parts.port, parts.hostname
+    except ValueError as exc:
+        if "port" in str(exc).lower():
+            raise InputError(f"{where}: the port must be a number from 1 to 65535") from None
+        raise InputError(f"{where}: not an ssh:// URL ({exc}); give "
+                         "ssh://[user@]host[:port]/path (an IPv6 host in brackets)") from None
+    if parts.scheme != "ssh" or not host:
+        raise InputError(f"{where}: give ssh://[user@]host[:port]/path")
+    if port == 0:
+        raise InputError(f"{where}: the port must be a number from 1 to 65535")
     if parts.query or parts.fragment:
-        raise InputError(f"{url}: no ?query or #fragment in an ssh:// path")
-    return (unquote(parts.username) if parts.username else None), parts.hostname, port, path
+        raise InputError(f"{where}: no ?query or #fragment in an ssh:// path")
+    if len(host) > 253 or not all(c.isprintable() and c not in " /\\" for c in host):
+        raise InputError(f"{where}: not a host name")
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        if ":" not in host:  # an IPv6 address is no name to encode
+            raise InputError(f"{where}: not a host name (a label over 63 characters, or "
+                             "characters a host name cannot hold)") from None
+    user = unquote(parts.username, errors="strict") if parts.username else None
+    if user is not None and not (user.isprintable() and user.strip() == user and user):
+        raise InputError(f"{where}: the user name holds characters no login can have")
+    path = unquote(parts.path, errors="surrogateescape")
+    return user, host, port, path
+
+
+def _check_ssh_files() -> None:
+    """~/.ssh/config and known_hosts must be regular files: a FIFO would block the connect."""
+    for name in ("config", "known_hosts"):
+        path = os.path.join(os.path.expanduser("~"), ".ssh", name)
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            continue  # not there: asyncssh does without it
+        if not stat_mod.S_ISREG(mode):
+            raise InputError(f"{path}: not a regular file (a FIFO or a device would be waited "
+                             "on): make it a file or move it away")
 
 
 class SFTPFiles:
@@ -76,18 +127,31 @@ class SFTPFiles:
         self._asyncssh = asyncssh
         self.url = url
         user, host, port, path = parse_ssh_url(url)
+        if path in ("", "/"):
+            raise InputError(f"{shown(url, 120)}: give the folder of the runs on the server "
+                             "(ssh://host/path; a listing of / would crawl the whole machine)")
+        if not options:
+            _check_ssh_files()  # the user's own OpenSSH files are read
+        #: Links leading outside the root left out by the listings so far.
+        self.skipped = 0
+        #: The calls under way (cancelled at close, so no thread waits on a dead server).
+        self._pending: set[concurrent.futures.Future] = set()
+        self._closed = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name=f"idt-sftp {host}")
         self._thread.start()
-        kw: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT, **options}
+        kw: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT,
+                              "keepalive_interval": KEEPALIVE_S,
+                              "keepalive_count_max": KEEPALIVE_COUNT, **options}
         if user:
             kw["username"] = user
         if port:
             kw["port"] = port
-        where = f"ssh://{host}{f':{port}' if port else ''}"
+        netloc = (f"[{host}]" if ":" in host else host) + (f":{port}" if port else "")
+        where = shown(f"ssh://{netloc}", 300)
         #: The URL's ``ssh://[user@]host[:port]`` (a path appended names a file there).
-        self.prefix = f"ssh://{f'{user}@' if user else ''}{host}{f':{port}' if port else ''}"
+        self.prefix = f"ssh://{quote(user, safe='') + '@' if user else ''}{netloc}"
         self._host, self._kw = host, kw
         #: Why the connection was lost (None: it is up); the next call connects again.
         self._lost: str | None = None
@@ -103,25 +167,31 @@ class SFTPFiles:
             self.close()
             raise InputError(f"{where}: refused: the server accepted none of your keys "
                              "(~/.ssh, the agent, or IdentityFile in ~/.ssh/config)") from None
-        except (OSError, asyncssh.Error, TimeoutError) as exc:
+        except (OSError, asyncssh.Error, TimeoutError, UnicodeError, ValueError) as exc:
             self.close()
             raise InputError(f"{where}: cannot connect: {_reason(exc)}") from None
         if path == "/~" or path.startswith("/~/"):
             path = path[3:] or "."  # ssh://host/~/runs: under the user's home there
         try:
             self.root = self._call(self._sftp.realpath(path))
+            refuse_system_root(self.root, url)
             if not self._call(self._sftp.isdir(self.root)):
-                raise InputError(f"{where}{path}: not a folder on the server")
+                raise InputError(f"{where}{shown(path)}: not a folder on the server")
         except self._asyncssh.SFTPError as exc:
             self.close()
-            raise InputError(f"{where}{path}: {_reason(exc)}") from None
+            raise InputError(f"{where}{shown(path)}: {_reason(exc)}") from None
+        except ConnectionError as exc:
+            self.close()
+            raise InputError(f"{where}: {exc}") from None
         except InputError:
             self.close()
             raise
 
     async def _connect(self, host: str, kw: dict[str, Any]) -> tuple[Any, Any]:
         conn = await self._asyncssh.connect(host, **kw)
-        return conn, await conn.start_sftp_client()
+        # A file name that is not UTF-8 is kept as its bytes (surrogate escapes), never a
+        # reason to refuse the folder holding it.
+        return conn, await conn.start_sftp_client(path_errors="surrogateescape")
 
     def _call(self, coro: Any) -> Any:
         """Run ``coro`` on the connection's loop; a lost connection is connected again.
@@ -129,71 +199,75 @@ class SFTPFiles:
         Raises
         ------
         ConnectionError
-            The connection was lost (said in one line; the next call connects again), or
-            it is closed.
+            The connection was lost or the server stopped answering (said in one line; the
+            next call connects again), or it is closed.
         """
-        if not self._loop.is_running():
+        if self._closed or not self._loop.is_running():
             coro.close()
             raise ConnectionError("the connection to the server is closed")
-        run = asyncio.run_coroutine_threadsafe
         if self._lost is not None:
             try:
-                self._conn, self._sftp = run(self._connect(self._host, self._kw),
-                                             self._loop).result()
+                self._conn, self._sftp = self._wait(self._connect(self._host, self._kw))
             except (OSError, self._asyncssh.Error, TimeoutError) as exc:
                 coro.close()
                 raise ConnectionError(f"the connection to the server was lost ({self._lost}); "
                                       f"connecting again failed: {_reason(exc)}") from None
             self._lost = None
         try:
-            return run(coro, self._loop).result()
+            return self._wait(coro)
+        except TimeoutError:
+            self._lost = f"no answer in {REQUEST_TIMEOUT:g} s"
+            self._abort()
+            raise ConnectionError(f"the server did not answer in {REQUEST_TIMEOUT:g} s; it is "
+                                  "connected again at the next look") from None
         except (ConnectionError, self._asyncssh.DisconnectError, self._asyncssh.SFTPNoConnection,
                 self._asyncssh.SFTPConnectionLost) as exc:
             self._lost = _reason(exc)
+            self._abort()
             raise ConnectionError(f"the connection to the server was lost ({self._lost}); "
                                   "it is connected again at the next look") from None
 
-    def listdir(self, path: str) -> list[tuple[str, str, float]]:
+    def _wait(self, coro: Any) -> Any:
+        """``coro``'s result, waited on at most :data:`REQUEST_TIMEOUT` s; close cancels it."""
+        future = asyncio.run_coroutine_threadsafe(
+            asyncio.wait_for(coro, REQUEST_TIMEOUT), self._loop)
+        self._pending.add(future)
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            raise ConnectionError("the connection to the server is closed") from None
+        finally:
+            self._pending.discard(future)
+
+    def _abort(self) -> None:
+        """Drop the connection now (no goodbye to a server that does not answer)."""
+        conn = getattr(self, "_conn", None)
+        if conn is not None and self._loop.is_running():
+            self._loop.call_soon_threadsafe(conn.abort)
+
+    def root_key(self) -> Hashable:
+        """See :meth:`idt_desk.recordings.runs.Files.root_key`: the root's real path."""
+        return self.root
+
+    def listdir(self, path: str) -> list[Entry]:
         """See :meth:`idt_desk.recordings.runs.Files.listdir`."""
         return self._call(self._listdir(path))
 
     def location(self, path: str) -> str:
         """See :meth:`idt_desk.recordings.runs.Files.location`: the path's URL."""
-        return self.prefix + quote(path)
-
-    def outside(self, paths: list[str]) -> list[str]:
-        """Those of ``paths`` that are links leading out of their own folder (pipelined).
-
-        A recording's files must be its own: a link to a file elsewhere on the server would
-        make a run read whatever file its author chose (as
-        :func:`~idt_desk.recordings.checks.check_regular` refuses on this machine).
-        """
-        found = self._call(self._many(self._outside, paths))
-        return [p for p, bad in zip(paths, found, strict=True) if bad is True]
-
-    async def _outside(self, path: str) -> bool:
-        try:
-            if (await self._sftp.lstat(path)).type != self._asyncssh.FILEXFER_TYPE_SYMLINK:
-                return False
-            real = await self._sftp.realpath(path)
-        except self._asyncssh.SFTPError as exc:
-            if self._gone(exc):
-                raise ConnectionError(_reason(exc)) from None
-            return False  # not there (yet): nothing to refuse
-        folder = posixpath.dirname(path).rstrip("/") + "/"
-        return not real.startswith(folder)
+        return self.prefix + quote(path, errors="surrogateescape")
 
     def stat_many(self, paths: list[str]) -> list[tuple[float, int] | None]:
         """See :meth:`idt_desk.recordings.runs.Files.stat_many`: pipelined."""
         return self._call(self._many(self._stat, paths))
 
-    def listdir_many(self, paths: list[str]) -> list[list[tuple[str, str, float]] | OSError]:
+    def listdir_many(self, paths: list[str]) -> list[list[Entry] | OSError]:
         """See :meth:`idt_desk.recordings.runs.Files.listdir_many`: pipelined."""
         return self._call(self._many(self._listdir, paths))
 
-    def read_many(self, paths: list[str]) -> list[bytes | OSError]:
+    def read_many(self, paths: list[str], size: int = -1) -> list[bytes | OSError]:
         """See :meth:`idt_desk.recordings.runs.Files.read_many`: pipelined."""
-        return self._call(self._many(self._read, paths, 0))
+        return self._call(self._many(self._read, paths, 0, size))
 
     async def _many(self, fn: Any, paths: list[str], *args: Any) -> list[Any]:
         """``fn`` of each path, at most :data:`IN_FLIGHT` requests in flight at once."""
@@ -210,10 +284,11 @@ class SFTPFiles:
 
         return list(await asyncio.gather(*(one(p) for p in paths)))
 
-    async def _listdir(self, path: str) -> list[tuple[str, str, float]]:
+    async def _listdir(self, path: str) -> list[Entry]:
         a = self._asyncssh
         try:
             names = await self._sftp.readdir(path)
+            real = self.root if path == self.root else await self._sftp.realpath(path)
         except a.SFTPError as exc:
             raise self._error(exc) from None
         out = []
@@ -221,10 +296,12 @@ class SFTPFiles:
             if n.filename in (".", ".."):
                 continue
             attrs, full = n.attrs, posixpath.join(path, n.filename)
+            key: Hashable = posixpath.join(real, n.filename)
             try:
                 if attrs.type == a.FILEXFER_TYPE_SYMLINK:
-                    real = await self._sftp.realpath(full)
-                    if real != self.root and not real.startswith(self.root.rstrip("/") + "/"):
+                    key = await self._sftp.realpath(full)
+                    if not within(key, self.root):
+                        self.skipped += 1
                         continue  # a link leading outside the root: not followed
                     attrs = await self._sftp.stat(full)
             except a.SFTPError as exc:
@@ -232,7 +309,7 @@ class SFTPFiles:
                     raise ConnectionError(_reason(exc)) from None
                 continue
             kind = "dir" if attrs.type == a.FILEXFER_TYPE_DIRECTORY else "file"
-            out.append((n.filename, kind, float(attrs.mtime or 0)))
+            out.append(Entry(n.filename, kind, float(attrs.mtime or 0), key))
         return out
 
     def stat(self, path: str) -> tuple[float, int] | None:
@@ -240,8 +317,12 @@ class SFTPFiles:
         return self._call(self._stat(path))
 
     async def _stat(self, path: str) -> tuple[float, int] | None:
+        a = self._asyncssh
         try:
-            attrs = await self._sftp.stat(path)
+            attrs = await self._sftp.lstat(path)
+            if attrs.type == a.FILEXFER_TYPE_SYMLINK and \
+                    within(await self._sftp.realpath(path), self.root):
+                attrs = await self._sftp.stat(path)  # inside: its target's (outside: its own)
         except self._asyncssh.SFTPError as exc:
             if self._gone(exc):
                 raise ConnectionError(_reason(exc)) from None
@@ -256,10 +337,17 @@ class SFTPFiles:
     async def _read(self, path: str, offset: int, size: int = -1) -> bytes:
         a = self._asyncssh
         try:
-            # Checked before opening: the server's sftp-server would block on a FIFO.
-            if (await self._sftp.stat(path)).type != a.FILEXFER_TYPE_REGULAR:
-                raise OSError(f"{path}: not a regular file")
-            async with self._sftp.open(path, "rb") as f:
+            real = await self._sftp.realpath(path)
+            if not within(real, self.root):
+                raise outside_error(path, self.root)
+            # lstat of the real path: a link put there since it was resolved is refused;
+            # checked before opening: the server's sftp-server would block on a FIFO.
+            attrs = await self._sftp.lstat(real)
+            if attrs.type == a.FILEXFER_TYPE_SYMLINK:
+                raise outside_error(path, self.root)
+            if attrs.type != a.FILEXFER_TYPE_REGULAR:
+                raise OSError(f"{shown(path)}: not a regular file")
+            async with self._sftp.open(real, "rb") as f:
                 return await f.read(size, offset)
         except a.SFTPNoSuchFile:
             raise FileNotFoundError(path) from None
@@ -276,20 +364,22 @@ class SFTPFiles:
         return ConnectionError(_reason(exc)) if self._gone(exc) else OSError(_reason(exc))
 
     def close(self) -> None:
-        """Close the connection and its thread."""
-        conn = getattr(self, "_conn", None)
-        if conn is not None:
-            conn.close()
-            try:
-                self._call(conn.wait_closed())
-            except Exception:  # closing what may already be gone
-                pass
-            self._conn = None
+        """Close the connection and its thread, never waiting on the server.
+
+        Calls under way in other threads end at once (ConnectionError: closed).
+        """
+        self._closed = True
+        for future in list(self._pending):
+            future.cancel()
+        conn, self._conn = getattr(self, "_conn", None), None
         if self._loop.is_running():
+            if conn is not None:
+                self._loop.call_soon_threadsafe(conn.abort)
             self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=5)
+            if threading.current_thread() is not self._thread:
+                self._thread.join(timeout=1.0)
 
 
 def _reason(exc: BaseException) -> str:
     text = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
-    return " ".join(str(text).split())
+    return shown(" ".join(str(text).split()), 300)

@@ -24,65 +24,112 @@ others are listed as usual.
 
 from __future__ import annotations
 
+import errno
 import fnmatch
-import json
 import os
 import posixpath
 import stat as stat_mod
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
+from idt_desk.errors import InputError
+from idt_desk.recordings.files import HEAD_BYTES, parse_json
 from idt_desk.recordings.status import STATUS_FILE, RunStatus
-from idt_desk.words import ago_text
+from idt_desk.words import ago_text, shown
 
-__all__ = ["COLUMNS", "Files", "LocalFiles", "OneByOne", "RunIndex", "open_files", "root_problem",
-           "row_line", "select"]
+__all__ = ["COLUMNS", "Entry", "Files", "LocalFiles", "OneByOne", "Outside", "RunIndex",
+           "open_files", "outside_error", "refuse_system_root", "root_problem", "row_line",
+           "select", "within"]
 
 #: The keys of a listed run (``idt-desk runs --json``), in the table's order.
 COLUMNS = ("path", "state", "transitions", "windows", "baseline", "alarms", "last_alarm",
            "severity", "cost", "active", "error")
 
 
+class Entry(NamedTuple):
+    """One entry of a listed folder.
+
+    ``key`` names the folder an entry of kind "dir" really is (this machine's device and
+    inode, a server's real path): two links to one folder give one key, so a listing that
+    meets a folder twice (a link to ``.``, two links to one folder) lists it once.
+    """
+
+    name: str
+    kind: str  # "dir" or "file"
+    mtime: float
+    key: Hashable
+
+
+class Outside(PermissionError):
+    """A file or folder reached through a link that leads outside the root: never opened."""
+
+
+def outside_error(path: str, root: str) -> Outside:
+    """The one line that refuses ``path``: a link leading outside ``root``."""
+    return Outside(f"{shown(path)}: a link leading outside {shown(root)}: not followed")
+
+
+def within(real: str, root: str) -> bool:
+    """Whether the resolved path ``real`` is ``root`` or under it (POSIX strings)."""
+    return real == root or real.startswith(root.rstrip("/") + "/")
+
+
 class Files(Protocol):
     """What :class:`RunIndex` and a followed recording need of a file system.
 
-    Paths are POSIX strings. The ``*_many`` forms take a list and answer in its order; a
-    server's files answer them in one go (requests pipelined over one connection), so a
-    refresh of 1,000 runs costs a few round trips, not thousands.
+    Paths are POSIX strings. Nothing outside :attr:`root` is ever opened: a file is read only
+    when its real path (links resolved) is under the root and it is a regular file there,
+    checked as it is opened (a link swapped in after a listing is refused all the same).
+    The ``*_many`` forms take a list and answer in its order; a server's files answer them in
+    one go (requests pipelined over one connection), so a refresh of 1,000 runs costs a few
+    round trips, not thousands.
     """
 
     root: str
 
-    def listdir(self, path: str) -> list[tuple[str, str, float]]:
-        """Entries of ``path``: (name, "dir" or "file", modification time).
+    def root_key(self) -> Hashable:
+        """The root folder's :attr:`Entry.key`."""
 
-        Links are resolved; those leading outside the root are left out.
+    def listdir(self, path: str) -> list[Entry]:
+        """Entries of ``path``.
+
+        Links are resolved; those leading outside the root are left out (and counted in
+        :attr:`skipped`).
         """
 
     def stat(self, path: str) -> tuple[float, int] | None:
-        """(modification time, size) of a file or folder, or None when it is not there."""
+        """(modification time, size) of a file or folder, or None when it is not there.
+
+        A link leading outside the root is the link's own (its target is never looked at).
+        """
 
     def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
         """A regular file's bytes from ``offset`` on, at most ``size`` (all: -1).
 
-        Anything but a regular file (a FIFO, a device) raises OSError, never waited on.
+        Raises
+        ------
+        Outside
+            Its real path is not under the root (a link leading out).
+        OSError
+            Anything but a regular file (a FIFO, a device; never waited on), or unreadable.
         """
 
     def location(self, path: str) -> str:
         """What names ``path`` for a reader elsewhere: a local path, or an ``ssh://`` URL."""
 
-    def outside(self, paths: list[str]) -> list[str]:
-        """Those of ``paths`` that are links leading out of their own folder."""
-
     def stat_many(self, paths: list[str]) -> list[tuple[float, int] | None]:
         """:meth:`stat` of each path."""
 
-    def listdir_many(self, paths: list[str]) -> list[list[tuple[str, str, float]] | OSError]:
+    def listdir_many(self, paths: list[str]) -> list[list[Entry] | OSError]:
         """:meth:`listdir` of each path; a folder that cannot be listed gives its OSError."""
 
-    def read_many(self, paths: list[str]) -> list[bytes | OSError]:
-        """:meth:`read` of each whole file; one that cannot be read gives its OSError."""
+    def read_many(self, paths: list[str], size: int = -1) -> list[bytes | OSError]:
+        """:meth:`read` of each file, at most ``size`` bytes.
+
+        One that cannot be read gives its OSError.
+        """
 
 
 class OneByOne:
@@ -92,82 +139,131 @@ class OneByOne:
         """See :meth:`Files.stat_many`."""
         return [self.stat(p) for p in paths]  # type: ignore[attr-defined]
 
-    def listdir_many(self, paths: list[str]) -> list[list[tuple[str, str, float]] | OSError]:
+    def listdir_many(self, paths: list[str]) -> list[list[Entry] | OSError]:
         """See :meth:`Files.listdir_many`."""
         return [_or_error(self.listdir, p) for p in paths]  # type: ignore[attr-defined]
 
-    def read_many(self, paths: list[str]) -> list[bytes | OSError]:
+    def read_many(self, paths: list[str], size: int = -1) -> list[bytes | OSError]:
         """See :meth:`Files.read_many`."""
-        return [_or_error(self.read, p) for p in paths]  # type: ignore[attr-defined]
+        return [_or_error(self.read, p, 0, size) for p in paths]  # type: ignore[attr-defined]
 
 
-def _or_error(fn: Any, path: str) -> Any:
+def _or_error(fn: Any, *args: Any) -> Any:
     try:
-        return fn(path)
+        return fn(*args)
     except OSError as exc:
         return exc
 
 
 class LocalFiles(OneByOne):
-    """The files under ``root`` on this machine."""
+    """The files under ``root`` on this machine.
+
+    A file is opened by its real path, checked to be under the root, with ``O_NOFOLLOW``
+    (a link put in its place after the check is refused, not followed) and ``O_NONBLOCK``
+    (a FIFO is refused, never waited on).
+    """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = os.path.abspath(os.fspath(root))
         self._real = os.path.realpath(self.root)
+        #: Links leading outside the root left out by the listings since the last reset.
+        self.skipped = 0
 
-    def listdir(self, path: str) -> list[tuple[str, str, float]]:
+    def root_key(self) -> Hashable:
+        """See :meth:`Files.root_key`."""
+        st = os.stat(self._real)
+        return st.st_dev, st.st_ino
+
+    def listdir(self, path: str) -> list[Entry]:
         """See :meth:`Files.listdir`."""
         out = []
         with os.scandir(path) as it:
             for e in it:
                 try:
-                    if e.is_symlink():
-                        real = os.path.realpath(e.path)
-                        if os.path.commonpath([real, self._real]) != self._real:
-                            continue  # a link leading outside the root: not followed
+                    if e.is_symlink() and not within(os.path.realpath(e.path), self._real):
+                        self.skipped += 1
+                        continue  # a link leading outside the root: not followed
                     st = e.stat()
+                except FileNotFoundError:
+                    continue  # deleted since the folder was read
                 except (OSError, ValueError):
+                    if _is_dir(e):  # a path too long to look at: listed as that folder's error
+                        out.append(Entry(e.name, "dir", 0.0, ("unlooked", e.path)))
                     continue
                 kind = "dir" if stat_mod.S_ISDIR(st.st_mode) else "file"
-                out.append((e.name, kind, st.st_mtime))
+                out.append(Entry(e.name, kind, st.st_mtime, (st.st_dev, st.st_ino)))
         return out
 
     def location(self, path: str) -> str:
         """See :meth:`Files.location`."""
         return path
 
-    def outside(self, paths: list[str]) -> list[str]:
-        """See :meth:`Files.outside`."""
-        return [p for p in paths if os.path.islink(p) and os.path.commonpath(
-            [os.path.realpath(p), os.path.realpath(os.path.dirname(p))])
-            != os.path.realpath(os.path.dirname(p))]
-
     def stat(self, path: str) -> tuple[float, int] | None:
         """See :meth:`Files.stat`."""
         try:
-            st = os.stat(path)
+            st = os.lstat(path)
+            if stat_mod.S_ISLNK(st.st_mode) and within(os.path.realpath(path), self._real):
+                st = os.stat(path)
         except OSError:
             return None
         return st.st_mtime, st.st_size
 
     def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
         """See :meth:`Files.read`."""
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        real = os.path.realpath(path)
+        if not within(real, self._real):
+            raise outside_error(path, self.root)
+        try:
+            fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # made a link since it was resolved
+                raise outside_error(path, self.root) from None
+            raise
         with open(fd, "rb") as f:
             if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
-                raise OSError(f"{path}: not a regular file")
+                raise OSError(f"{shown(path)}: not a regular file")
             f.seek(offset)
             return f.read(size)
 
 
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
 def open_files(location: str | os.PathLike[str]) -> Files:
-    """The files at ``location``: a local path, or ``ssh://[user@]host[:port]/path``."""
+    """The files at ``location``: a local path, or ``ssh://[user@]host[:port]/path``.
+
+    Raises
+    ------
+    InputError
+        An empty path (it would mean the working folder, unsaid) or the whole file system
+        (``/``, or ``/proc``, ``/sys``, ``/dev``: a listing would crawl the machine), locally
+        or on a server; or a server that cannot be reached (see
+        :class:`~idt_desk.recordings.remote.SFTPFiles`).
+    """
     text = os.fspath(location)
     if isinstance(text, str) and text.startswith("ssh://"):
         from idt_desk.recordings.remote import SFTPFiles
 
         return SFTPFiles(text)
+    if not str(text).strip():
+        raise InputError("an empty path: give the folder of your runs (. for this one)")
+    refuse_system_root(os.path.realpath(text), str(text))
     return LocalFiles(text)
+
+
+#: Folders a listing refuses to crawl: the file system's root and its virtual trees.
+SYSTEM_ROOTS = ("/", "/proc", "/sys", "/dev")
+
+
+def refuse_system_root(real: str, given: str) -> None:
+    """Refuse a listing of the whole file system, here or on a server (``real``: resolved)."""
+    if real in SYSTEM_ROOTS or any(real.startswith(r + "/") for r in SYSTEM_ROOTS[1:]):
+        raise InputError(f"{shown(given)}: refused: a listing there would crawl the whole "
+                         "machine (and /proc links back to /); give the folder of your runs")
 
 
 @dataclass
@@ -185,6 +281,19 @@ class _Run:
     max_i: int = 0
     error: str | None = None
     active: float | None = None
+    events_stuck: str | None = None  # why events.jsonl is read no further
+    gone: bool = False  # deleted since it was found: not listed
+
+
+#: The most bytes of a status file read (a writer's is under 1 KiB): a larger one is refused.
+STATUS_BYTES = 64 << 10
+#: The most bytes of a config.json read (a writer's is a few KiB).
+CONFIG_BYTES = HEAD_BYTES
+#: The most bytes of a legacy run's events.jsonl read a refresh; a line longer than this
+#: ends the reading of that file (said in the run's error), never re-read at each refresh.
+EVENTS_BYTES = HEAD_BYTES
+#: Folders deeper than this under the root are not searched (said in :attr:`RunIndex.notes`).
+MAX_DEPTH = 16
 
 
 class RunIndex:
@@ -198,19 +307,31 @@ class RunIndex:
         Seconds without a heartbeat after which an open run is ``stopped responding``.
     idle
         Seconds without new rows after which a run still beating is ``idle``.
+
+    Raises
+    ------
+    InputError
+        The location is refused (see :func:`open_files`).
     """
 
     def __init__(self, location: str | os.PathLike[str] | Files, silence: float = 10.0,
                  idle: float = 5.0) -> None:
         self.files = location if hasattr(location, "listdir") else open_files(location)
         self.silence, self.idle = float(silence), float(idle)
-        self._dirs: dict[str, tuple[float, list[str], bool]] = {}
+        self._dirs: dict[str, tuple[float, list[tuple[str, Hashable]], bool]] = {}
         self._runs: dict[str, _Run] = {}
+        self._unlisted: dict[str, str] = {}
         #: Files opened by the latest refresh (status files, events, configs).
         self.opened = 0
+        #: What the latest refresh left out and why, a line each (links leading outside
+        #: the root, folders too deep, a folder reached twice).
+        self.notes: list[str] = []
 
     def refresh(self, now: float | None = None) -> list[dict[str, Any]]:
         """Every run as a row (:data:`COLUMNS`): alarmed first, then the latest active.
+
+        A folder that cannot be listed (no permission, a name too long to open) is a row of
+        its own, state ``error``: never silently missing.
 
         Raises
         ------
@@ -219,13 +340,21 @@ class RunIndex:
         """
         now = time.time() if now is None else now
         self.opened = 0
+        self.notes = []
+        skipped0 = getattr(self.files, "skipped", 0)
         runs = self._find(self.files.root)
         for gone in set(self._runs) - set(runs):
             del self._runs[gone]
         self._update(runs)
-        rows = [self._row(path, self._runs[path], now) for path in runs]
+        rows = [self._row(path, self._runs[path], now) for path in runs
+                if not self._runs[path].gone]
+        rows += [self._unlisted_row(path, why) for path, why in self._unlisted.items()]
         rows.sort(key=lambda r: (r["alarms"] == 0 and r["state"] != "error",
                                  -(r["active"] or 0.0), r["path"]))
+        skipped = getattr(self.files, "skipped", 0) - skipped0
+        if skipped:
+            self.notes.insert(0, f"{skipped} link{'s' if skipped != 1 else ''} leading "
+                              "outside the folder not followed")
         return rows
 
     def location(self, row: dict[str, Any]) -> str:
@@ -244,15 +373,23 @@ class RunIndex:
         """Run folders under ``top``, a level at a time.
 
         One batch of stats a level, and one of listings of the folders whose modification
-        time moved.
+        time moved. A folder is visited once, by its identity (:attr:`Entry.key`), however
+        many links lead to it.
         """
         found: list[str] = []
-        level: list[str] = [top]
-        seen: set[str] = set()
+        level: list[tuple[str, Hashable]] = [(top, self.files.root_key())]
+        seen: set[Hashable] = set()
+        self._unlisted = {}
+        twice = depth = 0
         while level:
-            level = [d for d in dict.fromkeys(level) if d not in seen]
-            seen.update(level)
-            stale = [(d, st) for d, st in zip(level, self.files.stat_many(level), strict=True)
+            fresh = []
+            for d, key in level:
+                if key in seen:
+                    twice += 1
+                    continue
+                seen.add(key)
+                fresh.append(d)
+            stale = [(d, st) for d, st in zip(fresh, self.files.stat_many(fresh), strict=True)
                      if st is None or self._dirs.get(d, (None,))[0] != st[0]]
             listings = self.files.listdir_many([d for d, _ in stale])
             for (d, st), entries in zip(stale, listings, strict=True):
@@ -260,20 +397,30 @@ class RunIndex:
                     if d == top:
                         raise entries
                     self._dirs.pop(d, None)
+                    if not isinstance(entries, FileNotFoundError):  # not deleted: say so
+                        self._unlisted[d] = _one_line(entries)
                     continue
-                is_run = any(n == "config.json" and k == "file" for n, k, _ in entries)
-                subdirs = sorted(posixpath.join(d, n) for n, k, _ in entries
-                                 if k == "dir" and not n.startswith("."))
+                is_run = any(e.name == "config.json" and e.kind == "file" for e in entries)
+                subdirs = sorted((posixpath.join(d, e.name), e.key) for e in entries
+                                 if e.kind == "dir" and not e.name.startswith("."))
                 self._dirs[d] = (st[0] if st else 0.0, subdirs, is_run)
-            below: list[str] = []
-            for d in level:
+            below: list[tuple[str, Hashable]] = []
+            for d in fresh:
                 if d in self._dirs:
                     _, subdirs, is_run = self._dirs[d]
                     if is_run:
                         found.append(d)  # a run's own folder is not searched further
                     else:
                         below.extend(subdirs)
+            depth += 1
+            if below and depth > MAX_DEPTH:
+                self.notes.append(f"{len(below):,} folder{'s' if len(below) != 1 else ''} "
+                                  f"deeper than {MAX_DEPTH} levels not searched")
+                break
             level = below
+        if twice:
+            self.notes.append(f"{twice} link{'s' if twice != 1 else ''} to a folder already "
+                              "listed (a loop, or two ways to one folder) listed once")
         return found
 
     def _update(self, paths: list[str]) -> None:
@@ -289,23 +436,34 @@ class RunIndex:
                 except FileNotFoundError:
                     run.error = "vanished while being read"
                 except (OSError, ValueError, UnicodeDecodeError) as exc:
-                    run.error = f"events.jsonl: {_one_line(exc)}"
+                    run.error = _one_line(exc)
+            elif st[1] > STATUS_BYTES:
+                run.error = (f"{STATUS_FILE}: {st[1]:,} bytes, more than a status file holds "
+                             f"({STATUS_BYTES // 1024} KiB): not read")
+                run.key = None
             elif st != run.key:
                 changed.append((path, st))
             else:
                 run.active = run.status.beat_wall or run.status.rows_wall
         self.opened += len(changed)
-        datas = self.files.read_many([posixpath.join(p, STATUS_FILE) for p, _ in changed])
+        datas = self.files.read_many([posixpath.join(p, STATUS_FILE) for p, _ in changed],
+                                     STATUS_BYTES + 1)
         for (path, st), data in zip(changed, datas, strict=True):
             run = self._runs[path]
             try:
                 if isinstance(data, OSError):
                     raise data
-                status = RunStatus.from_json(json.loads(data))
+                if len(data) > STATUS_BYTES:
+                    raise ValueError(f"more than {STATUS_BYTES // 1024} KiB: not read")
+                status = RunStatus.from_json(parse_json(data, "JSON"))
             except FileNotFoundError:
                 run.error = "vanished while being read"
+            except Outside as exc:
+                run.error = f"{STATUS_FILE}: {exc}"
+                run.key = None
             except (OSError, ValueError, UnicodeDecodeError) as exc:
                 run.error = f"{STATUS_FILE}: {_one_line(exc)}"
+                run.key = None
             else:
                 run.status, run.key, run.legacy = status, st, False
                 run.active = status.beat_wall or status.rows_wall
@@ -315,41 +473,77 @@ class RunIndex:
         if not run.legacy:
             run.legacy, run.status, run.offset = True, RunStatus(), 0
         cfg = self.files.stat(posixpath.join(path, "config.json"))
-        if cfg is not None and cfg != run.config_key:
+        if cfg is None:
+            run.gone = True  # deleted since it was found (or being replaced): not a run now
+            return
+        run.gone = False
+        if cfg != run.config_key:
             self.opened += 1
-            config = json.loads(self.files.read(posixpath.join(path, "config.json")) or b"{}")
+            if cfg[1] > CONFIG_BYTES:
+                raise ValueError(f"config.json: {cfg[1]:,} bytes, more than a recording's "
+                                 f"config holds ({CONFIG_BYTES >> 20} MiB): not read")
+            raw = self.files.read(posixpath.join(path, "config.json"), 0, CONFIG_BYTES)
+            config = parse_json(raw or b"{}", "config.json")
             if not isinstance(config, dict):
                 raise ValueError("config.json: not a JSON object")
             run.config_key, run.complete = cfg, config.get("complete") is True
             run.n_transitions, run.n_windows = (
-                n if isinstance(n, int) and not isinstance(n, bool) else None
-                for n in (config.get("n_transitions"), config.get("n_windows")))
+                n if isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 10**15
+                else None for n in (config.get("n_transitions"), config.get("n_windows")))
         ev = self.files.stat(posixpath.join(path, "events.jsonl"))
         beat = self.files.stat(posixpath.join(path, "transitions.csv"))
         run.active = max((x[0] for x in (ev, beat, cfg) if x is not None), default=None)
+        if run.events_stuck is not None:
+            run.error = run.events_stuck
+            return
         if ev is None or ev[1] <= run.offset:
             return
         self.opened += 1
-        data = self.files.read(posixpath.join(path, "events.jsonl"), run.offset)
-        whole = data[:data.rfind(b"\n") + 1]  # a half-written last line waits for its end
         bad = 0
-        for line in whole.splitlines():
+        while True:  # a chunk at a time: a long finished run is read whole, a MiB at a time
             try:
-                event = json.loads(line)
-            except ValueError:
-                bad += 1
-                continue
-            if isinstance(event, dict):
-                run.status.fold(event)
-                if isinstance(event.get("i"), int):
-                    run.max_i = max(run.max_i, event["i"])
-        run.offset += len(whole)
+                data = self.files.read(posixpath.join(path, "events.jsonl"), run.offset,
+                                       EVENTS_BYTES)
+            except Outside as exc:
+                run.events_stuck = f"events.jsonl: {exc}"
+                raise ValueError(run.events_stuck) from None
+            whole = data[:data.rfind(b"\n") + 1]  # a half-written last line waits its end
+            if not whole and len(data) >= EVENTS_BYTES:
+                run.events_stuck = (f"events.jsonl: a line longer than {EVENTS_BYTES >> 20} "
+                                    f"MiB at byte {run.offset:,}: not an events file; read "
+                                    "no further")
+                run.error = run.events_stuck
+                return
+            for line in whole.splitlines():
+                try:
+                    event = parse_json(line, "events.jsonl")
+                except ValueError:
+                    bad += 1
+                    continue
+                if isinstance(event, dict):
+                    run.status.fold(event)
+                    i = event.get("i")
+                    if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 10**15:
+                        run.max_i = max(run.max_i, i)
+            run.offset += len(whole)
+            if len(data) < EVENTS_BYTES:
+                break
         if bad:
             run.error = f"events.jsonl: {bad} unreadable line{'s' if bad > 1 else ''} skipped"
 
+    def _rel(self, path: str) -> str:
+        return posixpath.relpath(path, self.files.root) if path != self.files.root else "."
+
+    def _unlisted_row(self, path: str, why: str) -> dict[str, Any]:
+        """A folder that could not be listed: a row saying so (it may hold runs)."""
+        row = dict.fromkeys(COLUMNS)
+        row.update(path=self._rel(path), state="error", transitions=0, baseline="—",
+                   alarms=0, error=f"this folder cannot be listed: {why}")
+        return row
+
     def _row(self, path: str, run: _Run, now: float) -> dict[str, Any]:
         st = run.status
-        rel = posixpath.relpath(path, self.files.root) if path != self.files.root else "."
+        rel = self._rel(path)
         if run.legacy:
             ended = run.complete or st.ended
             transitions = run.n_transitions if run.complete and run.n_transitions is not None \
@@ -378,6 +572,7 @@ class RunIndex:
 
 def root_problem(location: str | os.PathLike[str], exc: OSError) -> str:
     """Why the root of a listing cannot be listed, in one line."""
+    location = shown(os.fspath(location))
     if isinstance(exc, FileNotFoundError):
         return f"{location}: no such folder"
     if isinstance(exc, NotADirectoryError):
@@ -399,19 +594,19 @@ def select(rows: list[dict[str, Any]], pattern: str | None = None,
 def row_line(row: dict[str, Any], now: float | None = None) -> str:
     """One run in one line, as ``idt-desk runs`` prints it."""
     now = time.time() if now is None else now
-    parts = [row["path"], row["state"], f"{row['transitions']:,} transitions",
+    parts = [shown(row["path"]), row["state"], f"{row['transitions']:,} transitions",
              f"{'?' if row['windows'] is None else format(row['windows'], ',')} windows",
              f"baseline {row['baseline']}",
              f"{row['alarms']} alarm{'s' if row['alarms'] != 1 else ''}"]
     if row["last_alarm"] is not None:
         parts.append(f"last at {row['last_alarm']:,.1f} s")
-    parts += [x for x in (row["severity"], row["cost"] and f"cost {row['cost']}") if x]
+    parts += [shown(x) for x in (row["severity"], row["cost"] and f"cost {row['cost']}") if x]
     if row["active"] is not None:
         parts.append(f"active {ago_text(now - row['active'])}")
     if row["error"]:
-        parts.append(f"error: {row['error']}")
+        parts.append(f"error: {shown(row['error'])}")
     return "  ".join(parts)
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    return shown(" ".join(str(exc).split()) or type(exc).__name__, 300)

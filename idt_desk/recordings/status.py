@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["STATUS_FILE", "RunStatus", "write_status"]
+__all__ = ["BASELINE_STATES", "STATUS_FILE", "RunStatus", "write_status"]
 
 #: The status file's name inside a recording directory.
 STATUS_FILE = "status.json"
@@ -59,7 +59,7 @@ class RunStatus:
     def fold(self, event: dict[str, Any]) -> None:
         """Take in one event (unknown kinds and malformed fields are passed over)."""
         kind = event.get("kind")
-        wall = _number(event.get("wall"))
+        wall = _number(event.get("wall"), WALL_MAX)
         if self.started_wall is None and wall is not None:
             self.started_wall = wall
         if kind == "session_start":
@@ -76,15 +76,15 @@ class RunStatus:
             self.baseline = "too short" if _too_short(event.get("detector")) else "armed"
         elif kind == "alarm_on" and event.get("metric") in ("IDT", None):
             self.alarms += 1
-            self.last_alarm = _number(event.get("t"))
+            self.last_alarm = _number(event.get("t"), LOOP_TIME_MAX)
         elif kind == "detected" and isinstance(event.get("severity"), dict):
-            moved = {k: _number(v) for k, v in event["severity"].items() if k != "reward"}
+            moved = {k: _number(v, 1e6) for k, v in event["severity"].items() if k != "reward"}
             moved = {k: v for k, v in moved.items() if v is not None}
             if moved:
                 top = max(moved, key=lambda k: abs(moved[k]))
                 self.severity = f"{_NAMES.get(top, top)} {moved[top]:+.1f}σ"
         elif kind == "impact":
-            change = _number(event.get("change"))
+            change = _number(event.get("change"), 1e6)
             if change is not None:
                 word = "costly" if event.get("costly") else "cheap" if change <= 0 \
                     else "a gain"
@@ -92,7 +92,7 @@ class RunStatus:
         elif kind in ("session_end", "recording_stop"):
             self.ended = True
             if event.get("error"):
-                self.error = str(event["error"])[:200]
+                self.error = str(event["error"])[:TEXT_CHARS]
 
     def baseline_text(self) -> str:
         """``gathering n/N`` from the counts, or the state as it is."""
@@ -126,22 +126,50 @@ class RunStatus:
         for f in fields(cls):
             if f.name not in data or data[f.name] is None:
                 continue
-            v, kind = data[f.name], type(getattr(out, f.name))
-            if f.name in ("transitions", "windows", "alarms"):
+            v = data[f.name]
+            if f.name in _COUNTS:
                 if _count(v) is None:
-                    raise ValueError(f"{f.name}: not a count ({v!r})")
+                    raise ValueError(f"{f.name}: not a count ({_short(v)})")
                 v = int(v)
-            elif f.name in ("ended",):
+            elif f.name == "ended":
                 if not isinstance(v, bool):
-                    raise ValueError(f"{f.name}: not true or false ({v!r})")
-            elif f.name in ("baseline", "severity", "cost", "error"):
+                    raise ValueError(f"{f.name}: not true or false ({_short(v)})")
+            elif f.name == "baseline":
+                if v not in BASELINE_STATES:
+                    raise ValueError(f"baseline: not one of {', '.join(BASELINE_STATES[1:])} "
+                                     f"({_short(v)})")
+            elif f.name in ("severity", "cost", "error"):
                 if not isinstance(v, str):
-                    raise ValueError(f"{f.name}: not a string ({v!r})")
-            elif kind is not str:
-                if _number(v) is None:
-                    raise ValueError(f"{f.name}: not a number ({v!r})")
+                    raise ValueError(f"{f.name}: not a string ({_short(v)})")
+                v = v if len(v) <= TEXT_CHARS else v[:TEXT_CHARS] + "…"
+            elif f.name.endswith("_wall"):
+                if _number(v, WALL_MAX) is None or v < 0:
+                    raise ValueError(f"{f.name}: not a time of the writer's clock ({_short(v)})")
+            elif _number(v, LOOP_TIME_MAX) is None:
+                raise ValueError(f"{f.name}: not a loop time in seconds ({_short(v)})")
             setattr(out, f.name, v)
         return out
+
+
+#: The fields that hold counts (whole numbers from 0 to :data:`COUNT_MAX`).
+_COUNTS = ("transitions", "windows", "alarms", "calibration_windows", "baseline_windows",
+           "calibrated_at")
+#: What ``baseline`` may say (a writer's states; "" before a session's events).
+BASELINE_STATES = ("", "calibrating", "gathering", "armed", "too short")
+#: The largest count a status file may hold (a loop a billion steps a second for 11 days).
+COUNT_MAX = 10**15
+#: The latest wall-clock time (seconds since 1970) a status may name: the year 5138.
+WALL_MAX = 1e11
+#: The largest loop time (seconds) a status may name: 30,000 years.
+LOOP_TIME_MAX = 1e12
+#: The longest text field kept (an error, a severity): cut with "…" beyond.
+TEXT_CHARS = 200
+
+
+def _short(v: Any) -> str:
+    """A field's value in a message: its repr, cut at 40 characters."""
+    text = repr(v)
+    return text if len(text) <= 40 else text[:40] + "…"
 
 
 def write_status(directory: Path, status: RunStatus) -> None:
@@ -152,14 +180,19 @@ def write_status(directory: Path, status: RunStatus) -> None:
     os.replace(tmp, path)
 
 
-def _number(v: Any) -> float | None:
+def _number(v: Any, limit: float = math.inf) -> float | None:
+    """``v`` as a float when it is a finite number no larger than ``limit`` in size."""
     if isinstance(v, bool) or not isinstance(v, int | float):
         return None
-    return float(v) if math.isfinite(v) else None
+    try:
+        v = float(v)
+    except OverflowError:  # an integer of 400 digits
+        return None
+    return v if math.isfinite(v) and abs(v) <= limit else None
 
 
 def _count(v: Any) -> int | None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= COUNT_MAX:
         return None
     return int(v)
 

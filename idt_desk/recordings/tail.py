@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import posixpath
 import time
 from pathlib import Path
@@ -18,20 +17,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from idt_desk.recordings.checks import (
-    check_columns,
-    check_event,
-    check_regular,
-    parse_config,
-    read_config,
-)
+from idt_desk.recordings.checks import check_columns, check_event, parse_config
 from idt_desk.recordings.files import (
     CLOSING_EVENTS,
     HEAD_BYTES,
     RecordingError,
     parse_json,
 )
-from idt_desk.recordings.runs import Files, LocalFiles, open_files
+from idt_desk.recordings.runs import CONFIG_BYTES, Files, LocalFiles, Outside, open_files
+from idt_desk.words import shown
 
 __all__ = ["RecordingTail"]
 
@@ -39,6 +33,10 @@ _NAMES = ("config.json", "transitions.csv", "events.jsonl")
 
 #: The most bytes of a file one poll reads (a long finished run is taken in several polls).
 POLL_BYTES = 64 << 20
+
+#: Bytes before the offset read again at each poll: were they to differ from those read
+#: before, the file was truncated or replaced under the follower (said, never misread).
+OVERLAP = 64
 
 
 class RecordingTail:
@@ -50,6 +48,12 @@ class RecordingTail:
     transition has arrived by the time that transition has. A writer with nothing to write
     touches transitions.csv once a second (its heartbeat): :meth:`silent_for` counts from
     the latest data or heartbeat, :meth:`idle_for` from the latest data.
+
+    A file truncated or replaced while followed (its bytes before the offset changed, or it
+    is shorter than the offset) ends the follower with one line saying so: rows read from a
+    stale offset would be another run's, or torn. Every file is read through
+    :class:`~idt_desk.recordings.runs.Files`: a link leading outside the recording, even one
+    swapped in after the first poll, is refused, never read.
 
     Parameters
     ----------
@@ -67,11 +71,11 @@ class RecordingTail:
         self.path: Path | str = path if remote else Path(path)
         self.files: Files = files if files is not None else \
             open_files(path) if remote else LocalFiles(path)
-        self._local = isinstance(self.files, LocalFiles)
         self.config: dict[str, Any] = {}
         self.columns: list[str] = []
         self._offset = {"transitions.csv": 0, "events.jsonl": 0}
         self._partial = {"transitions.csv": b"", "events.jsonl": b""}
+        self._before = {"transitions.csv": b"", "events.jsonl": b""}  # the OVERLAP bytes
         #: Monotonic time new bytes last arrived (or the tail was made).
         self.last_data = time.monotonic()
         #: Monotonic time the writer was last seen alive (data or a heartbeat).
@@ -87,58 +91,63 @@ class RecordingTail:
         self.connection_problem: str | None = None
 
     def ready(self) -> bool:
-        """Whether config.json and the transitions' header are there (the writer started)."""
+        """Whether config.json and the transitions' header are there (the writer started).
+
+        Raises
+        ------
+        RecordingError
+            One of its files is a link leading outside the recording, or not a regular
+            file, or its config or header is not a recording's.
+        """
         if self.columns:
             return True
-        if self._local:
-            try:
-                for name in _NAMES:
-                    check_regular(self.path / name)  # type: ignore[operator]
-            except RecordingError:
-                if all(os.path.isfile(self.path / n) or not os.path.lexists(self.path / n)
-                       for n in _NAMES):  # type: ignore[operator]
-                    return False  # not all written yet
-                raise
-        else:
-            names = [self._file(n) for n in _NAMES]
-            if None in self.files.stat_many(names):
-                return False  # not all written yet
-            for path in self.files.outside(names):
-                raise RecordingError(f"{path}: a link to a file outside the recording; copy "
-                                     "the file in instead")
+        names = [self._file(n) for n in _NAMES]
+        if None in self.files.stat_many(names):
+            return False  # not all written yet
         try:
-            header = self.files.read(self._file("transitions.csv"), 0, HEAD_BYTES)
+            header = self.files.read(names[1], 0, HEAD_BYTES)
             header = header[:header.find(b"\n") + 1] or header
-            raw = self.files.read(self._file("config.json"))
+            raw = self.files.read(names[0], 0, CONFIG_BYTES)
+            self.files.read(names[2], 0, 0)  # a link or a FIFO in its place: said now
             json.loads(raw)
+        except Outside as exc:
+            raise RecordingError(f"{exc}: a recording's files must be its own; copy the file "
+                                 "in instead") from None
         except FileNotFoundError:
             return False  # not all written yet
         except json.JSONDecodeError:
             return False  # being written
         except OSError as exc:
-            raise RecordingError(f"{self.path}: cannot be read ({exc})") from None
+            raise RecordingError(f"{shown(self.path)}: cannot be read ({exc})") from None
         except (ValueError, RecursionError):
             pass  # the config's check says what is wrong with it
         if not header.endswith(b"\n"):
             if len(header) >= HEAD_BYTES:
-                raise RecordingError(f"{self.path}/transitions.csv: its first line is longer "
-                                     f"than {HEAD_BYTES // 2**20} MiB: not a table")
+                raise RecordingError(f"{shown(self.path)}/transitions.csv: its first line is "
+                                     f"longer than {HEAD_BYTES // 2**20} MiB: not a table")
             return False
-        self.config = read_config(self.path) if self._local else \
-            parse_config(raw, str(self.path))  # type: ignore[arg-type]
+        self.config = parse_config(raw, str(self.path))
         self.columns = header.decode(errors="replace").strip().split(",")
         check_columns(self.columns, self.config, f"{self.path}/transitions.csv")
         self._offset["transitions.csv"] = len(header)
+        self._before["transitions.csv"] = header[-OVERLAP:]
         return True
 
     def _file(self, name: str) -> str:
-        return posixpath.join(self.files.root, name) if not self._local else \
-            os.path.join(self.files.root, name)
+        return posixpath.join(self.files.root, name)
 
     def _new_lines(self, name: str) -> bytes:
-        """The whole lines appended to ``name`` since the last call."""
+        """The whole lines appended to ``name`` since the last call.
+
+        Raises
+        ------
+        RecordingError
+            The file was truncated or replaced, is gone, or became a link leading out.
+        """
+        before = self._before[name]
+        start = self._offset[name] - len(before)
         try:
-            raw = self.files.read(self._file(name), self._offset[name], POLL_BYTES)
+            raw = self.files.read(self._file(name), start, POLL_BYTES + len(before))
             self.connection_problem = None
         except ConnectionError as exc:
             # A server's connection went away: nothing new this poll; the next connects
@@ -146,13 +155,22 @@ class RecordingTail:
             self.connection_problem = str(exc)
             return b""
         except FileNotFoundError:
-            raise RecordingError(f"{self.path}: {name} is gone (deleted or moved while "
+            raise RecordingError(f"{shown(self.path)}: {name} is gone (deleted or moved while "
                                  "followed)") from None
+        except Outside as exc:
+            raise RecordingError(f"{exc}: a recording's files must be its own") from None
         except OSError as exc:
-            raise RecordingError(f"{self.path}/{name}: cannot be read ({exc})") from None
+            raise RecordingError(f"{shown(self.path)}/{name}: cannot be read ({exc})") from None
+        if raw[:len(before)] != before:
+            raise RecordingError(
+                f"{shown(self.path)}/{name}: the recording was truncated or replaced while "
+                f"followed (its bytes before byte {self._offset[name]:,} changed); the "
+                f"{self.n_read:,} transitions read before are kept, nothing after is read")
+        raw = raw[len(before):]
         if not raw:
             return b""
         self._offset[name] += len(raw)
+        self._before[name] = (before + raw)[-OVERLAP:]
         self.last_data = time.monotonic()
         raw = self._partial[name] + raw
         cut = raw.rfind(b"\n") + 1
@@ -199,7 +217,8 @@ class RecordingTail:
             return False
         if self._promised is None:
             try:
-                config = json.loads(self.files.read(self._file("config.json")))
+                config = json.loads(self.files.read(self._file("config.json"), 0,
+                                                    CONFIG_BYTES))
             except (OSError, ValueError, RecursionError):
                 return False  # being rewritten: ask again at the next poll
             if not isinstance(config, dict):
