@@ -482,6 +482,11 @@ class ReplaySource(Source):
         if self._tail is not None:
             self._tail.close()
 
+    def interrupt(self) -> None:
+        """See :meth:`Source.interrupt`: a read waiting on a server ends now."""
+        if self._tail is not None:
+            self._tail.interrupt()
+
     def step(self, n: int) -> Batch:
         """The next ``n`` recorded transitions, cut so every event lands on a batch start.
 

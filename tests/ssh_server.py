@@ -55,8 +55,11 @@ def sshd():
         opened=_LoggingSFTP.opened, public=public,
         options={"known_hosts": asyncssh.import_known_hosts(known),
                  "client_keys": [client_key], "agent_path": None})
-    server.close()
-    server6.close()
+    async def close():  # on the server's own loop: asyncio's servers are not thread-safe
+        server.close()
+        server6.close()
+
+    asyncio.run_coroutine_threadsafe(close(), loop).result(timeout=5)
     loop.call_soon_threadsafe(loop.stop)
 
 

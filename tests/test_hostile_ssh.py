@@ -12,8 +12,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -242,3 +245,39 @@ def test_closing_the_fleet_window_returns_within_two_seconds_of_a_frozen_server(
             and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [t.name for t in threading.enumerate() if t.name.startswith("idt-fleet")]
+
+
+def test_stopping_a_run_followed_from_a_frozen_server_returns_at_once(
+        sshd, ssh_home, proxy, tmp_path):
+    from idt_desk_sources.replay import ReplaySource
+
+    from idt_desk.live.session import Session, SessionConfig
+
+    home_known = os.path.join(os.environ["HOME"], ".ssh", "known_hosts")
+    with open(home_known, "a") as f:
+        f.write(f"[127.0.0.1]:{proxy.port} {sshd.public}")
+    run = tmp_path / "live"
+    # A loop writing slowly on (tests/loop_writer.py): the follower waits for more.
+    writer = subprocess.Popen([sys.executable, "-m", "tests.loop_writer", str(run), "100000",
+                               "500", "0.5"], cwd=Path(__file__).resolve().parents[1])
+    try:
+        deadline = time.monotonic() + 30
+        while not (run / "events.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        source = ReplaySource(path=f"ssh://127.0.0.1:{proxy.port}{run}", follow=True,
+                              silence=60.0, wait=30.0)
+        session = Session(SessionConfig(speed=None), source=source)
+        session.start()
+        deadline = time.monotonic() + 30
+        while session.n_transitions < 500 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert session.n_transitions >= 500
+        proxy.freeze()
+        time.sleep(1.0)  # the follower is waiting on the frozen server now
+        t0 = time.monotonic()
+        session.stop(timeout=10)
+        assert time.monotonic() - t0 < 2
+        session.close()
+    finally:
+        writer.kill()
+        writer.wait()

@@ -189,8 +189,12 @@ class Session:
         self._thread.start()
 
     def request_stop(self) -> None:
-        """Ask the worker to stop, and return at once (:attr:`running` says when it has)."""
+        """Ask the worker to stop, and return at once (:attr:`running` says when it has).
+
+        A step waiting on the outside (a followed run's server) is interrupted.
+        """
         self.loop_state.request_stop()
+        self.source.interrupt()
 
     @property
     def stopping(self) -> bool:

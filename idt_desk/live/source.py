@@ -398,6 +398,14 @@ class Source(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (files, models, connections)."""
 
+    def interrupt(self) -> None:  # noqa: B027 - optional hook
+        """The session was asked to stop: a step waiting on the outside gives up now.
+
+        Called from another thread (the GUI's) while :meth:`step` may be running; a source
+        that waits on a server (a followed run over SSH) ends that wait, so stopping, or
+        closing the window, never waits on the network.
+        """
+
     def describe(self) -> dict[str, Any]:
         """What a recording should know about the loop beyond its settings.
 

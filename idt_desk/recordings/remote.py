@@ -105,6 +105,10 @@ def _check_ssh_files() -> None:
                              "on): make it a file or move it away")
 
 
+class Interrupted(ConnectionError):
+    """A call ended by :meth:`SFTPFiles.interrupt` or :meth:`SFTPFiles.close`."""
+
+
 class SFTPFiles:
     """The files under an ``ssh://`` URL's path (:class:`idt_desk.recordings.runs.Files`).
 
@@ -136,7 +140,7 @@ class SFTPFiles:
         self.skipped = 0
         #: The calls under way (cancelled at close, so no thread waits on a dead server).
         self._pending: set[concurrent.futures.Future] = set()
-        self._closed = False
+        self._closed = self._interrupted = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name=f"idt-sftp {host}")
@@ -205,6 +209,9 @@ class SFTPFiles:
         if self._closed or not self._loop.is_running():
             coro.close()
             raise ConnectionError("the connection to the server is closed")
+        if self._interrupted:
+            coro.close()
+            raise Interrupted("the read was interrupted (the session stopped)")
         if self._lost is not None:
             try:
                 self._conn, self._sftp = self._wait(self._connect(self._host, self._kw))
@@ -215,6 +222,8 @@ class SFTPFiles:
             self._lost = None
         try:
             return self._wait(coro)
+        except Interrupted:
+            raise  # asked for: the connection is fine
         except TimeoutError:
             self._lost = f"no answer in {REQUEST_TIMEOUT:g} s"
             self._abort()
@@ -232,10 +241,13 @@ class SFTPFiles:
         future = asyncio.run_coroutine_threadsafe(
             asyncio.wait_for(coro, REQUEST_TIMEOUT), self._loop)
         self._pending.add(future)
+        if self._interrupted:  # interrupted between the check and now
+            future.cancel()
         try:
             return future.result()
         except concurrent.futures.CancelledError:
-            raise ConnectionError("the connection to the server is closed") from None
+            raise Interrupted("the read was interrupted (the session stopped, or the "
+                              "connection closed)") from None
         finally:
             self._pending.discard(future)
 
@@ -363,14 +375,23 @@ class SFTPFiles:
         """An SFTP error as this module raises it: ConnectionError when the link is gone."""
         return ConnectionError(_reason(exc)) if self._gone(exc) else OSError(_reason(exc))
 
+    def interrupt(self) -> None:
+        """End the calls under way in other threads now, and refuse any more at once.
+
+        Each raises :class:`Interrupted` (a ConnectionError): a session asked to stop reads
+        nothing more from the server, whatever the server does.
+        """
+        self._interrupted = True
+        for future in list(self._pending):
+            future.cancel()
+
     def close(self) -> None:
         """Close the connection and its thread, never waiting on the server.
 
         Calls under way in other threads end at once (ConnectionError: closed).
         """
         self._closed = True
-        for future in list(self._pending):
-            future.cancel()
+        self.interrupt()
         conn, self._conn = getattr(self, "_conn", None), None
         if self._loop.is_running():
             if conn is not None:

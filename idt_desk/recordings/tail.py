@@ -252,6 +252,12 @@ class RecordingTail:
         """Seconds since new bytes last arrived (an idle writer still beats)."""
         return time.monotonic() - self.last_data
 
+    def interrupt(self) -> None:
+        """End a read under way in another thread (a server's; it counts as nothing new)."""
+        interrupt = getattr(self.files, "interrupt", None)
+        if interrupt is not None:
+            interrupt()
+
     def close(self) -> None:
         """Let the files go (a server's connection is closed)."""
         close = getattr(self.files, "close", None)
