@@ -171,7 +171,9 @@ def test_a_link_leading_outside_the_folder_is_not_followed(tmp_path):
     assert index.notes == ["1 link leading outside the folder not followed",
                            "1 link to a folder already listed (a loop, or two ways to one "
                            "folder) listed once"]
-    assert [e.name for e in LocalFiles(inside).listdir(str(inside))].count("escape") == 0
+    kinds = {e.name: e.kind for e in LocalFiles(inside).listdir(str(inside))}
+    assert kinds["escape"] == "outside" and kinds["alias"] == "dir"
+    assert index.refresh() and index.notes[0].startswith("1 link leading outside")  # again
 
 
 def test_a_dead_writer_stops_responding(tmp_path):

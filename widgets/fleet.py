@@ -189,6 +189,7 @@ class FleetView(QWidget):
         self.filter.textChanged.connect(lambda _text: self._show())
         self.summary = QLabel("reading the runs …", self)
         self.summary.setTextFormat(Qt.TextFormat.PlainText)  # it may quote a file's text
+        self.summary.setWordWrap(True)  # the listing's notes may be long: never a wider window
         self.summary.setObjectName("fleetSummary")
         self.model = FleetModel(self)
         self.proxy = QSortFilterProxyModel(self)

@@ -136,8 +136,6 @@ class SFTPFiles:
                              "(ssh://host/path; a listing of / would crawl the whole machine)")
         if not options:
             _check_ssh_files()  # the user's own OpenSSH files are read
-        #: Links leading outside the root left out by the listings so far.
-        self.skipped = 0
         #: The calls under way (cancelled at close, so no thread waits on a dead server).
         self._pending: set[concurrent.futures.Future] = set()
         self._closed = self._interrupted = False
@@ -313,7 +311,7 @@ class SFTPFiles:
                 if attrs.type == a.FILEXFER_TYPE_SYMLINK:
                     key = await self._sftp.realpath(full)
                     if not within(key, self.root):
-                        self.skipped += 1
+                        out.append(Entry(n.filename, "outside", 0.0, None))
                         continue  # a link leading outside the root: not followed
                     attrs = await self._sftp.stat(full)
             except a.SFTPError as exc:

@@ -57,7 +57,7 @@ class Entry(NamedTuple):
     """
 
     name: str
-    kind: str  # "dir" or "file"
+    kind: str  # "dir", "file", or "outside": a link leading outside the root (not followed)
     mtime: float
     key: Hashable
 
@@ -68,7 +68,8 @@ class Outside(PermissionError):
 
 def outside_error(path: str, root: str) -> Outside:
     """The one line that refuses ``path``: a link leading outside ``root``."""
-    return Outside(f"{shown(path)}: a link leading outside {shown(root)}: not followed")
+    rel = posixpath.relpath(path, root) if within(path, root) else path
+    return Outside(f"{shown(rel)}: a link leading outside {shown(root)}: not followed")
 
 
 def within(real: str, root: str) -> bool:
@@ -95,8 +96,8 @@ class Files(Protocol):
     def listdir(self, path: str) -> list[Entry]:
         """Entries of ``path``.
 
-        Links are resolved; those leading outside the root are left out (and counted in
-        :attr:`skipped`).
+        Links are resolved; those leading outside the root are of kind "outside" (never
+        looked at further).
         """
 
     def stat(self, path: str) -> tuple[float, int] | None:
@@ -166,8 +167,6 @@ class LocalFiles(OneByOne):
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = os.path.abspath(os.fspath(root))
         self._real = os.path.realpath(self.root)
-        #: Links leading outside the root left out by the listings since the last reset.
-        self.skipped = 0
 
     def root_key(self) -> Hashable:
         """See :meth:`Files.root_key`."""
@@ -181,7 +180,7 @@ class LocalFiles(OneByOne):
             for e in it:
                 try:
                     if e.is_symlink() and not within(os.path.realpath(e.path), self._real):
-                        self.skipped += 1
+                        out.append(Entry(e.name, "outside", 0.0, None))
                         continue  # a link leading outside the root: not followed
                     st = e.stat()
                 except FileNotFoundError:
@@ -318,7 +317,7 @@ class RunIndex:
                  idle: float = 5.0) -> None:
         self.files = location if hasattr(location, "listdir") else open_files(location)
         self.silence, self.idle = float(silence), float(idle)
-        self._dirs: dict[str, tuple[float, list[tuple[str, Hashable]], bool]] = {}
+        self._dirs: dict[str, tuple[float, list[tuple[str, Hashable]], bool, int]] = {}
         self._runs: dict[str, _Run] = {}
         self._unlisted: dict[str, str] = {}
         #: Files opened by the latest refresh (status files, events, configs).
@@ -341,7 +340,6 @@ class RunIndex:
         now = time.time() if now is None else now
         self.opened = 0
         self.notes = []
-        skipped0 = getattr(self.files, "skipped", 0)
         runs = self._find(self.files.root)
         for gone in set(self._runs) - set(runs):
             del self._runs[gone]
@@ -351,10 +349,6 @@ class RunIndex:
         rows += [self._unlisted_row(path, why) for path, why in self._unlisted.items()]
         rows.sort(key=lambda r: (r["alarms"] == 0 and r["state"] != "error",
                                  -(r["active"] or 0.0), r["path"]))
-        skipped = getattr(self.files, "skipped", 0) - skipped0
-        if skipped:
-            self.notes.insert(0, f"{skipped} link{'s' if skipped != 1 else ''} leading "
-                              "outside the folder not followed")
         return rows
 
     def location(self, row: dict[str, Any]) -> str:
@@ -380,7 +374,7 @@ class RunIndex:
         level: list[tuple[str, Hashable]] = [(top, self.files.root_key())]
         seen: set[Hashable] = set()
         self._unlisted = {}
-        twice = depth = 0
+        twice = depth = outside = 0
         while level:
             fresh = []
             for d, key in level:
@@ -403,11 +397,13 @@ class RunIndex:
                 is_run = any(e.name == "config.json" and e.kind == "file" for e in entries)
                 subdirs = sorted((posixpath.join(d, e.name), e.key) for e in entries
                                  if e.kind == "dir" and not e.name.startswith("."))
-                self._dirs[d] = (st[0] if st else 0.0, subdirs, is_run)
+                n_out = sum(e.kind == "outside" for e in entries)
+                self._dirs[d] = (st[0] if st else 0.0, subdirs, is_run, n_out)
             below: list[tuple[str, Hashable]] = []
             for d in fresh:
                 if d in self._dirs:
-                    _, subdirs, is_run = self._dirs[d]
+                    _, subdirs, is_run, n_out = self._dirs[d]
+                    outside += n_out
                     if is_run:
                         found.append(d)  # a run's own folder is not searched further
                     else:
@@ -418,6 +414,9 @@ class RunIndex:
                                   f"deeper than {MAX_DEPTH} levels not searched")
                 break
             level = below
+        if outside:
+            self.notes.insert(0, f"{outside} link{'s' if outside != 1 else ''} leading "
+                              "outside the folder not followed")
         if twice:
             self.notes.append(f"{twice} link{'s' if twice != 1 else ''} to a folder already "
                               "listed (a loop, or two ways to one folder) listed once")
@@ -459,7 +458,7 @@ class RunIndex:
             except FileNotFoundError:
                 run.error = "vanished while being read"
             except Outside as exc:
-                run.error = f"{STATUS_FILE}: {exc}"
+                run.error = str(exc)
                 run.key = None
             except (OSError, ValueError, UnicodeDecodeError) as exc:
                 run.error = f"{STATUS_FILE}: {_one_line(exc)}"
@@ -505,7 +504,7 @@ class RunIndex:
                 data = self.files.read(posixpath.join(path, "events.jsonl"), run.offset,
                                        EVENTS_BYTES)
             except Outside as exc:
-                run.events_stuck = f"events.jsonl: {exc}"
+                run.events_stuck = str(exc)
                 raise ValueError(run.events_stuck) from None
             whole = data[:data.rfind(b"\n") + 1]  # a half-written last line waits its end
             if not whole and len(data) >= EVENTS_BYTES:
