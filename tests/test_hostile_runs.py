@@ -22,7 +22,8 @@ import pytest
 from idt_desk.cli.main import main
 from idt_desk.errors import InputError
 from idt_desk.recordings import Recorder, RecordingError, RecordingTail
-from idt_desk.recordings.runs import LocalFiles, RunIndex, open_files, row_line
+from idt_desk.recordings.fs import LocalFiles
+from idt_desk.recordings.runs import RunIndex, open_files, row_line
 from idt_desk.recordings.status import STATUS_FILE
 
 pytestmark = pytest.mark.timeout(60)

@@ -13,7 +13,8 @@ import pytest
 from idt_desk.cli.main import main
 from idt_desk.errors import InputError
 from idt_desk.recordings import Recorder
-from idt_desk.recordings.runs import COLUMNS, LocalFiles, RunIndex
+from idt_desk.recordings.fs import LocalFiles
+from idt_desk.recordings.runs import COLUMNS, RunIndex
 from idt_desk.recordings.status import STATUS_FILE, RunStatus
 
 

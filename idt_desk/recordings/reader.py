@@ -28,7 +28,7 @@ from idt_desk.recordings.files import (
     read_csv,
     read_json_lines,
 )
-from idt_desk.recordings.runs import CONFIG_BYTES, LocalFiles
+from idt_desk.recordings.fs import CONFIG_BYTES, LocalFiles
 
 __all__ = ["Recording", "load_recording", "newest_recording", "recording_size",
            "runs_by_start"]

@@ -33,7 +33,7 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from idt_desk.errors import InputError
-from idt_desk.recordings.runs import Entry, outside_error, refuse_system_root, within
+from idt_desk.recordings.fs import Entry, outside_error, refuse_system_root, within
 from idt_desk.words import shown
 
 __all__ = ["SFTPFiles", "parse_ssh_url"]

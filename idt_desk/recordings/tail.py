@@ -24,7 +24,8 @@ from idt_desk.recordings.files import (
     RecordingError,
     parse_json,
 )
-from idt_desk.recordings.runs import CONFIG_BYTES, Files, LocalFiles, Outside, open_files
+from idt_desk.recordings.fs import CONFIG_BYTES, Files, LocalFiles, Outside
+from idt_desk.recordings.runs import open_files
 from idt_desk.words import shown
 
 __all__ = ["RecordingTail"]
