@@ -17,7 +17,12 @@ def test_the_status_line_says_the_speed_run_when_it_is_not_the_speed_asked(qtbot
     window.pipeline_panel.baseline_spin.setValue(30)
     window.start_session()
     status = window.status_line.status
-    qtbot.waitUntil(lambda: "asked 100000×, running" in status.text(), timeout=WAIT)
+    seen = []
+    try:
+        qtbot.waitUntil(lambda: seen.append(status.text()) or "asked 100000×, running"
+                        in status.text(), timeout=WAIT)
+    except Exception:
+        raise AssertionError(f"the status said: {sorted(set(seen))[-8:]}") from None
     got = float(re.search(r"running ([\d.]+)×", status.text()).group(1))
     snap = window.session.snapshot(1)
     assert 0 < got < 0.9 * 100_000

@@ -8,6 +8,7 @@ attributes; commands are dispatched by a table; each collaborator works with a s
 from __future__ import annotations
 
 import ast
+import time
 from pathlib import Path
 
 import numpy as np
@@ -161,6 +162,12 @@ def test_the_pacer_gives_big_chunks_at_max_speed_and_waits_at_real_time():
     assert p.allowance(0, 1.0, 100.0, 10) == 0
     p.stepped(5, 0.0, 5)
     assert p.throughput > 0
+    # A speed the machine cannot keep (10^8 transitions a second asked) falls behind at
+    # once, yet each step stays the size of a maximum-speed one: the window gets the GIL.
+    p.reset()
+    p.allowance(0, 100_000.0, 1000.0, 10)
+    time.sleep(0.05)  # 5 million transitions due by now
+    assert p.allowance(0, 100_000.0, 1000.0, 10) == 10 * MAX_SPEED_CHUNKS
 
 
 def test_a_pendulum_session_runs_the_same_through_its_collaborators(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from idt_desk_sources.gym.train import policy_name, train
 def test_train_writes_policy_and_card_and_resumes(tmp_path):
     ckpt = tmp_path / "ckpt"
     out = tmp_path / "policies"
-    path = train("ppo", 3, 2048, out, checkpoint_dir=ckpt, checkpoint_minutes=0.0,
+    path = train("ppo", 3, 2048, out, checkpoint_dir=ckpt, checkpoint_minutes=60.0,
                  eval_episodes=2, command="test")
     assert path == out / f"{policy_name('HalfCheetah-v5', 'ppo', 3)}.zip" and path.exists()
     card = json.loads(path.with_suffix(".json").read_text())
@@ -341,3 +342,40 @@ def test_progress_says_where_each_run_stands_from_its_checkpoint(tmp_path):
     assert rc == 0 and "no training run in" in out
     rc, _, err = call(["train", "--progress", str(tmp_path / "nope")])
     assert rc == 2 and "no such folder" in err
+
+
+def test_the_cards_predictor_is_sb3s_predict_bit_for_bit():
+    """Cards evaluate thousands of steps through :func:`predictor`: the same actions as
+    SB3's own ``predict``, deterministic and sampled (the same draws of torch's generator),
+    a VecNormalize in front or not."""
+    import glob
+
+    import torch
+    from idt_desk_sources.gym.cards import NormalizedActor, predictor
+    from stable_baselines3 import PPO, SAC
+    from stable_baselines3.common.running_mean_std import RunningMeanStd
+
+    class Stats:  # VecNormalize's normalize_obs, with running statistics of its own
+        def __init__(self, rms):
+            self.rms = rms
+
+        def normalize_obs(self, obs):
+            return np.clip((obs - self.rms.mean) / np.sqrt(self.rms.var + 1e-8), -10, 10)
+
+    rng = np.random.default_rng(0)
+    rms = RunningMeanStd(shape=(17,))
+    rms.update(rng.normal(1.0, 2.0, (100, 17)))
+    obs = rng.normal(size=(100, 17))
+    for pattern, cls in (("*sac-seed3.zip", SAC), ("*ppo-seed0.zip", PPO)):
+        here = Path(__file__).resolve().parents[1] / "assets" / "policies"
+        (path,) = glob.glob(f"{here}/halfcheetah-v5-{pattern}")
+        model = cls.load(path, device="cpu", **({"buffer_size": 1} if cls is SAC else {}))
+        for actor in (model, NormalizedActor(model, Stats(rms))):
+            fast = predictor(actor)
+            for deterministic in (True, False):
+                torch.manual_seed(1)
+                want = [actor.predict(o, deterministic=deterministic)[0] for o in obs]
+                torch.manual_seed(1)
+                got = [fast(o, deterministic) for o in obs]
+                assert all(np.array_equal(w, g) and w.dtype == g.dtype
+                           for w, g in zip(want, got, strict=True))

@@ -124,10 +124,11 @@ class Pacer:
         """Steps due now after ``n_done``; 0 after sleeping a slice (none were due yet)."""
         if self._reset_due:
             self._wall0, self._sim0, self._reset_due = time.monotonic(), n_done, False
+        # As fast as possible: big slices keep the worker's Python (GIL-holding) overhead
+        # per transition low; each still takes only ~10 ms.
+        most = chunk * MAX_SPEED_CHUNKS if rate >= 100 else chunk
         if not speed:
-            # As fast as possible: big slices keep the worker's Python (GIL-holding)
-            # overhead per transition low; each still takes only ~10 ms.
-            return chunk * MAX_SPEED_CHUNKS if rate >= 100 else chunk
+            return most
         per_s = speed * rate
         due = (time.monotonic() - self._wall0) * per_s - (n_done - self._sim0)
         # Step in slices of >= PACE_SLICE of wall time (or one transition): a worker waking
@@ -137,7 +138,10 @@ class Pacer:
         if due < need:
             time.sleep(min(PACE_SLICE, (need - due) / per_s))
             return 0
-        return int(min(due, max(chunk, per_s * 2 * PACE_SLICE)))
+        # Never a larger slice than maximum speed takes: a speed the machine cannot keep
+        # (100,000× the pendulum asks 10^8 a second) would otherwise hand the source millions
+        # of transitions a step, seconds each, and the window would see a step every few.
+        return int(min(due, max(chunk, min(per_s * 2 * PACE_SLICE, most))))
 
     def stepped(self, k: int, t0: float, n_done: int) -> None:
         """The source made ``k`` transitions from ``t0`` (``perf_counter``) on."""
