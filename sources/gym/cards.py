@@ -50,7 +50,9 @@ def predictor(model: Any) -> Any:
         from stable_baselines3.common.policies import BasePolicy
     except ImportError:
         torch = None
-    if torch is None or not isinstance(policy, BasePolicy) or not (
+    # sbx's JAX policies subclass SB3's too, with no torch weights: asked through predict.
+    if torch is None or not isinstance(policy, BasePolicy) or not any(
+            True for _ in policy.parameters()) or not (
             isinstance(policy.observation_space, spaces.Box)
             and len(policy.observation_space.shape) == 1
             and isinstance(policy.action_space, spaces.Box)):
