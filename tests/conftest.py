@@ -17,6 +17,14 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # processes.
 os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="idt-desk-test-config-")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# One process a core (pytest-xdist, -n 2 on two cores): a library's own pool of threads per
+# process (torch's and OpenMP's intra-op threads, XLA's Eigen pool) would make the two workers
+# contend for both cores, each test slower than alone. The sources' results do not depend on
+# it: the RL source acts row by row (its actions are bit for bit those of one thread).
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false "
+                                   "intra_op_parallelism_threads=1")
 
 #: True when the suite runs the pure-Python path (NUMBA_DISABLE_JIT=1).
 NO_JIT = bool(numba.config.DISABLE_JIT)

@@ -44,19 +44,11 @@ def predictor(model: Any) -> Any:
     if isinstance(model, NormalizedActor):
         normalize, inner = model.stats.normalize_obs, model.model
     policy = getattr(inner, "policy", None)
-    try:
-        import torch
-        from gymnasium import spaces
-        from stable_baselines3.common.policies import BasePolicy
-    except ImportError:
-        torch = None
-    # sbx's JAX policies subclass SB3's too, with no torch weights: asked through predict.
-    if torch is None or not isinstance(policy, BasePolicy) or not any(
-            True for _ in policy.parameters()) or not (
-            isinstance(policy.observation_space, spaces.Box)
-            and len(policy.observation_space.shape) == 1
-            and isinstance(policy.action_space, spaces.Box)):
+    forward = _forward(policy)
+    if forward is None:
         return lambda obs, deterministic: model.predict(obs, deterministic=deterministic)[0]
+    import torch
+
     policy.set_training_mode(False)
     obs_shape, act_shape = policy.observation_space.shape, policy.action_space.shape
     low, high = policy.action_space.low, policy.action_space.high
@@ -66,13 +58,43 @@ def predictor(model: Any) -> Any:
         if x.shape != obs_shape:
             return model.predict(obs, deterministic=deterministic)[0]
         with torch.no_grad():
-            a = policy._predict(torch.as_tensor(x.reshape((-1, *obs_shape)), device=policy.device),
-                                deterministic=deterministic)
+            a = forward(torch.as_tensor(x.reshape((-1, *obs_shape)), device=policy.device),
+                        deterministic)
         a = a.cpu().numpy().reshape((-1, *act_shape))
         a = policy.unscale_action(a) if policy.squash_output else np.clip(a, low, high)
         return a[0]
 
     return predict
+
+
+def _forward(policy: Any) -> Any:
+    """What SB3's ``policy._predict`` computes, through the policy's public parts.
+
+    SAC's and TQC's: the actor (``actor(obs, deterministic)``); PPO's and A2C's: the
+    distribution's actions. None for anything else: sbx's JAX policies (they subclass SB3's,
+    with no torch weights), TD3, discrete actions, image observations.
+    """
+    try:
+        from gymnasium import spaces
+        from stable_baselines3.common.policies import ActorCriticPolicy
+        from stable_baselines3.sac.policies import SACPolicy
+    except ImportError:
+        return None
+    try:
+        from sb3_contrib.tqc.policies import TQCPolicy
+    except ImportError:
+        TQCPolicy = SACPolicy
+    if not (isinstance(getattr(policy, "observation_space", None), spaces.Box)
+            and len(policy.observation_space.shape) == 1
+            and isinstance(policy.action_space, spaces.Box)
+            and any(True for _ in policy.parameters())):
+        return None
+    if isinstance(policy, SACPolicy | TQCPolicy):
+        return lambda obs, deterministic: policy.actor(obs, deterministic)
+    if isinstance(policy, ActorCriticPolicy):
+        return lambda obs, deterministic: policy.get_distribution(obs).get_actions(
+            deterministic=deterministic)
+    return None
 
 
 def rollouts(model: Any, env_id: str, episodes: int, seed: int, deterministic: bool
