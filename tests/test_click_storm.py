@@ -80,7 +80,7 @@ def test_the_window_survives_a_click_storm(qtbot, tmp_path, server, source):
     warm = storm.warm_up()
     # At least three actions a second of storm; a loaded machine takes longer to act them.
     min_actions = int(STORM_SECONDS * 3) + 1
-    rep = storm.run(STORM_SECONDS, sample_every=1.0, min_actions=min_actions)
+    rep = storm.run(STORM_SECONDS, sample_every=1.0, min_actions=min_actions, min_sessions=3)
     where = f"{rep.summary()}; replay with IDT_STORM_SEED={seed}"
     assert not rep.errors, where + "\n" + "\n".join(rep.errors)
     # The storm did exercise the window: sessions started and stopped, controls beyond them.

@@ -294,14 +294,17 @@ class ClickStorm:
 
     def run(self, seconds: float, sample_every: float = 1.0,
             on_sample: Callable[[float, float], None] | None = None,
-            min_actions: int = 0, max_seconds: float | None = None) -> StormReport:
+            min_actions: int = 0, max_seconds: float | None = None,
+            min_sessions: int = 0) -> StormReport:
         """Act every ``interval_ms`` for ``seconds``, then :meth:`settle`.
 
         Runs the window's event loop meanwhile; memory is sampled every ``sample_every`` s.
         With ``min_actions`` the storm goes on past ``seconds`` until it has acted that
         often, for at most ``max_seconds`` (default 4 × ``seconds``) in all: on a loaded
         machine one Stop can wait seconds for a detector's thresholds, and a storm measured
-        in seconds alone would then exercise the window less.
+        in seconds alone would then exercise the window less. ``min_sessions`` likewise: the
+        storm goes on until that many sessions started (an RL session takes seconds to load
+        on a busy machine, and its Start clicks meanwhile start nothing).
         """
         limit = 4 * seconds if max_seconds is None else max_seconds
         app = QApplication.instance()
@@ -311,7 +314,9 @@ class ClickStorm:
         with self._no_dialogs(), self._errors():
             while True:
                 now = time.monotonic()
-                if now - t0 >= seconds and (rep.actions >= min_actions or now - t0 >= limit):
+                if now - t0 >= seconds and ((rep.actions >= min_actions
+                                              and rep.sessions_started >= min_sessions)
+                                             or now - t0 >= limit):
                     break
                 if now >= next_act:
                     self.step()

@@ -45,7 +45,10 @@ def add_runs(sub: argparse._SubParsersAction) -> None:
         "error), transitions, windows, baseline, alarms, the last alarm's loop time, its "
         "severity and cost. Alarmed runs first, then the most recently active. PATH may be "
         "ssh://[user@]host[:port]/path: read over SFTP with your ~/.ssh config, keys, agent "
-        "and known_hosts (an unknown host key is refused).")
+        "and known_hosts (an unknown host key is refused). Nothing outside PATH is opened (a file "
+        "linked outside is that run's error), names and errors are printed with control "
+        "characters escaped, a folder reached twice is listed once, and /, /proc, /sys, /dev "
+        "and an empty path are refused; what was left out is said on stderr.")
     p.add_argument("path", help="a folder of runs (or one run), or ssh://[user@]host[:port]/path")
     p.add_argument("--json", action="store_true",
                    help="print a JSON list (keys: path, state, transitions, windows, "

@@ -110,7 +110,7 @@ class Interrupted(ConnectionError):
 
 
 class SFTPFiles:
-    """The files under an ``ssh://`` URL's path (:class:`idt_desk.recordings.runs.Files`).
+    """The files under an ``ssh://`` URL's path (:class:`idt_desk.recordings.fs.Files`).
 
     ``options``: extra ``asyncssh.connect`` keyword arguments (tests pass their own
     ``known_hosts`` and key; a user's come from their OpenSSH files).
@@ -256,27 +256,27 @@ class SFTPFiles:
             self._loop.call_soon_threadsafe(conn.abort)
 
     def root_key(self) -> Hashable:
-        """See :meth:`idt_desk.recordings.runs.Files.root_key`: the root's real path."""
+        """See :meth:`idt_desk.recordings.fs.Files.root_key`: the root's real path."""
         return self.root
 
     def listdir(self, path: str) -> list[Entry]:
-        """See :meth:`idt_desk.recordings.runs.Files.listdir`."""
+        """See :meth:`idt_desk.recordings.fs.Files.listdir`."""
         return self._call(self._listdir(path))
 
     def location(self, path: str) -> str:
-        """See :meth:`idt_desk.recordings.runs.Files.location`: the path's URL."""
+        """See :meth:`idt_desk.recordings.fs.Files.location`: the path's URL."""
         return self.prefix + quote(path, errors="surrogateescape")
 
     def stat_many(self, paths: list[str]) -> list[tuple[float, int] | None]:
-        """See :meth:`idt_desk.recordings.runs.Files.stat_many`: pipelined."""
+        """See :meth:`idt_desk.recordings.fs.Files.stat_many`: pipelined."""
         return self._call(self._many(self._stat, paths))
 
     def listdir_many(self, paths: list[str]) -> list[list[Entry] | OSError]:
-        """See :meth:`idt_desk.recordings.runs.Files.listdir_many`: pipelined."""
+        """See :meth:`idt_desk.recordings.fs.Files.listdir_many`: pipelined."""
         return self._call(self._many(self._listdir, paths))
 
     def read_many(self, paths: list[str], size: int = -1) -> list[bytes | OSError]:
-        """See :meth:`idt_desk.recordings.runs.Files.read_many`: pipelined."""
+        """See :meth:`idt_desk.recordings.fs.Files.read_many`: pipelined."""
         return self._call(self._many(self._read, paths, 0, size))
 
     async def _many(self, fn: Any, paths: list[str], *args: Any) -> list[Any]:
@@ -323,7 +323,7 @@ class SFTPFiles:
         return out
 
     def stat(self, path: str) -> tuple[float, int] | None:
-        """See :meth:`idt_desk.recordings.runs.Files.stat`."""
+        """See :meth:`idt_desk.recordings.fs.Files.stat`."""
         return self._call(self._stat(path))
 
     async def _stat(self, path: str) -> tuple[float, int] | None:
@@ -341,7 +341,7 @@ class SFTPFiles:
         return float(attrs.mtime or 0), int(attrs.size or 0)
 
     def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
-        """See :meth:`idt_desk.recordings.runs.Files.read`."""
+        """See :meth:`idt_desk.recordings.fs.Files.read`."""
         return self._call(self._read(path, offset, size))
 
     async def _read(self, path: str, offset: int, size: int = -1) -> bytes:

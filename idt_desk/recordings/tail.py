@@ -2,7 +2,7 @@
 
 The recording may be on this machine or on a server (``ssh://[user@]host[:port]/path``, over
 SFTP: :mod:`idt_desk.recordings.remote`); either way its files are read from the last byte
-read on, through a :class:`~idt_desk.recordings.runs.Files`.
+read on, through a :class:`~idt_desk.recordings.fs.Files`.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class RecordingTail:
     A file truncated or replaced while followed (its bytes before the offset changed, or it
     is shorter than the offset) ends the follower with one line saying so: rows read from a
     stale offset would be another run's, or torn. Every file is read through
-    :class:`~idt_desk.recordings.runs.Files`: a link leading outside the recording, even one
+    :class:`~idt_desk.recordings.fs.Files`: a link leading outside the recording, even one
     swapped in after the first poll, is refused, never read.
 
     Parameters
