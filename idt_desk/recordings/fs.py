@@ -213,12 +213,13 @@ def _is_dir(entry: os.DirEntry) -> bool:
         return False
 
 
-#: Folders a listing refuses to crawl: the file system's root and its virtual trees.
+#: Folders a listing refuses to crawl: the file system's root and its virtual trees (and
+#: everything under /proc and /sys; under /dev, a tmpfs such as /dev/shm may hold runs).
 SYSTEM_ROOTS = ("/", "/proc", "/sys", "/dev")
 
 
 def refuse_system_root(real: str, given: str) -> None:
     """Refuse a listing of the whole file system, here or on a server (``real``: resolved)."""
-    if real in SYSTEM_ROOTS or any(real.startswith(r + "/") for r in SYSTEM_ROOTS[1:]):
+    if real in SYSTEM_ROOTS or real.startswith(("/proc/", "/sys/")):
         raise InputError(f"{shown(given)}: refused: a listing there would crawl the whole "
                          "machine (and /proc links back to /); give the folder of your runs")
