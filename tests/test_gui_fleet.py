@@ -7,8 +7,6 @@ refresh, filtered and sorted; a double-click follows a run and **◀ All runs** 
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -19,8 +17,8 @@ from idt_desk_widgets.main_window import MainWindow
 from PySide6.QtCore import Qt
 
 import idt_desk
-from idt_desk.recordings import Recorder
 from idt_desk.recordings.runs import RunIndex
+from tests.run_trees import alarmed_run
 
 PATH = [k for k, *_ in SHOWN].index("path")
 
@@ -32,18 +30,6 @@ def _real_run(path, n: int = 3000, seed: int = 0) -> None:
     with idt_desk.Recorder(path, ["x", "v"], ["u"], rate=100.0, window=100, stride=20,
                            calibration_windows=5, baseline_windows=20) as rec:
         rec.add(x[:-1], rng.normal(size=(n, 1)), x[1:])
-
-
-def _alarmed_run(path, alarms: int) -> None:
-    rec = Recorder(path, {"session": {}}, ["x"], ["u"], ["start", "end", "P"])
-    rec.add_event({"kind": "session_start", "i": 0, "t": 0.0, "wall": time.time(),
-                   "pipeline": {"calibration_windows": 2, "baseline_windows": 5}})
-    z = np.zeros((100, 1))
-    rec.add_transitions(0, None, z, z, z, None, None)
-    for j in range(alarms):
-        rec.add_event({"kind": "alarm_on", "metric": "IDT", "i": 50 + j, "t": 5.0 + j,
-                       "wall": time.time()})
-    rec.close()
 
 
 def _paths(view) -> list[str]:
@@ -66,8 +52,8 @@ def test_the_table_puts_alarmed_runs_first_and_shows_a_new_run_at_the_next_refre
     root = tmp_path / "sweep"
     for j in range(6):
         _real_run(root / "quiet" / f"seed-{j}", n=600, seed=j)
-    _alarmed_run(root / "loud" / "a", 1)
-    _alarmed_run(root / "loud" / "b", 3)
+    alarmed_run(root / "loud" / "a", 1)
+    alarmed_run(root / "loud" / "b", 3)
     w = _window(qtbot, tmp_path, root)
     try:
         view = w.fleet
@@ -128,7 +114,7 @@ def test_a_double_click_follows_the_run_and_back_returns_to_the_table(qtbot, tmp
 def test_a_servers_runs_are_listed_and_followed_over_ssh(qtbot, tmp_path, ssh_home):
     root = tmp_path / "sweep"
     _real_run(root / "one", seed=1)
-    _alarmed_run(root / "two", 2)
+    alarmed_run(root / "two", 2)
     url = f"ssh://127.0.0.1:{ssh_home}{root}"
     w = _window(qtbot, tmp_path, url)
     try:
@@ -147,8 +133,8 @@ def test_a_folder_that_vanishes_is_said_in_one_line_and_the_last_look_stays(qtbo
     import shutil
 
     root = tmp_path / "sweep"
-    _alarmed_run(root / "a", 1)
-    _alarmed_run(root / "b", 0)
+    alarmed_run(root / "a", 1)
+    alarmed_run(root / "b", 0)
     w = _window(qtbot, tmp_path, root)
     try:
         view = w.fleet

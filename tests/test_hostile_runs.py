@@ -16,15 +16,15 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 
 from idt_desk.cli.main import main
 from idt_desk.errors import InputError
-from idt_desk.recordings import Recorder, RecordingError, RecordingTail
+from idt_desk.recordings import RecordingError, RecordingTail
 from idt_desk.recordings.fs import LocalFiles
 from idt_desk.recordings.runs import RunIndex, open_files, row_line
 from idt_desk.recordings.status import STATUS_FILE
+from tests.run_trees import alarmed_run
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -62,23 +62,11 @@ class opened_under:
         return [p for p in self.paths if p == real or p.startswith(real + os.sep)]
 
 
-def _run(path, alarms: int = 0) -> None:
-    rec = Recorder(path, {"session": {}}, ["x"], ["u"], ["start", "end", "P"])
-    rec.add_event({"kind": "session_start", "i": 0, "t": 0.0, "wall": time.time(),
-                   "pipeline": {"calibration_windows": 2, "baseline_windows": 5}})
-    z = np.zeros((100, 1))
-    rec.add_transitions(0, None, z, z, z, None, None)
-    for j in range(alarms):
-        rec.add_event({"kind": "alarm_on", "metric": "IDT", "i": 50 + j, "t": 5.0 + j,
-                       "wall": time.time()})
-    rec.close()
-
-
 @pytest.fixture(scope="module")
 def template(tmp_path_factory):
     """One ended run (100 transitions), copied into each case's tree."""
     path = tmp_path_factory.mktemp("template") / "run"
-    _run(path)
+    alarmed_run(path)
     return path
 
 

@@ -18,13 +18,13 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from idt_desk.recordings import Recorder, RecordingError, RecordingTail
+from idt_desk.recordings import RecordingError, RecordingTail
 from idt_desk.recordings.remote import SFTPFiles
 from idt_desk.recordings.runs import RunIndex, row_line
 from idt_desk.recordings.status import STATUS_FILE
+from tests.run_trees import alarmed_run
 
 pytest.importorskip("asyncssh")
 pytestmark = pytest.mark.timeout(90)
@@ -36,11 +36,7 @@ SECRET = "TOP-SECRET-TOKEN-42"
 def template(tmp_path_factory):
     """One ended run (100 transitions)."""
     path = tmp_path_factory.mktemp("template") / "run"
-    rec = Recorder(path, {"session": {}}, ["x"], ["u"], ["start", "end", "P"])
-    rec.add_event({"kind": "session_start", "i": 0, "t": 0.0, "wall": time.time()})
-    z = np.zeros((100, 1))
-    rec.add_transitions(0, None, z, z, z, None, None)
-    rec.close()
+    alarmed_run(path)
     return path
 
 
