@@ -1,12 +1,15 @@
 """A stand-in for someone else's loop: writes a recording with idt_desk.Recorder, in chunks.
 
-``python -m tests.loop_writer PATH N CHUNK DELAY``: N transitions of a seeded 2-D system
-pushed by a 1-D action, CHUNK at a time with DELAY seconds between chunks, the loop's own
-perturbation marked at N // 2. Used by the follower tests as a separate process.
+``python -m tests.loop_writer PATH N CHUNK DELAY [HOLD]``: N transitions of a seeded 2-D
+system pushed by a 1-D action, CHUNK at a time with DELAY seconds between chunks, the loop's
+own perturbation marked at N // 2. With HOLD (a file's path), the writer waits before its last
+chunk for as long as that file exists: a test decides when the writer ends, not the machine's
+load. Used by the follower tests as a separate process.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -30,12 +33,14 @@ def stream(n: int, seed: int = 3) -> tuple[np.ndarray, ...]:
     return y[:-1], a, y[1:], -np.abs(y[1:, 0])
 
 
-def main(path: str, n: int, chunk: int, delay: float) -> None:
+def main(path: str, n: int, chunk: int, delay: float, hold: str | None = None) -> None:
     s, a, s2, r = stream(n)
     with idt_desk.Recorder(path, ["x", "v"], ["u"], rate=100.0, reward=True,
                            flush_seconds=0.1, **PIPE) as rec:
         for lo in range(0, n, chunk):
             hi = min(lo + chunk, n)
+            while hold is not None and hi == n and os.path.exists(hold):
+                time.sleep(0.02)
             if lo <= n // 2 < hi:
                 rec.add(s[lo:n // 2], a[lo:n // 2], s2[lo:n // 2], reward=r[lo:n // 2])
                 rec.perturb("noise", sigma=1.0)
@@ -46,4 +51,5 @@ def main(path: str, n: int, chunk: int, delay: float) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]),
+         *sys.argv[5:6])
