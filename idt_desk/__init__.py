@@ -8,28 +8,78 @@ predictive uncertainty H_f, H_b and their asymmetry dH over sliding windows, and
 
 from __future__ import annotations
 
-from idt_desk.detection.monitor import (
-    IDT_METRICS,
-    Baseline,
-    Detection,
-    Monitor,
-    detect,
-    detection_latency,
-    first_post_onset_window,
-)
-from idt_desk.errors import InputError
-from idt_desk.live.recorder import Recorder
-from idt_desk.metrics.engine import (
-    WINDOW_KEYS,
-    MetricEngine,
-    sliding_metrics,
-    surrogate_null,
-    window_means,
-)
-from idt_desk.metrics.presets import PRESETS, Preset, get_preset
-from idt_desk.metrics.symbolize import SymbolizationError, Symbolizer, combine_digits
-from idt_desk.recordings import RecordingError, export_recording, load_recording
-from idt_desk.recordings.trajectory import Trajectory, load_trajectory
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: Where each public name lives: imported on first use, so that ``idt-desk --help`` and a
+#: listing start without numpy's, pandas' and numba's import time (``import idt_desk`` alone
+#: imports nothing heavy).
+_WHERE = {
+    "IDT_METRICS": "idt_desk.detection.monitor",
+    "Baseline": "idt_desk.detection.monitor",
+    "Detection": "idt_desk.detection.monitor",
+    "Monitor": "idt_desk.detection.monitor",
+    "detect": "idt_desk.detection.monitor",
+    "detection_latency": "idt_desk.detection.monitor",
+    "first_post_onset_window": "idt_desk.detection.monitor",
+    "InputError": "idt_desk.errors",
+    "Recorder": "idt_desk.live.recorder",
+    "WINDOW_KEYS": "idt_desk.metrics.engine",
+    "MetricEngine": "idt_desk.metrics.engine",
+    "sliding_metrics": "idt_desk.metrics.engine",
+    "surrogate_null": "idt_desk.metrics.engine",
+    "window_means": "idt_desk.metrics.engine",
+    "PRESETS": "idt_desk.metrics.presets",
+    "Preset": "idt_desk.metrics.presets",
+    "get_preset": "idt_desk.metrics.presets",
+    "SymbolizationError": "idt_desk.metrics.symbolize",
+    "Symbolizer": "idt_desk.metrics.symbolize",
+    "combine_digits": "idt_desk.metrics.symbolize",
+    "RecordingError": "idt_desk.recordings",
+    "export_recording": "idt_desk.recordings",
+    "load_recording": "idt_desk.recordings",
+    "Trajectory": "idt_desk.recordings.trajectory",
+    "load_trajectory": "idt_desk.recordings.trajectory",
+}
+
+if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr__
+    from idt_desk.detection.monitor import (
+        IDT_METRICS,
+        Baseline,
+        Detection,
+        Monitor,
+        detect,
+        detection_latency,
+        first_post_onset_window,
+    )
+    from idt_desk.errors import InputError
+    from idt_desk.live.recorder import Recorder
+    from idt_desk.metrics.engine import (
+        WINDOW_KEYS,
+        MetricEngine,
+        sliding_metrics,
+        surrogate_null,
+        window_means,
+    )
+    from idt_desk.metrics.presets import PRESETS, Preset, get_preset
+    from idt_desk.metrics.symbolize import SymbolizationError, Symbolizer, combine_digits
+    from idt_desk.recordings import RecordingError, export_recording, load_recording
+    from idt_desk.recordings.trajectory import Trajectory, load_trajectory
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use (PEP 562)."""
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'idt_desk' has no attribute {name!r}")
+    value = getattr(importlib.import_module(where), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])
+
 
 __version__ = "0.1.0"
 

@@ -21,17 +21,16 @@ from typing import Any
 import numpy as np
 
 from idt_desk.detection.auto import AutoController
-from idt_desk.detection.detectors import (
+from idt_desk.detection.registry import DETECTOR_KINDS, DETECTORS
+from idt_desk.detection.spec import (
     CONTROL_DETECTOR,
+    DEFAULT_BASELINE_WINDOWS,
     DEFAULT_BUDGET,
     DEFAULT_DETECTOR,
-    DETECTOR_KINDS,
-    DETECTORS,
     Budget,
     DetectorSpec,
     parse_budget,
 )
-from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS
 from idt_desk.metrics.presets import ANGLE_MODES, PRESETS
 from idt_desk.metrics.tokens import BASELINE_TURNS
 

@@ -228,3 +228,25 @@ def test_a_core_command_still_refuses_unknown_arguments():
     rc, _, err = _call(["sources", "--nope"])
     assert rc == 2 and err.strip().splitlines()[-1] == (
         "idt-desk: error: unrecognized arguments: --nope")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["runs", "{tmp}"], ["runs", "{tmp}", "--json"]])
+def test_help_and_a_listing_start_light(tmp_path, argv):
+    """``idt-desk --help`` and ``idt-desk runs`` import no numba, pandas or scipy (each cost
+    about 0.5 s of CPU at start; the command's own CPU time is in ``assets/docs/watch.md``),
+    and no plugin command they cannot reach."""
+    from tests.run_trees import alarmed_run
+
+    alarmed_run(tmp_path / "one")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    code = ("import sys, contextlib, io\nfrom idt_desk.cli.main import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try:\n        rc = main(sys.argv[1:])\n"
+            "    except SystemExit as e:\n        rc = e.code\n"
+            "heavy = ('numba', 'pandas', 'scipy', 'pyarrow', 'torch', 'gymnasium', 'PySide6',"
+            " 'idt_desk_sources.gym.reproduce', 'idt_desk_sources.pendulum.reproduce')\n"
+            "print(rc, sorted(m for m in heavy if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                       cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "0 []", r.stdout

@@ -16,7 +16,7 @@ from idt_desk.cli.validate import (
     check_out_dir,
     path_arg,
 )
-from idt_desk.detection.detectors import ANALYZE_BUDGET, DetectorSpec, parse_budget
+from idt_desk.detection.spec import ANALYZE_BUDGET, DetectorSpec, parse_budget
 from idt_desk.errors import InputError
 
 __all__ = ["add_analyze"]

@@ -122,7 +122,8 @@ def _add_reproduce(sub: argparse._SubParsersAction) -> argparse._SubParsersActio
 
 
 def _add_commands(
-    sub: argparse._SubParsersAction, parents: dict[str, argparse._SubParsersAction]
+    sub: argparse._SubParsersAction, parents: dict[str, argparse._SubParsersAction],
+    wanted: str | None = "*",
 ) -> dict[str, str]:
     """Add every command contributed through the ``idt_desk.commands`` entry points.
 
@@ -130,6 +131,11 @@ def _add_commands(
     ``NAME`` at top level. A command whose module fails to import (or whose
     ``add_arguments`` raises or sets no ``func``) is still added: its help says why, and
     running it, with any arguments, reports the reason and exits 2.
+
+    ``wanted``: the command the command line names (its first word; None for none, "*" for
+    every one). Only the commands it can reach are imported (``idt-desk runs`` imports no
+    reproduction); the others are added by name, so the parser still knows every choice.
+    With none named, the top-level commands are imported for their help lines.
 
     Returns
     -------
@@ -151,6 +157,11 @@ def _add_commands(
         if entry.leaf in target.choices:
             where = entry.leaf if entry.parent is None else f"{entry.parent} {entry.leaf}"
             skipped[name] = f"clashes with the command 'idt-desk {where}'"
+            continue
+        reached = wanted == "*" or (entry.parent or entry.leaf) == wanted or (
+            wanted is None and entry.parent is None)
+        if not reached:  # a name to parse against, its module left unimported
+            target.add_parser(entry.leaf)
             continue
         p = target.add_parser(entry.leaf, help=entry.help, description=entry.description)
         if entry.error is None:
@@ -258,8 +269,12 @@ def _run_sources(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand."""
+def build_parser(wanted: str | None = "*") -> argparse.ArgumentParser:
+    """The argument parser with every subcommand.
+
+    ``wanted``: the command to be run (see :func:`_add_commands`): the plugin commands it
+    cannot reach are named, not imported. The default imports every one.
+    """
     parser = argparse.ArgumentParser(
         prog="idt-desk",
         description="IDT Desk: live bi-predictability (P, H_f, H_b, dH) of closed loops.",
@@ -272,7 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     parents = {"reproduce": _add_reproduce(sub)}
     sources = _add_sources(sub)
     parents["bench"] = _add_bench(sub)
-    sources.set_defaults(skipped_commands=_add_commands(sub, parents))
+    sources.set_defaults(skipped_commands=_add_commands(
+        sub, parents, "*" if wanted == "sources" else wanted))
     return parser
 
 
@@ -281,10 +297,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # a terminal that cannot show a character: \u03c3
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("--") and argv[0] not in ("--help", "-h")):
         argv = ["gui", "--start", *argv]  # plain `idt-desk` starts the pendulum at once
+    parser = build_parser(None if argv[0].startswith("-") else argv[0])
     args, extra = parser.parse_known_args(argv)
     if extra and getattr(args, "failed_command", None) is None:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")  # as parse_args does

@@ -11,10 +11,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["ABS", "CUSUM", "EWMA", "MIN_OF_LAST", "episodes", "mewma", "statistic"]
+from idt_desk.detection.kernel_numbers import ABS, CUSUM, EWMA, MIN_OF_LAST
 
-#: Kernel numbers of :func:`statistic`.
-ABS, MIN_OF_LAST, CUSUM, EWMA = 0, 1, 2, 3
+__all__ = ["ABS", "CUSUM", "EWMA", "MIN_OF_LAST", "episodes", "mewma", "statistic"]
 
 
 @njit(cache=True, nogil=True)

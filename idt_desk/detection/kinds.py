@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from idt_desk.detection import kernels, nulls
+from idt_desk.detection.kernel_numbers import ABS, CUSUM, EWMA, MIN_OF_LAST
 from idt_desk.detection.registry import Detector, NullFit, register_detector
 
 __all__ = ["CUSUM", "EWMA", "MEWMA", "PaperRule", "Persistence"]
@@ -25,7 +25,7 @@ class PaperRule(Detector):
     name = "paper"
     label = "paper rule (3σ, uncalibrated)"
     help = "paper (the first window beyond k σ: the paper's rule, not calibrated)"
-    kernel = kernels.ABS
+    kernel = ABS
     calibrated = False
 
     def describe(self) -> str:
@@ -40,7 +40,7 @@ class Persistence(Detector):
     name = "persistence"
     label = "persistence (m in a row)"
     help = "persistence (m windows in a row beyond a calibrated kσ)"
-    kernel = kernels.MIN_OF_LAST
+    kernel = MIN_OF_LAST
     band = True
 
     def initial_state(self) -> np.ndarray:
@@ -49,6 +49,8 @@ class Persistence(Detector):
 
     def fit(self, rho: np.ndarray, arl: float, seed: int, max_samples: int) -> NullFit:
         """Its thresholds against the null (the module doc of ``nulls`` says how)."""
+        from idt_desk.detection import nulls  # compiled: imported when first fitted
+
         m = int(self.spec.m)
         return lambda targets: nulls.persistence_thresholds(rho, m, arl, targets, seed)
 
@@ -66,10 +68,12 @@ class CUSUM(Detector):
     name = "cusum"
     label = "CUSUM"
     help = "cusum (two-sided CUSUM, calibrated)"
-    kernel = kernels.CUSUM
+    kernel = CUSUM
 
     def fit(self, rho: np.ndarray, arl: float, seed: int, max_samples: int) -> NullFit:
         """Its thresholds against the null (the module doc of ``nulls`` says how)."""
+        from idt_desk.detection import nulls  # compiled: imported when first fitted
+
         path = nulls.simulate(rho, nulls.CUSUM_PATH, seed)  # one short path for every target
         drift = float(self.spec.drift)
         return lambda targets: nulls.cusum_thresholds(rho, drift, arl, targets, seed,
@@ -87,10 +91,12 @@ class EWMA(Detector):
     name = "ewma"
     label = "EWMA of z (λ)"
     help = "ewma (EWMA of each component's z, calibrated)"
-    kernel = kernels.EWMA
+    kernel = EWMA
 
     def fit(self, rho: np.ndarray, arl: float, seed: int, max_samples: int) -> NullFit:
         """Its thresholds against the null (the module doc of ``nulls`` says how)."""
+        from idt_desk.detection import nulls  # compiled: imported when first fitted
+
         var, corr = nulls.ewma_moments(rho, self.spec.lam)  # in closed form
         return lambda targets: [nulls.ewma_threshold(var, corr, arl, d, g) for d, g in targets]
 

@@ -23,6 +23,7 @@ from idt_desk.detection.detectors import (
     standardise,
 )
 from idt_desk.detection.phase import PhaseBaseline
+from idt_desk.detection.spec import DEFAULT_BASELINE_WINDOWS
 from idt_desk.metrics.tokens import ADJUSTED
 from idt_desk.metrics.twin import RESOLUTION, TWIN_METRICS
 
@@ -44,13 +45,6 @@ __all__ = [
 #: The IDT alarm is the union of excursions of these four.
 IDT_METRICS = ("P", "H_f", "H_b", "dH")
 
-#: Baseline windows by default (a windows path: W 300, stride 50-75). A calibrated detector
-#: needs its baseline long enough that the baseline's finite size raises its thresholds by
-#: at most 25 % (``detectors.TOO_SHORT_INFLATION``): with windows overlapping 4-6 times that
-#: is 600 windows at the limit and 800 with a margin, whatever the budget (measured on three
-#: pendulum and two HalfCheetah runs, 1/h: inflation 1.20-1.25 at 600, 1.17-1.19 at 800;
-#: at the former default of 200, 1.48-1.59: every default run was "too short").
-DEFAULT_BASELINE_WINDOWS = 800
 
 #: A dialogue's length-adjusted metrics (``idt_desk.metrics.tokens``): a detector group of
 #: their own, with its own false-alarm budget and its union alarm ``IDT_adj``.

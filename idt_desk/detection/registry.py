@@ -37,7 +37,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from idt_desk.detection import kernels
+from idt_desk.detection.kernel_numbers import ABS
+
 
 __all__ = ["DETECTORS", "DETECTOR_KINDS", "Detector", "NullFit", "register_detector"]
 
@@ -74,7 +75,7 @@ class Detector:
     name: ClassVar[str]
     label: ClassVar[str]
     help: ClassVar[str]
-    kernel: ClassVar[int] = kernels.ABS
+    kernel: ClassVar[int] = ABS
     calibrated: ClassVar[bool] = True
     joint: ClassVar[bool] = False
     band: ClassVar[bool] = False
@@ -89,6 +90,8 @@ class Detector:
     def statistic(self, z: np.ndarray, state: np.ndarray) -> np.ndarray:
         """Each window's statistic of a standardised series; ``state`` carries on."""
         s = self.spec
+        from idt_desk.detection import kernels  # compiled: imported when first run
+
         return kernels.statistic(z, np.int64(self.kernel), np.int64(s.m), float(s.drift),
                                  float(s.lam), state)
 

@@ -33,8 +33,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from idt_desk.detection.detectors import DEFAULT_BUDGET, DEFAULT_DETECTOR
-from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS
+from idt_desk.detection.spec import DEFAULT_BASELINE_WINDOWS, DEFAULT_BUDGET, DEFAULT_DETECTOR
 from idt_desk.metrics.twin import Twin
 
 __all__ = [

@@ -13,17 +13,48 @@ files for ``idt-desk analyze``. The modules: :mod:`~idt_desk.recordings.writer`,
 
 from __future__ import annotations
 
-from idt_desk.recordings.export import export_recording
-from idt_desk.recordings.files import FORMAT_VERSION, WINDOW_EVENTS, RecordingError
-from idt_desk.recordings.reader import (
-    Recording,
-    load_recording,
-    newest_recording,
-    recording_size,
-    runs_by_start,
-)
-from idt_desk.recordings.tail import RecordingTail
-from idt_desk.recordings.writer import Recorder
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: Where each name lives, imported on first use: a listing of runs (``idt_desk.recordings.runs``)
+#: reads statuses and events without pandas, which the reader and the export need.
+_WHERE = {
+    "export_recording": "idt_desk.recordings.export",
+    **dict.fromkeys(("FORMAT_VERSION", "WINDOW_EVENTS", "RecordingError"),
+                    "idt_desk.recordings.files"),
+    **dict.fromkeys(("Recording", "load_recording", "newest_recording", "recording_size",
+                     "runs_by_start"), "idt_desk.recordings.reader"),
+    "RecordingTail": "idt_desk.recordings.tail",
+    "Recorder": "idt_desk.recordings.writer",
+}
+
+if TYPE_CHECKING:
+    from idt_desk.recordings.export import export_recording
+    from idt_desk.recordings.files import FORMAT_VERSION, WINDOW_EVENTS, RecordingError
+    from idt_desk.recordings.reader import (
+        Recording,
+        load_recording,
+        newest_recording,
+        recording_size,
+        runs_by_start,
+    )
+    from idt_desk.recordings.tail import RecordingTail
+    from idt_desk.recordings.writer import Recorder
+
+
+def __getattr__(name: str) -> Any:
+    """A name, imported from its module on first use (PEP 562)."""
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'idt_desk.recordings' has no attribute {name!r}")
+    value = getattr(importlib.import_module(where), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])
+
 
 __all__ = ["FORMAT_VERSION", "WINDOW_EVENTS", "Recorder", "Recording", "RecordingError",
            "RecordingTail", "export_recording", "load_recording", "newest_recording",

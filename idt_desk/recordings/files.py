@@ -51,10 +51,12 @@ import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # imported where a table is read: a listing of runs reads none
+    import pandas as pd
 
 __all__ = ["CLOSING_EVENTS", "FILES", "FORMAT_VERSION", "HEAD_BYTES", "WINDOW_EVENTS", "AppendFile",
            "JsonLines", "RecordingError", "Table", "first_line", "in_transition_order",
@@ -310,6 +312,8 @@ def read_lines(path: Path, issues: list[str] | None = None) -> bytes:
 
 def read_csv(path: Path, issues: list[str]) -> pd.DataFrame:
     """A recording's table, every field of every line checked; one line naming a bad one."""
+    import pandas as pd
+
     raw = read_lines(path, issues)
     if not raw or raw.isspace():
         raise RecordingError(f"{path}: empty (not even a header)")
