@@ -9,9 +9,9 @@ import pytest
 
 #: Modules whose examples a user is meant to copy: each must have at least one, and pass.
 MODULES = ("idt_desk.metrics.engine", "idt_desk.pipeline", "idt_desk.detection.monitor",
-           "idt_desk.plugin",
-           "idt_desk.detection.detectors", "idt_desk.detection.spec", "idt_desk.live.recorder", "idt_desk.gym.monitor",
-           "idt_desk.words", "idt_desk.recordings.runs")
+           "idt_desk.plugin", "idt_desk.detection.detectors", "idt_desk.detection.spec",
+           "idt_desk.live.recorder", "idt_desk.gym.monitor", "idt_desk.words",
+           "idt_desk.recordings.runs")
 
 
 @pytest.mark.parametrize("name", MODULES)

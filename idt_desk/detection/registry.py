@@ -39,7 +39,6 @@ import numpy as np
 
 from idt_desk.detection.kernel_numbers import ABS
 
-
 __all__ = ["DETECTORS", "DETECTOR_KINDS", "Detector", "NullFit", "register_detector"]
 
 #: A fitted component's thresholds: one per null (δ, γ) asked for — the null path shifted by
