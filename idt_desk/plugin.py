@@ -30,7 +30,9 @@ The names, by what a plugin does with them:
   DETECTORS;
 - **judge windows** (the detection layer, its defaults): Pipeline, build_monitor, judge,
   part_metrics, detect, first_post_onset_window, IDT_METRICS, DetectorSpec, DETECTOR_KINDS,
-  DEFAULT_BUDGET, CONTROL_BUDGET, CONTROL_DETECTOR, parse_budget, calibrate, standardise,
+  DEFAULT_BUDGET, CONTROL_BUDGET, CONTROL_DETECTOR, DEFAULT_BASELINE_WINDOWS,
+  CONTROL_BASELINE_WINDOWS, parse_budget,
+  calibrate, standardise,
   whitening, detector_statistic, joint_statistic, attribute and CLASSES (an alarm's class
   of change, from the twin), first_above, matched_threshold, records, matched_comparison
   and MATCHED_RATE (detectors compared at a matched false-alarm rate), episode_steps,
@@ -74,7 +76,8 @@ _WHERE: dict[str, str] = {
                     "idt_desk.detection.monitor"),
     **dict.fromkeys(("DETECTORS", "DETECTOR_KINDS", "Detector", "register_detector"),
                     "idt_desk.detection.registry"),
-    **dict.fromkeys(("CONTROL_BUDGET", "CONTROL_DETECTOR", "DEFAULT_BUDGET", "DetectorSpec",
+    **dict.fromkeys(("CONTROL_BASELINE_WINDOWS", "CONTROL_BUDGET", "CONTROL_DETECTOR",
+                     "DEFAULT_BASELINE_WINDOWS", "DEFAULT_BUDGET", "DetectorSpec",
                      "parse_budget"), "idt_desk.detection.spec"),
     **dict.fromkeys(("calibrate", "detector_statistic", "joint_statistic", "standardise",
                      "whitening"), "idt_desk.detection.detectors"),

@@ -23,6 +23,7 @@ import numpy as np
 from idt_desk.detection.auto import AutoController
 from idt_desk.detection.registry import DETECTOR_KINDS, DETECTORS
 from idt_desk.detection.spec import (
+    CONTROL_BASELINE_WINDOWS,
     CONTROL_DETECTOR,
     DEFAULT_BASELINE_WINDOWS,
     DEFAULT_BUDGET,
@@ -172,8 +173,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("baseline_windows", int, None, "Baseline windows",
             "the N windows after the calibration windows that set the baseline and calibrate "
             "the detector", 2, 10_000,
-            unset=f"the source's: {DEFAULT_BASELINE_WINDOWS}, long enough for the default "
-                  f"budget; a dialogue's {BASELINE_TURNS} turns"),
+            unset=f"the source's: {DEFAULT_BASELINE_WINDOWS}; {CONTROL_BASELINE_WINDOWS:,} for "
+                  f"a policy in an environment; a dialogue's {BASELINE_TURNS} turns: each long "
+                  "enough for its default alarm"),
     Setting("correction", str, None, "Entropy correction", "entropy bias correction",
             choices=("miller-madow",), unset="none"),
     Setting("k", float, DetectorSpec.k, "Paper rule k",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from idt_desk_sources.pendulum import PendulumSource
 
-from idt_desk.detection.detectors import DETECTOR_KINDS
+from idt_desk.detection.detectors import CONTROL_BASELINE_WINDOWS, DETECTOR_KINDS
 from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS
 from idt_desk.live.alarms import baseline_span
 from idt_desk.live.plugins import discover
@@ -27,11 +27,42 @@ def _end(baseline: int) -> int:
 def test_every_source_defaults_to_its_own_baseline():
     for name, entry in discover().items():
         cls = entry.load()
-        if cls.metric_path == "windows":
-            assert cls.default_baseline == DEFAULT_BASELINE_WINDOWS, name
+        if cls.metric_path == "windows":  # a policy's MEWMA needs a longer one (below)
+            want = CONTROL_BASELINE_WINDOWS if cls.default_detector == "mewma" \
+                else DEFAULT_BASELINE_WINDOWS
+            assert cls.default_baseline == want, name
     session = Session(SessionConfig(speed=None))
     assert session.config.baseline_windows == DEFAULT_BASELINE_WINDOWS
     assert baseline_span(session) == (0, _end(DEFAULT_BASELINE_WINDOWS))
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_a_policys_default_baseline_is_long_enough_for_its_default_alarm(seed):
+    """The gym source's default (MEWMA, 1/10h, W 300, stride 50 at 20 Hz) on components whose
+    windows are as correlated as their overlap makes them (a settled agent's are: their
+    correlation time is the overlap's 6 windows): not too short at the default length, and
+    the former 800 windows are."""
+    import numpy as np
+    from idt_desk_sources.gym import GymSource
+
+    from idt_desk.detection.monitor import IDT_METRICS
+    from idt_desk.metrics.twin import TWIN_METRICS
+    from idt_desk.pipeline import build_monitor
+
+    metrics = [*IDT_METRICS, *TWIN_METRICS]  # the two groups that share the alarm
+
+    def calibrations(n):
+        rng = np.random.default_rng(seed)
+        e = rng.normal(size=(n + 5, len(metrics)))
+        x = np.lib.stride_tricks.sliding_window_view(e, 6, axis=0).mean(-1)  # 6 overlapping
+        mon = build_monitor(metrics, baseline_windows=n, detector=GymSource.default_detector,
+                            false_alarms=GymSource.default_budget, rate=20.0, stride=50,
+                            window=300)
+        mon.update({m: x[:, j] for j, m in enumerate(metrics)})
+        return mon.calibrations.values()
+
+    assert not any(c.too_short for c in calibrations(GymSource.default_baseline))
+    assert all(c.too_short for c in calibrations(DEFAULT_BASELINE_WINDOWS))
 
 
 def test_every_source_defaults_to_a_known_detector_and_the_window_shows_it(qtbot, tmp_path):

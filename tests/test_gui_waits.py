@@ -65,6 +65,13 @@ def test_a_baseline_too_short_says_how_long_a_long_enough_one_takes(qtbot, windo
     qtbot.waitUntil(lambda: "too short" in text.text() and "A baseline long enough takes"
                     in text.text(), timeout=WAIT)
     assert re.search(r"takes about \d+ (s|min)", text.text())
+    # The button it points to gathers the length the calibration asked for, not the 30 the
+    # box held: a baseline called too short is not followed by another as short.
+    need = window.session.snapshot(1).detector["needed_windows"]
+    assert need > 30 and f"gathers the {need:,} windows it needs" in text.text()
+    window.pipeline_panel.baseline_button.click()
+    assert window.pipeline_panel.baseline_spin.value() == need
+    qtbot.waitUntil(lambda: window.session.monitor.n_baseline == need, timeout=WAIT)
 
 
 def test_record_mid_session_says_at_the_click_that_the_alarm_waits(qtbot, window):

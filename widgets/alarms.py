@@ -388,7 +388,8 @@ class AlarmPanel(QGroupBox):
             later = eta_text(more * per_window_s, 1.0) if per_window_s else ""
             if more > 0 and later:
                 text += (f". A baseline long enough takes {later} more of the loop at its "
-                         "current rate: press <i>Calibrate baseline now</i> then")
+                         f"current rate: <i>Calibrate baseline now</i> gathers the "
+                         f"{det['needed_windows']:,} {unit} it needs")
         else:
             text += f"<br>Baseline: {b.n_windows} {unit}, long enough for the budget"
         if text != self.calibration.text():

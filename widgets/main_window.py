@@ -587,7 +587,17 @@ class MainWindow(WindowFrame):
             self.show_error(str(exc))
 
     def _calibrate_baseline(self, windows: int) -> None:
+        """A new baseline of ``windows``, or of the length the calibration asked for if longer.
+
+        A baseline called too short must not be followed by another as short.
+        """
         if self._running():
+            det = self.session.snapshot(limit=1).detector or {}
+            spin = self.pipeline_panel.baseline_spin
+            need = min(int(det.get("needed_windows") or 0), spin.maximum())
+            if det.get("too_short") and need > windows:
+                windows = need
+                spin.setValue(windows)
             self.session.calibrate_baseline(windows)
 
     def _add_note(self, text: str) -> None:

@@ -82,6 +82,7 @@ from idt_desk.detection import kernels, nulls
 from idt_desk.detection.registry import DETECTOR_KINDS, DETECTORS
 from idt_desk.detection.spec import (
     ANALYZE_BUDGET,
+    CONTROL_BASELINE_WINDOWS,
     CONTROL_BUDGET,
     CONTROL_DETECTOR,
     DEFAULT_BUDGET,
@@ -94,6 +95,7 @@ from idt_desk.detection.spec import (
 
 __all__ = [
     "ANALYZE_BUDGET",
+    "CONTROL_BASELINE_WINDOWS",
     "CONTROL_BUDGET",
     "CONTROL_DETECTOR",
     "DEFAULT_BUDGET",
@@ -112,6 +114,12 @@ __all__ = [
     "standardise",
     "whitening",
 ]
+
+#: The inflation the length a too-short baseline is told it needs is computed for: under the
+#: limit by the threshold's own uncertainty (T²'s by importance sampling, ±0.02), so that a
+#: baseline of the length said is not too short when its own correlation is measured again.
+NEEDED_INFLATION = TOO_SHORT_INFLATION - 0.03
+
 
 def detector_statistic(spec: DetectorSpec, z: np.ndarray,
                        state: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -362,7 +370,7 @@ def _fit_component(spec: DetectorSpec, rho: np.ndarray, arl: float, seed: int,
     known, threshold = fit([(0.0, 1.0), nulls.pessimism(n_eff)])
     if known > 0 and threshold / known > TOO_SHORT_INFLATION:
         return known, threshold, nulls.first_n_eff(
-            lambda n: fit([nulls.pessimism(n)])[0] <= TOO_SHORT_INFLATION * known,
+            lambda n: fit([nulls.pessimism(n)])[0] <= NEEDED_INFLATION * known,
             windows_per_eff)
     return known, threshold, 0
 
@@ -408,6 +416,6 @@ def _calibrate_joint(spec: DetectorSpec, baseline: dict[str, np.ndarray],
     if inflation > TOO_SHORT_INFLATION:
         # The length at which the pessimism's inflation of T²'s threshold falls to the limit.
         out["needed_windows"] = nulls.first_n_eff(
-            lambda n: fit([nulls.pessimism(n)], known)[0] <= TOO_SHORT_INFLATION * known,
+            lambda n: fit([nulls.pessimism(n)], known)[0] <= NEEDED_INFLATION * known,
             u.shape[0] / n_eff)
     return out

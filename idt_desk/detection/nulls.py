@@ -74,7 +74,9 @@ def first_n_eff(good_enough: Callable[[float], bool], windows_per_eff: float) ->
     ``good_enough`` is taken as monotone (a longer baseline inflates less): a bisection of
     the grid finds its first good point.
     """
-    grid = (10, 15, 20, 30, 45, 70, 100, 150, 220, 330, 500, 750, 1000, 2000, 5000)
+    # Steps of 5 %: the length said is at most 5 % more than the length that would do (on
+    # the former grid's steps of up to 50 %, an RL baseline's 1,650 windows read 1,980).
+    grid = tuple(sorted({round(10 * 1.05 ** k) for k in range(128)}))
     lo, hi = 0, len(grid)  # grid[hi] is good (hi = len: none known yet)
     while lo < hi:
         mid = (lo + hi) // 2

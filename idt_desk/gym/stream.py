@@ -20,12 +20,13 @@ from gymnasium import spaces
 
 from idt_desk.detection.attribution import attribute
 from idt_desk.detection.detectors import (
+    CONTROL_BASELINE_WINDOWS,
     CONTROL_BUDGET,
     CONTROL_DETECTOR,
     DetectorSpec,
     parse_budget,
 )
-from idt_desk.detection.monitor import DEFAULT_BASELINE_WINDOWS, IDT_METRICS, Monitor
+from idt_desk.detection.monitor import IDT_METRICS, Monitor
 from idt_desk.metrics.engine import WINDOW_KEYS
 from idt_desk.metrics.presets import PRESETS, Preset
 from idt_desk.metrics.twin import TWIN_COLUMNS, TWIN_METRICS, Twin
@@ -372,7 +373,7 @@ class Stream:
 
 #: The alarm's options of the wrapper and the callback, with the gym source's defaults.
 ALARM_DEFAULTS: dict[str, Any] = {"detector": CONTROL_DETECTOR, "false_alarms": None,
-                                  "baseline_windows": DEFAULT_BASELINE_WINDOWS,
+                                  "baseline_windows": CONTROL_BASELINE_WINDOWS,
                                   "persist": DetectorSpec.m, "k": SETTINGS["k"].default,
                                   "phase_baseline": False}
 

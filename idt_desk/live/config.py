@@ -78,8 +78,9 @@ class SessionConfig:
     baseline_windows
         The monitor's baseline is the this-many windows that follow the calibration windows
         (windows the symbols were fitted on cannot show data leaving the calibrated range);
-        None: the source's ``default_baseline`` (800 windows, long enough for the default
-        budget; a dialogue's 30 turns, the paper's dialogue baseline).
+        None: the source's ``default_baseline`` (800 windows; 2,200 for a policy in an
+        environment; a dialogue's 30 turns, the paper's dialogue baseline: each long enough
+        for its default alarm).
     detector
         ``persistence`` (``persist`` windows in a row beyond a calibrated kσ), ``cusum``
         (two-sided, reference ``drift`` σ), ``ewma`` (of each component's z, weight

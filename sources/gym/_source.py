@@ -34,6 +34,7 @@ from idt_desk_sources.gym._policy import FrozenPolicy, PolicyError
 
 from idt_desk.plugin import (
     ACTION_SMOOTHING,
+    CONTROL_BASELINE_WINDOWS,
     CONTROL_BUDGET,
     CONTROL_DETECTOR,
     DIM_REDUCTION,
@@ -274,6 +275,8 @@ class GymSource(Source):
     default_detector = CONTROL_DETECTOR
     #: 1/10h of loop time: at most 1 of 20 half-hour unperturbed runs alarmed by chance.
     default_budget = CONTROL_BUDGET
+    #: 2,200 windows: long enough for the MEWMA's calibration at that budget.
+    default_baseline = CONTROL_BASELINE_WINDOWS
     settings = (
         Param("env_id", "HalfCheetah-v5", "Environment",
               help="a Gymnasium id (HalfCheetah-v5, HalfCheetah-v4, ...)"),

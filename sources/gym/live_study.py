@@ -403,11 +403,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the symbols and windows judged (default: cheetah-live)")
     from idt_desk_sources.gym import GymSource
 
-    from idt_desk.plugin import add_settings, source_defaults
+    from idt_desk.plugin import DEFAULT_BASELINE_WINDOWS, add_settings, source_defaults
 
     unset = source_defaults(GymSource)
+    # The study's protocol: 800 baseline windows before the onset at 50,000 steps (the gym
+    # source's own default, 2,000 windows for the MEWMA, would not fit before it).
     add_settings(parser, ("calibration_windows", "baseline_windows", "false_alarms"),
-                 baseline_windows=unset["baseline_windows"],
+                 baseline_windows=DEFAULT_BASELINE_WINDOWS,
                  false_alarms=unset["false_alarms"])
     parser.set_defaults(func=run)
 
