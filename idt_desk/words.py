@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import unicodedata
 
-__all__ = ["ago_text", "duration_text", "eta_text", "shown"]
+__all__ = ["ago_text", "change_text", "duration_text", "eta_text", "shown"]
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -74,3 +74,19 @@ def eta_text(transitions: float, per_s: float) -> str:
     if not per_s or not math.isfinite(per_s) or per_s <= 0 or not math.isfinite(transitions):
         return ""
     return f"about {duration_text(max(0.0, transitions) / per_s)}"
+
+
+def change_text(change: float, line: float) -> str:
+    """A relative change in percent, signed, to one decimal; to two near a rule's ``line``.
+
+    Where one decimal would put it on the line (−0.97 % is not "−1.0 %" against a line at
+    1 %), two are shown.
+
+    >>> change_text(-0.0097, 0.01), change_text(-0.0231, 0.01), change_text(0.138, 0.01)
+    ('-0.97 %', '-2.3 %', '+13.8 %')
+    """
+    x = 100.0 * change
+    one = f"{x:+.1f}"
+    if abs(float(one)) == round(100.0 * line, 1) and abs(x) != 100.0 * line:
+        return f"{x:+.2f} %"
+    return f"{one} %"

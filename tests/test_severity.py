@@ -71,12 +71,21 @@ def test_the_return_change_is_costly_or_cheap_against_the_episodes_before():
     assert fields["sigma"] == pytest.approx((985.0 - before.mean()) / before.std(ddof=1))
     assert fields["costly"] is (fields["change"] <= -COSTLY_RETURN)
     assert fields["costly"]  # −1.3 %
-    # The panel follows the mean of every whole episode after the onset; one event only.
+    # The panel follows the mean of every whole episode after the onset, and so does the
+    # log: an event at each one, the latest the run's cost (its status, its listing).
     alarms.episode_end(8000, 1002.0, 1000)
     impact = alarms.onset["impact"]
     assert impact["episodes_after"] == 2 and impact["return"] == pytest.approx(993.5)
     assert not impact["costly"]
-    assert len([e for e in log.events if e[0] == "impact"]) == 1
+    events = [f for e, _at, f in log.events if e == "impact"]
+    assert [f["episodes_after"] for f in events] == [1, 2]
+    assert {k: events[-1][k] for k in impact} == impact
+    from idt_desk.recordings.status import RunStatus
+
+    status = RunStatus()
+    for f in events:
+        status.fold({"kind": "impact", **f})
+    assert status.cost == "-0.5 %, cheap"  # the latest, not the first's "−1.3 %, costly"
     assert impact_text(impact).startswith("return −0.5 % (−0.4σ)")
     assert impact_text(impact).endswith("over 2 whole episodes after the onset, against 5 "
                                         "before it: cheap")
@@ -86,6 +95,8 @@ def test_a_return_gain_is_not_called_a_cost():
     gain = {"change": 0.003, "sigma": 0.4, "costly": False, "episodes": 5}
     assert impact_text(gain).endswith("before it: no cost, a gain")
     assert impact_text({**gain, "change": -0.003}).endswith("before it: cheap")
+    # Just short of the 1 % line: not rounded onto it.
+    assert impact_text({**gain, "change": -0.0097}).startswith("return −0.97 % ")
 
 
 def test_no_cost_is_claimed_without_episodes_before_or_once_the_perturbation_is_off():
@@ -177,7 +188,8 @@ def test_a_replay_says_what_a_change_cost_from_the_recorded_returns(tmp_path):
         rec.add(x[3950:n], u[3950:], x[3951:], reward=reward[3950:], episode=ep[3950:])
     replay = Session(SessionConfig(speed=None), source=ReplaySource(path=str(path)))
     run_headless(replay)
-    (impact,) = [e for e in replay.events_since(0) if e["kind"] == "impact"]
+    impact, *later = [e for e in replay.events_since(0) if e["kind"] == "impact"]
+    assert [e["episodes_after"] for e in later] == list(range(2, len(later) + 2))
     # The first whole episode after the onset at 3,950 is episode 40 (steps 4,000-4,099).
     assert impact["i"] == 4100 and impact["episodes"] == 20
     assert impact["change"] == pytest.approx(-0.1, abs=0.002) and impact["costly"]
@@ -201,3 +213,30 @@ def test_the_reward_alarm_is_logged_where_its_marks_are():
                     ("alarm_on", int(t["end"][12]), "reward"),
                     ("alarm_off", int(t["end"][13]), "reward")]
     assert alarms.n_alarms == 0 and not alarms.alarm["reward"]
+
+
+def test_every_alarm_of_a_loop_without_a_scheduled_perturbation_says_how_far_it_moved(tmp_path):
+    """A training run's alarm (no perturbation marked: the usual case of a sweep) carries
+    its components' mean z up to it, like a detection; the listing shows the latest."""
+    import json
+
+    import idt_desk
+
+    from .cli_call import call
+    from .loop_writer import PIPE, stream
+
+    s, a, s2, r = stream(6000)  # its noise twentyfold from 3,000 on, unmarked
+    path = tmp_path / "sweep" / "run-1"
+    with idt_desk.Recorder(path, ["x", "v"], ["u"], rate=100.0, reward=True, detector="ewma",
+                           **PIPE) as rec:
+        rec.add(s, a, s2, reward=r)
+    events = [json.loads(line) for line in (path / "events.jsonl").read_text().splitlines()]
+    alarms = [e for e in events if e["kind"] == "alarm_on" and e["metric"] == "IDT"]
+    assert alarms and all(set(e["severity"]) >= {"P", "H_f", "H_b", "dH"} for e in alarms)
+    moved = {m: v for m, v in alarms[-1]["severity"].items() if m != "reward"}
+    top = max(moved.items(), key=lambda kv: abs(kv[1]))
+    assert abs(top[1]) > 1.0  # a twentyfold noise moves some component by more than 1σ
+    rc, out, err = call(["runs", str(tmp_path / "sweep"), "--json"])
+    assert rc == 0, err
+    (run,) = json.loads(out)
+    assert run["alarms"] == len(alarms) and run["severity"].endswith(f"{top[1]:+.1f}σ")

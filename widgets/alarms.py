@@ -317,7 +317,10 @@ class AlarmPanel(QGroupBox):
             "turn" if getattr(snap, "tokenizer", None) is not None else "window")
         latest = attribution_text(getattr(snap, "attribution", None))
         if onset is None:
+            moved = severity_text(getattr(snap, "severity", None), top=2,
+                                  beyond=None if b is None else b.k_of)
             text = "No perturbation yet" + (
+                f"<br>The latest alarm moved {html.escape(moved)}" if moved else "") + (
                 f"<br>The latest alarm — what changed: {html.escape(latest)}" if latest else "")
         else:
             # A recording's names are data: shown as text, never read as markup.

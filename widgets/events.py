@@ -367,8 +367,9 @@ class EventLog(QFrame):
     def _shows(self, ev: dict[str, Any]) -> bool:
         """Whether the filter chosen lists this event."""
         choice = self.filter.currentText()
-        if choice == "all but episode ends":
-            return ev.get("kind") not in _ROUTINE
+        if choice == "all but episode ends":  # and the cost's update at each episode's end
+            return ev.get("kind") not in _ROUTINE and not (
+                ev.get("kind") == "impact" and ev.get("episodes_after", 1) != 1)
         kinds = FILTERS.get(choice)
         return kinds is None or ev.get("kind") in kinds
 

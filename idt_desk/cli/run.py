@@ -312,6 +312,8 @@ def _verdict_lines(events: list[dict]) -> list[str]:
     for ev in events:
         if ev.get("replayed") or ev.get("kind") not in ("detected", "not_detected", "impact"):
             continue
+        if ev["kind"] == "impact" and ev.get("episodes_after", 1) != 1:
+            continue  # the first episode's cost here; the latest is the run's last line
         i = ev.get("onset_i")
         at = "?" if not isinstance(i, int) else (
             f"turn {i + 1}" if ev.get("unit") == "turn" else f"on at transition {i:,}")

@@ -314,7 +314,7 @@ def calibrate(
     (0.75, False)
     >>> short = calibrate(DetectorSpec("ewma", lam=0.1), {"P": p[:60]}, arl_windows=1000)
     >>> short.too_short, short.needed_windows
-    (True, 372)
+    (True, 399)
 
     """
     comps = tuple(baseline)

@@ -47,6 +47,10 @@ class Persistence(Detector):
         """The last m windows' |z| (none beyond yet: zeros)."""
         return np.zeros(int(self.spec.m))
 
+    def memory(self) -> int:
+        """The m windows that must all be beyond."""
+        return int(self.spec.m)
+
     def fit(self, rho: np.ndarray, arl: float, seed: int, max_samples: int) -> NullFit:
         """Its thresholds against the null (the module doc of ``nulls`` says how)."""
         from idt_desk.detection import nulls  # compiled: imported when first fitted
@@ -92,6 +96,10 @@ class EWMA(Detector):
     label = "EWMA of z (λ)"
     help = "ewma (EWMA of each component's z, calibrated)"
     kernel = EWMA
+
+    def memory(self) -> int:
+        """1/λ windows: the newest ones, which carry 1 − 1/e of its weight."""
+        return max(1, round(1.0 / float(self.spec.lam)))
 
     def fit(self, rho: np.ndarray, arl: float, seed: int, max_samples: int) -> NullFit:
         """Its thresholds against the null (the module doc of ``nulls`` says how)."""

@@ -94,6 +94,13 @@ class Detector:
         return kernels.statistic(z, np.int64(self.kernel), np.int64(s.m), float(s.drift),
                                  float(s.lam), state)
 
+    def memory(self) -> int:
+        """Windows its statistic mostly weighs (1: the alarm's own window).
+
+        An alarm's severity is each component's mean z over that many windows up to it.
+        """
+        return 1
+
     def fit(self, rho: np.ndarray, arl: float, seed: int, max_samples: int) -> NullFit:
         """The thresholds whose up-crossings come once per ``arl`` windows on the null.
 

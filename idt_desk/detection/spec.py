@@ -19,6 +19,7 @@ __all__ = [
     "CONTROL_BASELINE_WINDOWS",
     "CONTROL_BUDGET",
     "CONTROL_DETECTOR",
+    "COSTLY_RETURN",
     "DEFAULT_BASELINE_WINDOWS",
     "DEFAULT_BUDGET",
     "DEFAULT_DETECTOR",
@@ -69,6 +70,9 @@ DEFAULT_BASELINE_WINDOWS = 800
 #: baseline was too short; 2,200 is 5,560 s of loop time with the symbols' calibration, 111 s
 #: on screen at the dashboard's 50×.
 CONTROL_BASELINE_WINDOWS = 2200
+#: A perturbation whose fully perturbed episodes return this fraction less than the
+#: baseline's episodes (or more) is *costly*; less is *cheap* (the cost said of a change).
+COSTLY_RETURN = 0.01
 #: Threshold inflation beyond which a baseline is reported as too short for its budget.
 TOO_SHORT_INFLATION = 1.25
 

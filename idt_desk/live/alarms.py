@@ -17,7 +17,9 @@ import numpy as np
 
 from idt_desk.detection.auto import AutoController
 from idt_desk.detection.monitor import IDT_METRICS, base_metric
+from idt_desk.detection.spec import COSTLY_RETURN
 from idt_desk.metrics.twin import TWIN_METRICS
+from idt_desk.words import change_text
 
 if TYPE_CHECKING:
     from idt_desk.live.seams import CalibrationHost
@@ -34,9 +36,6 @@ HORIZON_WINDOWS, HORIZON_TURNS = 100, 3
 #: ``later(kind, at, **fields)``: log an event at the end of a window being processed.
 Later = Callable[..., None]
 
-#: A perturbation whose first fully perturbed episode returns this fraction less than the
-#: baseline's episodes (or more) is *costly*; less is *cheap* (the severity of an alarm).
-COSTLY_RETURN = 0.01
 #: Finished episodes' returns kept for the severity's "before the onset".
 _RETURNS_KEPT = 20
 
@@ -83,6 +82,8 @@ class Alarms:
         self.attribute_after = int(attribute_after)
         #: The latest alarm's class (``attributed``'s fields), for the panel.
         self.attribution: dict[str, Any] | None = None
+        #: How far the latest alarm moved each component (its event's ``severity``).
+        self.severity: dict[str, float] | None = None
         #: Windows (the session's count) whose class is still to be named: the first window
         #: of the alarm each is for (its end transition).
         self._due: dict[int, int] = {}
@@ -96,6 +97,11 @@ class Alarms:
         self.auto: AutoController | None = None
         #: (end transition, return) of the latest finished episodes.
         self._returns: list[tuple[int, float]] = []
+        #: Windows an alarm's severity averages, up to its first (the detector's
+        #: :meth:`~idt_desk.detection.registry.Detector.memory`; the session sets it).
+        self.memory = 1
+        #: Each component's z of the latest judged windows (``memory`` of them at most).
+        self._recent: dict[str, np.ndarray] = {}
 
     def new_onset(self, name: str | None, i: int, impulse: bool = False) -> None:
         """Start measuring latency: a perturbation went on at transition ``i``."""
@@ -112,9 +118,10 @@ class Alarms:
     def episode_end(self, i: int, ret: float, length: int | None) -> None:
         """An episode ended at transition ``i`` with return ``ret`` (``length`` steps).
 
-        The first episode wholly after the latest onset says what the perturbation cost:
-        an ``impact`` event with its return against the mean of the episodes that ended
-        before the onset (the latest :data:`_RETURNS_KEPT`), in percent and in their σ.
+        Each episode wholly after the latest onset says what the perturbation cost so far: an
+        ``impact`` event with the mean return of those episodes against the mean of the ones
+        that ended before the onset (the latest :data:`_RETURNS_KEPT`), in percent and in
+        their σ (``episodes_after``: how many it averages).
         """
         onset = self.onset
         if onset is not None and length is not None and i - int(length) >= onset["i"] \
@@ -122,11 +129,11 @@ class Alarms:
             before = np.array(onset["before"])
             onset.setdefault("after", []).append(float(ret))
             if before.size:
-                first = "impact" not in onset
+                # Logged at every whole episode after the onset (the mean of all of them so
+                # far): a run's listing and its summary say the latest cost, not the first.
                 onset["impact"] = self._impact(before, np.array(onset["after"]))
-                if first:  # logged once; the panel follows the mean of every episode after
-                    self.later("impact", at=int(i), name=onset["name"], onset_i=onset["i"],
-                               **onset["impact"])
+                self.later("impact", at=int(i), name=onset["name"], onset_i=onset["i"],
+                           **onset["impact"])
         self._returns.append((int(i), float(ret)))
         del self._returns[:-_RETURNS_KEPT]
 
@@ -162,7 +169,10 @@ class Alarms:
         idt = flags["IDT"][judged] == 1.0
         before = np.concatenate([[self.alarm["IDT"]], idt[:-1]])
         self.n_alarms += int(np.count_nonzero(idt & ~before))
-        for j in judged[idt != before]:
+        prev = {m: self._recent.get(m, np.empty(0)) for m in (z or {}) if m not in TWIN_METRICS}
+        recent = {m: np.concatenate([v, z[m][judged]]) for m, v in prev.items()}
+        for k in np.flatnonzero(idt != before):
+            j = judged[k]
             on = flags["IDT"][j] == 1.0
             got = {}
             if on and self.attribute_after:
@@ -171,8 +181,13 @@ class Alarms:
             elif on:
                 got = self._attribute(int(j))
                 self.attribution = {**got, "alarm_i": int(ends[j])} if got else None
+            if on and recent:  # how far each component moved: its mean z up to the alarm
+                self.severity = self._moved(
+                    {m: v[:len(prev[m]) + int(k) + 1] for m, v in recent.items()})
+                got = {**got, "severity": self.severity}
             self.later("alarm_on" if on else "alarm_off", at=int(ends[j]),
                        metric="IDT", window_start=int(table["start"][j]), **got)
+        self._recent = {m: v[-self.memory:] for m, v in recent.items()}
         # The reward's own alarm episodes are logged too (metric "reward"): the plot's marks
         # and the light then have the log's word behind them.
         rj = np.flatnonzero(np.isfinite(flags["reward"])) if "reward" in flags else judged[:0]
@@ -192,6 +207,16 @@ class Alarms:
         if self.auto is not None:
             for j, what in self.auto.update(idt):
                 self._auto_switch(what, int(ends[judged[j]]), int(table["start"][judged[j]]))
+
+    def _moved(self, upto: Mapping[str, np.ndarray]) -> dict[str, float]:
+        """Each component's mean z over its latest :attr:`memory` windows of ``upto``."""
+        out = {}
+        for m, v in upto.items():
+            w = v[-self.memory:]
+            w = w[np.isfinite(w)]
+            if w.size:
+                out[m] = round(float(w.mean()), 3)
+        return out
 
     def _judge_onset(self, onset: dict[str, Any], table: Mapping[str, np.ndarray],
                      flags: Mapping[str, np.ndarray], judged: np.ndarray,
@@ -437,5 +462,5 @@ def impact_text(impact: Mapping[str, Any] | None) -> str:
     word = "costly" if impact.get("costly") else "cheap" if change <= 0 else "no cost, a gain"
     n = int(impact.get("episodes_after", 1))
     after = "the first whole episode" if n == 1 else f"{n} whole episodes"
-    return (f"return {100 * change:+.1f} %{sig} over {after} after the onset, against "
-            f"{impact.get('episodes', '?')} before it: {word}").replace("-", "−")
+    return (f"return {change_text(change, COSTLY_RETURN)}{sig} over {after} after the onset, "
+            f"against {impact.get('episodes', '?')} before it: {word}").replace("-", "−")

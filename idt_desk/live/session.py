@@ -330,7 +330,7 @@ class Session:
                 auto=alarms.auto_state(),
                 alarm=dict(alarms.alarm),
                 onset=None if alarms.onset is None else dict(alarms.onset),
-                attribution=alarms.attribution,
+                attribution=alarms.attribution, severity=alarms.severity,
                 recording=str(self.sink.path) if self.sink.recording else None,
                 throughput=self.pacer.throughput, loop_rate=self.pacer.loop_rate,
                 out_of_range_warning=None if self._range.warning is None
@@ -504,9 +504,10 @@ class Session:
             self._later("baseline", at=int(table["end"][step.baseline_row]),
                         **self.monitor.baseline.to_dict(), detector=self.monitor.to_dict())
         if step.flags is not None and np.isfinite(step.flags["IDT"]).any():
-            onset = self.alarms.onset
-            z = self.monitor.zscores(step.windows or table) if onset is not None and \
-                onset["latency"] is None and not onset.get("logged") else None
+            # Every alarm says how far the components moved (its ``severity``), a detected
+            # onset too: the windows' z, as the detectors see them.
+            z = self.monitor.zscores(step.windows or table)
+            self.alarms.memory = self.monitor.spec.detector.memory()
             self.alarms.update(table, step.flags, self.monitor.metrics,
                                 self._ring.total, z)
 

@@ -66,6 +66,9 @@ class Snapshot:
     #: The latest alarm's class of change (an ``attributed`` event's fields, ``alarm_i`` its
     #: first window's end), None before one is named.
     attribution: dict[str, Any] | None = None
+    #: How far the latest alarm moved each component, its mean z up to the alarm (an
+    #: ``alarm_on`` event's ``severity``), None before the first.
+    severity: dict[str, float] | None = None
 
     @property
     def achieved_speed(self) -> float | None:

@@ -21,6 +21,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from idt_desk.detection.spec import COSTLY_RETURN
+from idt_desk.words import change_text
+
 __all__ = ["BASELINE_STATES", "STATUS_FILE", "RunStatus", "write_status"]
 
 #: The status file's name inside a recording directory.
@@ -35,7 +38,7 @@ class RunStatus:
 
     ``baseline``: ``calibrating`` (the symbols), ``gathering n/N``, ``armed`` or ``too short``
     (armed, with thresholds the calibration raised), or ``""`` (no session events).
-    ``severity``: the latest detection's largest move ("ΔH −3.0σ"); ``cost``: the latest
+    ``severity``: the latest alarm's largest move ("ΔH −3.0σ"); ``cost``: the latest
     return change a perturbation was charged ("−0.1 %, cheap"). Times: ``last_alarm`` in loop
     seconds, ``rows_wall``/``beat_wall`` the writer's wall clock at its last rows / heartbeat.
     """
@@ -77,22 +80,29 @@ class RunStatus:
         elif kind == "alarm_on" and event.get("metric") in ("IDT", None):
             self.alarms += 1
             self.last_alarm = _number(event.get("t"), LOOP_TIME_MAX)
-        elif kind == "detected" and isinstance(event.get("severity"), dict):
-            moved = {k: _number(v, 1e6) for k, v in event["severity"].items() if k != "reward"}
-            moved = {k: v for k, v in moved.items() if v is not None}
-            if moved:
-                top = max(moved, key=lambda k: abs(moved[k]))
-                self.severity = f"{_NAMES.get(top, top)} {moved[top]:+.1f}σ"
+            self._moved(event.get("severity"))  # every alarm's (a training run's too)
+        elif kind == "detected":
+            self._moved(event.get("severity"))  # a scheduled perturbation's detection
         elif kind == "impact":
             change = _number(event.get("change"), 1e6)
             if change is not None:
                 word = "costly" if event.get("costly") else "cheap" if change <= 0 \
                     else "a gain"
-                self.cost = f"{100 * change:+.1f} %, {word}"
+                self.cost = f"{change_text(change, COSTLY_RETURN)}, {word}"
         elif kind in ("session_end", "recording_stop"):
             self.ended = True
             if event.get("error"):
                 self.error = str(event["error"])[:TEXT_CHARS]
+
+    def _moved(self, severity: Any) -> None:
+        """The latest alarm's largest move, "ΔH −3.0σ" (malformed values passed over)."""
+        if not isinstance(severity, dict):
+            return
+        moved = {k: _number(v, 1e6) for k, v in severity.items() if k != "reward"}
+        moved = {k: v for k, v in moved.items() if v is not None}
+        if moved:
+            top = max(moved, key=lambda k: abs(moved[k]))
+            self.severity = f"{_NAMES.get(top, top)} {moved[top]:+.1f}σ"
 
     def baseline_text(self) -> str:
         """``gathering n/N`` from the counts, or the state as it is."""
