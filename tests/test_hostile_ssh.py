@@ -277,3 +277,27 @@ def test_stopping_a_run_followed_from_a_frozen_server_returns_at_once(
     finally:
         writer.kill()
         writer.wait()
+
+
+def test_a_folder_not_yet_on_the_server_is_waited_for(sshd, ssh_home, tmp_path, template):
+    """``idt-desk watch ssh://host/path`` of a sweep that has not made its folder yet opens
+    the window and waits, as it does here; the runs are listed once the folder exists."""
+    sweep = tmp_path / "sweep"
+    url = f"ssh://127.0.0.1:{sshd.port}{sweep}"
+    r = subprocess.run([sys.executable, "-m", "idt_desk.cli", "watch", url, "--quit-after",
+                        "0.5"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert r.returncode == 0, r.stderr
+    assert f"{url}: no such folder yet; waiting for it" in r.stderr
+    index = RunIndex(SFTPFiles(url, missing_ok=True, **sshd.options), wait=True)
+    try:
+        assert index.refresh() == [] and "waiting for it" in index.notes[0]
+        shutil.copytree(template, sweep / "a")
+        assert [row["path"] for row in index.refresh()] == ["a"] and index.notes == []
+    finally:
+        index.close()
+    # A file where the folder should be is still refused, waiting or not.
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(Exception, match="not a folder on the server"):
+        SFTPFiles(f"ssh://127.0.0.1:{sshd.port}{tmp_path}/file", missing_ok=True,
+                  **sshd.options)

@@ -112,7 +112,9 @@ def _run_watch(args: argparse.Namespace) -> int:
     window = dict(screenshot=args.screenshot, quit_after=args.quit_after, size=size)
     path = Path(text).expanduser()
     if text.startswith("ssh://") or (path.is_dir() and not (path / "config.json").exists()):
-        index = RunIndex(text if text.startswith("ssh://") else path, silence=args.silence)
+        # A server's folder that does not exist yet is waited for, as a local one is.
+        index = RunIndex(text if text.startswith("ssh://") else path, silence=args.silence,
+                         wait=text.startswith("ssh://"))
         try:
             try:
                 rows = index.refresh()
@@ -126,7 +128,9 @@ def _run_watch(args: argparse.Namespace) -> int:
                 alarmed = sum(1 for r in rows if r["alarms"])
                 print(f"idt-desk watch: {len(rows)} run{'s' if len(rows) != 1 else ''} in "
                       f"{text} ({alarmed} alarmed); the window lists them (double-click one "
-                      "to follow it)", file=sys.stderr)
+                      "to follow it)" if not index.notes or rows else
+                      f"idt-desk watch: {index.notes[0]}; the window lists its runs once "
+                      "they start", file=sys.stderr)
                 return run_gui(source="replay", settings={"path": "", **follow},
                                start=False, speed=None, fleet=index, fleet_location=text,
                                **window)

@@ -112,6 +112,7 @@ class Interrupted(ConnectionError):
 class SFTPFiles:
     """The files under an ``ssh://`` URL's path (:class:`idt_desk.recordings.fs.Files`).
 
+    ``missing_ok``: a path that does not exist yet is taken (a sweep about to start there);
     ``options``: extra ``asyncssh.connect`` keyword arguments (tests pass their own
     ``known_hosts`` and key; a user's come from their OpenSSH files).
 
@@ -122,7 +123,7 @@ class SFTPFiles:
         was accepted, the host cannot be reached, or the path is not a folder there.
     """
 
-    def __init__(self, url: str, **options: Any) -> None:
+    def __init__(self, url: str, *, missing_ok: bool = False, **options: Any) -> None:
         try:
             import asyncssh
         except ImportError:
@@ -175,9 +176,18 @@ class SFTPFiles:
         if path == "/~" or path.startswith("/~/"):
             path = path[3:] or "."  # ssh://host/~/runs: under the user's home there
         try:
-            self.root = self._call(self._sftp.realpath(path))
+            try:
+                self.root = self._call(self._sftp.realpath(path))
+            except self._asyncssh.SFTPNoSuchFile:
+                if not missing_ok:
+                    raise
+                # Not there yet (a sweep about to start): its path, from the home folder
+                # where relative; listed once it exists.
+                home = self._call(self._sftp.realpath("."))
+                self.root = posixpath.normpath(posixpath.join(home, path))
             refuse_system_root(self.root, url)
-            if not self._call(self._sftp.isdir(self.root)):
+            if not self._call(self._sftp.isdir(self.root)) and not (
+                    missing_ok and not self._call(self._sftp.exists(self.root))):
                 raise InputError(f"{where}{shown(path)}: not a folder on the server")
         except self._asyncssh.SFTPError as exc:
             self.close()
@@ -370,8 +380,16 @@ class SFTPFiles:
         return isinstance(exc, (a.SFTPNoConnection, a.SFTPConnectionLost))
 
     def _error(self, exc: BaseException) -> OSError:
-        """An SFTP error as this module raises it: ConnectionError when the link is gone."""
-        return ConnectionError(_reason(exc)) if self._gone(exc) else OSError(_reason(exc))
+        """An SFTP error as this module raises it.
+
+        ConnectionError when the link is gone; FileNotFoundError when the path is not there
+        (as a local listing says it).
+        """
+        if self._gone(exc):
+            return ConnectionError(_reason(exc))
+        if isinstance(exc, self._asyncssh.SFTPNoSuchFile):
+            return FileNotFoundError(_reason(exc))
+        return OSError(_reason(exc))
 
     def interrupt(self) -> None:
         """End the calls under way in other threads now, and refuse any more at once.

@@ -46,8 +46,10 @@ COLUMNS = ("path", "state", "transitions", "windows", "baseline", "alarms", "las
            "severity", "cost", "active", "error")
 
 
-def open_files(location: str | os.PathLike[str]) -> Files:
+def open_files(location: str | os.PathLike[str], missing_ok: bool = False) -> Files:
     """The files at ``location``: a local path, or ``ssh://[user@]host[:port]/path``.
+
+    ``missing_ok``: a folder that does not exist yet is taken (listed once it does).
 
     Raises
     ------
@@ -61,7 +63,7 @@ def open_files(location: str | os.PathLike[str]) -> Files:
     if isinstance(text, str) and text.startswith("ssh://"):
         from idt_desk.recordings.remote import SFTPFiles
 
-        return SFTPFiles(text)
+        return SFTPFiles(text, missing_ok=missing_ok)
     if not str(text).strip():
         raise InputError("an empty path: give the folder of your runs (. for this one)")
     refuse_system_root(os.path.realpath(text), str(text))
@@ -115,8 +117,11 @@ class RunIndex:
     """
 
     def __init__(self, location: str | os.PathLike[str] | Files, silence: float = 10.0,
-                 idle: float = 5.0) -> None:
-        self.files = location if hasattr(location, "listdir") else open_files(location)
+                 idle: float = 5.0, wait: bool = False) -> None:
+        self.files = location if hasattr(location, "listdir") else open_files(location, wait)
+        #: A root that does not exist (yet, or any more) lists no run and says so in
+        #: :attr:`notes`, instead of failing (``idt-desk watch`` waits for a sweep's folder).
+        self.wait = bool(wait)
         self.silence, self.idle = float(silence), float(idle)
         self._dirs: dict[str, tuple[float, list[tuple[str, Hashable]], bool, int]] = {}
         self._runs: dict[str, _Run] = {}
@@ -136,12 +141,21 @@ class RunIndex:
         Raises
         ------
         OSError
-            The root itself cannot be listed (it vanished, or the server went away).
+            The root itself cannot be listed (it vanished, unless :attr:`wait`; or the
+            server went away).
         """
         now = time.time() if now is None else now
         self.opened = 0
         self.notes = []
-        runs = self._find(self.files.root)
+        try:
+            runs = self._find(self.files.root)
+        except FileNotFoundError:
+            if not self.wait:
+                raise
+            self.notes = [f"{shown(self.files.location(self.files.root), 300)}: no such folder "
+                          "yet; waiting for it"]
+            self._runs.clear()
+            return []
         for gone in set(self._runs) - set(runs):
             del self._runs[gone]
         self._update(runs)
