@@ -169,6 +169,8 @@ class ReplaySource(Source):
         self._take_rows(rows)
         self._next_event = 0
         self._ended = False
+        #: The server's connection problem while following over SSH (None: connected).
+        self._lost: str | None = None
         self._new_replay()
         if self._pipeline0 is None and not self.follow:
             self._pipeline0 = _pipeline_of_config(config)
@@ -413,7 +415,9 @@ class ReplaySource(Source):
         tail = self._tail
         if tail is None:
             return {}
-        if not done:
+        if not done and tail.connection_problem is not None:
+            writer = "not known: the connection to the server is lost; reconnecting"
+        elif not done:
             idle, silent = tail.idle_for(), tail.silent_for()
             writer = "writing" if idle < 2.0 else \
                 f"idle for {idle:.0f} s, still running" if silent < 2.0 else \
@@ -442,17 +446,29 @@ class ReplaySource(Source):
                 return [{"kind": "note", "text": f"following stopped: {exc}"}]
             self._take_events(events)
             self._take_rows(rows)
+            if self._lost is not None and tail.connection_problem is None:
+                self._lost = None
+                tail.last_beat = time.monotonic()  # the outage is not the writer's silence
+                return [{"kind": "note", "text": "the connection to the server is back; "
+                         f"following on from transition {self._n_rows:,}"}]
             if self._n_rows >= need:
                 return []
             if tail.finished:
                 self._ended = True  # the writer closed it and every row has been read
                 return []
+            if tail.connection_problem is not None:
+                # The server, not the writer, went away: the follow waits for it, however
+                # long, trying again twice a second (the writer's silence is not counted).
+                said = self._lost
+                self._lost = tail.connection_problem
+                time.sleep(0.5)
+                return [] if said else [{"kind": "note", "text": (
+                    f"{tail.connection_problem}: the follow waits for the server and goes "
+                    "on when it is back")}]
             if tail.silent_for() > float(self.config["silence"]):
                 self._ended = True
-                why = "the writer stopped responding" if tail.connection_problem is None \
-                    else f"the server could not be reached ({tail.connection_problem})"
                 return [{"kind": "note", "text": (
-                    f"{why}: no new data and no heartbeat for "
+                    "the writer stopped responding: no new data and no heartbeat for "
                     f"{self.config['silence']:g} s and no session_end; following stopped "
                     f"after {self._n_rows:,} transitions")}]
             if time.monotonic() > deadline or self.should_stop():

@@ -85,12 +85,14 @@ class Proxy:
 
     ``port``: where clients connect; :meth:`freeze` keeps the connections open but lets no
     byte through either way (as a stopped sshd process does); :meth:`thaw` lets them through
-    again.
+    again; :meth:`drop` is an outage (connections closed and refused), :meth:`restore` its
+    end.
     """
 
     def __init__(self, target: int) -> None:
         self.target = target
         self.frozen = threading.Event()
+        self.down = threading.Event()
         self._stop = threading.Event()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.settimeout(0.2)
@@ -103,6 +105,9 @@ class Proxy:
             try:
                 client, _ = self._listener.accept()
             except OSError:
+                continue
+            if self.down.is_set():  # the server is away: a connection is refused at once
+                client.close()
                 continue
             server = socket.create_connection(("127.0.0.1", self.target))
             self._socks += [client, server]
@@ -129,6 +134,20 @@ class Proxy:
                 b.sendall(data)
             except OSError:
                 break
+
+    def drop(self) -> None:
+        """An outage: every connection closed, new ones refused until :meth:`restore`."""
+        self.down.set()
+        socks, self._socks = self._socks, []
+        for sock in socks:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def restore(self) -> None:
+        """The server is back: connections are relayed again."""
+        self.down.clear()
 
     def freeze(self) -> None:
         """Relay nothing from now on (the connections stay open)."""

@@ -292,6 +292,46 @@ def test_a_servers_run_is_followed_over_ssh_with_the_users_own_setup(tmp_path, s
     assert len(load_recording(tmp_path / "again").transitions) == n
 
 
+def test_a_follow_outlives_a_server_outage_longer_than_the_silence(tmp_path, ssh_home, proxy,
+                                                                    sshd):
+    """The server goes away for three times the follower's silence while the writer writes:
+    the follow says the connection was lost (not that the writer stopped), waits, connects
+    again and reads the run to its end, every transition."""
+    known = tmp_path / "home" / ".ssh" / "known_hosts"
+    known.write_text(f"{sshd.known_line}\n[127.0.0.1]:{proxy.port} {sshd.public}\n")
+    src, out = tmp_path / "run", tmp_path / "follower"
+    n = 6000
+    proc = _writer(src, n, 200, 0.1)
+    _wait_for_bytes(src, 20_000)
+    source = ReplaySource(path=f"ssh://127.0.0.1:{proxy.port}{src}", silence=1.0, wait=60.0)
+    session = Session(SessionConfig(speed=None), source=source, record=out)
+    said = []
+
+    def outage():
+        while session.snapshot(1).n_transitions < 1000:
+            time.sleep(0.01)
+        proxy.drop()
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 3.0:
+            said.append(session.snapshot(1).info.get("writer"))
+            time.sleep(0.1)
+        proxy.restore()
+
+    thread = threading.Thread(target=outage, daemon=True)
+    thread.start()
+    run_headless(session)
+    thread.join(10)
+    proc.wait(60)
+    follower, writer = load_recording(out), load_recording(src)
+    assert len(follower.transitions) == len(writer.transitions) == n
+    notes = list(_events(follower, "note")["text"])
+    assert any("connection to the server was lost" in t for t in notes), notes
+    assert any("connection to the server is back" in t for t in notes), notes
+    assert not any("stopped responding" in t for t in notes), notes
+    assert any(w and w.startswith("not known: the connection to the server is lost")
+               for w in said), set(said)
+
+
 def test_a_server_that_cannot_be_reached_or_trusted_is_one_line(tmp_path, ssh_home):
     from idt_desk.errors import InputError
 

@@ -145,6 +145,9 @@ def test_a_folder_that_vanishes_is_said_in_one_line_and_the_last_look_stays(qtbo
         assert view.problem == f"{root}: no such folder"
         assert "\n" not in view.summary.text() and "the last good look" in view.summary.text()
         assert len(_paths(view)) == 2
+        # What each row says is as last seen (its state is not known now).
+        state = [k for k, *_ in SHOWN].index("state")
+        assert all(view.proxy.index(r, state).data().endswith("(last seen)") for r in range(2))
     finally:
         w.close()
 
@@ -157,3 +160,39 @@ def test_bench_fleet_times_the_table_against_the_listing_alone(qtbot):
     assert [r["runs"] for r in out] == [13]  # 10 ended and 3 open
     assert all(r["refresh"] > 0 and r["alone"] > 0 for r in out)
     assert "window/alone" in lines[0] and lines[1].split()[:2] == ["13", "local"]
+
+
+def test_rows_stay_in_place_under_the_pointer_and_names_are_never_cut(qtbot, tmp_path,
+                                                                      monkeypatch):
+    """A refresh that would re-sort the table leaves the rows where they are while the
+    pointer is on it (a double-click follows the run it aimed at), and re-sorts once it
+    leaves; a longer name that appears later gets a wide enough column."""
+    root = tmp_path / "sweep"
+    alarmed_run(root / "a", 0)
+    alarmed_run(root / "b", 0)
+    w = _window(qtbot, tmp_path, root)
+    try:
+        view = w.fleet
+        before = _paths(view)
+        on = [True]
+        monkeypatch.setattr(view, "pointer_on_table", lambda: on[0])
+        loud = "c"  # an alarmed run: the listing puts it first
+        alarmed_run(root / loud, 2)
+        long = "ppo-lr0.0003-gamma0.99-seed-12345/" + "x" * 40
+        alarmed_run(root / long, 0)
+
+        def refreshed():
+            seen = view.refreshes
+            view.refresh()
+            qtbot.waitUntil(lambda: view.refreshes > seen, timeout=10_000)
+
+        refreshed()
+        assert _paths(view)[:2] == before  # new ones go last
+        assert set(_paths(view)[2:]) == {loud, long}
+        width = view.table.columnWidth(PATH)
+        assert width >= view.table.fontMetrics().horizontalAdvance(long)
+        on[0] = False  # the pointer left: the listing's order again
+        refreshed()
+        assert _paths(view)[0] == loud
+    finally:
+        w.close()

@@ -26,7 +26,7 @@ from PySide6.QtCore import (
     QTimer,
     Signal,
 )
-from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtGui import QBrush, QColor, QCursor, QFont
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -287,10 +287,20 @@ class FleetView(QWidget):
         now = time.time()
         pattern = self.filter.text().strip() or None
         shown = select(self.rows, pattern, None, now)
+        if self.problem is not None:  # an outage: what the rows say is as last seen
+            shown = [{**r, "state": f"{r['state']} (last seen)"} for r in shown]
+        under = self.pointer_on_table()
+        # Rows never move under the pointer (a double-click follows the run it aimed at):
+        # while it is on the table, runs keep their places and new ones go last.
+        self.proxy.setDynamicSortFilter(not under)
+        if under and self.model.rows:
+            place = {r["path"]: k for k, r in enumerate(self.model.rows)}
+            shown = sorted(shown, key=lambda r: place.get(r["path"], len(place)))
         selected = self.selected()
+        paths = [r["path"] for r in self.model.rows]
         self.model.set_rows(shown, now)
-        if shown and not self._fitted:
-            self.table.resizeColumnsToContents()
+        if shown and (not self._fitted or [r["path"] for r in shown] != paths):
+            self.table.resizeColumnsToContents()  # a new run's name is never cut short
             self._fitted = True
         if selected is not None:
             for r, row in enumerate(shown):
@@ -314,6 +324,11 @@ class FleetView(QWidget):
             self.summary.setStyleSheet("")
         self.summary.setText(text)
         self.listed.emit(text)
+
+    def pointer_on_table(self) -> bool:
+        """Whether the mouse pointer is over the table's rows."""
+        port = self.table.viewport()
+        return port.isVisible() and port.rect().contains(port.mapFromGlobal(QCursor.pos()))
 
     def selected(self) -> str | None:
         """The selected run's path (under the folder), or None."""
