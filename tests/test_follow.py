@@ -293,7 +293,7 @@ def test_a_servers_run_is_followed_over_ssh_with_the_users_own_setup(tmp_path, s
 
 
 def test_a_follow_outlives_a_server_outage_longer_than_the_silence(tmp_path, ssh_home, proxy,
-                                                                    sshd):
+                                                                    sshd, capfd):
     """The server goes away for three times the follower's silence while the writer writes:
     the follow says the connection was lost (not that the writer stopped), waits, connects
     again and reads the run to its end, every transition."""
@@ -330,6 +330,7 @@ def test_a_follow_outlives_a_server_outage_longer_than_the_silence(tmp_path, ssh
     assert not any("stopped responding" in t for t in notes), notes
     assert any(w and w.startswith("not known: the connection to the server is lost")
                for w in said), set(said)
+    assert "socket.send() raised exception" not in capfd.readouterr().err
 
 
 def test_a_server_that_cannot_be_reached_or_trusted_is_one_line(tmp_path, ssh_home):

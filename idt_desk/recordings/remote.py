@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import os
 import posixpath
 import stat as stat_mod
@@ -103,6 +104,21 @@ def _check_ssh_files() -> None:
         if not stat_mod.S_ISREG(mode):
             raise InputError(f"{path}: not a regular file (a FIFO or a device would be waited "
                              "on): make it a file or move it away")
+
+
+class _LostWrites(logging.Filter):
+    """asyncio's "socket.send() raised exception." after a connection is lost.
+
+    asyncio logs it for every write to a transport whose peer went away (seventeen lines
+    after one outage, seen on a followed run); the loss itself is said once, in one line,
+    by this module (``ConnectionError``, the follower's note). Nothing else is filtered.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "socket.send() raised exception."
+
+
+logging.getLogger("asyncio").addFilter(_LostWrites())
 
 
 class Interrupted(ConnectionError):
