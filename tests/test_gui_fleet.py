@@ -196,3 +196,33 @@ def test_rows_stay_in_place_under_the_pointer_and_names_are_never_cut(qtbot, tmp
         assert _paths(view)[0] == loud
     finally:
         w.close()
+
+
+@pytest.mark.parametrize("fleet", [False, True])
+def test_no_text_widens_the_window_past_a_small_screen(qtbot, tmp_path, fleet):
+    """Whatever a label is made to say (an error line, a server's path, a run's name: one
+    unbreakable 300-character word), the window's least width stays within 1,024 px."""
+    from PySide6.QtWidgets import QLabel
+
+    if fleet:
+        w = _window(qtbot, tmp_path, tmp_path)
+    else:
+        w = MainWindow(source="pendulum", settings={}, speed=50.0)
+        qtbot.addWidget(w)
+        w.show()
+    try:
+        w.resize(1024, 700)
+        word = "ssh://host/" + "x" * 290
+        wide = []
+        for label in w.findChildren(QLabel):
+            before = label.text()
+            label.setText(word)
+            label.updateGeometry()
+            if w.minimumSizeHint().width() > 1024:
+                wide.append((label.objectName() or before[:40]))
+            label.setText(before)
+        w.show_error(word)
+        w.statusBar().showMessage(word)
+        assert not wide and w.minimumSizeHint().width() <= 1024, wide
+    finally:
+        w.close()

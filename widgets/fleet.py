@@ -218,6 +218,7 @@ class FleetView(QWidget):
         self.hint = QLabel("Double-click a run (or Return) to follow it; a header sorts by its "
                            "column (Run: alarmed first, then the latest active).", self)
         self.hint.setStyleSheet("color: #666;")
+        self.hint.setWordWrap(True)  # a narrow screen wraps it, never a wider window
         top = QHBoxLayout()
         top.addWidget(self.title, 1)
         top.addWidget(self.filter)
