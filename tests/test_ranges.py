@@ -261,6 +261,20 @@ def test_clamping_is_said_when_it_matters(fraction, shifted, windows, said):
     assert (watch.warning is None) == (said is None)
 
 
+def test_the_notice_clears_once_its_recheck_finds_nothing_moved():
+    """A perturbation switched off leaves a few per cent clamped: the re-check that finds no
+    component moved clears the notice (``symbols_in_range``, with that re-check), as it
+    would not have been said for such clamping in the first place."""
+    watch, events = _watch()
+    on = _shifted(_loop(N_RECENT, seed=7))
+    off = _loop(30 * STRIDE, seed=8)
+    _clamped(watch, tuple(np.concatenate([x, y]) for x, y in zip(on, off, strict=True)), 0.10,
+             windows=23 + 30)
+    kinds = [(k, kw.get("recheck", {}).get("verdict")) for k, kw in events]
+    assert kinds == [("symbols_out_of_range", "artefact"), ("symbols_in_range", "none")]
+    assert watch.warning is None
+
+
 def test_harmless_clamping_is_rechecked_every_persist_windows_not_every_window(monkeypatch):
     from idt_desk.live import ranges
 

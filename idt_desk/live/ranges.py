@@ -173,9 +173,10 @@ class RangeWatch:
     times a swing), so the rule looks at the mean out-of-range fraction of the latest
     ``persist`` windows: above ``warn`` raises the warning once a baseline exists and a
     re-check finds that it matters (:meth:`_worth_saying`); below a fifth of ``warn`` clears
-    it. While the warning holds, every ``persist`` windows (and at once when it is raised) the
-    latest ``persist`` windows are re-checked against the baseline's (:func:`recheck`): the
-    result is the warning's ``recheck``. The raising event carries the first one; a
+    it, and so does a re-check that finds no component moved in either binning (a
+    ``symbols_in_range`` event either way). While the warning holds, every ``persist`` windows
+    (and at once when it is raised) the latest ``persist`` windows are re-checked against the
+    baseline's (:func:`recheck`): the result is the warning's ``recheck``. The raising event carries the first one; a
     ``symbols_recheck`` event each one whose verdict differs from the last (a perturbation
     may come while it holds).
 
@@ -272,6 +273,13 @@ class RangeWatch:
                 else:
                     self._since_check += 1
                     if self._since_check >= recent.maxlen and (check := self._recheck(at)):
+                        if check["verdict"] == "none":
+                            # The clamping goes on but moves nothing (a perturbation over, a
+                            # settled gait left clamped a little): as when it is not said.
+                            self.warning, self._quiet = None, 1
+                            self.later("symbols_in_range", at=at, fraction=mean,
+                                       recheck=check)
+                            continue
                         self.warning["recheck"] = {**check, "at": at}
                         if check["verdict"] != self._verdict:
                             self.later("symbols_recheck", at=at, recheck=check)
