@@ -232,7 +232,7 @@ BUFFER_CAP = 2 * 2**30
 
 _PRESET_FIELDS = ("name", "description", "bins", "window", "stride", "state_groups",
                   "action_groups", "angles", "angle_mode", "n_state", "n_action", "parts",
-                  "range_margin", "detector")
+                  "range_margin", "detector", "caveat")
 
 
 def check_limit(key: str, value: Any) -> None:
@@ -432,6 +432,8 @@ def check_preset_spec(spec: Any, n_state: int | None = None,
         raise ValueError(f"preset_spec: range_margin {margin!r}: must be a number from 0 to 10")
     if spec.get("detector") is not None and not isinstance(spec["detector"], str):
         raise ValueError("preset_spec: detector must be a detector's name")
+    if not isinstance(spec.get("caveat", ""), str) or len(spec.get("caveat", "")) > 1000:
+        raise ValueError("preset_spec: caveat must be text of at most 1,000 characters")
     for key, count in (("angles", n_state), ("state_groups", n_state),
                        ("action_groups", n_action)):
         value = spec.get(key) or []

@@ -61,3 +61,29 @@ def test_the_event_log_says_what_a_range_recheck_found():
                                      "edge-bin artefact")
     ev.pop("recheck")  # raised before there was a baseline: nothing re-checked
     assert describe_event(ev)[1] == "20 % of values clamped"
+
+
+def test_a_preset_with_a_caveat_says_it_beside_its_alarm(qtbot, tmp_path):
+    """The live cheetah's alarm went over its budget on held-out controls: the panel says so
+    under that preset, and says nothing of the kind under the others."""
+    import dataclasses
+
+    from idt_desk_widgets.alarms import AlarmPanel
+
+    from idt_desk.metrics.presets import PRESETS
+
+    x = np.cumsum(np.random.default_rng(2).normal(size=(801, 1)), axis=0)
+    with idt_desk.Recorder(tmp_path / "r", ["x"], window=20, stride=5, calibration_windows=2,
+                           baseline_windows=5, detector="paper") as rec:
+        rec.add(x[:-1], None, x[1:])
+        rec.flush()
+        snap = rec.snapshot()
+    panel = AlarmPanel()
+    qtbot.addWidget(panel)
+    panel.update_snapshot(snap)
+    assert "Caveat" not in panel.calibration.text()
+    live = dataclasses.asdict(PRESETS["cheetah-live"])
+    panel.update_snapshot(dataclasses.replace(snap, preset=live))
+    assert "<b>Caveat</b> (cheetah-live): its alarm went off more often than its budget" \
+        in panel.calibration.text()
+    assert not any(p.caveat for name, p in PRESETS.items() if name != "cheetah-live")

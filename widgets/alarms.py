@@ -395,6 +395,10 @@ class AlarmPanel(QGroupBox):
                          f"{det['needed_windows']:,} {unit} it needs")
         else:
             text += f"<br>Baseline: {b.n_windows} {unit}, long enough for the budget"
+        caveat = (snap.preset or {}).get("caveat") if tokens is None else None
+        if caveat:  # said beside the alarm it qualifies
+            text += f"<br><b>Caveat</b> ({html.escape(str(snap.preset['name']))}): " \
+                    f"{html.escape(str(caveat))}"
         if text != self.calibration.text():
             self.calibration.setText(text)
 

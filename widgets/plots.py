@@ -380,6 +380,8 @@ class MetricPlots(pg.GraphicsLayoutWidget):
                    ("box", _BAND, self._band_text),
                    ("dot", _DOT, "alarmed window"),
                    ("box", _PERTURB, "perturbation")]
+        if not self._band_text:  # none is drawn: none is listed
+            entries = entries[2:]
         if self._has_modulation:
             entries.append(("box", _MODULATE, "modulation"))
         if self._has_impulse:
@@ -526,6 +528,8 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         x = w["t"]
         b = snap.baseline
         label = band_label(b)
+        if b is not None and not any(_band(b, key) is not None for key, *_ in METRICS):
+            label = ""  # the alarm judges what no plot shows (one IDT per body part): no band
         if b is not None and label != self._band_text:
             self._band_text = label
             self._legend_key = ()

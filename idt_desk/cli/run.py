@@ -361,6 +361,9 @@ def _report_run(args: argparse.Namespace, snap, received: list[int],
         else:
             base = f"baseline {det['baseline_windows']} {unit}"
         print(f"alarm: {det['describe']}; {base}; {n} alarm{'s' if n != 1 else ''}")
+        caveat = (getattr(snap, "preset", None) or {}).get("caveat")
+        if caveat:
+            print(f"caveat ({snap.preset.get('name')}): {caveat}")
     for line in _verdict_lines(events or []):
         print(f"perturbation: {line}")
     impact = (getattr(snap, "onset", None) or {}).get("impact")
