@@ -219,7 +219,7 @@ def test_no_text_widens_the_window_past_a_small_screen(qtbot, tmp_path, fleet):
             label.setText(word)
             label.updateGeometry()
             if w.minimumSizeHint().width() > 1024:
-                wide.append((label.objectName() or before[:40]))
+                wide.append(label.objectName() or before[:40])
             label.setText(before)
         w.show_error(word)
         w.statusBar().showMessage(word)
