@@ -176,9 +176,9 @@ class RangeWatch:
     it, and so does a re-check that finds no component moved in either binning (a
     ``symbols_in_range`` event either way). While the warning holds, every ``persist`` windows
     (and at once when it is raised) the latest ``persist`` windows are re-checked against the
-    baseline's (:func:`recheck`): the result is the warning's ``recheck``. The raising event carries the first one; a
-    ``symbols_recheck`` event each one whose verdict differs from the last (a perturbation
-    may come while it holds).
+    baseline's (:func:`recheck`): the result is the warning's ``recheck``. The raising event
+    carries the first one; a ``symbols_recheck`` event each one whose verdict differs from the
+    last (a perturbation may come while it holds).
 
     Parameters
     ----------
