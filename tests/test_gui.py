@@ -488,7 +488,10 @@ def test_smoke_every_source_runs_for_a_second(qtbot, tmp_path, name):
     assert w.start_session(), w.banner.text()
     qtbot.wait(1000)
     assert w.session.error is None
-    qtbot.waitUntil(lambda: w.session.snapshot(1).n_transitions > 0, timeout=WAIT)
+    # A dialogue's first turn waits for its model to load and answer (tens of seconds on a
+    # loaded two-core machine): its first transition is given longer.
+    qtbot.waitUntil(lambda: w.session.snapshot(1).n_transitions > 0,
+                    timeout=WAIT * (4 if name == "dialogue" else 1))
     w.close()
     assert not w.session.running
 

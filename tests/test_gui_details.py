@@ -135,9 +135,13 @@ def test_the_recording_says_how_large_it_is(qtbot, window, tmp_path):
     # A next session that is not recorded does not read as that one's recording.
     record.record_button.setChecked(False)
     window.start_session()
-    assert record.record_label.text() == (f"not recording (the last recording, {path.name}, "
-                                          "is what Export writes)")
+    assert record.record_label.text() == ("not recording: Export writes this session's "
+                                          "windows and events (no transitions)")
     window.stop_session(wait=True)
+    # Exported as it stands, it is kept: Start, Reset and Quit no longer ask.
+    assert not record.kept(window.session)
+    assert window.export_last_recording("csv")
+    assert record.kept(window.session)
 
 
 def test_a_small_window_gets_short_legend_words_and_axis_labels(qtbot, window):

@@ -218,11 +218,7 @@ class MainWindow(WindowFrame):
             return True
         if self._starting:
             return False  # a Start (or a timer) while the source is still being built
-        old = self.session
-        if ask and old is not None and not may_discard(
-                self, old.snapshot(limit=1).n_windows, len(self.events.events),
-                recorded=old.on_disk, action="start",
-                partly=old.recording_path is not None):
+        if ask and not self._may_discard("start"):
             return False
         self.hide_error()
         cls, form = self._source_cls, self.source_panel.settings_form
@@ -240,7 +236,7 @@ class MainWindow(WindowFrame):
         record = self.record_panel.new_record_path(cls.name) \
             if self.record_panel.record_button.isChecked() else None
         self._starting = True
-        if old is not None:
+        if self.session is not None:
             # The old session is being replaced (asked above if it was not on disk): its
             # curves and words go now, not once the new source has loaded and calibrated.
             self.clear_panels()
@@ -405,10 +401,7 @@ class MainWindow(WindowFrame):
 
     def reset_session(self) -> None:
         """Stop, forget the session and clear the plots (asked first when not recorded)."""
-        s = self.session
-        if s is not None and not may_discard(
-                self, s.snapshot(limit=1).n_windows, len(self.events.events),
-                recorded=s.on_disk, partly=s.recording_path is not None):
+        if not self._may_discard("reset"):
             return
         self.stop_session(wait=True)
         self._drop_session()
@@ -448,10 +441,17 @@ class MainWindow(WindowFrame):
 
     def may_quit(self) -> bool:
         """Whether the window may close: asked when its session is not recorded."""
+        return self._may_discard("quit")
+
+    def _may_discard(self, action: str) -> bool:
+        """Whether the session's plots and log may go (``keys.may_discard``'s ``action``).
+
+        Asked unless a recording, or an export of the session as it stands, keeps them.
+        """
         s = self.session
         return s is None or may_discard(self, s.snapshot(limit=1).n_windows,
                                         len(self.events.events),
-                                        recorded=s.on_disk, action="quit",
+                                        recorded=self.record_panel.kept(s), action=action,
                                         partly=s.recording_path is not None)
 
     def close_without_asking(self) -> None:

@@ -95,6 +95,8 @@ class RecordPanel(QGroupBox):
         self.record_dir = record_dir
         #: The last recording started (what Export writes), None before any.
         self.last_recording: Path | None = None
+        #: (session's id, its windows) at the latest export of an unrecorded session.
+        self._exported: tuple[int, int] | None = None
         #: The next recording's folder itself (``gui --record DIR``: DIR, as ``run --record
         #: DIR`` records into DIR); None: a new folder in the recordings folder.
         self.next_record_path: Path | None = None
@@ -220,10 +222,16 @@ class RecordPanel(QGroupBox):
 
     def show_not_recording(self) -> None:
         """A session started without recording: an earlier "recorded: …" is not its."""
-        last = self.last_recording
-        self.record_label.setText(
-            "not recording" if last is None else
-            f"not recording (the last recording, {last.name}, is what Export writes)")
+        self.record_label.setText("not recording: Export writes this session's windows and "
+                                  "events (no transitions)")
+
+    def kept(self, session: Session) -> bool:
+        """Whether what ``session`` shows is kept: recorded whole, or exported as it stands.
+
+        As it stands: no window came after the export.
+        """
+        return session.on_disk or self._exported == (id(session),
+                                                      session.snapshot(limit=1).n_windows)
 
     def recording_ended(self) -> None:
         """The session ended while recording: Record is released, the size is final."""
@@ -287,6 +295,7 @@ class RecordPanel(QGroupBox):
             self.message.emit(
                 f"exported the session's windows and events (no recording: no transitions) "
                 f"into {out}")
+            self._exported = (id(session), session.snapshot(limit=1).n_windows)
             return paths
         if self.last_recording is None:
             return []
