@@ -26,7 +26,13 @@ def test_the_status_line_says_the_speed_run_when_it_is_not_the_speed_asked(qtbot
     got = float(re.search(r"running ([\d.]+)×", status.text()).group(1))
     snap = window.session.snapshot(1)
     assert 0 < got < 0.9 * 100_000
-    assert "the loop cannot go faster on this machine" in status.text()
+    # Why, in words: the machine is busy when its load reaches its cores (the suite's other
+    # worker may make it so), else the loop is as fast as it goes here.
+    from idt_desk_widgets.status import busy
+
+    load, cores = busy()
+    assert ("the machine is busy (load" in status.text() or
+            "the loop cannot go faster on this machine" in status.text()), status.text()
     assert snap.achieved_speed == pytest.approx(snap.loop_rate / snap.rate)
     # At a speed the machine keeps, the line says only the speed asked.
     window.source_panel.set_speed(2.0)

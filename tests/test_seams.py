@@ -189,3 +189,21 @@ def test_a_pendulum_session_runs_the_same_through_its_collaborators(tmp_path):
         assert np.isfinite(snap.windows["P"]).all()
     assert events[True] == events[False]
     assert ("perturbation_on", 9000) in events[True] and ("note", 9500) in events[True]
+
+
+def test_a_paced_loop_that_fell_behind_never_races_to_make_it_up():
+    """Behind by 0.3 s of wall time at 50× a 20 Hz loop (300 transitions due), it makes up
+    at most CATCH_UP s (100 transitions) before it is paced again: never a loop that runs
+    faster than asked for seconds after the machine was busy."""
+    import time
+
+    from idt_desk.live.worker import CATCH_UP, Pacer
+
+    pacer, per_s = Pacer(), 50.0 * 20.0
+    assert pacer.allowance(0, 50.0, 20.0, 10) >= 0  # anchors the pace
+    time.sleep(0.3)
+    done, granted = 0, 0
+    while (n := pacer.allowance(done, 50.0, 20.0, 10)) > 0 and granted < 10_000:
+        done += n
+        granted += n
+    assert 0 < granted <= per_s * (CATCH_UP + 0.05)

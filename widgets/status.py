@@ -9,6 +9,7 @@ widgets, on the right).
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 
@@ -40,16 +41,30 @@ SLOW = 0.9
 def speed_text(snap: Snapshot) -> str:
     """The speed asked and, when it differs, the speed the loop runs at, in words.
 
-    "4× real time"; "asked 100×, running 52×: the loop cannot go faster on this machine";
-    at maximum speed "max speed (64× real time)".
+    "4× real time"; "asked 100×, running 52×: the loop cannot go faster on this machine"
+    (or "…: the machine is busy (load 3.1 on 2 cores)" when other work holds its cores); at
+    maximum speed "max speed (64× real time)".
     """
     got = snap.achieved_speed
     if not snap.speed:
         return "max speed" if got is None else f"max speed ({_times(got)} real time)"
     if got is not None and got < SLOW * snap.speed:
-        return (f"asked {snap.speed:g}×, running {_times(got)}: the loop cannot go faster on "
-                "this machine")
+        load, cores = busy()
+        why = f"the machine is busy (load {load:.1f} on {cores} cores)" if load >= cores \
+            else "the loop cannot go faster on this machine"
+        return f"asked {snap.speed:g}×, running {_times(got)}: {why}"
+    if got is not None and got > snap.speed / SLOW:
+        return f"asked {snap.speed:g}×, running {_times(got)}"
     return f"{snap.speed:g}× real time"
+
+
+def busy() -> tuple[float, int]:
+    """The machine's load (runnable processes, the last minute's mean) and its cores."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # not known here
+        load = 0.0
+    return load, os.cpu_count() or 1
 
 
 def _times(x: float) -> str:

@@ -92,6 +92,10 @@ class LoopState:
         self.state = "error"
 
 
+#: Seconds of loop time a paced loop that fell behind may make up (faster than asked).
+CATCH_UP = 0.1
+
+
 class Pacer:
     """Loop time against the wall clock: how many steps are due, and the loop's rate.
 
@@ -130,7 +134,14 @@ class Pacer:
         if not speed:
             return most
         per_s = speed * rate
-        due = (time.monotonic() - self._wall0) * per_s - (n_done - self._sim0)
+        now = time.monotonic()
+        due = (now - self._wall0) * per_s - (n_done - self._sim0)
+        if due > per_s * CATCH_UP:
+            # Behind by more than it may catch up (the machine was busy): the debt is
+            # dropped, so the loop never runs faster than asked to make it up (a window
+            # asking 50× then showed the loop at 75× for seconds).
+            self._wall0, self._sim0 = now - CATCH_UP, n_done
+            due = per_s * CATCH_UP
         # Step in slices of >= PACE_SLICE of wall time (or one transition): a worker waking
         # a thousand times a second to make one step keeps taking the GIL from the GUI
         # thread (measured: 10 frames/s instead of 30).
