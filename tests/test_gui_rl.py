@@ -222,6 +222,13 @@ def test_agency_panel_fills_table5(qtbot):
             for k in ("choice", "effect", "asymmetry")}
     panel.update_snapshot(SimpleNamespace(agency=zero, windows={"unique_frac": np.ones(3)}))
     assert "0 of 3" in panel.footer.text() and "Saturation 100%" in panel.footer.text()
+    assert "one repeated cycle" not in panel.footer.text()
+    # A settled deterministic gait (6 distinct triples of 300): it acts, on one cycle; the
+    # panel says why nothing holds rather than leaving "0 of 3" to read as no agency.
+    panel.update_snapshot(SimpleNamespace(agency={**zero, "window_end": 5},
+                                          windows={"unique_frac": np.full(3, 0.02)}))
+    assert "0 of 3" in panel.footer.text()
+    assert "The agent acts, but on one repeated cycle: 2% of the window" in panel.footer.text()
     panel.reset()
     assert panel.rows["effect"][1].text() == "—" and panel.rows["effect"][3].text() == "…"
 

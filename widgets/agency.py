@@ -34,6 +34,9 @@ _WAIT = "QLabel { color: #6b7079; padding: 1px 5px; font-size: 11px; }"
 LOOKS = 10
 #: Saturation (distinct transitions / W) above which the panel says why nothing can hold.
 SATURATED = 0.95
+#: At most this distinct (S, A, S') share, a window holding no condition is one repeated
+#: cycle (the settled HalfCheetah default: 6 of 300, 2 %), and the panel says so.
+CYCLE = 0.1
 PASSIVE_TEXT = ("<b>Passive system</b>: no action, so no choice or effect "
                 "(Table 5's physical systems).")
 UNKNOWN_TEXT = "Filled in once the session runs (a replay shows what its recording holds)."
@@ -255,6 +258,19 @@ class AgencyPanel(QGroupBox):
                    "dimensionality reduction.")
         else:
             tip = ""
+        choice = (agency.get("choice") or {}).get("value")
+        if held == 0 and sat is not None and sat <= CYCLE and choice == 0:
+            # A settled deterministic agent repeating one gait: the conditions are about
+            # variation, and a window of one repeated cycle holds none.
+            text += (f"<br>The agent acts, but on one repeated cycle: {sat:.0%} of the "
+                     "window's transitions are distinct, and in each state it takes one "
+                     "action to one next state. Choice, effect and asymmetry measure how "
+                     "action and outcome vary, and here nothing varies; a perturbation (or "
+                     "action noise) makes them show.")
+            tip = ("A deterministic policy on a settled gait: every S symbol of the window "
+                   "comes with one A and one S', so H(A|S), MI(A;S'|S) and ΔH are exactly 0 "
+                   "(paper §4.1: the conditions are properties of the loop's variation, not "
+                   "of whether the agent moves).")
         negative = [label for k, label in (("choice", "H(A|S)"), ("effect", "MI(A;S'|S)"))
                     if isinstance((agency.get(k) or {}).get("value"), int | float)
                     and agency[k]["value"] < 0]
