@@ -30,7 +30,7 @@ def test_the_status_line_says_the_speed_run_when_it_is_not_the_speed_asked(qtbot
     # worker may make it so), else the loop is as fast as it goes here.
     from idt_desk_widgets.status import busy
 
-    load, cores = busy()
+    assert busy()[1] >= 1
     assert ("the machine is busy (load" in status.text() or
             "the loop cannot go faster on this machine" in status.text()), status.text()
     assert snap.achieved_speed == pytest.approx(snap.loop_rate / snap.rate)
