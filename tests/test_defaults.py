@@ -89,6 +89,9 @@ def test_every_source_defaults_to_a_known_detector_and_the_window_shows_it(qtbot
     assert PRESETS["cheetah-live"].detector == "ewma" and PRESETS["cheetah"].detector is None
     w._select_source("gym", {})
     assert w.pipeline_panel.detector_combo.currentData() == "mewma"
+    combo = w.pipeline_panel.preset_combo
+    listed = [combo.itemText(j) for j in range(combo.count())]
+    assert listed == [*discover()["gym"].load().presets, "(custom)"]  # no pendulum preset
     # The live cheetah preset brings its own detector; back to the paper's, the source's.
     w.pipeline_panel.preset_combo.setCurrentText("cheetah-live")
     assert w.pipeline_panel.detector_combo.currentData() == "ewma"
@@ -98,6 +101,7 @@ def test_every_source_defaults_to_a_known_detector_and_the_window_shows_it(qtbot
     assert w.pipeline_panel.budget_edit.placeholderText() == "1/10h"
     w._select_source("pendulum", {})
     assert w.pipeline_panel.detector_combo.currentData() == "persistence"
+    assert "cheetah" not in [combo.itemText(j) for j in range(combo.count())]
     w.close()
 
 

@@ -166,6 +166,12 @@ def test_return_plot_shows_episode_returns(qtbot):
     qtbot.addWidget(plot)
     assert _points(plot.curve) == 0
     assert "no episode finished yet" in plot.getPlotItem().titleLabel.text
+    # One episode: an x range two episodes wide, ticks on whole episodes (not a smear).
+    plot.update_info({"episode_returns": [[0, 5.0]]})
+    lo, hi = plot.getPlotItem().viewRange()[0]
+    assert (lo, hi) == (-0.5, 1.5)
+    ticks = plot.getPlotItem().getAxis("bottom").tickValues(lo, hi, 300)
+    assert all(float(v).is_integer() for _spacing, values in ticks for v in values)
     pairs = [[0, -120.5], [1, 30.25], [2, 410.0]]
     plot.update_info({"episode_returns": pairs})
     x, y = plot.curve.getData()

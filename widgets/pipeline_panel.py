@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from idt_desk_widgets.forms import compact_combo, compact_form, setting_box
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QSignalBlocker, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QFormLayout,
@@ -162,7 +162,16 @@ class PipelinePanel(QGroupBox):
                     max(0, self.detector_combo.findData(detector)))
 
     def use_presets(self, presets: Sequence[str]) -> None:
-        """Select a source's first preset (its own numbers), or "(custom)" without one."""
+        """List a source's presets and select its first (its own numbers).
+
+        A source without presets lists every one, "(custom)" selected.
+        """
+        names = [p for p in presets if p in PRESETS] or list(PRESETS)
+        if [self.preset_combo.itemText(j) for j in range(self.preset_combo.count())] != \
+                [*names, CUSTOM]:
+            with QSignalBlocker(self.preset_combo):  # the selection below applies one
+                self.preset_combo.clear()
+                self.preset_combo.addItems([*names, CUSTOM])
         if presets:
             self.preset_combo.setCurrentText(presets[0])
             self.apply_preset(presets[0])
@@ -202,6 +211,9 @@ class PipelinePanel(QGroupBox):
                    self.calib_spin, self.baseline_spin)
         for w in widgets:
             w.blockSignals(True)
+        if p.name in PRESETS and self.preset_combo.findText(p.name) < 0:
+            # A replay's recorded preset, listed (signals are blocked above).
+            self.preset_combo.insertItem(self.preset_combo.count() - 1, p.name)
         self.preset_combo.setCurrentText(p.name if p.name in PRESETS else CUSTOM)
         self.bins_spin.setValue(p.bins)
         self.window_spin.setValue(p.window)

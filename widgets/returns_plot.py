@@ -67,6 +67,9 @@ class ReturnPlot(pg.PlotWidget):
         # Episodes are whole numbers: ticks on integers, about eight of them.
         step = max(1, math.ceil((x[-1] - x[0] + 1) / 8))
         self.getPlotItem().getAxis("bottom").setTickSpacing(step, step)
+        # The x range spans at least two episodes: one episode's single point left to the
+        # auto-range gave a range of a hair's width and a smear of tick labels.
+        self.setXRange(x[0] - 0.5, max(x[-1], x[0] + 1) + 0.5, padding=0)
         best = float(np.nanmax(y)) if len(y) else math.nan
         # Short enough for the narrowest centre pane (about 300 px at 1024 wide).
         self._title(f"Return: last {y[-1]:,.0f}, best {best:,.0f} "

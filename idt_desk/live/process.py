@@ -401,9 +401,29 @@ def _built_one(name: str, ok: bool) -> None:
     """A build of ``name`` ended; a built one starts the next session's child warming."""
     with _STANDBY_LOCK:
         _BUILDING[name] -= 1
-        if ok and name not in _STANDBY:
+        if ok and name not in _STANDBY and memory_to_spare():
             _STANDBY[name] = _spawn(name)
         _STANDBY_LOCK.notify_all()
+
+
+#: A spare child is started only with this much memory available: a warm RL child holds
+#: about 600 MB (torch, MuJoCo, the policy), which a machine short of memory needs more.
+SPARE_MEMORY = 2 * 2**30
+
+
+def memory_to_spare() -> bool:
+    """Whether the machine has :data:`SPARE_MEMORY` available (True where it is not known).
+
+    Linux's ``MemAvailable``: what can be given to a new process without swapping.
+    """
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 >= SPARE_MEMORY
+    except (OSError, ValueError, IndexError):
+        pass
+    return True
 
 
 def _give_back(name: str, proc: subprocess.Popen, conn: Connection) -> None:
