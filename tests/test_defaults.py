@@ -87,7 +87,7 @@ def test_every_source_defaults_to_a_known_detector_and_the_window_shows_it(qtbot
     assert w.pipeline_panel.detector_combo.currentData() == "persistence"
     assert w.pipeline_panel.budget_edit.placeholderText() == "1/h"
     assert PRESETS["cheetah-live"].detector == "ewma" and PRESETS["cheetah"].detector is None
-    w._select_source("gym", {})
+    w.select_source("gym", {})
     assert w.pipeline_panel.detector_combo.currentData() == "mewma"
     combo = w.pipeline_panel.preset_combo
     listed = [combo.itemText(j) for j in range(combo.count())]
@@ -99,7 +99,7 @@ def test_every_source_defaults_to_a_known_detector_and_the_window_shows_it(qtbot
     w.pipeline_panel.preset_combo.setCurrentText("cheetah")
     assert w.pipeline_panel.detector_combo.currentData() == "mewma"
     assert w.pipeline_panel.budget_edit.placeholderText() == "1/10h"
-    w._select_source("pendulum", {})
+    w.select_source("pendulum", {})
     assert w.pipeline_panel.detector_combo.currentData() == "persistence"
     assert "cheetah" not in [combo.itemText(j) for j in range(combo.count())]
     w.close()

@@ -380,7 +380,7 @@ def test_control_panel_needs_no_horizontal_scrolling(qtbot, tmp_path, name):
     if name == "toy":
         w.source_panel.source_combo.addItem(ToySource.label, "toy")
         w.source_panel.entries = discover()
-    w._select_source(name, {})
+    w.select_source(name, {})
     w.show()
     qtbot.waitExposed(w)
     assert (w.width(), w.height()) == (1400, 900)
@@ -405,7 +405,7 @@ def test_agent_source_gets_generated_modulation_panel(qtbot, window):
     register(ToySource)
     window.source_panel.source_combo.addItem(ToySource.label, "toy")
     window.source_panel.entries = discover()
-    window._select_source("toy", {})
+    window.select_source("toy", {})
     assert set(window.switches.modulate_buttons) == {"hold", "input_filter", "dim_reduction"}
     assert window.plots.plots["reward"].isVisible() and window.alarms.lights["reward"].isVisible()
     window.pipeline_panel.window_spin.setValue(100)
@@ -427,7 +427,7 @@ def test_source_errors_show_in_the_banner(qtbot, window):
     register(ToySource)
     window.source_panel.entries = discover()
     window.source_panel.source_combo.addItem(ToySource.label, "toy")
-    window._select_source("toy", {"fail_at": 300})
+    window.select_source("toy", {"fail_at": 300})
     window.start_session()
     qtbot.waitUntil(lambda: window.banner.isVisible(), timeout=WAIT)
     assert "failed on purpose" in window.banner.text()
@@ -435,7 +435,7 @@ def test_source_errors_show_in_the_banner(qtbot, window):
 
 
 def test_bad_settings_show_a_message_not_a_traceback(window):
-    window._select_source("replay", {"path": "/no/such/recording"})
+    window.select_source("replay", {"path": "/no/such/recording"})
     assert window.start_session() is False
     assert window.banner.isVisible() and "no such recording" in window.banner.text()
 
@@ -443,7 +443,7 @@ def test_bad_settings_show_a_message_not_a_traceback(window):
 def test_replay_in_the_window_reproduces_the_recorded_windows(qtbot, window, tmp_path):
     rec_dir = tmp_path / "rec"
     run_headless(Session(SessionConfig(speed=None), record=rec_dir), steps=6000)
-    window._select_source("replay", {"path": str(rec_dir)})
+    window.select_source("replay", {"path": str(rec_dir)})
     window.start_session()
     qtbot.waitUntil(lambda: not window.session.running, timeout=WAIT)
     got = window.session.snapshot(limit=10**6).windows

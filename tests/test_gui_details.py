@@ -56,7 +56,7 @@ def test_file_dialogs_open_in_the_recordings_folder(qtbot, window, tmp_path, mon
                         staticmethod(lambda _p, _c, where="": asked.append(where) or ""))
     window.record_panel.ask_figure_path("png")
     window.events._export_dialog()
-    window._select_source("replay", {})
+    window.select_source("replay", {})
     window.source_panel.browse_button.click()
     folder = tmp_path / "recordings"
     assert asked == [str(folder / "idt-plots.png"), str(folder / "events.csv"), str(folder)]
@@ -77,11 +77,11 @@ def test_a_dialogue_speaks_of_turns(qtbot, tmp_path):
         "Which text (0–2)"
     assert w.pipeline_panel.budget_edit.placeholderText() == "1/100turns"
     # Back to the pendulum: seconds again.
-    w._select_source("pendulum", {})
+    w.select_source("pendulum", {})
     assert w.source_panel.speed_combo.currentText() == "1× (real time)"
     assert "Engage after" not in " ".join(
         lab.text() for lab in w.switches.modulate_box.findChildren(QLabel))
-    w._select_source("replay", {})
+    w.select_source("replay", {})
     assert w.pipeline_panel.budget_edit.placeholderText() == "the recording's"
 
 

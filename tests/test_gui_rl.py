@@ -349,7 +349,7 @@ def test_window_with_cheetah_source(qtbot, tmp_path):
     assert w.returns.isHidden()
     w.source_panel.entries = discover()
     w.source_panel.source_combo.addItem(FakeCheetah.label, FakeCheetah.name)
-    w._select_source(FakeCheetah.name, {})
+    w.select_source(FakeCheetah.name, {})
     assert isinstance(w.view, CheetahView)
     assert not w.returns.isHidden() and w.agency.table.isVisible()
     w.pipeline_panel.window_spin.setValue(100)
@@ -402,7 +402,7 @@ def test_the_agency_panel_never_says_passive_for_an_agent_or_contradicts_its_num
     w.show()
     assert w.agency.table.isVisible() and not w.agency.passive_label.isVisible()
     assert all(row[1].text() == "—" for row in w.agency.rows.values())
-    w._select_source("replay", {})
+    w.select_source("replay", {})
     assert "once the session runs" in w.agency.passive_label.text()
     w.close()
     # A dialogue's per-turn conditions: no test, so no "exact"; a tiny positive value is not

@@ -119,7 +119,7 @@ def test_a_replay_is_closed_and_replaced_without_a_question(qtbot, window, monke
     window.stop_session(wait=True)
     path = window.session.recording_path
     window.record_panel.record_button.setChecked(False)
-    window._select_source("replay", {"path": str(path)})
+    window.select_source("replay", {"path": str(path)})
     assert window.start_session()
     start = window.source_panel.start_button
     # Ended, and the window has seen it (Start enabled again: a click before is ignored).
@@ -141,7 +141,7 @@ def test_a_new_start_clears_the_old_curves_at_once_not_after_loading(qtbot, wind
     qtbot.waitUntil(lambda: _drawn(window) > 20 and "Symbols:" in
                     window.alarms.calibration.text(), timeout=WAIT)
     window.stop_session(wait=True)
-    window._select_source("replay", {"path": str(window.session.recording_path)})
+    window.select_source("replay", {"path": str(window.session.recording_path)})
     assert window.start_session(background=True)  # the new source loads on its thread
     # At once, while it loads: no old curve under the new labels, no old "Symbols: …".
     assert _drawn(window) == 0 and window.alarms.calibration.text() == ""
@@ -251,7 +251,7 @@ def test_a_slow_source_loads_off_the_gui_thread_and_can_be_cancelled(qtbot, wind
 
 
 def test_a_source_that_fails_to_build_says_why_in_the_banner(qtbot, window):
-    window._select_source("replay", {})  # no recording chosen
+    window.select_source("replay", {})  # no recording chosen
     qtbot.mouseClick(window.source_panel.start_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.banner.isVisible(), timeout=WAIT)
     assert window.banner.text() == ("Cannot start Replay a recording: replay: set 'path' to "

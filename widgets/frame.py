@@ -44,6 +44,7 @@ from PySide6.QtWidgets import (
 
 from idt_desk.live.plugins import SourceLoadError
 from idt_desk.live.session import Session
+from idt_desk.live.snapshot import Snapshot
 
 __all__ = ["WindowFrame"]
 
@@ -89,6 +90,8 @@ class WindowFrame(QMainWindow):
         self._wheel_guard = WheelGuard.install(self)
 
         self.banner = QLabel("", self)
+        #: What the banner says of the source's error or pause (None: nothing).
+        self.error_shown: str | None = None
         self.banner.setObjectName("banner")
         self.banner.setWordWrap(True)
         self.banner.setStyleSheet("QLabel { background: #fde7e7; color: #8a1c1c; padding: 6px; }")
@@ -249,6 +252,26 @@ class WindowFrame(QMainWindow):
     def hide_error(self) -> None:
         """Hide the banner."""
         self.banner.hide()
+
+    def show_source_problem(self, snap: Snapshot) -> None:
+        """The banner says once why the source stopped or paused the loop.
+
+        It clears once the loop runs again (:attr:`error_shown`: what it says now, or None).
+        """
+        if snap.error and snap.error != self.error_shown:
+            self.error_shown = snap.error
+            self.show_error(f"The source stopped with an error: {snap.error}")
+        if snap.paused_reason and snap.paused_reason != self.error_shown:
+            # The source paused the loop (a dialogue's server failed): say why, offer Resume.
+            self.error_shown = snap.paused_reason
+            self.show_error(f"Paused: {snap.paused_reason}. Nothing is lost; press Resume to "
+                            "carry on.")
+            if not self.source_panel.pause_button.isChecked():
+                self.source_panel.show_paused(True, quietly=True)
+        elif not snap.paused_reason and self.error_shown and not snap.error \
+                and snap.state == "running":
+            self.error_shown = None
+            self.hide_error()
 
     # -- the window's size ------------------------------------------------------------------
 

@@ -25,13 +25,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from idt_desk_widgets.fleet import FleetView
+from idt_desk_widgets.following import Following
 from idt_desk_widgets.forms import set_quietly
 from idt_desk_widgets.frame import WindowFrame
 from idt_desk_widgets.keys import install_shortcuts, may_discard, may_recalibrate
 from idt_desk_widgets.loading import SessionBuilder
 from idt_desk_widgets.memory import Collector
-from idt_desk_widgets.recording import FolderWatch, figure_title
+from idt_desk_widgets.recording import figure_title
 from idt_desk_widgets.source_panel import idle_hint
 from PySide6.QtCore import QEventLoop, QTimer
 from PySide6.QtWidgets import QApplication
@@ -102,7 +102,6 @@ class MainWindow(WindowFrame):
         self.session: Session | None = None
         self.history = history
         self.own_process = own_process
-        self._error_shown: str | None = None
         #: The selected source's class (None: it failed to load).
         self._source_cls: type[Source] | None = None
         self._wire()
@@ -128,38 +127,17 @@ class MainWindow(WindowFrame):
         #: Keyboard shortcuts (``idt_desk_widgets.keys.SHORTCUTS``) by method name.
         self.shortcuts = install_shortcuts(self)
         self.source_panel.set_speed(speed)
-        self._select_source(source, settings or {})
-        self.watch_folder = Path(watch_folder) if watch_folder is not None else None
-        #: The watch on :attr:`watch_folder` (None: no folder watched).
-        self.watch: FolderWatch | None = None
-        if self.watch_folder is not None:
-            self.watch = FolderWatch(self.watch_folder, self)
-            self.watch.busy = lambda: self._starting
-            self.watch.following = lambda: self.session is not None
-            self.watch.new_run.connect(self.follow_new_run)
-            self.watch.start((settings or {}).get("path"))
-            if not (settings or {}).get("path"):
-                # Nothing to follow yet (an empty folder): the window waits in plain view.
-                self.plots.show_hint(f"Waiting for a run in {self.watch_folder} …<br><small>"
-                                     "a recording that starts there is followed at once"
-                                     "</small>")
-                self.status_line.say(f"watching {self.watch_folder}: no run yet")
-        #: The table of a watched folder's runs (None: no fleet watched).
-        self.fleet: FleetView | None = None
-        if fleet is not None:
-            self.fleet = FleetView(fleet, fleet_location or fleet.files.root, self)
-            self.fleet.open_run.connect(self.open_run)
-            self.fleet.listed.connect(self._say_fleet)
-            self.back_button.clicked.connect(self.show_fleet)
-            self.centre_stack.addWidget(self.fleet)
-            self.fleet.start()
-            self.show_fleet()
+        self.select_source(source, settings or {})
+        #: Following runs another program writes (``idt_desk_widgets.following``): it sets
+        #: ``watch_folder`` and ``watch`` (a folder's newest run), ``fleet`` (a sweep's table).
+        self.following = Following(self)
+        self.following.setup(watch_folder, (settings or {}).get("path"), fleet, fleet_location)
 
     def _wire(self) -> None:
         """Connect the panels' signals to the window's slots (session commands)."""
         source, pipeline, switches, record = (self.source_panel, self.pipeline_panel,
                                               self.switches, self.record_panel)
-        source.source_chosen.connect(lambda name: self._select_source(name, {}))
+        source.source_chosen.connect(lambda name: self.select_source(name, {}))
         source.start_requested.connect(lambda: self.start_session(background=True, ask=True))
         source.pause_toggled.connect(self._pause_toggled)
         source.stop_requested.connect(lambda: self.stop_session())
@@ -178,7 +156,17 @@ class MainWindow(WindowFrame):
 
     # -- source selection -------------------------------------------------------------------
 
-    def _select_source(self, name: str, settings: dict[str, Any]) -> None:
+    @property
+    def source_class(self) -> type[Source] | None:
+        """The selected source's class (None: none loaded)."""
+        return self._source_cls
+
+    @property
+    def starting(self) -> bool:
+        """A session is being built (Start pressed, its source still loading)."""
+        return self._starting
+
+    def select_source(self, name: str, settings: dict[str, Any]) -> None:
         """Select source ``name`` with ``settings``: every panel shows what it declares."""
         if not self.source_panel.has(name):
             self.show_error(f"no source named {name!r}")
@@ -334,7 +322,7 @@ class MainWindow(WindowFrame):
         if source.notice:
             self.show_error(f"Note: {source.notice}")
         self.show_built(cls, session)
-        self._error_shown = None
+        self.error_shown = None
         self.switches.release_all()
         self.source_panel.pause_button.setChecked(False)
         self.status_line.reset_fps()
@@ -606,75 +594,16 @@ class MainWindow(WindowFrame):
             self.record_panel.note_edit.clear()
 
     def follow_new_run(self, run: Path) -> bool:
-        """A new run started in the watched folder: stop this session and follow ``run``.
-
-        Says so in the status bar and in the new session's event log. Nothing changes when
-        another source than the replay is selected (the user chose it); False then, or when
-        the new run cannot be followed (the banner says why).
-        """
-        text = f"a new run started: {run.name}; following it"
-        form = self.source_panel.settings_form
-        if self._source_cls is None or not self._source_cls.replays or form is None:
-            self.statusBar().showMessage(
-                f"a new run started: {run.name} (not followed: another source is selected)",
-                10_000)
-            return False
-        self.stop_session(wait=True)
-        form.set_values({"path": str(run), "follow": True})
-        # The note leads the new session's event log (at its first transition).
-        started = self.start_session(schedule=[(0, "note", {"text": text})])
-        self.statusBar().showMessage(text, 10_000)
-        return started
+        """A new run started in the watched folder: follow it (:class:`.following.Following`)."""
+        return self.following.new_run(run)
 
     def open_run(self, location: str) -> bool:
-        """Follow the run at ``location`` (a path or an ``ssh://`` URL) chosen in the fleet.
-
-        The session that follows another run is stopped first; a session of another source
-        is left alone (the status bar says to stop it first). False when nothing is followed.
-        """
-        if self.session is not None and self.session.running and not self._following():
-            self.statusBar().showMessage("stop the running session first: it is not a "
-                                         "followed run", 10_000)
-            return False
-        self.centre_stack.setCurrentIndex(0)
-        self.right_scroll.show()
-        name = location.rstrip("/").rsplit("/", 1)[-1]
-        self.back_bar.show()
-        self.back_label.setText(f"  following {location}")
-        if self.session is not None and self.session.running and \
-                (self.source_panel.settings_form.values().get("path") == location):
-            return True  # already followed: only the page changes
-        self.stop_session(wait=True)
-        if self._source_cls is None or not self._source_cls.replays:
-            self._select_source("replay", {})  # the shipped source that follows a run
-        form = self.source_panel.settings_form
-        if form is None:
-            return False
-        form.set_values({"path": location, "follow": True})
-        text = f"following {name} (chosen in the runs of {self.fleet.location})" \
-            if self.fleet is not None else f"following {name}"
-        started = self.start_session(schedule=[(0, "note", {"text": text})], background=True)
-        self.statusBar().showMessage(text, 10_000)
-        return started
+        """Follow the run at ``location`` chosen in the fleet (:class:`.following.Following`)."""
+        return self.following.open_run(location)
 
     def show_fleet(self) -> None:
-        """Back to the watched folder's runs (the followed run goes on being followed)."""
-        if self.fleet is None:
-            return
-        self.centre_stack.setCurrentWidget(self.fleet)
-        self.right_scroll.hide()  # the table wants the width; the run's panels come back
-        self.fleet.refresh()
-        self.fleet.table.setFocus()
-
-    def _say_fleet(self, summary: str) -> None:
-        """The status line over the table, while no run is followed: what to do there."""
-        if self.fleet is not None and self.centre_stack.currentWidget() is self.fleet and \
-                (self.session is None or not self.session.running):
-            self.status_line.say(f"watching {self.fleet.location}: double-click a run to "
-                                 "follow it")
-
-    def _following(self) -> bool:
-        return self._source_cls is not None and self._source_cls.replays
+        """Back to the watched folder's runs (:class:`.following.Following`)."""
+        self.following.show_fleet()
 
     # -- recording and export ---------------------------------------------------------------
 
@@ -755,20 +684,7 @@ class MainWindow(WindowFrame):
                                        stopping=self.session.stopping)
         if snap.recording is not None:
             self.record_panel.show_record_size()
-        if snap.error and snap.error != self._error_shown:
-            self._error_shown = snap.error
-            self.show_error(f"The source stopped with an error: {snap.error}")
-        if snap.paused_reason and snap.paused_reason != self._error_shown:
-            # The source paused the loop (a dialogue's server failed): say why, offer Resume.
-            self._error_shown = snap.paused_reason
-            self.show_error(f"Paused: {snap.paused_reason}. Nothing is lost; press Resume to "
-                            "carry on.")
-            if not self.source_panel.pause_button.isChecked():
-                self.source_panel.show_paused(True, quietly=True)
-        elif not snap.paused_reason and self._error_shown and not snap.error \
-                and snap.state == "running":
-            self._error_shown = None
-            self.hide_error()
+        self.show_source_problem(snap)
         if not running:
             self._session_ended()
             return
