@@ -6,7 +6,9 @@ It is imported only by ``idt-desk gui`` (and plain ``idt-desk``), never by the c
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -176,14 +178,16 @@ def bench_storm(minutes: float = 5.0, source: str = "pendulum", seed: int = 0,
     return 1 if rep.errors else 0
 
 
-def bench_gui(seconds: float = 10.0, print_fn: Any = print, source: str = "pendulum"
-              ) -> dict[str, float]:
+def bench_gui(seconds: float = 10.0, print_fn: Any = print, source: str = "pendulum",
+              record: bool = False) -> dict[str, float]:
     """The GUI's frame rate, and the loop's rate in the window against headless, one run.
 
     The real window and its 30 Hz QTimer run ``seconds`` at real time and at maximum speed
     (every tick pulls a snapshot and repaints); then the same source runs ``seconds`` at
     maximum speed with no window (a :class:`~idt_desk.live.session.Session` in its worker, as
     ``idt-desk run`` runs it). Each after a warm-up (JIT, calibration, first paints).
+    ``record``: every run records its session (into a temporary folder), the window's and the
+    headless one alike.
     A source whose session has a process of its own (``own_process``) is also run at maximum
     speed as a thread of the window's process, the design it replaced. Offscreen when there is
     no display. Returns the frame rates, the loop rates, ``loop_ratio`` (window / headless at
@@ -211,8 +215,10 @@ def bench_gui(seconds: float = 10.0, print_fn: Any = print, source: str = "pendu
         ("real time (1x)", 1.0, None), ("maximum speed", None, None)]
     if load_source(source).own_process:  # and as it ran before it had a process of its own
         runs.append(("max, one process", None, False))
+    tmp = Path(tempfile.mkdtemp(prefix="idt-bench-gui-"))
     for label, speed, own in runs:
-        win = MainWindow(source=source, speed=speed, own_process=own)
+        win = MainWindow(source=source, speed=speed, own_process=own, record_dir=tmp)
+        win.record_panel.record_button.setChecked(record)
         win.show()
         win.start_session()
         count = _count_frames(win)
@@ -232,7 +238,8 @@ def bench_gui(seconds: float = 10.0, print_fn: Any = print, source: str = "pendu
     ratio = results["maximum speed"] / results["real time (1x)"]
     print_fn(f"frame rate at maximum speed / at real time: {ratio:.2f}")
     results["ratio"] = ratio
-    headless = _headless_rate(source, seconds, warm)
+    headless = _headless_rate(source, seconds, warm, tmp / "headless" if record else None)
+    shutil.rmtree(tmp, ignore_errors=True)
     results["headless loop"] = headless
     results["loop_ratio"] = results["maximum speed loop"] / headless
     print_fn(f"{'headless':>16}: {source} {headless:,.0f} transitions/s at maximum speed")
@@ -245,14 +252,19 @@ def bench_gui(seconds: float = 10.0, print_fn: Any = print, source: str = "pendu
     return results
 
 
-def _headless_rate(source: str, seconds: float, warm: float) -> float:
-    """The source's loop rate at maximum speed with no window (transitions/s)."""
+def _headless_rate(source: str, seconds: float, warm: float, record: Path | None = None
+                   ) -> float:
+    """The source's loop rate at maximum speed with no window (transitions/s).
+
+    ``record``: the recording's folder (None: not recorded).
+    """
     import time
 
     from idt_desk.live.plugins import load_source
     from idt_desk.live.session import Session, SessionConfig
 
-    session = Session(SessionConfig(source=source, speed=None), source=load_source(source)())
+    session = Session(SessionConfig(source=source, speed=None), source=load_source(source)(),
+                      record=record)
     session.start()
     try:
         time.sleep(warm)

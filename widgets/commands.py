@@ -237,6 +237,8 @@ def _run_pictures(args: argparse.Namespace) -> int:
 def _bench_gui_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--source", default="pendulum", help="source to run (default pendulum)")
+    p.add_argument("--record", action="store_true",
+                   help="record in the window and headless alike (into a temporary folder)")
 
 
 def _bench_storm_arguments(p: argparse.ArgumentParser) -> None:
@@ -281,7 +283,7 @@ def _run_bench_fleet(args: argparse.Namespace) -> int:
 def _run_bench_gui(args: argparse.Namespace) -> int:
     from idt_desk_widgets.app import bench_gui
 
-    bench_gui(seconds=args.seconds, source=args.source)
+    bench_gui(seconds=args.seconds, source=args.source, record=args.record)
     return 0
 
 
