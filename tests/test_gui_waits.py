@@ -133,3 +133,25 @@ def test_bench_gui_sets_the_loop_in_the_window_against_headless(qtbot):
     assert res["loop_ratio"] == pytest.approx(res["maximum speed loop"] / res["headless loop"])
     assert lines[-1].startswith("loop in the window / headless, at maximum speed: ")
     assert "(target >= 0.9)" in lines[-1]
+
+
+def test_at_max_speed_the_window_draws_less_often_when_drawing_takes_the_loops_core(qtbot):
+    """A GUI thread busy all the time at max speed lengthens the refresh to its slowest
+    (the loop gets the core); at a paced speed, or idle, it is back to 30 frames a second."""
+    import time
+
+    from idt_desk_widgets.status import FRAME_MS, SLOWEST_FRAME_MS, StatusLine
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QStatusBar
+
+    bar = QStatusBar()
+    qtbot.addWidget(bar)
+    line, timer = StatusLine(bar), QTimer()
+    timer.setInterval(FRAME_MS)
+    end = time.monotonic() + 1.1
+    while time.monotonic() < end:  # every moment of the GUI thread spent drawing
+        line.count_frame(timer, max_speed=True)
+    assert timer.interval() == SLOWEST_FRAME_MS
+    time.sleep(1.05)  # then paced: the full rate again
+    line.count_frame(timer, max_speed=False)
+    assert timer.interval() == FRAME_MS

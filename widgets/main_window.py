@@ -33,6 +33,7 @@ from idt_desk_widgets.loading import SessionBuilder
 from idt_desk_widgets.memory import Collector
 from idt_desk_widgets.recording import figure_title
 from idt_desk_widgets.source_panel import idle_hint
+from idt_desk_widgets.status import FRAME_MS
 from PySide6.QtCore import QEventLoop, QTimer
 from PySide6.QtWidgets import QApplication
 
@@ -47,8 +48,8 @@ from idt_desk.words import eta_text
 
 __all__ = ["MainWindow"]
 
-#: GUI refresh interval (ms): 30 Hz.
-REFRESH_MS = 33
+#: GUI refresh interval (ms): 30 Hz (longer at max speed: ``status.GUI_SHARE``).
+REFRESH_MS = FRAME_MS
 
 
 class MainWindow(WindowFrame):
@@ -679,7 +680,7 @@ class MainWindow(WindowFrame):
         self.switches.follow(snap.active_perturbations, snap.active_modulations)
         if self.view is not None and snap.info:
             self.view.update_info(snap.info)
-        self.status_line.count_frame()
+        self.status_line.count_frame(self.timer, max_speed=not snap.speed)
         self.status_line.show_snapshot(snap, running=self.session.running,
                                        stopping=self.session.stopping)
         if snap.recording is not None:

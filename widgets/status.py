@@ -15,7 +15,7 @@ from pathlib import Path
 
 from idt_desk_widgets.alarms import plural
 from idt_desk_widgets.forms import ElidedLabel
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, QTimer
 from PySide6.QtWidgets import QLabel, QStatusBar
 
 from idt_desk.live.session import Snapshot
@@ -36,6 +36,15 @@ def rate(per_s: float | None) -> str:
 
 #: Below this share of the speed asked, the status line says the loop cannot keep up.
 SLOW = 0.9
+
+
+#: The window's refresh interval (ms): 30 frames a second.
+FRAME_MS = 33
+#: At maximum speed, the longest interval the window waits between frames (ms).
+SLOWEST_FRAME_MS = 100
+#: At maximum speed, the share of a core the window's own thread may take (drawing,
+#: snapshots): the rest is the loop's.
+GUI_SHARE = 0.25
 
 
 def speed_text(snap: Snapshot) -> str:
@@ -92,8 +101,10 @@ class StatusLine(QObject):
         bar.addPermanentWidget(self.rates)
         self.fps_label = QLabel("GUI —", bar)
         self.fps_label.setObjectName("fps")
-        self.fps_label.setToolTip("Frames per second the dashboard redraws (target 30); "
-                                  "— when no session is running")
+        self.fps_label.setToolTip("Frames per second the dashboard redraws: 30, or at max "
+                                  "speed as few as 10, so that drawing keeps to a quarter of "
+                                  "a core and the loop has the rest; — when no session is "
+                                  "running")
         self.fps_label.setMinimumWidth(90)
         for label in (self.rates, self.fps_label):
             label.setStyleSheet("QLabel { border-left: 1px solid #b9bec6; padding: 0 8px; }")
@@ -102,6 +113,9 @@ class StatusLine(QObject):
         self.fps = 0.0
         self._frames = 0
         self._fps_t0 = time.monotonic()
+        #: The refresh interval (ms) the window's timer should keep (:meth:`count_frame`).
+        self.interval = FRAME_MS
+        self._cpu0 = time.thread_time()
 
     def say(self, text: str) -> None:
         """Show ``text`` as the session's state."""
@@ -116,13 +130,25 @@ class StatusLine(QObject):
         self.fps = 0.0
         self.fps_label.setText("GUI —")
 
-    def count_frame(self) -> None:
-        """One more frame drawn; the rate is updated once a second."""
+    def count_frame(self, timer: QTimer | None = None, max_speed: bool = False) -> None:
+        """One more frame drawn; the rate and ``timer``'s interval are updated once a second.
+
+        ``max_speed``: the loop runs as fast as the machine goes. Then the window draws no
+        more often than keeps its own thread within :data:`GUI_SHARE` of a core (from 30 down
+        to 10 frames a second): on two cores, drawing at 30 Hz took the loop's core (the RL
+        loop recording in the window ran at 0.84-0.89× its headless rate; at 15 Hz, 1.00×).
+        """
         self._frames += 1
         now = time.monotonic()
         if now - self._fps_t0 >= 1.0:
+            cpu = time.thread_time()
+            share = (cpu - self._cpu0) / (now - self._fps_t0)
             self.fps = self._frames / (now - self._fps_t0)
-            self._frames, self._fps_t0 = 0, now
+            self._frames, self._fps_t0, self._cpu0 = 0, now, cpu
+            self.interval = min(SLOWEST_FRAME_MS, max(FRAME_MS, round(
+                self.interval * share / GUI_SHARE))) if max_speed else FRAME_MS
+            if timer is not None and timer.interval() != self.interval:
+                timer.setInterval(self.interval)
 
     def show_snapshot(self, snap: Snapshot, running: bool, stopping: bool) -> None:
         """Say what ``snap`` shows: state, source, speed, time, counts, rates.
