@@ -241,8 +241,9 @@ def test_baseline_windows_help_states_the_semantics():
     assert rc == 0
     text = " ".join(out.split())  # argparse wraps lines
     assert ("the N windows after the calibration windows that set the baseline and calibrate "
-            "the detector (an integer from 2 to 10,000; default: the source's: 800, long enough "
-            "for the default budget; a dialogue's 30 turns)") in text
+            "the detector (an integer from 2 to 10,000; default: the source's: 800; 2,200 for a "
+            "policy in an environment; a dialogue's 30 turns: each long enough for its default "
+            "alarm)") in text
     assert "--detector {paper,persistence,cusum,ewma,mewma}" in text and "1/10episodes" in text
 
 

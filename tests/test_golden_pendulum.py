@@ -11,7 +11,11 @@ events the same but the baseline's thresholds, each IDT alarm's class of change 
 ``twin``; a ``detected`` verdict told then, its latency unchanged), and gravity ×1.3, which
 the IDT alone never saw, now detected 4 windows after its onset (named dynamics). Then once
 more when a detection's severity left the twin's channels to the class's evidence: only those
-four entries of the three ``detected`` events went."""
+four entries of the three ``detected`` events went. Then when every alarm came to carry its
+severity: each IDT ``alarm_on`` gained ``severity`` (its components' mean z up to it), each
+baseline's ``needed_windows`` moved (the length that would do, now on a 5 % grid and under
+the limit by the threshold's own error) and a preset given by value its empty ``caveat``;
+nothing else, and no window."""
 
 from __future__ import annotations
 
