@@ -207,3 +207,8 @@ def test_a_paced_loop_that_fell_behind_never_races_to_make_it_up():
         done += n
         granted += n
     assert 0 < granted <= per_s * (CATCH_UP + 0.05)
+    # A slow loop (a dialogue: a turn every few seconds) still gets its one step when due.
+    slow = Pacer()
+    assert slow.allowance(0, 1.0, 2.0, 1) == 0  # anchored: nothing due yet
+    time.sleep(0.6)
+    assert slow.allowance(0, 1.0, 2.0, 1) == 1

@@ -136,16 +136,17 @@ class Pacer:
         per_s = speed * rate
         now = time.monotonic()
         due = (now - self._wall0) * per_s - (n_done - self._sim0)
-        if due > per_s * CATCH_UP:
-            # Behind by more than it may catch up (the machine was busy): the debt is
-            # dropped, so the loop never runs faster than asked to make it up (a window
-            # asking 50× then showed the loop at 75× for seconds).
-            self._wall0, self._sim0 = now - CATCH_UP, n_done
-            due = per_s * CATCH_UP
         # Step in slices of >= PACE_SLICE of wall time (or one transition): a worker waking
         # a thousand times a second to make one step keeps taking the GIL from the GUI
         # thread (measured: 10 frames/s instead of 30).
         need = max(1.0, per_s * PACE_SLICE)
+        behind = max(per_s * CATCH_UP, need)  # the most it may make up (one slice at least)
+        if due > behind:
+            # Behind by more than it may catch up (the machine was busy): the debt is
+            # dropped, so the loop never runs faster than asked to make it up (a window
+            # asking 50× then showed the loop at 75× for seconds).
+            self._wall0, self._sim0 = now - behind / per_s, n_done
+            due = behind
         if due < need:
             time.sleep(min(PACE_SLICE, (need - due) / per_s))
             return 0
