@@ -340,3 +340,12 @@ def test_a_warning_is_never_seen_without_its_recheck(tmp_path, monkeypatch):
     assert isinstance(warn["recheck"], dict)
     assert seen and seen[0] is None  # the first re-check ran before the warning was out
     assert all(s is None or isinstance(s.get("recheck"), dict) for s in seen)
+
+
+def test_a_component_undefined_in_the_wider_bins_is_said_so_not_nan():
+    from idt_desk.live.ranges import recheck_text
+
+    shift = {m: {"calibrated": 0.2, "widened": 0.1} for m in ("P", "H_f", "H_b", "dH")}
+    shift["P"] = {"calibrated": -12.1, "widened": float("nan")}
+    text = recheck_text({"verdict": "artefact", "shift": shift, "k": 3.0, "shifted": []})
+    assert "P undefined, where the calibrated bins gave -12.1" in text and "nan" not in text

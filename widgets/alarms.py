@@ -52,6 +52,9 @@ P_RANGE = (0.0, 0.5)
 OUT_OF_RANGE_WARN = Session.OUT_OF_RANGE_WARN
 #: Light chunk colours of the bars (their text stays readable over them).
 _BAR_OK, _BAR_WARN, _BAR_BAD = "#9fd8ab", "#f7d774", "#f29b93"
+#: Component lights a row in the alarm panel.
+LIGHTS_A_ROW = 3
+
 #: A bar whose text stays readable over its chunk.
 _BAR = ("QProgressBar {{ border: 1px solid #b9bec6; border-radius: 3px; background: white; "
         "text-align: center; color: #202124; min-height: 16px; }} "
@@ -144,8 +147,10 @@ class AlarmPanel(QGroupBox):
             light.setObjectName(f"light_{key}")
             self.lights[key] = light
             self._names[key] = (rich, plain)
-            grid.addWidget(light, 0, col)
-            grid.setColumnStretch(col, 1)  # equal widths, whatever each light says
+            # Three a row: six lights (P, H_f, H_b, ΔH, twin, reward) in one row needed more
+            # than the side column's 300 px, and the reward light was cut off.
+            grid.addWidget(light, col // LIGHTS_A_ROW, col % LIGHTS_A_ROW)
+            grid.setColumnStretch(col % LIGHTS_A_ROW, 1)  # equal widths, whatever each says
         self.idt = _Light(big=True, parent=self)
         self.idt.setObjectName("light_IDT")
         outer.addWidget(self.idt)

@@ -213,6 +213,7 @@ class FleetView(QWidget):
         header.setResizeContentsPrecision(200)
         header.setStretchLastSection(True)
         self._fitted = False
+        self._fitted_outage = False  # the columns were last fitted during an outage
         self.table.doubleClicked.connect(self._open)
         self.table.activated.connect(self._open)
         self.hint = QLabel("Double-click a run (or Return) to follow it; a header sorts by its "
@@ -300,9 +301,11 @@ class FleetView(QWidget):
         selected = self.selected()
         paths = [r["path"] for r in self.model.rows]
         self.model.set_rows(shown, now)
-        if shown and (not self._fitted or [r["path"] for r in shown] != paths):
-            self.table.resizeColumnsToContents()  # a new run's name is never cut short
-            self._fitted = True
+        if shown and (not self._fitted or [r["path"] for r in shown] != paths
+                      or self._fitted_outage != (self.problem is not None)):
+            # A new run's name, or an outage's "(last seen)", is never cut short.
+            self.table.resizeColumnsToContents()
+            self._fitted, self._fitted_outage = True, self.problem is not None
         if selected is not None:
             for r, row in enumerate(shown):
                 if row["path"] == selected:

@@ -145,7 +145,8 @@ def recheck_text(check: Mapping[str, Any]) -> str:
     shift, k = check["shift"], float(check["k"])
 
     def sd(m: str, b: str) -> str:
-        return f"{'ΔH' if m == 'dH' else m} {shift[m][b]:+.1f} sd"
+        name, v = ("ΔH" if m == "dH" else m), shift[m][b]
+        return f"{name} {v:+.1f} sd" if math.isfinite(v) else f"{name} undefined"
 
     head = "Re-checked with bins widened to cover the baseline and the latest windows: "
     if check["verdict"] == "shift":
