@@ -48,6 +48,10 @@ class WheelGuard(QObject):
         """Filter the application's events; the boxes polished already get the policy now."""
         guard = cls(parent)
         app = QApplication.instance()
+        # Widgets an earlier window let go (deleteLater) are deleted first: walking the
+        # application's widgets while one of them was half destroyed crashed the process
+        # (a segmentation fault in a test that opened a window after another closed).
+        QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
         for widget in app.allWidgets():
             _no_wheel_focus(widget)
         app.installEventFilter(guard)
