@@ -8,8 +8,9 @@ predictive uncertainty H_f, H_b and their asymmetry dH over sliding windows, and
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from idt_desk.lazy import lazy_names
 
 #: Where each public name lives: imported on first use, so that ``idt-desk --help`` and a
 #: listing start without numpy's, pandas' and numba's import time (``import idt_desk`` alone
@@ -67,18 +68,7 @@ if TYPE_CHECKING:  # what type checkers and editors see; at run time, __getattr_
     from idt_desk.recordings.trajectory import Trajectory, load_trajectory
 
 
-def __getattr__(name: str) -> Any:
-    """A public name, imported from its module on first use (PEP 562)."""
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module 'idt_desk' has no attribute {name!r}")
-    value = getattr(importlib.import_module(where), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, globals())
 
 
 __version__ = "0.1.0"

@@ -50,8 +50,7 @@ The names, by what a plugin does with them:
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from idt_desk.lazy import lazy_names
 
 #: Each name and the core module it comes from (a module itself where the name is one).
 _WHERE: dict[str, str] = {
@@ -108,17 +107,8 @@ _MODULES = {"assets": "idt_desk.assets", "embeddings": "idt_desk.metrics.embeddi
 __all__ = sorted([*_WHERE, *_MODULES])
 
 
-def __getattr__(name: str) -> Any:
-    """The core's object ``name``, imported on first use (PEP 562)."""
-    if name in _MODULES:
-        value = importlib.import_module(_MODULES[name])
-    elif name in _WHERE:
-        value = getattr(importlib.import_module(_WHERE[name]), name)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}; a plugin may "
-                             f"import: {', '.join(__all__)}")
-    globals()[name] = value  # the next look-up is a plain one
-    return value
+__getattr__, _ = lazy_names(__name__, _WHERE, globals(), modules=_MODULES,
+                            hint=f"; a plugin may import: {', '.join(__all__)}")
 
 
 def __dir__() -> list[str]:

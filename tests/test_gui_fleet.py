@@ -37,6 +37,13 @@ def _paths(view) -> list[str]:
     return [view.proxy.index(r, PATH).data() for r in range(view.proxy.rowCount())]
 
 
+def _refreshed(qtbot, view) -> None:
+    """One refresh of the table, asked now and waited for."""
+    seen = view.refreshes
+    view.refresh()
+    qtbot.waitUntil(lambda: view.refreshes > seen, timeout=10_000)
+
+
 def _window(qtbot, tmp_path, location):
     w = MainWindow(source="replay", settings={"path": "", "follow": True}, speed=None,
                    record_dir=tmp_path / "recordings", fleet=RunIndex(location),
@@ -139,9 +146,7 @@ def test_a_folder_that_vanishes_is_said_in_one_line_and_the_last_look_stays(qtbo
     try:
         view = w.fleet
         shutil.rmtree(root)
-        seen = view.refreshes
-        view.refresh()
-        qtbot.waitUntil(lambda: view.refreshes > seen, timeout=10_000)
+        _refreshed(qtbot, view)
         assert view.problem == f"{root}: no such folder"
         assert "\n" not in view.summary.text() and "the last good look" in view.summary.text()
         assert len(_paths(view)) == 2
@@ -180,19 +185,13 @@ def test_rows_stay_in_place_under_the_pointer_and_names_are_never_cut(qtbot, tmp
         alarmed_run(root / loud, 2)
         long = "ppo-lr0.0003-gamma0.99-seed-12345/" + "x" * 40
         alarmed_run(root / long, 0)
-
-        def refreshed():
-            seen = view.refreshes
-            view.refresh()
-            qtbot.waitUntil(lambda: view.refreshes > seen, timeout=10_000)
-
-        refreshed()
+        _refreshed(qtbot, view)
         assert _paths(view)[:2] == before  # new ones go last
         assert set(_paths(view)[2:]) == {loud, long}
         width = view.table.columnWidth(PATH)
         assert width >= view.table.fontMetrics().horizontalAdvance(long)
         on[0] = False  # the pointer left: the listing's order again
-        refreshed()
+        _refreshed(qtbot, view)
         assert _paths(view)[0] == loud
     finally:
         w.close()

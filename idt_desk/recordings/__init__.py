@@ -13,8 +13,9 @@ files for ``idt-desk analyze``. The modules: :mod:`~idt_desk.recordings.writer`,
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from idt_desk.lazy import lazy_names
 
 #: Where each name lives, imported on first use: a listing of runs (``idt_desk.recordings.runs``)
 #: reads statuses and events without pandas, which the reader and the export need.
@@ -42,18 +43,7 @@ if TYPE_CHECKING:
     from idt_desk.recordings.writer import Recorder
 
 
-def __getattr__(name: str) -> Any:
-    """A name, imported from its module on first use (PEP 562)."""
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module 'idt_desk.recordings' has no attribute {name!r}")
-    value = getattr(importlib.import_module(where), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, globals())
 
 
 __all__ = ["FORMAT_VERSION", "WINDOW_EVENTS", "Recorder", "Recording", "RecordingError",
