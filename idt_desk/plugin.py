@@ -24,7 +24,8 @@ The names, by what a plugin does with them:
   logging); its presets (PRESETS, Preset, get_preset) and data shipped with the product (assets);
 - **run sessions** (a reproduction, a benchmark): Session, SessionConfig, run_headless,
   MAX_SPEED_CHUNKS, load_source, SourceLoadError, load_recording, RecordingError,
-  RecordingTail, Trajectory, the settings table (SETTINGS, DEFAULTS, PIPELINE_KEYS,
+  RecordingTail, Trajectory, TRANSITIONS and row_place (a recording's transitions file, and
+  where its row k is), the settings table (SETTINGS, DEFAULTS, PIPELINE_KEYS,
   source_defaults: what a source fills in);
 - **add a detector** (``idt_desk.detection.registry``): Detector, register_detector,
   DETECTORS;
@@ -64,6 +65,8 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(("RecordingError", "RecordingTail", "load_recording"),
                     "idt_desk.recordings"),
     "Trajectory": "idt_desk.recordings.trajectory",
+    "TRANSITIONS": "idt_desk.recordings.files",
+    "row_place": "idt_desk.recordings.reader",
     **dict.fromkeys(("MujocoTwin", "mujoco_twin", "route_mujoco_warnings"),
                     "idt_desk.gym.twin"),
     **dict.fromkeys(("Hypothesis", "KINDS", "TWIN_METRICS", "Twin", "TwinEvidence", "TwinStage",

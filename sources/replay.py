@@ -19,6 +19,7 @@ import numpy as np
 from idt_desk.plugin import (
     MAX_SPEED_CHUNKS,
     PIPELINE_KEYS,
+    TRANSITIONS,
     Batch,
     InputError,
     Param,
@@ -29,6 +30,7 @@ from idt_desk.plugin import (
     load_recording,
     load_source,
     mujoco_twin,
+    row_place,
 )
 
 __all__ = ["DRAWN_FROM_RECORDING", "ReplaySource"]
@@ -93,6 +95,8 @@ class ReplaySource(Source):
             config = rec.config
             rows = rec.transitions
             events = rec.events.to_dict("records") if len(rec.events) else []
+        #: The recording's transitions file (its rows are named as that file places them).
+        self._table = TRANSITIONS.get(config.get("format_version"), TRANSITIONS[1])
         src = config.get("source", {})
         self.state_names = tuple(config.get("state_names", ()))
         self.action_names = tuple(config.get("action_names", ()))
@@ -281,6 +285,10 @@ class ReplaySource(Source):
         columns = self._tail.columns if isinstance(rows, np.ndarray) else rows.columns  # type: ignore[union-attr]
         return name in columns
 
+    def _row(self, k: int) -> str:
+        """Where the recording's transition ``k`` (0-based) is: its file and line or row."""
+        return f"{self._table} {row_place(self._table, k)}"
+
     def _check_phases(self, ep: np.ndarray) -> None:
         """A recording judged by phase (``phase_baseline``) needs its episodes to replay so.
 
@@ -294,14 +302,14 @@ class ReplaySource(Source):
         if (bad := np.flatnonzero(np.isnan(ep) | (ep < 0) | (ep != np.round(ep)))).size:
             j = int(bad[0])
             value = "blank" if np.isnan(ep[j]) else f"{ep[j]:g}"
-            raise InputError(f"replay: transitions.csv line {first + j + 2}: episode {value}; "
+            raise InputError(f"replay: {self._row(first + j)}: episode {value}; "
                              f"{why}, so every transition needs its episode, a whole number "
                              "from 0")
         last = [] if self._last_episode is None else [self._last_episode]
         seq = np.concatenate([np.asarray(last, np.float64), ep])
         if (back := np.flatnonzero(np.diff(seq) < 0)).size:
             j = int(back[0]) + 1 - (len(seq) - len(ep))
-            raise InputError(f"replay: transitions.csv line {first + j + 2}: episode goes back "
+            raise InputError(f"replay: {self._row(first + j)}: episode goes back "
                              f"to {ep[j]:g}; {why}, so episodes only count up")
         if self.episode_steps:  # each episode's length, the last one's carried over
             offset = len(seq) - len(ep)  # 1: seq[0] is the last row already taken
@@ -313,7 +321,7 @@ class ReplaySource(Source):
             if (long := np.flatnonzero(lengths > steps)).size:
                 r = int(long[0])
                 j = steps - self._run if r == 0 and offset else int(starts[r]) - offset + steps
-                raise InputError(f"replay: transitions.csv line {first + j + 2}: episode "
+                raise InputError(f"replay: {self._row(first + j)}: episode "
                                  f"{ep[j]:g} runs past its {steps:,} steps; {why}, which has "
                                  "no phase beyond them")
             self._run = int(lengths[-1])

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from idt_desk.cli.run import _progress_text
 from idt_desk.live.session import Session, SessionConfig, run_headless
 from idt_desk.recordings import load_recording
+from tests.layouts import disk_rows, transitions_path
 
 from .cli_call import call as _call
 
@@ -391,7 +392,7 @@ def test_export_never_gives_a_traceback(place, recording):
     damaged = place / "damaged"
     if not damaged.exists():
         damaged.mkdir()
-        for f in ("transitions.csv", "windows.csv", "events.jsonl"):
+        for f in (transitions_path(recording).name, "windows.csv", "events.jsonl"):
             (damaged / f).write_bytes((recording / f).read_bytes())
         (damaged / "config.json").write_text("{not json")
     sources = [str(recording), str(recording), str(damaged), str(place / "a_file"),
@@ -493,9 +494,8 @@ def test_interrupt_closes_the_recording_completely(tmp_path, sig, code):
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
-        path = rec_dir / "transitions.csv"
         deadline = time.monotonic() + 60
-        while not (path.exists() and path.stat().st_size > 10_000):
+        while not (transitions_path(rec_dir).exists() and disk_rows(rec_dir) > 1_000):
             assert time.monotonic() < deadline and proc.poll() is None, "it never simulated"
             time.sleep(0.05)
         time.sleep(3.0)  # simulating at max speed, several flush intervals in

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from .cli_call import call
+from .layouts import disk_rows, transitions_path
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,8 +53,7 @@ def test_headless_follow_says_when_its_writer_died(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "tests.loop_writer", str(src), "1000000",
                              "300", "0.05"], cwd=ROOT)
     try:
-        while not (src / "transitions.csv").exists() or \
-                (src / "transitions.csv").stat().st_size < 50_000:
+        while not transitions_path(src).exists() or disk_rows(src) < 2_000:
             time.sleep(0.02)
     finally:
         os.kill(proc.pid, signal.SIGKILL)

@@ -18,6 +18,7 @@ import pytest
 from idt_desk.cli import main
 from idt_desk.live.session import Session, SessionConfig, run_headless
 from idt_desk.recordings import RecordingError, load_recording
+from tests.layouts import csv_layout
 
 DEEP = "[" * 200_000 + "]" * 200_000
 BIG = "9" * 5000
@@ -213,9 +214,11 @@ NOT_READ = {
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
+    """A recording in format 1 (transitions.csv), whose text these cases damage."""
     path = tmp_path_factory.mktemp("base") / "rec"
-    run_headless(Session(SessionConfig(speed=None, baseline_windows=30,
-                                       calibration_windows=5), record=path), steps=4000)
+    with csv_layout():
+        run_headless(Session(SessionConfig(speed=None, baseline_windows=30,
+                                           calibration_windows=5), record=path), steps=4000)
     return path
 
 

@@ -13,16 +13,19 @@ from idt_desk.live.session import Session, SessionConfig, run_headless
 from idt_desk.recordings import RecordingError, RecordingTail, load_recording
 
 from .cli_call import call
+from .layouts import csv_layout
 
 
 @pytest.fixture(scope="module")
 def good(tmp_path_factory):
+    """A recording in format 1 (transitions.csv): these cases edit its text."""
     path = tmp_path_factory.mktemp("good") / "rec"
-    session = Session(SessionConfig(speed=None, calibration_windows=4, baseline_windows=4),
-                      record=path)
-    session.schedule(1500, "perturb", name="sensor_noise", params={"sigma_angle": 0.1})
-    session.schedule(2000, "calibrate_baseline", n=5)
-    run_headless(session, steps=3000)
+    with csv_layout():
+        session = Session(SessionConfig(speed=None, calibration_windows=4,
+                                        baseline_windows=4), record=path)
+        session.schedule(1500, "perturb", name="sensor_noise", params={"sigma_angle": 0.1})
+        session.schedule(2000, "calibrate_baseline", n=5)
+        run_headless(session, steps=3000)
     return path
 
 

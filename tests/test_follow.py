@@ -24,6 +24,7 @@ from idt_desk_sources.replay import ReplaySource
 from idt_desk.live.session import Session, SessionConfig, run_headless
 from idt_desk.recordings import RecordingError, RecordingTail, load_recording
 from tests.cli_call import call
+from tests.layouts import disk_rows, transitions_path
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS = ("start", "end", "P", "H_f", "H_b", "dH", "out_of_range", "x_P", "x_H_f", "x_H_b",
@@ -39,10 +40,9 @@ def _writer(path: Path, n: int, chunk: int, delay: float,
                              str(chunk), str(delay), *extra], cwd=ROOT)
 
 
-def _wait_for_bytes(src: Path, size: int) -> None:
-    """Until the writer has written ``size`` bytes of transitions."""
-    tr = src / "transitions.csv"
-    while not tr.exists() or tr.stat().st_size < size:
+def _wait_for_rows(src: Path, rows: int) -> None:
+    """Until the writer has written ``rows`` transitions."""
+    while not transitions_path(src).exists() or disk_rows(src) < rows:
         time.sleep(0.02)
 
 
@@ -79,7 +79,7 @@ def test_the_follower_computes_the_writers_windows(tmp_path, when):
         _writer(src, n, 2000, 0.0).wait(60)
     elif when == "during":
         proc = _writer(src, n, 400, 0.1)
-        _wait_for_bytes(src, 20_000)
+        _wait_for_rows(src, 250)
     else:  # the follower waits for a writer that starts a second later
         timer = threading.Timer(1.0, lambda: setattr(timer, "proc",
                                                      _writer(src, n, 400, 0.1)))
@@ -106,7 +106,7 @@ def test_the_follower_computes_the_writers_windows(tmp_path, when):
 def test_a_killed_writer_leaves_what_arrived_and_a_note(tmp_path):
     src, out = tmp_path / "run", tmp_path / "follower"
     proc = _writer(src, 10**6, 300, 0.05)
-    _wait_for_bytes(src, 200_000)
+    _wait_for_rows(src, 2_500)
     threading.Timer(0.5, lambda: os.kill(proc.pid, signal.SIGKILL)).start()
     t0 = time.monotonic()
     follower, _session = _follow(src, out, silence=1.5)
@@ -128,7 +128,7 @@ def test_a_recording_deleted_while_followed_ends_with_one_line(tmp_path):
 
     src, out = tmp_path / "run", tmp_path / "follower"
     proc = _writer(src, 10**6, 300, 0.05)
-    _wait_for_bytes(src, 100_000)
+    _wait_for_rows(src, 1_200)
     proc.kill()
     proc.wait(10)
     source = ReplaySource(path=str(src), follow=True, silence=30.0)
@@ -147,9 +147,8 @@ def test_a_waiting_follower_gives_up_with_a_clear_error(tmp_path):
 
 
 def test_the_tail_takes_whole_lines_only(tmp_path):
-    from idt_desk.recordings import FORMAT_VERSION
-
-    (tmp_path / "config.json").write_text(f'{{"format_version": {FORMAT_VERSION}}}')
+    """Format 1's text (tests/test_transitions_log.py: format 2's whole messages)."""
+    (tmp_path / "config.json").write_text('{"format_version": 1}')
     (tmp_path / "events.jsonl").write_text("")
     tr = tmp_path / "transitions.csv"
     tr.write_text("i,t,s_0\n0,0.5,1.25\n1,1.0,2.")
@@ -173,7 +172,7 @@ def test_the_tail_takes_whole_lines_only(tmp_path):
         f.write("3,2.0,4.0\n")
     assert not tail.finished  # config.json does not promise a count yet
     (tmp_path / "config.json").write_text(
-        f'{{"format_version": {FORMAT_VERSION}, "complete": true, "n_transitions": 4}}')
+        '{"format_version": 1, "complete": true, "n_transitions": 4}')
     assert not tail.finished  # 3 rows read of the 4 promised
     rows, _ = tail.poll()
     np.testing.assert_array_equal(rows, [[3, 2.0, 4.0]])
@@ -263,7 +262,7 @@ def test_a_servers_run_is_followed_over_ssh_with_the_users_own_setup(tmp_path, s
     src, out = tmp_path / "run", tmp_path / "follower"
     n = 6000
     proc = _writer(src, n, 400, 0.1)
-    _wait_for_bytes(src, 20_000)
+    _wait_for_rows(src, 250)
     source = ReplaySource(path=f"ssh://127.0.0.1:{ssh_home}{src}", silence=10.0, wait=60.0)
     assert source.follow  # a server's run is read as it is followed, to its end
     session = Session(SessionConfig(speed=None), source=source, record=out)
@@ -302,7 +301,7 @@ def test_a_follow_outlives_a_server_outage_longer_than_the_silence(tmp_path, ssh
     src, out = tmp_path / "run", tmp_path / "follower"
     n = 6000
     proc = _writer(src, n, 200, 0.1)
-    _wait_for_bytes(src, 20_000)
+    _wait_for_rows(src, 250)
     source = ReplaySource(path=f"ssh://127.0.0.1:{proxy.port}{src}", silence=1.0, wait=60.0)
     session = Session(SessionConfig(speed=None), source=source, record=out)
     said = []

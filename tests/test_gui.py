@@ -27,6 +27,7 @@ from idt_desk.live.plugins import discover, register
 from idt_desk.live.ranges import recheck_text
 from idt_desk.live.session import Session, SessionConfig, run_headless
 from idt_desk.recordings import load_recording
+from tests.layouts import disk_rows, transitions_path
 
 from .toy_source import ToySource
 
@@ -583,7 +584,8 @@ def test_a_signal_to_the_gui_completes_its_recording(tmp_path, sig, code):
     )
     try:
         deadline = time.monotonic() + 60
-        while not any(p.stat().st_size > 10_000 for p in tmp_path.glob("rec/transitions.csv")):
+        while not (tmp_path / "rec").is_dir() or not transitions_path(tmp_path / "rec").exists() \
+                or disk_rows(tmp_path / "rec") < 1_000:
             assert time.monotonic() < deadline and proc.poll() is None, "it never recorded"
             time.sleep(0.05)
         time.sleep(1.0)
@@ -594,18 +596,18 @@ def test_a_signal_to_the_gui_completes_its_recording(tmp_path, sig, code):
             proc.kill()
     assert proc.returncode == code, err
     assert "Traceback" not in err and signal.Signals(sig).name in err
-    (rec_dir,) = [p.parent for p in tmp_path.glob("rec/transitions.csv")]
+    (rec_dir,) = [p.parent for p in tmp_path.glob("rec/transitions.arrows")]
     rec = load_recording(rec_dir)
     assert rec.complete and rec.events["kind"].iloc[-1] == "session_end"
     assert rec.config["n_transitions"] == len(rec.transitions) > 10_000
 
 
 def _truncated_recording(path):
-    """A pendulum recording with its transitions cut in the middle of a line."""
-    run_headless(Session(SessionConfig(speed=None), record=path), steps=4000)
-    csv = path / "transitions.csv"
-    data = csv.read_bytes()
-    csv.write_bytes(data[: len(data) // 2 + 7])
+    """A pendulum recording with its transitions log cut in the middle of a block."""
+    run_headless(Session(SessionConfig(speed=None), record=path), steps=12_000)
+    log = path / "transitions.arrows"
+    data = log.read_bytes()
+    log.write_bytes(data[: len(data) // 2 + 7])
     return path
 
 
@@ -616,13 +618,15 @@ def test_a_truncated_recording_replays_with_a_note(qtbot, tmp_path, capsys):
     rc = main(["run", "--source", "replay", "--set", f"path={path}", "--quiet"])
     err = capsys.readouterr().err
     assert rc == 0
-    assert err.count("is incomplete") == 1 and "replay runs the 1," in err
+    held = len(load_recording(path).transitions)
+    assert 0 < held < 12_000
+    assert err.count("is incomplete") == 1 and f"replay runs the {held:,}" in err
     win = MainWindow(source="replay", settings={"path": str(path)}, speed=None,
                      record_dir=tmp_path / "recs")
     qtbot.addWidget(win)
     assert win.start_session()
     assert win.banner.isVisible() or not win.banner.isHidden()
-    assert "is incomplete" in win.banner.text() and "transitions.csv" in win.banner.text()
+    assert "is incomplete" in win.banner.text() and "transitions.arrows" in win.banner.text()
     win.close()
 
 

@@ -24,6 +24,7 @@ from idt_desk.recordings import RecordingError, RecordingTail
 from idt_desk.recordings.fs import LocalFiles
 from idt_desk.recordings.runs import RunIndex, open_files, row_line
 from idt_desk.recordings.status import STATUS_FILE
+from tests.layouts import header_bytes, transitions_path
 from tests.run_trees import alarmed_run
 
 pytestmark = pytest.mark.timeout(60)
@@ -140,8 +141,9 @@ def test_a_file_swapped_for_an_outside_link_after_the_first_poll_is_refused(tree
     tail = RecordingTail(run)
     rows, _events = tail.poll()
     assert len(rows) == 100
-    (run / "transitions.csv").unlink()
-    (run / "transitions.csv").symlink_to(other / "transitions.csv")
+    name = transitions_path(run).name
+    (run / name).unlink()
+    (run / name).symlink_to(other / name)
     with opened_under() as seen, pytest.raises(RecordingError, match="a link leading outside"):
         tail.poll()
     assert seen.inside(outside) == []
@@ -356,19 +358,21 @@ def test_a_truncated_or_replaced_recording_is_said_not_misread(tree, how):
     run = root / "ok"
     tail = RecordingTail(run)
     assert len(tail.poll()[0]) == 100
-    data = (run / "transitions.csv").read_bytes()
-    header, rows = data.split(b"\n", 1)
+    path = transitions_path(run)
+    data = path.read_bytes()
+    header = header_bytes(path)
+    rows = data[len(header):]
     if how == "truncate":
-        (run / "transitions.csv").write_bytes(header + b"\n")
+        path.write_bytes(header)
     elif how == "truncate-and-rewrite":  # in place, longer than before: only the bytes tell
-        with open(run / "transitions.csv", "r+b") as f:
-            f.truncate(len(header) + 1)
+        with open(path, "r+b") as f:
+            f.truncate(len(header))
             f.seek(0, 2)
-            f.write(rows.replace(b"0", b"7") * 3)
+            f.write(bytes(255 - b for b in rows) * 3)
     else:
-        (run / "transitions.csv").unlink()
-        (run / "transitions.csv").write_bytes(data + rows)  # a new file, grown
-        tail._before["transitions.csv"] = b"x"  # its old bytes differ from the new file's
+        path.unlink()
+        path.write_bytes(data + rows)  # a new file, grown
+        tail._before[path.name] = b"x"  # its old bytes differ from the new file's
     with pytest.raises(RecordingError, match="truncated or replaced while followed"):
         tail.poll()
 

@@ -24,6 +24,7 @@ from idt_desk.recordings import RecordingError, RecordingTail
 from idt_desk.recordings.remote import SFTPFiles
 from idt_desk.recordings.runs import RunIndex, row_line
 from idt_desk.recordings.status import STATUS_FILE
+from tests.layouts import header_bytes, transitions_path
 from tests.run_trees import alarmed_run
 
 pytest.importorskip("asyncssh")
@@ -89,8 +90,9 @@ def test_a_followed_file_swapped_for_an_outside_link_is_refused(sshd, ssh_home, 
     tail = RecordingTail(f"ssh://127.0.0.1:{ssh_home}{run}")
     try:
         assert len(tail.poll()[0]) == 100
-        (run / "transitions.csv").unlink()
-        (run / "transitions.csv").symlink_to(outside / "other" / "transitions.csv")
+        name = transitions_path(run).name
+        (run / name).unlink()
+        (run / name).symlink_to(outside / "other" / name)
         since = len(sshd.opened)
         with pytest.raises(RecordingError, match="a link leading outside"):
             tail.poll()
@@ -104,8 +106,8 @@ def test_a_truncated_run_followed_over_ssh_is_said_not_blamed_on_the_data(ssh_ho
     tail = RecordingTail(f"ssh://127.0.0.1:{ssh_home}{run}")
     try:
         tail.poll()
-        header = (run / "transitions.csv").read_bytes().split(b"\n", 1)[0]
-        (run / "transitions.csv").write_bytes(header + b"\n1,2,3\n")
+        path = transitions_path(run)
+        path.write_bytes(header_bytes(path) + b"\xff" * 40)
         with pytest.raises(RecordingError, match="truncated or replaced while followed"):
             tail.poll()
     finally:

@@ -21,6 +21,7 @@ from idt_desk.gym import IDTMonitor
 from idt_desk.recordings import RecordingError, files, load_recording
 from idt_desk.recordings.trajectory import read_table
 
+from .layouts import disk_rows
 from .polling import until
 
 IDT_DESK = str(Path(sys.executable).with_name("idt-desk"))
@@ -124,9 +125,10 @@ def test_a_recorder_on_a_full_disk_refuses_until_there_is_room_and_keeps_every_r
     rec.flush()
     disk.room = 0  # full: add refuses once the writer has failed
     assert until(lambda: not add(), seconds=30)
-    before = (path / "transitions.csv").read_bytes().count(b"\n")
-    disk.room = 30_000  # some room, less than the backlog: it goes out in whole lines
-    assert until(lambda: (path / "transitions.csv").read_bytes().count(b"\n") > before)
+    before = disk_rows(path)
+    disk.room = 400_000  # some room, less than the backlog: it goes out in whole blocks
+    assert until(lambda: disk_rows(path) > before)
+    assert disk_rows(path) < added  # the room took part of the backlog
     disk.room = None  # room again
     assert until(lambda: add(), seconds=30)
     rec.close()
@@ -165,13 +167,13 @@ def test_an_empty_path_is_refused(tmp_path, monkeypatch):
 def test_readers_refuse_a_file_of_zeros_from_its_first_mib(tmp_path, monkeypatch):
     rec = tmp_path / "rec"
     idt_desk.Recorder(rec, ["x"], **SMALL).close()
-    os.truncate(rec / "transitions.csv", 2 * 2**30)  # 2 GiB of zeros, sparse
+    os.truncate(rec / "transitions.arrows", 2 * 2**30)  # 2 GiB of zeros, sparse
     tracemalloc.start()
     try:
         with pytest.raises(RecordingError, match="garbage bytes"):
             load_recording(rec)
         with pytest.raises(InputError, match="garbage bytes"):
-            read_table(rec / "transitions.csv")
+            read_table(rec / "transitions.arrows")
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

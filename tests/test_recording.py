@@ -16,6 +16,7 @@ import idt_desk
 import idt_desk.recordings
 from idt_desk.live.session import Session, SessionConfig, run_headless
 from idt_desk.recordings import RecordingError, load_recording
+from tests.layouts import csv_layout
 
 STEPS = 4000
 TABLES = ("transitions.csv", "windows.csv", "events.jsonl")
@@ -25,14 +26,19 @@ GARBAGE = b"\xff\xfe\x00garbage"
 
 @pytest.fixture(scope="module")
 def good(tmp_path_factory):
-    """A short, cleanly closed pendulum recording with a perturbation and a reconfigure."""
+    """A short, cleanly closed pendulum recording with a perturbation and a reconfigure.
+
+    In format 1 (transitions.csv): these tests are of the text tables' reader, which every
+    recording made before format 2 needs; tests/test_transitions_log.py has format 2's.
+    """
     path = tmp_path_factory.mktemp("good") / "rec"
     cfg = SessionConfig(speed=None, calibration_windows=4, baseline_windows=4)
-    session = Session(cfg, record=path)
-    session.schedule(1500, "perturb", name="sensor_noise", params={"sigma_angle": 0.1})
-    session.schedule(2500, "reconfigure", bins=8, stride=50)
-    session.schedule(3000, "perturb", name="sensor_noise", params=None)
-    snap = run_headless(session, steps=STEPS)
+    with csv_layout():
+        session = Session(cfg, record=path)
+        session.schedule(1500, "perturb", name="sensor_noise", params={"sigma_angle": 0.1})
+        session.schedule(2500, "reconfigure", bins=8, stride=50)
+        session.schedule(3000, "perturb", name="sensor_noise", params=None)
+        snap = run_headless(session, steps=STEPS)
     assert snap.state == "stopped" and snap.error is None, snap.error
     return path
 

@@ -22,6 +22,7 @@ from idt_desk.live.plugins import register
 from idt_desk.live.session import Session, SessionConfig, run_headless
 from idt_desk.recordings import RecordingError, export_recording, load_recording
 
+from .layouts import csv_layout, disk_rows, disk_table, transitions_path
 from .toy_source import ToySource
 
 METRICS = ("P", "H_f", "H_b", "dH", "MI", "unique_frac")
@@ -285,13 +286,12 @@ def test_recording_survives_sigkill(tmp_path):
          "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
-        path = rec_dir / "transitions.csv"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if path.exists() and path.stat().st_size > 600_000:  # ~2.5 s of rows
+            if transitions_path(rec_dir).exists() and disk_rows(rec_dir) > 2_500:  # 2.5 s
                 break
             time.sleep(0.05)
-        seen = pd.read_csv(path)["t"].max()
+        seen = disk_table(rec_dir)["t"].max()
         t_seen = time.monotonic()
         time.sleep(1.5)
         expected = seen + (time.monotonic() - t_seen)  # loop time at 1x when killed
@@ -309,8 +309,10 @@ def test_recording_survives_sigkill(tmp_path):
 
 
 def test_torn_last_line_is_dropped_not_misread(tmp_path):
+    """Format 1's text (tests/test_transitions_log.py tears format 2's last batch)."""
     rec_dir = tmp_path / "rec"
-    _run(SessionConfig(speed=None), 2000, record=rec_dir)
+    with csv_layout():
+        _run(SessionConfig(speed=None), 2000, record=rec_dir)
     path = rec_dir / "transitions.csv"
     data = path.read_bytes()
     path.write_bytes(data[:-7])  # cut the last line in the middle of a number

@@ -13,6 +13,7 @@ from idt_desk_sources.replay import ReplaySource
 import idt_desk
 from idt_desk.errors import InputError
 from idt_desk.gym import IDTMonitor
+from tests.layouts import csv_layout, transitions_path
 
 PIPE = dict(window=40, stride=10, calibration_windows=5, baseline_windows=50)
 
@@ -61,10 +62,10 @@ def _phased(path, n=3000, steps=200):
     rng = np.random.default_rng(3)
     t_in = np.arange(n) % steps
     x = np.column_stack([np.sin(t_in / 30.0), rng.standard_normal(n)])
-    with idt_desk.Recorder(path, ["x", "y"], rate=20.0, episode_steps=steps,
-                           phase_baseline=True, **PIPE) as rec:
+    with csv_layout(), idt_desk.Recorder(path, ["x", "y"], rate=20.0, episode_steps=steps,
+                                         phase_baseline=True, **PIPE) as rec:
         rec.add(x[:-1], None, x[1:], episode=(np.arange(n) // steps)[:-1])
-    return path
+    return path  # format 1: its cells are edited as text
 
 
 def _damage(path, lines, value):
@@ -93,7 +94,7 @@ def test_a_recording_without_an_episode_column_replays_without_episodes(tmp_path
     path = tmp_path / "plain"
     rng = np.random.default_rng(1)
     x = rng.standard_normal((1200, 2))
-    with idt_desk.Recorder(path, ["x", "y"], **PIPE) as rec:
+    with csv_layout(), idt_desk.Recorder(path, ["x", "y"], **PIPE) as rec:
         rec.add(x[:-1], None, x[1:])
     rows = pd.read_csv(path / "transitions.csv")
     rows.drop(columns="episode").to_csv(path / "transitions.csv", index=False)
@@ -133,7 +134,7 @@ def test_a_followed_phase_judged_run_is_checked_across_polls(tmp_path, damaged):
     writer = threading.Thread(target=_write_in_chunks, args=(path, episodes))
     writer.start()
     try:
-        while not (path / "transitions.csv").exists():
+        while not transitions_path(path).exists():
             threading.Event().wait(0.05)
         source = ReplaySource(path=str(path), follow=True, silence=10, wait=30)
         session = Session(SessionConfig(speed=None), source=source)
@@ -143,7 +144,7 @@ def test_a_followed_phase_judged_run_is_checked_across_polls(tmp_path, damaged):
     if not damaged:
         assert session.error is None and session.n_transitions == 3000
         return
-    said = "transitions.csv line 2202: episode 10 runs past its 200 steps"
+    said = "transitions.arrows row 2,201: episode 10 runs past its 200 steps"
     assert said in str(session.error), session.error
     with pytest.raises(InputError, match=said):  # the finished file: the same line
         ReplaySource(path=str(path))

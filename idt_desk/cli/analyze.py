@@ -121,28 +121,30 @@ def _z(zs: list[float | None]) -> str:
 def _recording(args: argparse.Namespace) -> tuple[Path, dict | None]:
     """The file to read, and the recording's config when ``args.file`` is a recording.
 
-    A recording's directory (``config.json`` beside ``transitions.csv``) is read through its
-    transitions, with its own preset and rate unless the options say otherwise.
+    A recording's directory (``config.json`` beside its transitions: ``transitions.arrows``,
+    or ``transitions.csv`` before format 2) is read through its transitions, with its own
+    preset and rate unless the options say otherwise.
     """
     folder = args.file
     if not folder.is_dir() or not (folder / "config.json").is_file():
         return folder, None
-    table = folder / "transitions.csv"
-    if not table.is_file():
-        raise InputError(f"{folder}: a recording without transitions.csv (an export of a "
-                         "session without Record keeps only windows and events)")
     from idt_desk.recordings import RecordingError
     from idt_desk.recordings.checks import check_columns, check_regular, read_config
-    from idt_desk.recordings.files import text_head_problem
+    from idt_desk.recordings.files import TRANSITIONS, text_head_problem
 
     try:  # the readers' one check of a recording's config, files and columns
         config = read_config(folder)
+        table = folder / TRANSITIONS[config["format_version"]]
+        if not table.is_file():
+            raise InputError(f"{folder}: a recording without {table.name} (an export of a "
+                             "session without Record keeps only windows and events)")
         check_regular(table)
-        if (problem := text_head_problem(table)) is not None:
-            raise RecordingError(f"{table}: {problem}")
-        with open(table, "rb") as f:
-            header = f.readline().decode(errors="replace").strip().split(",")
-        check_columns(header, config, str(table))
+        if table.suffix == ".csv":  # the log's columns are checked as it is read
+            if (problem := text_head_problem(table)) is not None:
+                raise RecordingError(f"{table}: {problem}")
+            with open(table, "rb") as f:
+                header = f.readline().decode(errors="replace").strip().split(",")
+            check_columns(header, config, str(table))
     except RecordingError as exc:
         raise InputError(str(exc)) from None
     return table, config

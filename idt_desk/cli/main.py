@@ -15,6 +15,7 @@ from idt_desk.cli.analyze import add_analyze
 from idt_desk.cli.run import add_run
 from idt_desk.cli.runs import add_runs
 from idt_desk.cli.validate import (
+    check_float,
     check_int,
     check_out_dir,
     path_arg,
@@ -60,6 +61,13 @@ def _add_bench(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
     c.add_argument("--baselines", default="pendulum,rl",
                    help="pendulum (800 windows, 1/h) and/or rl (2,015 windows, 1/10h)")
     c.set_defaults(func=_run_bench_calibrate)
+    rec = bsub.add_parser("recording", help="the transitions log vs the CSV writer: bytes, "
+                          "recording cost at max speed, load and replay (pendulum, RL agent)")
+    rec.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    rec.add_argument("--scale", type=float, default=1.0,
+                     help="loop time of each case times this (default 1: 600 s of the "
+                     "pendulum, 300 s of the RL agent)")
+    rec.set_defaults(func=_run_bench_recording)
     r = bsub.add_parser("runs", help="listing and refreshing 10, 100, 1,000 runs vs reading "
                         "every events.jsonl whole")
     r.add_argument("--ssh", metavar="URL", default=None,
@@ -67,6 +75,15 @@ def _add_bench(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
                    "path is appended; your ~/.ssh setup is used)")
     r.set_defaults(func=_run_bench_runs)
     return bsub
+
+
+def _run_bench_recording(args: argparse.Namespace) -> int:
+    from idt_desk.cli.bench_recording import CASES, bench_recording
+
+    scale = check_float("--scale", args.scale, 0.001, 100.0)
+    bench_recording(tuple((s, t * scale) for s, t in CASES),
+                    rounds=check_int("--rounds", args.rounds, 1, 100))
+    return 0
 
 
 def _run_bench_runs(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 
 from idt_desk.recordings.files import (
     FORMAT_VERSION,
+    TRANSITIONS,
     RecordingError,
     parse_json,
     read_lines,
@@ -73,11 +74,12 @@ def parse_config(raw: bytes, run: str) -> dict[str, Any]:
     """config.json's bytes (of the recording ``run`` names), parsed and checked."""
     where = f"{run}/config.json"
     config = parse_json(raw, where)
-    if not isinstance(config, dict) or config.get("format_version") != FORMAT_VERSION:
-        found = config.get("format_version") if isinstance(config, dict) else \
-            type(config).__name__
-        raise RecordingError(f"{run}: not an IDT Desk recording of format {FORMAT_VERSION} "
-                             f"(config.json says format_version {_show(found)})")
+    version = config.get("format_version") if isinstance(config, dict) else None
+    if not _int(version) or version not in TRANSITIONS:
+        found = version if isinstance(config, dict) else type(config).__name__
+        raise RecordingError(f"{run}: not an IDT Desk recording of format 1 to "
+                             f"{FORMAT_VERSION} (config.json says format_version "
+                             f"{_show(found)})")
     return check_config(config, where)
 
 

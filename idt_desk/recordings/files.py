@@ -58,16 +58,22 @@ import numpy as np
 if TYPE_CHECKING:  # imported where a table is read: a listing of runs reads none
     import pandas as pd
 
-__all__ = ["CLOSING_EVENTS", "FILES", "FORMAT_VERSION", "HEAD_BYTES", "WINDOW_EVENTS", "AppendFile",
+__all__ = ["CLOSING_EVENTS", "FILES", "FORMAT_VERSION", "HEAD_BYTES", "TRANSITIONS",
+           "WINDOW_EVENTS", "AppendFile",
            "JsonLines", "RecordingError", "Table", "first_line", "in_transition_order",
            "json_line", "json_safe", "parse_json", "read_csv", "read_json_lines", "read_lines",
            "text_head_problem"]
 
 
-FORMAT_VERSION = 1
+#: 2: transitions in an Arrow IPC stream (transitions.arrows); 1: in transitions.csv.
+FORMAT_VERSION = 2
 
 
-FILES = ("config.json", "transitions.csv", "windows.csv", "events.jsonl")
+#: The transitions file of each format version: a text table (1), an Arrow IPC stream (2).
+TRANSITIONS = {1: "transitions.csv", 2: "transitions.arrows"}
+
+#: A recording's files besides its transitions (one of :data:`TRANSITIONS`).
+FILES = ("config.json", "windows.csv", "events.jsonl")
 
 
 #: The events a session writes just before it closes a recording.
@@ -181,12 +187,24 @@ class AppendFile:
             while done < len(data):
                 done += os.write(self._fd, data[done:])
         except OSError:
-            whole = data.rfind(b"\n", 0, done) + 1  # bytes up to the last whole line
-            with contextlib.suppress(OSError):  # a reader drops a torn last line anyway
+            whole = self.whole(data, done)
+            with contextlib.suppress(OSError):  # a reader drops a torn last record anyway
                 os.ftruncate(self._fd, end + whole)
             self.carry = data[whole:]
             raise
         self.carry = b""
+        self.written()
+
+    def whole(self, data: bytes, done: int) -> int:
+        """Bytes of ``data`` up to the end of the last whole record within ``done``: a line."""
+        return data.rfind(b"\n", 0, done) + 1
+
+    def written(self) -> None:
+        """The whole carry went out (a binary file forgets its records' ends)."""
+
+    def kept(self) -> int:
+        """Whole records the carry holds (lines)."""
+        return self.carry.count(b"\n")
 
     def close(self) -> None:
         """Close the file (what was not written stays in :attr:`carry`)."""

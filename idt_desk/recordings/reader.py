@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from idt_desk.recordings.arrows import read_transitions, transition_columns
 from idt_desk.recordings.checks import (
     check_columns,
     check_event,
@@ -22,6 +23,8 @@ from idt_desk.recordings.checks import (
 from idt_desk.recordings.files import (
     CLOSING_EVENTS,
     FILES,
+    FORMAT_VERSION,
+    TRANSITIONS,
     RecordingError,
     first_line,
     in_transition_order,
@@ -106,34 +109,41 @@ def load_recording(path: str | Path) -> Recording:
     if not path.exists():
         raise RecordingError(f"{path}: no such recording")
     if not path.is_dir():
-        raise RecordingError(f"{path}: a recording is a directory holding {', '.join(FILES)}")
+        raise RecordingError(f"{path}: a recording is a directory holding config.json, "
+                             f"{TRANSITIONS[FORMAT_VERSION]}, windows.csv and events.jsonl")
     missing = [f for f in FILES if not (path / f).exists()]
+    if not any((path / f).exists() for f in TRANSITIONS.values()):
+        missing.insert(1, TRANSITIONS[FORMAT_VERSION])
     if missing:
         raise RecordingError(_not_a_recording(path, missing))
-    for name in (*FILES, "turns.jsonl"):
-        if name in FILES or (path / name).exists():
-            check_regular(path / name)
+    for name in FILES:
+        check_regular(path / name)
     config = read_config(path)
-    issues: dict[str, list[str]] = {name: [] for name in FILES[1:]}
-    transitions = read_csv(path / "transitions.csv", issues["transitions.csv"])
-    check_columns(list(transitions.columns), config, f"{path}/transitions.csv")
-    _check_values(transitions, config, path / "transitions.csv")
+    name = TRANSITIONS[config["format_version"]]
+    if not (path / name).exists():
+        raise RecordingError(f"{path}: a recording of format {config['format_version']} "
+                             f"without its {name}")
+    check_regular(path / name)
+    if (path / "turns.jsonl").exists():
+        check_regular(path / "turns.jsonl")
+    issues: dict[str, list[str]] = {name: [], "windows.csv": [], "events.jsonl": []}
+    transitions = read_table_of(path / name, config, issues[name])
     windows = read_csv(path / "windows.csv", issues["windows.csv"])
     if "i" not in transitions.columns or "start" not in windows.columns:
         raise RecordingError(f"{path}: tables lack their index columns (i / start)")
     i = transitions["i"].to_numpy(np.float64)
     if (k := first_line(np.diff(i) != 1)) is not None:
-        issues["transitions.csv"].append(
-            f"line {k + 3}: i jumps from {i[k]:.17g} to {i[k + 1]:.17g} (rows missing)")
+        issues[name].append(f"{row_place(name, k + 1)}: i jumps from {i[k]:.17g} to "
+                            f"{i[k + 1]:.17g} (rows missing)")
     start_index = config.get("start_index")
     if len(i) and isinstance(start_index, int) and i[0] != start_index:
-        issues["transitions.csv"].append(
-            f"line 2: starts at i = {i[0]:.17g} but config.json says start_index {start_index}")
+        issues[name].append(f"{row_place(name, 0)}: starts at i = {i[0]:.17g} but "
+                            f"config.json says start_index {start_index}")
     start = windows["start"].to_numpy(np.float64)
     if (k := first_line(~(np.diff(start) >= 0))) is not None:
         issues["windows.csv"].append(
             f"line {k + 3}: start goes back from {start[k]:.17g} to {start[k + 1]:.17g}")
-    for name, table, cols in (("transitions.csv", transitions, ("i", "episode")),
+    for file, table, cols in ((name, transitions, ("i", "episode")),
                               ("windows.csv", windows, ("start", "end"))):
         for col in cols:
             if col not in table or not table[col].notna().all():
@@ -141,8 +151,8 @@ def load_recording(path: str | Path) -> Recording:
             x = table[col].to_numpy(np.float64)
             # Whole numbers a float holds exactly are counts; anything else is kept as read.
             if (k := first_line((x != np.round(x)) | (np.abs(x) > 2.0**53))) is not None:
-                issues[name].append(f"line {k + 2}: {col} {x[k]:.17g} is not a whole number "
-                                    "(the column is kept as read)")
+                issues[file].append(f"{row_place(file, k)}: {col} {x[k]:.17g} is not a "
+                                    "whole number (the column is kept as read)")
             else:
                 table[col] = x.astype(np.int64)
     events = pd.DataFrame(in_transition_order(read_json_lines(
@@ -161,24 +171,24 @@ def load_recording(path: str | Path) -> Recording:
     closed = bool(config.get("complete", False))
     if closed:
         # What the closing Recorder promised: the row counts, and the session's last event.
-        for name, table, key, what in (
-            ("transitions.csv", transitions, "n_transitions", "rows"),
+        for file, table, key, what in (
+            (name, transitions, "n_transitions", "rows"),
             ("windows.csv", windows, "n_windows", "rows"),
             ("events.jsonl", events, "n_events", "events"),
         ):
             promised = config.get(key)
             if not isinstance(promised, int) or isinstance(promised, bool):
                 if key != "n_events":  # written by a Recorder that did not count events
-                    issues[name].append(f"config.json gives no {key}")
+                    issues[file].append(f"config.json gives no {key}")
             elif len(table) != promised:
-                issues[name].append(
+                issues[file].append(
                     f"holds {len(table):,} {what} but config.json promises {promised:,}")
         kinds = set(events["kind"]) if len(events) else set()
         if not kinds & set(CLOSING_EVENTS):
             issues["events.jsonl"].append(
                 "no session_end event, which a closed recording ends with")
     error = _ended_in_error(events)
-    warnings = [f"{name}: {'; '.join(found)}" for name, found in issues.items() if found]
+    warnings = [f"{file}: {'; '.join(found)}" for file, found in issues.items() if found]
     complete = closed and not warnings and error is None
     if not closed:
         warnings.append("the session did not close this recording (killed or crashed)")
@@ -186,6 +196,23 @@ def load_recording(path: str | Path) -> Recording:
         warnings.append(f"the session ended in error: {error}")
     return Recording(path, config, transitions, windows, events, warnings, complete, turns,
                      error)
+
+
+def row_place(file: str, k: int) -> str:
+    """Where row ``k`` (0-based) of a recording's table is: a CSV's line, a log's row."""
+    return f"line {k + 2}" if file.endswith(".csv") else f"row {k + 1:,}"
+
+
+def read_table_of(path: Path, config: dict[str, Any], issues: list[str]) -> pd.DataFrame:
+    """A recording's transitions, from its Arrow log or its CSV table, columns checked."""
+    if path.suffix == ".csv":
+        table = read_csv(path, issues)
+        check_columns(list(table.columns), config, str(path))
+    else:
+        n_s, n_a = len(config.get("state_names", [])), len(config.get("action_names", []))
+        table = read_transitions(path, transition_columns(n_s, n_a), issues)
+    _check_values(table, config, path)
+    return table
 
 
 def _check_values(table: pd.DataFrame, config: dict[str, Any], path: Path) -> None:
@@ -197,7 +224,8 @@ def _check_values(table: pd.DataFrame, config: dict[str, Any], path: Path) -> No
     bad = ~np.isfinite(values)
     if bad.any():
         row, col = (int(x) for x in np.argwhere(bad)[0])
-        raise RecordingError(f"{path}: line {row + 2}: {cols[col]} is {values[row, col]}; "
+        raise RecordingError(f"{path}: {row_place(path.name, row)}: {cols[col]} is "
+                             f"{values[row, col]}; "
                              "the IDT metrics need finite numbers")
 
 

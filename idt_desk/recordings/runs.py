@@ -6,7 +6,7 @@ what it last read, so a refresh costs a stat of each folder and of each run's
 ``status.json`` (:mod:`idt_desk.recordings.status`), and opens only the files that changed:
 the status files of runs being written, and the new lines of ``events.jsonl`` of a run
 written before status files existed (folded by the same :class:`RunStatus`). A whole
-``transitions.csv`` is never read.
+transitions file is never read.
 
 The files are reached through a :class:`~idt_desk.recordings.fs.Files` (this machine's, or
 a server's over SFTP, :mod:`idt_desk.recordings.remote`): nothing outside the root is
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from idt_desk.errors import InputError
-from idt_desk.recordings.files import HEAD_BYTES, parse_json
+from idt_desk.recordings.files import HEAD_BYTES, TRANSITIONS, parse_json
 from idt_desk.recordings.fs import CONFIG_BYTES, Files, LocalFiles, Outside, refuse_system_root
 from idt_desk.recordings.status import STATUS_FILE, RunStatus
 from idt_desk.words import ago_text, shown
@@ -80,6 +80,7 @@ class _Run:
     offset: int = 0  # events.jsonl bytes folded (legacy runs)
     config_key: tuple[float, int] | None = None
     complete: bool = False
+    table: str = TRANSITIONS[1]  # the transitions file its config's format names
     n_transitions: int | None = None
     n_windows: int | None = None
     max_i: int = 0
@@ -301,11 +302,14 @@ class RunIndex:
             if not isinstance(config, dict):
                 raise ValueError("config.json: not a JSON object")
             run.config_key, run.complete = cfg, config.get("complete") is True
+            version = config.get("format_version")
+            run.table = TRANSITIONS.get(version, TRANSITIONS[1]) if type(version) is int \
+                else TRANSITIONS[1]
             run.n_transitions, run.n_windows = (
                 n if isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 10**15
                 else None for n in (config.get("n_transitions"), config.get("n_windows")))
         ev = self.files.stat(posixpath.join(path, "events.jsonl"))
-        beat = self.files.stat(posixpath.join(path, "transitions.csv"))
+        beat = self.files.stat(posixpath.join(path, run.table))
         run.active = max((x[0] for x in (ev, beat, cfg) if x is not None), default=None)
         if run.events_stuck is not None:
             run.error = run.events_stuck

@@ -17,10 +17,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from idt_desk.recordings.arrows import Frames, decode_rows, transition_columns
 from idt_desk.recordings.checks import check_columns, check_event, parse_config
 from idt_desk.recordings.files import (
     CLOSING_EVENTS,
+    FORMAT_VERSION,
     HEAD_BYTES,
+    TRANSITIONS,
     RecordingError,
     parse_json,
 )
@@ -30,7 +33,6 @@ from idt_desk.words import shown
 
 __all__ = ["RecordingTail"]
 
-_NAMES = ("config.json", "transitions.csv", "events.jsonl")
 
 #: The most bytes of a file one poll reads (a long finished run is taken in several polls).
 POLL_BYTES = 64 << 20
@@ -43,11 +45,12 @@ OVERLAP = 64
 class RecordingTail:
     """Read a recording while it is being written: each :meth:`poll` returns what is new.
 
-    Only whole lines are taken (a writer appends whole lines per flush, but a reader can
-    still catch a write half done: the rest comes with the next poll). Events are polled
+    Only whole lines, or whole Arrow messages of a transitions log, are taken (a writer
+    appends whole ones per flush, but a reader can still catch a write half done: the rest
+    comes with the next poll). Events are polled
     before transitions, as a writer flushes them first, so every event logged before a
     transition has arrived by the time that transition has. A writer with nothing to write
-    touches transitions.csv once a second (its heartbeat): :meth:`silent_for` counts from
+    touches its transitions file once a second (its heartbeat): :meth:`silent_for` counts from
     the latest data or heartbeat, :meth:`idle_for` from the latest data.
 
     A file truncated or replaced while followed (its bytes before the offset changed, or it
@@ -74,9 +77,12 @@ class RecordingTail:
             open_files(path) if remote else LocalFiles(path)
         self.config: dict[str, Any] = {}
         self.columns: list[str] = []
-        self._offset = {"transitions.csv": 0, "events.jsonl": 0}
-        self._partial = {"transitions.csv": b"", "events.jsonl": b""}
-        self._before = {"transitions.csv": b"", "events.jsonl": b""}  # the OVERLAP bytes
+        #: The transitions file: transitions.arrows (format 2) or transitions.csv (1).
+        self.table = TRANSITIONS[FORMAT_VERSION]
+        self._frames: Frames | None = None  # the Arrow log's messages (format 2)
+        self._offset = {"events.jsonl": 0}
+        self._partial = {"events.jsonl": b""}
+        self._before = {"events.jsonl": b""}  # the OVERLAP bytes
         #: Monotonic time new bytes last arrived (or the tail was made).
         self.last_data = time.monotonic()
         #: Monotonic time the writer was last seen alive (data or a heartbeat).
@@ -102,14 +108,12 @@ class RecordingTail:
         """
         if self.columns:
             return True
-        names = [self._file(n) for n in _NAMES]
+        names = [self._file(n) for n in ("config.json", "events.jsonl")]
         if None in self.files.stat_many(names):
             return False  # not all written yet
         try:
-            header = self.files.read(names[1], 0, HEAD_BYTES)
-            header = header[:header.find(b"\n") + 1] or header
             raw = self.files.read(names[0], 0, CONFIG_BYTES)
-            self.files.read(names[2], 0, 0)  # a link or a FIFO in its place: said now
+            self.files.read(names[1], 0, 0)  # a link or a FIFO in its place: said now
             json.loads(raw)
         except Outside as exc:
             raise RecordingError(f"{exc}: a recording's files must be its own; copy the file "
@@ -122,23 +126,49 @@ class RecordingTail:
             raise RecordingError(f"{shown(self.path)}: cannot be read ({exc})") from None
         except (ValueError, RecursionError):
             pass  # the config's check says what is wrong with it
-        if not header.endswith(b"\n"):
-            if len(header) >= HEAD_BYTES:
-                raise RecordingError(f"{shown(self.path)}/transitions.csv: its first line is "
-                                     f"longer than {HEAD_BYTES // 2**20} MiB: not a table")
-            return False
-        self.config = parse_config(raw, str(self.path))
-        self.columns = header.decode(errors="replace").strip().split(",")
-        check_columns(self.columns, self.config, f"{self.path}/transitions.csv")
-        self._offset["transitions.csv"] = len(header)
-        self._before["transitions.csv"] = header[-OVERLAP:]
+        config = parse_config(raw, str(self.path))
+        table = TRANSITIONS[config["format_version"]]
+        try:
+            head = self.files.read(self._file(table), 0, HEAD_BYTES)
+        except Outside as exc:
+            raise RecordingError(f"{exc}: a recording's files must be its own; copy the file "
+                                 "in instead") from None
+        except FileNotFoundError:
+            return False  # not written yet
+        except OSError as exc:
+            raise RecordingError(f"{shown(self.path)}: cannot be read ({exc})") from None
+        where = f"{self.path}/{table}"
+        if table.endswith(".csv"):
+            header = head[:head.find(b"\n") + 1] or head
+            if not header.endswith(b"\n"):
+                if len(header) >= HEAD_BYTES:
+                    raise RecordingError(f"{shown(self.path)}/{table}: its first line is "
+                                         f"longer than {HEAD_BYTES // 2**20} MiB: not a table")
+                return False
+            columns = header.decode(errors="replace").strip().split(",")
+            check_columns(columns, config, where)
+        else:
+            frames = Frames(where)
+            frames.feed(head)
+            if not frames.schema_bytes:
+                return False  # the schema is being written
+            header = frames.schema_bytes
+            columns = transition_columns(len(config.get("state_names", [])),
+                                         len(config.get("action_names", [])))
+            self._frames = Frames(where)
+        self.config, self.columns, self.table = config, columns, table
+        self._offset[table], self._partial[table] = 0, b""
+        self._before[table] = b""
+        if self._frames is None:  # the CSV's header is read; the log's schema is fed below
+            self._offset[table] = len(header)
+            self._before[table] = header[-OVERLAP:]
         return True
 
     def _file(self, name: str) -> str:
         return posixpath.join(self.files.root, name)
 
     def _new_lines(self, name: str) -> bytes:
-        """The whole lines appended to ``name`` since the last call.
+        """The whole lines appended to ``name`` since the last call (the log's: all bytes).
 
         Raises
         ------
@@ -173,6 +203,8 @@ class RecordingTail:
         self._offset[name] += len(raw)
         self._before[name] = (before + raw)[-OVERLAP:]
         self.last_data = time.monotonic()
+        if name == self.table and self._frames is not None:
+            return raw  # whole messages are the log's Frames' to find
         raw = self._partial[name] + raw
         cut = raw.rfind(b"\n") + 1
         self._partial[name] = raw[cut:]
@@ -194,15 +226,21 @@ class RecordingTail:
                 check_event(ev, where)
                 events.append(ev)
                 self.ended = self.ended or ev.get("kind") in CLOSING_EVENTS
-        raw = self._new_lines("transitions.csv")
+        raw = self._new_lines(self.table)
+        if self._frames is not None:
+            messages = self._frames.feed(raw) if raw else b""
+            raw = messages
         if not raw:
             return np.empty((0, len(self.columns))), events
-        try:
-            rows = pd.read_csv(io.BytesIO(raw), header=None, names=self.columns,
-                               dtype=np.float64, engine="c").to_numpy()
-        except (ValueError, pd.errors.ParserError) as exc:
-            raise RecordingError(f"{self.path}/transitions.csv: rows after transition "
-                                 f"{self.n_read:,}: not numbers ({exc})") from None
+        if self._frames is not None:
+            rows = decode_rows(self._frames, raw, self.columns).to_numpy(np.float64)
+        else:
+            try:
+                rows = pd.read_csv(io.BytesIO(raw), header=None, names=self.columns,
+                                   dtype=np.float64, engine="c").to_numpy()
+            except (ValueError, pd.errors.ParserError) as exc:
+                raise RecordingError(f"{self.path}/{self.table}: rows after transition "
+                                     f"{self.n_read:,}: not numbers ({exc})") from None
         self.n_read += len(rows)
         return rows, events
 
@@ -230,9 +268,9 @@ class RecordingTail:
         return self.n_read >= self._promised
 
     def _beat(self) -> None:
-        """Note the writer's heartbeat: transitions.csv's modification time moved."""
+        """Note the writer's heartbeat: the transitions file's modification time moved."""
         try:
-            st = self.files.stat(self._file("transitions.csv"))
+            st = self.files.stat(self._file(self.table))
         except ConnectionError as exc:
             self.connection_problem = str(exc)
             return

@@ -1,4 +1,4 @@
-"""Reading (S, A, S') trajectories from CSV or Parquet files."""
+"""Reading (S, A, S') trajectories from CSV or Parquet files, or a transitions log."""
 
 from __future__ import annotations
 
@@ -58,10 +58,18 @@ def read_table(path: str | Path) -> pd.DataFrame:
             return df
         if suffix == ".gz":
             return pd.read_csv(path)
+        if suffix == ".arrows":  # a recording's transitions log
+            from idt_desk.recordings.arrows import read_transitions
+
+            notes: list[str] = []
+            df = read_transitions(path, None, notes)
+            df.attrs["notes"] = [f"{path.name}: {note}" for note in notes]
+            return df
     except (ValueError, OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"{path}: cannot read as {suffix[1:]}: {first}") from None
-    raise InputError(f"{path}: unknown file type {suffix!r} (expected .csv or .parquet)")
+    raise InputError(f"{path}: unknown file type {suffix!r} (expected .csv, .parquet or "
+                     ".arrows)")
 
 
 def _drop_torn_line(raw: bytes) -> tuple[bytes, str | None]:

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from idt_desk.recordings.arrows import NAME, TransitionLog, transition_columns
 from idt_desk.recordings.files import (
     FORMAT_VERSION,
     JsonLines,
@@ -38,8 +39,12 @@ from idt_desk.recordings.status import RunStatus, write_status
 
 __all__ = ["Recorder"]
 
-#: Seconds without a write after which the flusher touches transitions.csv (a heartbeat).
+#: Seconds without a write after which the flusher touches the transitions file (a heartbeat).
 HEARTBEAT_SECONDS = 1.0
+
+#: How a Recorder given no ``transitions`` writes them: ``"arrows"`` (format 2). ``idt-desk
+#: bench recording`` sets ``"csv"`` for its baseline, the writer of format 1.
+TRANSITIONS_LAYOUT = "arrows"
 
 
 class Recorder:
@@ -64,6 +69,11 @@ class Recorder:
         Longest time between flushes to the operating system.
     turns
         Also write turns.jsonl (a dialogue's texts).
+    transitions
+        ``"arrows"``: the transitions log, an Arrow IPC stream
+        (:mod:`idt_desk.recordings.arrows`); ``"csv"``: the text table of format version 1,
+        kept for ``idt-desk bench recording``'s baseline (default:
+        :data:`TRANSITIONS_LAYOUT`).
     """
 
     def __init__(
@@ -75,24 +85,27 @@ class Recorder:
         window_columns: Sequence[str],
         flush_seconds: float = 0.5,
         turns: bool = False,
+        transitions: str | None = None,
     ) -> None:
         self.path = Path(path)
         if str(path) == "":
             raise RecordingError("a recording needs a path (got an empty one)")
         self.flush_seconds = float(flush_seconds)
+        transitions = TRANSITIONS_LAYOUT if transitions is None else transitions
+        if transitions not in ("arrows", "csv"):
+            raise ValueError(f"transitions must be 'arrows' or 'csv', got {transitions!r}")
         self._ds, self._da = len(state_names), len(action_names)
-        cols = ["i", "t", *[f"s_{j}" for j in range(self._ds)],
-                *[f"a_{j}" for j in range(self._da)],
-                *[f"s_next_{j}" for j in range(self._ds)], "reward", "episode"]
+        cols = transition_columns(self._ds, self._da)
         self.config = dict(config)
         self.config.update(
-            format_version=FORMAT_VERSION,
+            format_version=FORMAT_VERSION if transitions == "arrows" else 1,
             state_names=list(state_names),
             action_names=list(action_names),
             created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         )
         self._claim()
-        self._transitions = Table(self.path / "transitions.csv", cols)
+        self._transitions = TransitionLog(self.path / NAME, cols, self._ds, self._da) \
+            if transitions == "arrows" else Table(self.path / "transitions.csv", cols)
         self._windows = Table(self.path / "windows.csv", window_columns)
         self._events = JsonLines(self.path / "events.jsonl")
         self._turns = JsonLines(self.path / "turns.jsonl") if turns else None
@@ -301,12 +314,12 @@ class Recorder:
     def _failed(self, name: str, exc: OSError) -> RecordingError:
         """Remember a failed write (the loop sees :attr:`error`) and say what it was."""
         with self._lock:
-            waiting = sum(f.carry.count(b"\n") for f in self._files)
+            waiting = sum(f.kept() for f in self._files)
         what = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else \
             (exc.strerror or str(exc))
         self.error = RecordingError(
-            f"{self.path}: cannot write {name}: {what}; {waiting:,} line(s) kept in memory, "
-            "no line torn")
+            f"{self.path}: cannot write {name}: {what}; {waiting:,} record(s) kept in memory, "
+            "none torn")
         return self.error
 
     def _tick(self) -> None:

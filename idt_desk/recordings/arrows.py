@@ -1,0 +1,371 @@
+"""The transitions log: an Arrow IPC stream, append-only, tail-safe, read exactly.
+
+``transitions.arrows`` is an Arrow IPC *stream* (the Arrow columnar format's streaming
+layout; media type ``application/vnd.apache.arrow.stream``): a schema message, then one
+record batch per writer flush, then, when the recording is closed, the end-of-stream marker.
+Each batch's buffers are zstd-compressed (IPC body compression). Columns, as the CSV layout
+before it: ``i`` (int64), ``t``, ``s_0..``, ``a_0..``, ``s_next_0..``, ``reward``,
+``episode`` (float64, NaN where the source gives none).
+
+S' is stored only where it is not the next row's S: a null ``s_next_j`` means "the next
+row's ``s_j``", bit for bit (a loop's S' is its next S except at an episode's end). The last
+row of every batch keeps its S', so each batch reads on its own. Every value is the float64
+the loop produced: a replay is bit-identical.
+
+Read it without IDT Desk (pyarrow, pandas or polars), filling S' from the next row::
+
+    import pyarrow.ipc as ipc
+    df = ipc.open_stream("run/transitions.arrows").read_pandas()
+    for c in [c for c in df if c.startswith("s_next_")]:
+        df[c] = df[c].fillna(df[c.replace("s_next_", "s_")].shift(-1))
+
+(polars: ``pl.read_ipc_stream(path)``, then the same fill with ``shift(-1)``.)
+
+A killed writer leaves whole batches and perhaps a torn last one; :class:`Frames` finds the
+messages' ends from their framing alone (a length prefix, the metadata's body length), so a
+torn last batch is dropped and said, a follower waits for its rest, and bytes that are no
+Arrow message are named by their offset. Every batch is a writer's block of at most a
+flush's rows; a batch claiming more rows than :data:`MAX_ROWS` is refused before its buffers
+are decompressed (a crafted file cannot make the reader allocate what it claims).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from idt_desk.recordings.files import TRANSITIONS, AppendFile, RecordingError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["EOS", "MAX_ROWS", "NAME", "Frames", "TransitionLog", "decode_rows",
+           "read_transitions", "transition_columns"]
+
+#: The transitions log's file name (Arrow's registered extension for its stream format).
+NAME = TRANSITIONS[2]
+
+#: The end-of-stream marker a closing writer appends.
+EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+#: Most rows one batch may claim (a writer's block is one flush: under a second of a loop).
+MAX_ROWS = 1 << 22
+
+#: Longest metadata a message may have (a batch of a few hundred columns takes a few kB).
+MAX_METADATA = 1 << 20
+
+#: Most rows a writer puts in one batch (a flush of a fast loop is several): a block stays
+#: small enough to go out whole on a nearly full disk, and to decode on its own.
+BLOCK_ROWS = 4096
+
+#: Bytes of a log read at a time.
+_CHUNK = 4 << 20
+
+#: The zstd level: 1 compressed a recorded HalfCheetah run as well as 3 (185 B a transition)
+#: at a fraction of the time.
+_LEVEL = 1
+
+
+def transition_columns(n_states: int, n_actions: int) -> list[str]:
+    """The transitions' columns: ``i, t, s_0.., a_0.., s_next_0.., reward, episode``."""
+    return ["i", "t", *[f"s_{j}" for j in range(n_states)],
+            *[f"a_{j}" for j in range(n_actions)],
+            *[f"s_next_{j}" for j in range(n_states)], "reward", "episode"]
+
+
+def _schema(columns: Sequence[str]) -> Any:
+    import pyarrow as pa
+
+    fields = [pa.field(c, pa.int64() if c == "i" else pa.float64(),
+                       nullable=c.startswith("s_next_")) for c in columns]
+    return pa.schema(fields, metadata={"idt_desk": "transitions",
+                                       "s_next": "null: the next row's s, bit for bit"})
+
+
+class TransitionLog(AppendFile):
+    """The transitions log being written: one compressed record batch per flush.
+
+    A write that fails (a full disk) is cut back to the last whole message, as a text
+    table is to its last whole line; the rest is written again later.
+    """
+
+    def __init__(self, path: Path, columns: Sequence[str], n_states: int,
+                 n_actions: int) -> None:
+        import pyarrow as pa
+        import pyarrow.ipc as ipc
+
+        self.columns = list(columns)
+        self._pending: list[np.ndarray] = []
+        self._s = slice(2, 2 + n_states)
+        first = 2 + n_states + n_actions
+        self._s_next = slice(first, first + n_states)
+        self._schema = _schema(self.columns)
+        self._sink = io.BytesIO()
+        self._options = ipc.IpcWriteOptions(compression=pa.Codec("zstd", _LEVEL))
+        self._writer: Any = None
+        #: Offsets into :attr:`carry` where a message ends (a write keeps whole ones).
+        self._ends: list[int] = []
+        header = self._schema.serialize().to_pybytes()
+        self._ends.append(len(header))
+        super().__init__(path, header)
+
+    def append(self, block: np.ndarray) -> None:
+        """Keep a block of rows (the CSV layout's columns) for the next take (copied)."""
+        if block.size:
+            self._pending.append(np.array(block, dtype=np.float64))
+
+    def stage(self, taken: list[Any]) -> None:
+        """Encode the taken blocks as one record batch onto :attr:`carry`."""
+        if not taken:
+            return
+        rows = np.vstack(taken)
+        for start in range(0, len(rows), BLOCK_ROWS):
+            self._stage_batch(rows[start:start + BLOCK_ROWS])
+
+    def _stage_batch(self, rows: np.ndarray) -> None:
+        """One record batch of ``rows`` onto :attr:`carry`."""
+        import pyarrow as pa
+        import pyarrow.ipc as ipc
+
+        s, s_next = rows[:, self._s], rows[:, self._s_next]
+        same = np.zeros(len(rows), dtype=bool)  # S' is the next row's S, bit for bit
+        same[:-1] = (s_next[:-1].view(np.int64) == s[1:].view(np.int64)).all(axis=1)
+        arrays = []
+        for j, name in enumerate(self.columns):
+            col = rows[:, j]
+            if name == "i":
+                arrays.append(pa.array(col.astype(np.int64)))
+            elif self._s_next.start <= j < self._s_next.stop and same.any():
+                arrays.append(pa.array(np.where(same, 0.0, col), mask=same))
+            else:
+                arrays.append(pa.array(col))
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+        if self._writer is None:
+            self._writer = ipc.new_stream(self._sink, self._schema, options=self._options)
+            skip = len(self._schema.serialize())  # the writer's own schema: in the header
+        else:
+            skip = 0
+        self._writer.write_batch(batch)
+        data = self._sink.getvalue()[skip:]
+        self._sink.seek(0)
+        self._sink.truncate()
+        self.carry += data
+        self._ends.append(len(self.carry))
+
+    def whole(self, data: bytes, done: int) -> int:
+        """Bytes of ``data`` up to the end of the last whole message within ``done``."""
+        whole = max((e for e in self._ends if e <= done), default=0)
+        self._ends = [e - whole for e in self._ends if e > whole]
+        return whole
+
+    def written(self) -> None:
+        """The whole carry went out: no message end is pending."""
+        self._ends = []
+
+    def kept(self) -> int:
+        """Whole messages the carry holds."""
+        return len(self._ends)
+
+    def close(self) -> None:
+        """Write the end-of-stream marker (best effort: a reader needs none) and close."""
+        if not self.carry:
+            try:
+                os.write(self.fd, EOS)
+            except OSError:
+                pass
+        super().close()
+
+
+def _u(fmt: str, buf: bytes, pos: int) -> Any:
+    """``struct.unpack_from`` inside ``buf`` only (a crafted offset raises ValueError)."""
+    if pos < 0 or pos + struct.calcsize(fmt) > len(buf):
+        raise ValueError(f"offset {pos} outside the message's metadata")
+    return struct.unpack_from(fmt, buf, pos)[0]
+
+
+def _field(buf: bytes, table: int, index: int, fmt: str, default: int) -> int:
+    """A scalar field of a flatbuffer table (Arrow's message metadata), or its default."""
+    vtable = table - _u("<i", buf, table)
+    slot = 4 + 2 * index
+    if slot + 2 > _u("<H", buf, vtable):
+        return default
+    offset = _u("<H", buf, vtable + slot)
+    return default if offset == 0 else _u(fmt, buf, table + offset)
+
+
+def _message_info(meta: bytes) -> tuple[int, int, int]:
+    """A message's (header type, body length, rows) read from its flatbuffer metadata.
+
+    Arrow's ``Message`` table: ``version`` (0), ``header_type`` (1), ``header`` (2),
+    ``bodyLength`` (3); a ``RecordBatch`` header's ``length`` (0) is its rows.
+    """
+    root = _u("<I", meta, 0)
+    kind = _field(meta, root, 1, "<B", 0)
+    body = _field(meta, root, 3, "<q", 0)
+    rows = 0
+    if kind == 3:  # RecordBatch
+        ref = _field(meta, root, 2, "<I", 0)  # relative to the field's own position
+        vtable = root - _u("<i", meta, root)
+        slot = _u("<H", meta, vtable + 8) if _u("<H", meta, vtable) >= 10 else 0
+        if ref and slot:
+            rows = _field(meta, root + slot + ref, 0, "<q", 0)
+    return kind, body, rows
+
+
+class Frames:
+    """The whole messages of a growing Arrow IPC stream, found from their framing alone.
+
+    :meth:`feed` takes the stream's next bytes and returns those of the whole messages they
+    complete (record batches); the schema message is kept in :attr:`schema_bytes`. A message
+    not yet whole waits in :attr:`partial`. Bytes that cannot begin a message raise
+    RecordingError naming their offset.
+    """
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.schema_bytes = b""
+        self.partial = b""
+        self.offset = 0  # of :attr:`partial`'s first byte in the file
+        self.ended = False  # the end-of-stream marker was read
+        self.rows = 0
+
+    def feed(self, data: bytes) -> bytes:
+        """The whole record-batch messages ``data`` completes (concatenated)."""
+        buf = self.partial + data if self.partial else data
+        out = []
+        pos = 0
+        while len(buf) - pos >= 8 and not self.ended:
+            start = self.offset + pos
+            marker, length = struct.unpack_from("<Ii", buf, pos)
+            if marker != 0xFFFFFFFF or not 0 <= length <= MAX_METADATA or length % 8:
+                raise RecordingError(f"{self.where}: byte {start:,}: garbage bytes "
+                                     f"{buf[pos:pos + 4]!r}... (not an Arrow IPC message, "
+                                     "as a transitions log holds)")
+            if length == 0:
+                self.ended = True
+                pos += 8
+                break
+            if len(buf) - pos < 8 + length:
+                break
+            try:
+                kind, body, rows = _message_info(buf[pos + 8:pos + 8 + length])
+            except (ValueError, struct.error) as exc:
+                raise RecordingError(f"{self.where}: byte {start:,}: a message whose metadata "
+                                     f"cannot be read ({exc})") from None
+            if body < 0 or body % 8 or not 0 <= rows <= MAX_ROWS:
+                raise RecordingError(f"{self.where}: byte {start:,}: a message claiming "
+                                     f"{body:,} bytes and {rows:,} rows: not a recording's")
+            end = pos + 8 + length + body
+            if len(buf) < end:
+                break
+            if kind == 1:
+                if self.schema_bytes:
+                    raise RecordingError(f"{self.where}: byte {start:,}: a second schema")
+                self.schema_bytes = buf[pos:end]
+            elif kind == 3:
+                if not self.schema_bytes:
+                    raise RecordingError(f"{self.where}: byte {start:,}: a batch before the "
+                                         "schema")
+                out.append(buf[pos:end])
+                self.rows += rows
+            else:
+                raise RecordingError(f"{self.where}: byte {start:,}: an Arrow message of type "
+                                     f"{kind}, not a record batch")
+            pos = end
+        self.partial = buf[pos:]
+        self.offset += pos
+        if self.ended and self.partial:
+            raise RecordingError(f"{self.where}: byte {self.offset:,}: garbage bytes after "
+                                 "the end-of-stream marker")
+        return b"".join(out)
+
+
+def decode_rows(frames: Frames, messages: bytes,
+                columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """The rows of whole batch messages as the CSV layout's table (S' filled in).
+
+    ``columns``: the columns the recording's config asks for (None: the schema's own).
+
+    Raises
+    ------
+    RecordingError
+        The batches do not decode (a corrupt buffer), or their columns are not
+        ``columns``, or a null S' has no next row in its batch.
+    """
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    try:
+        table = ipc.open_stream(pa.py_buffer(frames.schema_bytes + messages)).read_all()
+        table.validate()
+    except (pa.ArrowException, OSError, MemoryError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise RecordingError(f"{frames.where}: a batch that cannot be decoded ({first})") \
+            from None
+    columns = table.column_names if columns is None else list(columns)
+    if table.column_names != columns:
+        raise RecordingError(f"{frames.where}: columns {table.column_names} are not the "
+                             f"recording's {list(columns)}")
+    df = table.to_pandas()
+    nxt = [c for c in columns if c.startswith("s_next_")]
+    if nxt and table.num_rows:
+        null = table.column(nxt[0]).is_null().to_numpy(zero_copy_only=False)
+        for c in nxt[1:]:
+            if not np.array_equal(table.column(c).is_null().to_numpy(zero_copy_only=False),
+                                  null):
+                raise RecordingError(f"{frames.where}: S' is null in some columns of a row "
+                                     "but not all")
+        if null.any():
+            if null[-1]:
+                raise RecordingError(f"{frames.where}: the last row's S' is null (no next "
+                                     "row to take it from)")
+            rows = np.flatnonzero(null)
+            s = df[[c.replace("s_next_", "s_", 1) for c in nxt]].to_numpy(np.float64)
+            values = df[nxt].to_numpy(np.float64, copy=True)
+            values[rows] = s[rows + 1]
+            df[nxt] = values
+    return df
+
+
+def read_transitions(path: Path, columns: Sequence[str] | None,
+                     issues: list[str]) -> pd.DataFrame:
+    """A recording's transitions log read whole; a torn last batch dropped and said.
+
+    ``columns``: the columns the recording's config asks for (None: the schema's own).
+
+    Raises
+    ------
+    RecordingError
+        The file is larger than half the memory available, or holds bytes that are not a
+        transitions log (named by offset), or a batch that does not decode.
+    """
+    import psutil
+
+    where = str(path)
+    size = path.stat().st_size
+    free = psutil.virtual_memory().available
+    if size > free // 4:  # decompressed, a log takes about twice its size, and a table more
+        raise RecordingError(f"{where}: {size / 2**30:.1f} GiB, more than a quarter of the "
+                             f"memory available ({free / 2**30:.1f} GiB): too large to read")
+    frames = Frames(where)
+    chunks = []
+    with open(path, "rb") as f:  # a chunk at a time: garbage is refused where it starts
+        while chunk := f.read(_CHUNK):
+            chunks.append(frames.feed(chunk))
+            if frames.rows * max(len(columns or ()), 64) * 8 > free // 2:
+                raise RecordingError(f"{where}: claims {frames.rows:,} rows, more than the "
+                                     "memory available holds")
+    if not frames.schema_bytes:
+        raise RecordingError(f"{where}: empty (not even its schema)")
+    if frames.partial:
+        issues.append(f"dropped a partly written last batch ({len(frames.partial):,} bytes "
+                      f"from byte {frames.offset:,})")
+    messages = b"".join(chunks)
+    del chunks
+    return decode_rows(frames, messages, columns)
