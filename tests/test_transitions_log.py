@@ -12,8 +12,14 @@ import pytest
 
 from idt_desk.live.config import WINDOW_COLUMNS
 from idt_desk.live.session import Session, SessionConfig, run_headless
-from idt_desk.recordings import Recorder, RecordingError, RecordingTail, load_recording
-from idt_desk.recordings import arrows, recording_size
+from idt_desk.recordings import (
+    Recorder,
+    RecordingError,
+    RecordingTail,
+    arrows,
+    load_recording,
+    recording_size,
+)
 from idt_desk.recordings.trajectory import read_table
 from tests.layouts import csv_layout, disk_rows
 
@@ -108,7 +114,7 @@ def test_a_block_claiming_more_rows_than_a_writer_writes_is_refused_before_decod
     s, a, s_next, ep = _loop(2000, 1000, np.random.default_rng(4))
     _record(tmp_path / "r", s, a, s_next, ep)
     monkeypatch.setattr(arrows, "MAX_ROWS", 500)  # each block holds 700
-    with pytest.raises(RecordingError, match="claiming .* and 700 rows: not a recording's"):
+    with pytest.raises(RecordingError, match=r"claiming .* and 700 rows: not a recording's"):
         load_recording(tmp_path / "r")
 
 
