@@ -125,24 +125,31 @@ class TransitionLog(AppendFile):
         if not taken:
             return
         rows = np.vstack(taken)
+        parts = [self.carry]
+        end = len(self.carry)
         for start in range(0, len(rows), BLOCK_ROWS):
-            self._stage_batch(rows[start:start + BLOCK_ROWS])
+            parts.append(self._encode(rows[start:start + BLOCK_ROWS]))
+            end += len(parts[-1])
+            self._ends.append(end)
+        self.carry = b"".join(parts)  # once: a carry grown block by block was copied each time
 
-    def _stage_batch(self, rows: np.ndarray) -> None:
-        """One record batch of ``rows`` onto :attr:`carry`."""
+    def _encode(self, rows: np.ndarray) -> bytes:
+        """One record batch of ``rows``: its IPC message's bytes."""
         import pyarrow as pa
         import pyarrow.ipc as ipc
 
-        s, s_next = rows[:, self._s], rows[:, self._s_next]
+        cols = np.ascontiguousarray(rows.T)  # one pass; then each column is Arrow's as is
+        bits = cols.view(np.int64)
         same = np.zeros(len(rows), dtype=bool)  # S' is the next row's S, bit for bit
-        same[:-1] = (s_next[:-1].view(np.int64) == s[1:].view(np.int64)).all(axis=1)
+        same[:-1] = (bits[self._s_next, :-1] == bits[self._s, 1:]).all(axis=0)
         arrays = []
         for j, name in enumerate(self.columns):
-            col = rows[:, j]
+            col = cols[j]
             if name == "i":
                 arrays.append(pa.array(col.astype(np.int64)))
             elif self._s_next.start <= j < self._s_next.stop and same.any():
-                arrays.append(pa.array(np.where(same, 0.0, col), mask=same))
+                col[same] = 0.0  # under the nulls: compresses to nothing
+                arrays.append(pa.array(col, mask=same))
             else:
                 arrays.append(pa.array(col))
         batch = pa.RecordBatch.from_arrays(arrays, schema=self._schema)
@@ -152,11 +159,10 @@ class TransitionLog(AppendFile):
         else:
             skip = 0
         self._writer.write_batch(batch)
-        data = self._sink.getvalue()[skip:]
+        data = self._sink.getbuffer()[skip:].tobytes()
         self._sink.seek(0)
         self._sink.truncate()
-        self.carry += data
-        self._ends.append(len(self.carry))
+        return data
 
     def whole(self, data: bytes, done: int) -> int:
         """Bytes of ``data`` up to the end of the last whole message within ``done``."""
