@@ -6,7 +6,7 @@ One line in a training script, an evaluation harness or a robot driver::
         for ...:
             rec.add(s, a, s_next, reward=r)
 
-writes ``runs/x`` as the dashboard's own sessions do (``transitions.csv``, ``windows.csv``,
+writes ``runs/x`` as the dashboard's own sessions do (``transitions.arrows``, ``windows.csv``,
 ``events.jsonl``, ``config.json``), with the windows, baseline and calibrated alarms computed
 by the same pipeline as the live dashboard. ``idt-desk watch runs/x`` follows it while it
 grows; ``load_recording`` and replay read it like any other recording. Perturbations and

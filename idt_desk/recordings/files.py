@@ -7,7 +7,9 @@ A recording is a directory::
     NAME/
       config.json        full configuration: source, settings, symbolisation, engine, seeds,
                          versions (rewritten atomically when it changes)
-      transitions.csv    one row per transition: i, t, s_0.., a_0.., s_next_0.., reward, episode
+      transitions.arrows one row per transition: i, t, s_0.., a_0.., s_next_0.., reward,
+                         episode; an Arrow IPC stream (:mod:`idt_desk.recordings.arrows`);
+                         format 1 (before) held them as text in transitions.csv
       windows.csv        one row per metric window: start, end, P, H_f, H_b, dH, ... flags
       events.jsonl       one JSON object per event: perturbation/modulation on/off, alarms,
                          calibration, notes, errors
@@ -17,14 +19,15 @@ A recording is a directory::
                          mid-dialogue needs for later contexts come first with
                          ``history: true`` and no ``i`` (sources with ``metric_path = "turns"``)
 
-Each table is plain CSV (``pd.read_csv(path / "transitions.csv")``) and the transitions use
-the column names ``idt-desk analyze`` reads. Rows are appended in whole lines by the writer's
+Each other table is plain CSV (``pd.read_csv(path / "windows.csv")``) and the transitions use
+the column names ``idt-desk analyze`` reads. Rows are appended in whole lines (the
+transitions log: whole blocks) by the writer's
 flusher thread at least every ``flush_seconds`` (0.5 s), whatever the loop is doing, so
 killing the process, even with SIGKILL, loses at most the last flush interval and leaves
 every file readable. A write that fails (a full disk) is cut back to the file's last whole
 line and its rows are kept to be written again.
-Floats are written in their shortest round-trip form: they read back bit for bit, which is what
-lets a replay reproduce the recorded windows exactly.
+Floats are stored as float64 (text: their shortest round-trip form): they read back bit for bit,
+which is what lets a replay reproduce the recorded windows exactly.
 
 Closing a recording writes ``complete: true`` and the row counts ``n_transitions``,
 ``n_windows`` and ``n_events`` into config.json; the session's last event before closing is

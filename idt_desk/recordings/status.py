@@ -5,7 +5,7 @@ Each writer (:class:`~idt_desk.recordings.Recorder`: the dashboard's recordings,
 beside its files and replaces it whole (write a temporary file, then rename: a reader sees the
 old or the new one, never half of one) when its rows are flushed and once a second while it is
 idle (its heartbeat). A listing then opens one small file a run, and only for the runs whose
-file changed since the last look: never a whole ``transitions.csv``.
+file changed since the last look: never a whole transitions file.
 
 The status is a fold of the run's events (:meth:`RunStatus.fold`) and its row counts; a
 recording written before status files existed is folded from its ``events.jsonl`` the same way

@@ -2,7 +2,7 @@
 
 The loop appends rows (cheap: they are kept as arrays); a flusher thread formats and writes
 them at least every ``flush_seconds``, whatever the loop is doing (training, waiting,
-calibrating), and while nothing is written it touches transitions.csv once a second: a
+calibrating), and while nothing is written it touches the transitions file once a second: a
 follower tells an idle writer from a dead one by that heartbeat. A loop that adds rows faster
 than they can be formatted and written (maximum speed on a busy machine) waits for the writer
 once its oldest unwritten rows are ``flush_seconds`` old: what a kill can lose, and what a
