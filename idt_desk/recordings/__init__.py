@@ -1,7 +1,8 @@
 """Session recordings (paper §9's "every transition kept"): write, read, follow, export.
 
-A recording is a folder: ``config.json`` (source, settings, pipeline), ``transitions.arrows``
-(every (S, A, S') row, an Arrow IPC stream; ``transitions.csv`` before format 2), ``windows.csv`` (the metrics and flags of every window),
+A recording is a folder: ``config.json`` (source, settings, pipeline),
+``transitions.arrows`` (every (S, A, S') row, an Arrow IPC stream; ``transitions.csv``
+before format 2), ``windows.csv`` (the metrics and flags of every window),
 ``events.jsonl`` (perturbations, modulations, alarms, notes) and, for a dialogue,
 ``turns.jsonl``. This package writes one while a loop runs, reads it back (saying what is
 missing from a killed one), follows one another process is writing, and exports it to

@@ -140,7 +140,7 @@ def check_config(config: Any, where: str) -> dict[str, Any]:
 
 
 def check_columns(columns: list[str], config: dict[str, Any], where: str) -> None:
-    """A transitions table's columns (a CSV's header): each column once, and S, A and S' as config.json names them.
+    """A transitions table's columns: each column once, S, A and S' as config.json names them.
 
     A config.json without ``state_names`` (written by another tool) names no columns to
     check: the readers then take the table's own.
