@@ -9,7 +9,8 @@ missing from a killed one), follows one another process is writing, and exports 
 CSV or Parquet. :mod:`~idt_desk.recordings.trajectory` reads plain (S, A, S') trajectory
 files for ``idt-desk analyze``. The modules: :mod:`~idt_desk.recordings.writer`,
 :mod:`~idt_desk.recordings.reader`, :mod:`~idt_desk.recordings.tail`,
-:mod:`~idt_desk.recordings.export`, and the format they share, ``files``.
+:mod:`~idt_desk.recordings.export`, and the format they share, ``files`` and
+:mod:`~idt_desk.recordings.arrows` (the transitions log).
 """
 
 from __future__ import annotations
