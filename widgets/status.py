@@ -41,7 +41,7 @@ SLOW = 0.9
 #: The window's refresh interval (ms): 30 frames a second.
 FRAME_MS = 33
 #: At maximum speed, the longest interval the window waits between frames (ms).
-SLOWEST_FRAME_MS = 100
+SLOWEST_FRAME_MS = 200
 #: At maximum speed, the share of a core the window's own thread may take (drawing,
 #: snapshots): the rest is the loop's.
 GUI_SHARE = 0.25
@@ -135,8 +135,10 @@ class StatusLine(QObject):
 
         ``max_speed``: the loop runs as fast as the machine goes. Then the window draws no
         more often than keeps its own thread within :data:`GUI_SHARE` of a core (from 30 down
-        to 10 frames a second): on two cores, drawing at 30 Hz took the loop's core (the RL
-        loop recording in the window ran at 0.84-0.89× its headless rate; at 15 Hz, 1.00×).
+        to 5 frames a second): on two cores, drawing at 30 Hz took the loop's core (the RL
+        loop recording in the window ran at 0.84-0.89× its headless rate; the RL window's
+        frames cost more than 25 ms, so at the 10 Hz floor it ran at 0.74-1.06×, median 0.82
+        of five; at 5 Hz 0.80-1.02×, median 1.02 of three).
         """
         self._frames += 1
         now = time.monotonic()
