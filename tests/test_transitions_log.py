@@ -198,3 +198,27 @@ def test_a_log_is_not_misread_as_a_table_of_other_columns(tmp_path):
         w.write_batch(pa.record_batch([pa.array([0, 1]), pa.array([0.5, 1.5])], schema=other))
     with pytest.raises(RecordingError, match=r"columns \['i', 'q'\] are not the recording's"):
         load_recording(tmp_path / "r")
+
+
+def test_a_format_1_recording_exported_as_a_recording_is_the_same_in_a_quarter_the_room(
+        tmp_path):
+    from idt_desk.cli import main
+
+    cfg = dict(speed=None, calibration_windows=5, baseline_windows=30)
+    with csv_layout():
+        run_headless(Session(SessionConfig(**cfg), record=tmp_path / "v1"), steps=6000)
+    assert main(["export", str(tmp_path / "v1"), "--format", "recording", "--out",
+                 str(tmp_path / "v2")]) == 0
+    v1, v2 = load_recording(tmp_path / "v1"), load_recording(tmp_path / "v2")
+    assert v2.complete and v2.config["format_version"] == 2
+    assert (tmp_path / "v2" / "transitions.arrows").exists()
+    assert v1.transitions.to_numpy().view(np.int64).tolist() == \
+        v2.transitions.to_numpy().view(np.int64).tolist()
+    assert v1.windows.equals(v2.windows) and len(v1.events) == len(v2.events)
+    assert (tmp_path / "v2" / "transitions.arrows").stat().st_size < \
+        (tmp_path / "v1" / "transitions.csv").stat().st_size / 3
+    # it replays as any recording; a second export into it is refused
+    assert main(["run", "--source", "replay", "--set", f"path={tmp_path / 'v2'}",
+                 "--quiet"]) == 0
+    assert main(["export", str(tmp_path / "v1"), "--format", "recording", "--out",
+                 str(tmp_path / "v2")]) == 2

@@ -215,12 +215,15 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "export", help="export a recording's tables to CSV or Parquet",
         description="Write a recording's transitions, windows, events (and a dialogue's "
-        "turns) as CSV or Parquet files, with its config.json, into --out. An incomplete "
-        "recording (a killed session's) is exported as far as it goes, with a note.")
+        "turns) as CSV or Parquet files, with its config.json, into --out; or, with "
+        "--format recording, the recording itself in the current format (a recording made "
+        "before format 2 gets its transitions.csv as transitions.arrows, about a quarter of "
+        "the size, every value the same). An incomplete recording (a killed session's) is "
+        "exported as far as it goes, with a note.")
     p.add_argument("recording", type=Path, help="the recording directory (holds config.json)")
-    p.add_argument("--format", choices=("csv", "parquet"), default="parquet",
+    p.add_argument("--format", choices=("csv", "parquet", "recording"), default="parquet",
                    help="file format (default parquet; events' nested parameters are JSON "
-                   "text there)")
+                   "text there), or a recording of the current format")
     p.add_argument("--out", type=path_arg, required=True,
                    help="output directory (created if needed)")
     p.set_defaults(func=_run_export)

@@ -1,4 +1,8 @@
-"""Exporting a recording's tables to CSV or Parquet in one call."""
+"""Exporting a recording's tables to CSV or Parquet in one call, or as a recording.
+
+``--format recording`` writes the recording in the current format: a format-1 recording's
+transitions.csv rewritten as the transitions log.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,11 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from idt_desk.recordings.arrows import NAME, TransitionLog, transition_columns
+from idt_desk.recordings.files import FORMAT_VERSION, RecordingError, json_safe
 from idt_desk.recordings.reader import Recording, load_recording
 
 __all__ = ["export_recording"]
@@ -23,12 +30,18 @@ def _json_cell(v: object) -> str | None:
 def export_recording(
     rec: Recording | str | Path, out: str | Path, fmt: str = "parquet"
 ) -> list[Path]:
-    """Write a recording's tables as CSV or Parquet files (plus config.json) into ``out``."""
+    """Write a recording's tables as CSV or Parquet files (plus config.json) into ``out``.
+
+    ``fmt`` ``"recording"``: a recording of the current format instead, which replays,
+    follows and lists as any (see :func:`_as_recording`).
+    """
     if not isinstance(rec, Recording):
         rec = load_recording(rec)
-    if fmt not in ("csv", "parquet"):
-        raise ValueError(f"format must be csv or parquet, got {fmt!r}")
+    if fmt not in ("csv", "parquet", "recording"):
+        raise ValueError(f"format must be csv, parquet or recording, got {fmt!r}")
     out = Path(out)
+    if fmt == "recording":
+        return _as_recording(rec, out)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     names = ["transitions", "windows", "events"] + (["turns"] if rec.turns is not None else [])
@@ -57,3 +70,34 @@ def export_recording(
     cfg.write_text(json.dumps(exported, indent=2) + "\n")
     paths.append(cfg)
     return paths
+
+
+def _as_recording(rec: Recording, out: Path) -> list[Path]:
+    """``rec`` written again as a recording of the current format into the new folder ``out``.
+
+    The transitions go into the transitions log (a format-1 recording's transitions.csv takes
+    about a quarter of the room as transitions.arrows, every value the same); windows.csv,
+    events.jsonl, turns.jsonl and status.json are copied byte for byte; config.json says the
+    format and where it came from. What the source recording lacked (a killed session's rows)
+    it lacks still, and says so the same way.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    if (out / "config.json").exists():
+        raise RecordingError(f"{out}: already holds a recording; choose a new path")
+    n_s, n_a = len(rec.state_names), len(rec.action_names)
+    columns = transition_columns(n_s, n_a)
+    log = TransitionLog(out / NAME, columns, n_s, n_a)
+    try:
+        log.append(rec.transitions.reindex(columns=columns).to_numpy(np.float64))
+        log.stage(log.take())
+        log.write()
+    finally:
+        log.close()
+    paths = [out / NAME]
+    for name in ("windows.csv", "events.jsonl", "turns.jsonl", "status.json"):
+        if (rec.path / name).is_file():
+            (out / name).write_bytes((rec.path / name).read_bytes())
+            paths.append(out / name)
+    config = {**rec.config, "format_version": FORMAT_VERSION, "converted_from": str(rec.path)}
+    (out / "config.json").write_text(json.dumps(json_safe(config), indent=2) + "\n")
+    return [*paths, out / "config.json"]
