@@ -25,6 +25,13 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false "
                                    "intra_op_parallelism_threads=1")
+# JAX's persistent compilation cache, one for the run's workers (their parent's id): every
+# sbx training compiles the same update steps again (a model's jitted functions are its own);
+# from the cache the training tests took 159 s instead of 194 s in one process.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(
+    tempfile.gettempdir(), f"idt-desk-test-jax-cache-{os.getppid()}"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 #: True when the suite runs the pure-Python path (NUMBA_DISABLE_JIT=1).
 NO_JIT = bool(numba.config.DISABLE_JIT)
