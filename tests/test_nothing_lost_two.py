@@ -21,7 +21,7 @@ from idt_desk.gym import IDTMonitor
 from idt_desk.recordings import RecordingError, files, load_recording
 from idt_desk.recordings.trajectory import read_table
 
-from .layouts import disk_rows
+from .layouts import disk_rows, transitions_path
 from .polling import until
 
 IDT_DESK = str(Path(sys.executable).with_name("idt-desk"))
@@ -101,8 +101,13 @@ def test_a_recorder_on_a_full_disk_refuses_until_there_is_room_and_keeps_every_r
     """The disk fills while a backlog larger than the room that comes back waits: the rows
     go out as room appears, ``add`` takes rows again, and every accepted row is on disk once,
     in order."""
+    from idt_desk.recordings import arrows
+
     disk = _Disk()
     monkeypatch.setattr(files.os, "write", disk)
+    # Blocks of 250 rows: the backlog (at least one add of 1,000) is several, whatever the
+    # machine's load, so a room of two blocks takes part of it.
+    monkeypatch.setattr(arrows, "BLOCK_ROWS", 250)
     rng = np.random.default_rng(0)
     path = tmp_path / "rec"
     rec = idt_desk.Recorder(path, ["x", "v"], ["u"], flush_seconds=0.05, **SMALL)
@@ -126,9 +131,10 @@ def test_a_recorder_on_a_full_disk_refuses_until_there_is_room_and_keeps_every_r
     disk.room = 0  # full: add refuses once the writer has failed
     assert until(lambda: not add(), seconds=30)
     before = disk_rows(path)
-    disk.room = 400_000  # some room, less than the backlog: it goes out in whole blocks
+    per_row = transitions_path(path).stat().st_size / before
+    disk.room = int(2.2 * 250 * per_row)  # two blocks' room, less than the backlog
     assert until(lambda: disk_rows(path) > before)
-    assert disk_rows(path) < added  # the room took part of the backlog
+    assert disk_rows(path) < added  # the room took part of the backlog, in whole blocks
     disk.room = None  # room again
     assert until(lambda: add(), seconds=30)
     rec.close()
