@@ -112,6 +112,7 @@ class TransitionLog(AppendFile):
         #: Offsets into :attr:`carry` where a message ends (a write keeps whole ones).
         self._ends: list[int] = []
         header = self._schema.serialize().to_pybytes()
+        self._header_bytes = len(header)  # the stream writer's own schema message: skipped
         self._ends.append(len(header))
         super().__init__(path, header)
 
@@ -153,11 +154,10 @@ class TransitionLog(AppendFile):
             else:
                 arrays.append(pa.array(col))
         batch = pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+        skip = 0
         if self._writer is None:
             self._writer = ipc.new_stream(self._sink, self._schema, options=self._options)
-            skip = len(self._schema.serialize())  # the writer's own schema: in the header
-        else:
-            skip = 0
+            skip = self._header_bytes  # its schema message: written as the header
         self._writer.write_batch(batch)
         data = self._sink.getbuffer()[skip:].tobytes()
         self._sink.seek(0)
@@ -195,14 +195,20 @@ def _u(fmt: str, buf: bytes, pos: int) -> Any:
     return struct.unpack_from(fmt, buf, pos)[0]
 
 
-def _field(buf: bytes, table: int, index: int, fmt: str, default: int) -> int:
-    """A scalar field of a flatbuffer table (Arrow's message metadata), or its default."""
+def _at(buf: bytes, table: int, index: int) -> int | None:
+    """Where field ``index`` of a flatbuffer table is (Arrow's message metadata), or None."""
     vtable = table - _u("<i", buf, table)
     slot = 4 + 2 * index
     if slot + 2 > _u("<H", buf, vtable):
-        return default
+        return None
     offset = _u("<H", buf, vtable + slot)
-    return default if offset == 0 else _u(fmt, buf, table + offset)
+    return table + offset if offset else None
+
+
+def _field(buf: bytes, table: int, index: int, fmt: str, default: int) -> int:
+    """A scalar field of a flatbuffer table, or its default."""
+    pos = _at(buf, table, index)
+    return default if pos is None else _u(fmt, buf, pos)
 
 
 def _message_info(meta: bytes) -> tuple[int, int, int]:
@@ -215,12 +221,9 @@ def _message_info(meta: bytes) -> tuple[int, int, int]:
     kind = _field(meta, root, 1, "<B", 0)
     body = _field(meta, root, 3, "<q", 0)
     rows = 0
-    if kind == 3:  # RecordBatch
-        ref = _field(meta, root, 2, "<I", 0)  # relative to the field's own position
-        vtable = root - _u("<i", meta, root)
-        slot = _u("<H", meta, vtable + 8) if _u("<H", meta, vtable) >= 10 else 0
-        if ref and slot:
-            rows = _field(meta, root + slot + ref, 0, "<q", 0)
+    header = _at(meta, root, 2) if kind == 3 else None  # a RecordBatch
+    if header is not None and (ref := _u("<I", meta, header)):  # relative to its position
+        rows = _field(meta, header + ref, 0, "<q", 0)
     return kind, body, rows
 
 

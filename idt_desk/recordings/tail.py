@@ -148,20 +148,19 @@ class RecordingTail:
             columns = header.decode(errors="replace").strip().split(",")
             check_columns(columns, config, where)
         else:
-            frames = Frames(where)
-            frames.feed(head)
-            if not frames.schema_bytes:
+            probe = Frames(where)
+            probe.feed(head)
+            if not probe.schema_bytes:
                 return False  # the schema is being written
-            header = frames.schema_bytes
+            header = probe.schema_bytes
             columns = transition_columns(len(config.get("state_names", [])),
                                          len(config.get("action_names", [])))
             self._frames = Frames(where)
+            self._frames.feed(header)
+        # The header (a CSV's first line, the log's schema) is read: the rows start after it.
         self.config, self.columns, self.table = config, columns, table
-        self._offset[table], self._partial[table] = 0, b""
-        self._before[table] = b""
-        if self._frames is None:  # the CSV's header is read; the log's schema is fed below
-            self._offset[table] = len(header)
-            self._before[table] = header[-OVERLAP:]
+        self._offset[table], self._partial[table] = len(header), b""
+        self._before[table] = header[-OVERLAP:]
         return True
 
     def _file(self, name: str) -> str:
@@ -227,9 +226,8 @@ class RecordingTail:
                 events.append(ev)
                 self.ended = self.ended or ev.get("kind") in CLOSING_EVENTS
         raw = self._new_lines(self.table)
-        if self._frames is not None:
-            messages = self._frames.feed(raw) if raw else b""
-            raw = messages
+        if self._frames is not None and raw:
+            raw = self._frames.feed(raw)  # its whole messages
         if not raw:
             return np.empty((0, len(self.columns))), events
         if self._frames is not None:
