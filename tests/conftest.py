@@ -83,8 +83,26 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.OK
 
 
+@pytest.fixture(scope="session")
+def pendulum_kernels():
+    """The default pendulum pipeline's numba kernels, loaded (compiled on a clean clone) once.
+
+    A session loads them at its start (``Pipeline.warm``), after the window says it runs: on a
+    clean clone, beside a training in the other worker, compiling them took more than a GUI
+    test's 30 s wait for its first windows (CI, 2 cores). The compile is the install's, not the
+    behaviour under test; the windows' own waits stay as they were.
+    """
+    from idt_desk.live.session import Session, SessionConfig
+
+    session = Session(SessionConfig(speed=None))
+    try:
+        session.pipeline.warm()
+    finally:
+        session.close()
+
+
 @pytest.fixture
-def window(qtbot, tmp_path):
+def window(qtbot, tmp_path, pendulum_kernels):
     """The main window at maximum speed, recording into ``tmp_path``; closed cleanly after."""
     from idt_desk_widgets.main_window import MainWindow
 
