@@ -37,7 +37,8 @@ The names, by what a plugin does with them:
   whitening, detector_statistic, joint_statistic, attribute and CLASSES (an alarm's class
   of change, from the twin), first_above, matched_threshold, records, matched_comparison
   and MATCHED_RATE (detectors compared at a matched false-alarm rate), episode_steps,
-  window_phase, and
+  window_phase, the generic drift detectors (OnlineDrift, drift_alarms, DriftRun,
+  DRIFT_KINDS, DRIFT_WINDOW: online MMD and LSDD), and
   a dialogue's per-turn rule (BASELINE_TURNS, RESPONSE_TURNS, detect_injection, response_z);
 - **compute metrics**: Symbolizer, sliding_metrics, window_means, a dialogue's token metrics
   (DialogueMetrics, load_tokenizer, TOKENIZER, ADJUSTED, LENGTH_COLUMNS, length_confound,
@@ -87,6 +88,8 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(("MATCHED_RATE", "first_above", "matched_comparison", "matched_threshold",
                      "records"), "idt_desk.detection.matched"),
     **dict.fromkeys(("episode_steps", "window_phase"), "idt_desk.detection.phase"),
+    **dict.fromkeys(("DRIFT_KINDS", "DRIFT_WINDOW", "DriftRun", "OnlineDrift", "drift_alarms"),
+                    "idt_desk.detection.drift"),
     **dict.fromkeys(("BASELINE_TURNS", "RESPONSE_TURNS", "detect_injection", "response_z"),
                     "idt_desk.detection.turns"),
     "Symbolizer": "idt_desk.metrics.symbolize",

@@ -221,15 +221,21 @@ def test_pendulum_alarms_count_detections_and_false_alarms(tmp_path):
     assert trials[trials["condition"] == "sensor_noise"]["latency_persistence"].max() <= 5
     # A control trial's alarm after the onset time is a false alarm; counted, not assumed.
     control = trials[trials["condition"] == "none"]
-    for kind in ("paper", "persistence", "cusum"):
+    for kind in ("paper", "persistence", "cusum", "mmd", "lsdd"):
         fa = summary["detectors"][kind]["false_alarms"]
         assert fa == {"alarms": int(control[f"alarm_{kind}"].sum()), "trials": 2,
                       "rate": fa["alarms"] / 2}
     # Matched: the threshold leaves no control above it (⌊0.05 · 2⌋ = 0 allowed).
-    for kind in ("paper", "persistence"):
+    for kind in ("paper", "persistence", "mmd", "lsdd"):
         m = summary["matched_false_alarm"][kind]
         assert m["allowed_false_alarms"] == 0 and m["false_alarms"]["alarms"] == 0
-    assert "| sensor noise (0.05 rad, 0.3 rad/s) | 2/2 (0) | 2/2 (" in format_table(summary)
+    # The drift detectors ran (their reference: the baseline windows' transitions).
+    assert (trials["skipped_mmd"].fillna("") == "").all()
+    table = format_table(summary)
+    assert "| sensor noise (0.05 rad, 0.3 rad/s) | 2/2 (0) | 2/2 (" in table
+    rows = [line for line in table.splitlines() if line.startswith("|")]
+    assert "online MMD (calibrated)" in rows[0] and "online LSDD, matched 5 %" in rows[0]
+    assert len({line.count("|") for line in rows}) == 1, rows  # every row fills the header
     assert (tmp_path / "table.md").exists() and (tmp_path / "trials.csv").exists()
 
 

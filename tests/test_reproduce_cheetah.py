@@ -657,3 +657,35 @@ def test_pooling_runs_refuses_a_run_given_twice_and_counts_shared_controls_once(
     assert "## Signatures" in (tmp_path / "pool" / "pooled.md").read_text()
     assert main(["reproduce", "cheetah", "--pool", str(tmp_path), "--out",
                  str(tmp_path / "x")]) == 2  # no trials.csv there
+
+
+def test_the_drift_detectors_judge_a_trial_on_its_transitions_at_the_budget():
+    """The generic drift detectors' columns: quiet without a change, alarmed soon after a
+    shift of two state variables, their records those of statistic / threshold."""
+    from idt_desk_sources.gym.reproduce.judge import DRIFT_ROWS, _drift
+
+    from idt_desk.metrics.presets import PRESETS
+
+    preset = PRESETS["cheetah"]
+    rng = np.random.default_rng(8)
+    n, onset = 20_000, 15_000  # about 100 windows after the onset: ERT 5,000 leaves them quiet
+    s = rng.standard_normal((n + 1, 4))
+    a = rng.standard_normal((n, 2))
+    w = {"start": np.arange(0, n - preset.window + 1, preset.stride)}
+    j0 = int(np.searchsorted(w["start"] + preset.window, onset, side="right"))
+    quiet = _drift(w, s[:-1], a, s[1:], j0, preset, "1/5000windows", None)
+    shifted = s.copy()
+    shifted[onset:, :2] += 1.5
+    got = _drift(w, shifted[:-1], a, shifted[1:], j0, preset, "1/5000windows", None)
+    for name in DRIFT_ROWS:
+        assert quiet[f"drift_{name}_skipped"] == "" and np.isnan(quiet[f"live_{name}_drift"])
+        lat = got[f"live_{name}_drift"]
+        assert 0 <= lat <= 20, (name, got)
+        recs = json.loads(got[f"records_{name}_drift"])
+        first_above = next(j for j, v in recs if v > 1.0)
+        assert first_above == lat
+    # Too short a reference for the test window: skipped, and said.
+    short = _drift({"start": w["start"][:60]}, s[:-1], a, s[1:], 30, preset, "1/1000windows",
+                   None)
+    assert all("needs at least" in short[f"drift_{n}_skipped"] for n in DRIFT_ROWS)
+    assert all(np.isnan(short[f"live_{n}_drift"]) for n in DRIFT_ROWS)

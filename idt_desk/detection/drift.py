@@ -24,6 +24,7 @@ false alarms this leaves are what the control runs measure.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
@@ -31,6 +32,8 @@ from numba import njit
 #: The detectors, by name: the statistic each computes.
 KINDS = {"mmd": "online MMD² (Gaussian kernel), Cobb et al. 2022",
          "lsdd": "online LSDD (Gaussian kernel centres), Cobb et al. 2022"}
+#: Their names, in the order tables show them.
+DRIFT_KINDS = tuple(KINDS)
 #: Bootstrap samples per unit of ERT (alibi-detect's advice: "at least an order of magnitude
 #: larger than the ERT").
 BOOTSTRAPS_PER_ERT = 10
@@ -401,3 +404,53 @@ class OnlineDrift:
             stat[i] = self.score(x)
             thr[i] = self.threshold(self.t)
         return stat, thr
+
+
+#: The drift detectors' test window, in instances (one instance a window: 20 cover 1,000
+#: transitions at a stride of 50).
+DRIFT_WINDOW = 20
+
+
+@dataclass(frozen=True)
+class DriftRun:
+    """One detector on one run's post-onset instances.
+
+    ``latency``: the first post-onset instance that alarmed (0: the first; NaN: none);
+    ``ratio``: statistic / threshold at each post-onset instance (it alarms above 1);
+    ``skipped``: why it did not run ("" when it did).
+    """
+
+    latency: float
+    ratio: np.ndarray
+    skipped: str = ""
+
+
+def drift_alarms(x: np.ndarray, onset: int, ert: float, *, window: int = DRIFT_WINDOW,
+                 kinds: tuple[str, ...] = DRIFT_KINDS, seed: int = 0) -> dict[str, DriftRun]:
+    """Each drift detector on a run's instances, its reference those before ``onset``.
+
+    ``x`` [n, d]: the run's instances in order (a loop's (S, A, S'), one a window); each
+    column is standardised on the first ``onset`` (columns constant there are dropped: they
+    carry no distance), the detectors are configured to ``ert`` instances on those and then
+    take the rest one by one. A detector that cannot run on this reference (too few
+    instances for its window) is skipped, and says why.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    ref = x[:onset]
+    mu, sd = ref.mean(0), ref.std(0, ddof=1) if len(ref) > 1 else np.zeros(x.shape[1])
+    keep = np.isfinite(sd) & (sd > 0)
+    z = (x[:, keep] - mu[keep]) / sd[keep]
+    out = {}
+    for kind in kinds:
+        try:
+            if not keep.any():
+                raise ValueError("every column is constant over the reference")
+            det = OnlineDrift(kind, z[:onset], ert, window, seed=seed)
+        except ValueError as exc:
+            out[kind] = DriftRun(math.nan, np.zeros(0), str(exc))
+            continue
+        stat, thr = det.update(z[onset:])
+        ratio = stat / thr
+        hits = np.flatnonzero(ratio > 1.0)
+        out[kind] = DriftRun(float(hits[0]) if hits.size else math.nan, ratio)
+    return out

@@ -18,7 +18,11 @@ One trial
    - ``paper``: the first window beyond 3σ of the baseline (the paper's rule, uncalibrated);
    - ``persistence``: 5 windows in a row beyond a kσ calibrated to the budget (the live
      default);
-   - ``cusum``: a two-sided CUSUM calibrated to the same budget.
+   - ``cusum``: a two-sided CUSUM calibrated to the same budget;
+   - ``mmd``, ``lsdd``: the generic online drift detectors (alibi-detect's online MMD and
+     LSDD, ``idt_desk.detection.drift``) on the trial's transitions, one a window (the
+     window's last), standardised on the baseline windows' and calibrated to the same
+     budget (their expected run time the budget's windows per false alarm).
 
 4. The observation span is the same for every trial: the windows from the first one that
    sees the onset to the end. A perturbed trial is *detected* when the IDT alarm (any of P,
@@ -49,6 +53,7 @@ import pandas as pd
 from idt_desk.plugin import (
     DEFAULT_BUDGET,
     DETECTOR_KINDS,
+    DRIFT_KINDS,
     IDT_METRICS,
     DetectorSpec,
     InputError,
@@ -58,6 +63,7 @@ from idt_desk.plugin import (
     check_int,
     check_out_dir,
     detector_statistic,
+    drift_alarms,
     judge,
     matched_comparison,
     parse_budget,
@@ -150,6 +156,16 @@ def run_trial(task: AlarmTask) -> dict[str, Any]:
                         baseline_windows=BASELINE_WINDOWS, history=10**6, twin=False)
     session = Session(cfg, source=src)
     onset_i = round(task.onset * src.rate)
+    # The transitions the drift detectors read, as the loop produces them.
+    taken: list[Any] = []
+    step = src.step
+
+    def keep(n: int) -> Any:
+        b = step(n)
+        taken.append(np.column_stack([b.s, b.s_next]))
+        return b
+
+    src.step = keep
     if cond[1] is not None:
         params = src.perturbation(cond[1]).resolve(cond[2])
         session.schedule(onset_i, "perturb", name=cond[1], params=params)
@@ -179,6 +195,15 @@ def run_trial(task: AlarmTask) -> dict[str, Any]:
             row[f"records_{kind}"] = json.dumps(records(s[j0:]))
         if kind != "paper":
             row[f"too_short_{kind}"] = bool(mon.calibration.too_short)
+    # The drift detectors: (S, S') of each window's last transition (the pendulum has no
+    # action), the baseline windows' the reference, at the budget's windows per alarm.
+    last = np.asarray(w["end"], dtype=np.int64) - 1
+    x = np.concatenate(taken)[last][CALIBRATION_WINDOWS:]
+    for kind, got in drift_alarms(x, j0 - CALIBRATION_WINDOWS, mon.budget_windows()).items():
+        row[f"alarm_{kind}"] = not np.isnan(got.latency)
+        row[f"latency_{kind}"] = None if np.isnan(got.latency) else int(got.latency)
+        row[f"records_{kind}"] = json.dumps(records(got.ratio))
+        row[f"skipped_{kind}"] = got.skipped
     return row
 
 
@@ -198,7 +223,9 @@ def _summary(config: AlarmsConfig, trials: pd.DataFrame, wall: float) -> dict[st
                 "baseline_windows": BASELINE_WINDOWS, "preset": "pendulum-live",
                 "conditions": list(config.conditions)},
         wall_seconds=wall, detectors={}, matched_false_alarm={})
-    for kind in DETECTOR_KINDS:
+    for kind in (*DETECTOR_KINDS, *DRIFT_KINDS):
+        if f"alarm_{kind}" not in trials:
+            continue
         block: dict[str, Any] = {
             "false_alarms": {"alarms": int(control[f"alarm_{kind}"].sum()),
                              "trials": len(control),
@@ -211,7 +238,9 @@ def _summary(config: AlarmsConfig, trials: pd.DataFrame, wall: float) -> dict[st
             block[name] = {"detected": int(g[f"alarm_{kind}"].sum()), "trials": len(g),
                            "median_latency": float(lat.median()) if len(lat) else None}
         out["detectors"][kind] = block
-    for kind in SWEPT:  # θ matched on the controls to MATCHED_RATE (idt_desk.plugin)
+    for kind in (*SWEPT, *DRIFT_KINDS):  # θ matched on the controls to MATCHED_RATE
+        if f"records_{kind}" not in trials:
+            continue
         recs = {i: json.loads(r) for i, r in trials[f"records_{kind}"].items()}
         ctrl = [recs[i] for i in control.index]
         got = matched_comparison(ctrl, [])
@@ -233,33 +262,41 @@ _LABELS = {"kick_once": "kick (once, at onset)", "kick_every_2s": "kick (every 2
            "coarse_sensor": "coarse sensor (0.2 rad, 1 rad/s)"}
 
 
+#: Each detector's column head.
+_HEADS = {"paper": "paper rule (3σ)", "persistence": "persistence (calibrated)",
+          "cusum": "CUSUM (calibrated)", "ewma": "EWMA (calibrated)",
+          "mewma": "MEWMA (calibrated)", "mmd": "online MMD (calibrated)",
+          "lsdd": "online LSDD (calibrated)"}
+
+
 def format_table(summary: dict[str, Any]) -> str:
     """The markdown report: detection / latency per detector, false alarms beside."""
     c = summary["config"]
     dets = summary["detectors"]
+    matched = summary["matched_false_alarm"]
     names = [n for n in _LABELS if n in dets["paper"]]
     lines = [f"# Pendulum perturbations: detection and false alarms ({c['seeds']} seeds, "
              f"onset {c['onset']:g} s of {c['seconds']:g} s)", "",
              "Detected trials (median latency in windows); the last row is the false alarms "
              "of the unperturbed controls over the same span. Calibrated detectors: "
-             f"{c['budget']}.", "",
-             "| perturbation | paper rule (3σ) | persistence (calibrated) | CUSUM (calibrated) "
-             "| paper rule, matched 5 % | persistence, matched 5 % |",
-             "|---|---|---|---|---|---|"]
+             f"{c['budget']}; online MMD and LSDD: the generic drift detectors on the "
+             "transitions (one a window), their expected run time the same budget.", "",
+             "| perturbation | " + " | ".join(_HEADS.get(k, k) for k in dets) + " | "
+             + " | ".join(f"{_HEADS.get(k, k).split(' (')[0]}, matched 5 %" for k in matched)
+             + " |", "|---|" + "---|" * (len(dets) + len(matched))]
 
     def cell(b: dict[str, Any]) -> str:
         lat = b["median_latency"]
         return f"{b['detected']}/{b['trials']}" + ("" if lat is None else f" ({lat:g})")
 
     for n in names:
-        cells = [cell(dets[k][n]) for k in DETECTOR_KINDS]
-        cells += [cell(summary["matched_false_alarm"][k][n]) for k in SWEPT]
+        cells = [cell(dets[k][n]) for k in dets] + [cell(matched[k][n]) for k in matched]
         lines.append(f"| {_LABELS[n]} | " + " | ".join(cells) + " |")
     fa = [f"{dets[k]['false_alarms']['alarms']}/{dets[k]['false_alarms']['trials']}"
-          for k in DETECTOR_KINDS]
-    fa += [f"{summary['matched_false_alarm'][k]['false_alarms']['alarms']}/"
-           f"{summary['matched_false_alarm'][k]['false_alarms']['trials']} "
-           f"(θ = {summary['matched_false_alarm'][k]['threshold_sigma']:.2f}σ)" for k in SWEPT]
+          for k in dets]
+    fa += [f"{matched[k]['false_alarms']['alarms']}/{matched[k]['false_alarms']['trials']} "
+           f"(θ = {matched[k]['threshold_sigma']:.2f}{'σ' if k in SWEPT else '×'})"
+           for k in matched]
     lines.append("| **false alarms (controls)** | " + " | ".join(fa) + " |")
     return "\n".join(lines) + "\n"
 

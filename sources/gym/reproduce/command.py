@@ -106,6 +106,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_settings(parser, ("twin",), notes={
         "twin": "judge every trial with the env's twin too (an exact copy and one 10 %% off): "
                 "its alarm alone and with the IDT's, and the class of every detection"})
+    parser.add_argument("--no-drift", action="store_true",
+                        help="do not judge the trials with the generic drift detectors "
+                             "(online MMD and LSDD on each trial's (S, A, S'), calibrated to "
+                             "--false-alarms; a few seconds a trial)")
     parser.add_argument("--max-baseline-cv", type=float, default=0.25,
                         help="exclude seeds whose pre-onset return CV exceeds this (0.25)")
     add_settings(parser, ("k",))
@@ -140,7 +144,7 @@ def run(args: argparse.Namespace, print_fn: Callable[[str], None] = print) -> in
         env_id=args.env_id, seed=args.seed, auto=tuple(args.auto),
         manual=tuple(args.manual), auto_detector=args.auto_detector,
         auto_false_alarms=args.auto_false_alarms, false_alarms=args.false_alarms,
-        twin=args.twin, max_baseline_cv=args.max_baseline_cv,
+        twin=args.twin, drift=not args.no_drift, max_baseline_cv=args.max_baseline_cv,
         k=args.k, workers=args.workers,
         scheduler=args.scheduler, out=args.out,
     )

@@ -103,6 +103,9 @@ class CheetahConfig:
     false_alarms: str = CONTROL_BUDGET
     #: Judge every trial with the env's twin too (its alarm, and each detection's class).
     twin: bool = True
+    #: Judge every trial with the generic drift detectors too (online MMD and LSDD on its
+    #: transitions, calibrated to ``false_alarms``).
+    drift: bool = True
     max_baseline_cv: float = 0.25
     k: float = 3.0
     workers: int | None = None
@@ -220,6 +223,7 @@ class TrialGroup:
     auto_false_alarms: str = DEFAULT_BUDGET
     false_alarms: str = CONTROL_BUDGET
     twin: bool = True
+    drift: bool = True
 
 
 # The resume key (``runner``'s ``_group_key``) hashes a pickled group, and a pickle names its
@@ -255,7 +259,8 @@ def make_groups(config: CheetahConfig) -> list[TrialGroup]:
                        config.seed, config.k, deterministic=actions == "deterministic",
                        auto_detector=config.auto_detector,
                        auto_false_alarms=config.auto_false_alarms,
-                       false_alarms=config.false_alarms, twin=config.twin)
+                       false_alarms=config.false_alarms, twin=config.twin,
+                       drift=config.drift)
             for actions in config.actions for p in config.policies
             for a in ("", *config.auto, *(HAND + m for m in config.manual))]
 

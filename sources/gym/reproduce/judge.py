@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 from idt_desk_sources.gym.reproduce.config import COMPONENTS, CONTROL, DETECTORS
 
+from idt_desk.plugin import DRIFT_KINDS
+
 
 def analyze_trial(
     s: np.ndarray, a: np.ndarray, s_next: np.ndarray, reward: np.ndarray, onset: int,
@@ -26,6 +28,7 @@ def analyze_trial(
     rate: float | None = None, episode: np.ndarray | None = None,
     returns: Sequence[tuple[int, float]] = (), steps_per_episode: int | None = None,
     twins: Sequence[tuple[str, Any]] = (), state_names: Sequence[str] = (),
+    drift: bool = False,
 ) -> dict[str, Any]:
     """The paper's detection on one trial's transitions (the protocol's steps 2-3).
 
@@ -40,6 +43,7 @@ def analyze_trial(
     With ``twins`` ((suffix, twin) pairs, the exact twin's suffix "" first) and a budget,
     the twin's alarm, its union with the IDT's and the class of each detection
     (:mod:`~idt_desk_sources.gym.reproduce.twin`; ``state_names`` name the evidence).
+    With ``drift`` and a budget, the generic drift detectors' columns (:func:`_drift`).
     """
     from idt_desk.plugin import IDT_METRICS, Symbolizer, detect, sliding_metrics, window_means
 
@@ -92,6 +96,8 @@ def analyze_trial(
         if returns and steps_per_episode:
             row.update(_return_monitors(returns, onset, preset.stride, live_false_alarms,
                                         rate, steps_per_episode))
+        if drift:
+            row.update(_drift(w, s, a, s_next, j0, preset, live_false_alarms, rate))
     return row
 
 
@@ -177,6 +183,38 @@ def _return_monitors(returns: Sequence[tuple[int, float]], onset: int, stride: i
     return out
 
 
+#: The generic drift detectors judged beside the IDT (``idt_desk.detection.drift``: the
+#: online MMD and LSDD of alibi-detect), as ``live_<name>_drift`` and ``records_<name>_drift``.
+DRIFT_ROWS = DRIFT_KINDS
+
+
+def _drift(w: dict[str, Any], s: np.ndarray, a: np.ndarray, s_next: np.ndarray, j0: int,
+           preset: Any, budget: str, rate: float | None) -> dict[str, Any]:
+    """The generic drift detectors on the trial's transitions, calibrated to the same budget.
+
+    One instance a window, on the windows' clock: the (S, A, S') of each window's last
+    step, standardised on the pre-onset windows' instances (the reference: all of them
+    before the onset), the detectors' expected run time the budget's windows per false alarm
+    (the budget the live block's monitors are calibrated to). ``live_<name>_drift``: the
+    first post-onset window it alarms at (NaN: none); ``records_<name>_drift``: the
+    records of statistic / threshold after the onset (the matched comparison's, see
+    :func:`_records`); ``drift_<name>_skipped``: why a detector did not run ("" if it did).
+    """
+    from idt_desk.plugin import IDT_METRICS, build_monitor, drift_alarms, records
+
+    ends = np.asarray(w["start"]) + preset.window - 1
+    x = np.column_stack([s, a, s_next])[ends]
+    mon = build_monitor(IDT_METRICS, baseline_windows=max(j0, 2), detector="mewma",
+                        false_alarms=budget, rate=rate, stride=preset.stride,
+                        window=preset.window, what="this trial")
+    out: dict[str, Any] = {}
+    for name, run in drift_alarms(x, j0, mon.budget_windows(), kinds=DRIFT_ROWS).items():
+        out[f"live_{name}_drift"] = run.latency
+        out[f"records_{name}_drift"] = json.dumps(records(run.ratio))
+        out[f"drift_{name}_skipped"] = run.skipped
+    return out
+
+
 #: Detectors whose threshold is swept for the ROC and the matched false-alarm table: the
 #: paper's rule (a window beyond θ σ), persistence (5 windows in a row beyond θ σ), the EWMA
 #: of z (λ 0.05: |E| beyond θ) and the MEWMA (λ 0.05) of the components whitened by the
@@ -256,6 +294,11 @@ def matched_false_alarm(open_loop: Any) -> dict[str, Any] | None:
     for name in swept(open_loop):
         out[name] = {m: at_matched_threshold(name, m, control, control, perturbed)
                      for m in DETECTORS}
+    # The generic drift detectors at the same rate (their statistic / own threshold).
+    drift = {name: at_matched_threshold(name, "drift", control, control, perturbed)
+             for name in DRIFT_ROWS if f"records_{name}_drift" in open_loop}
+    if drift:
+        out["drift"] = drift
     return out
 
 

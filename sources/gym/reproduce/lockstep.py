@@ -168,7 +168,8 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
                                      live_false_alarms=task.false_alarms, rate=rate,
                                      episode=ep, returns=ends,
                                      steps_per_episode=steps_per_episode, twins=twins,
-                                     state_names=first.state_names))
+                                     state_names=first.state_names,
+                                     drift=task.drift))
         except Exception as exc:  # reported per trial, the others stand
             row["error"] = f"{type(exc).__name__}: {exc}"
         returns = [(ev["episode"], ev["return"]) for ev in log if ev["kind"] == "episode_end"]

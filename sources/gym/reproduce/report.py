@@ -26,14 +26,16 @@ LABEL = {"IDT": "IDT", "P": "P", "dH": "ΔH", "H_f": "H_f", "H_b": "H_b", "rewar
 
 def live_rows(lv: dict[str, Any]) -> list[str]:
     """The live-calibrated block as a Markdown table (one row per detector)."""
-    lines = ["| Detector | IDT: detection | false alarms | median latency | "
+    lines = ["| Detector | loop: detection | false alarms | median latency | "
              "reward: detection | false alarms | median latency | asked for |",
              "|---|---|---|---|---|---|---|---|"]
     over = (lv.get("by_chance") or {}).get("over")
     for kind in (k for k in lv if isinstance(lv[k], dict) and k != "by_chance"):
         cells = []
-        for g in ("IDT", "reward"):
-            b = lv[kind].get(g)
+        for g in ("loop", "reward"):
+            # The loop's columns: the IDT's (or the twin's) windows, or a drift detector's.
+            b = (lv[kind].get("IDT") or lv[kind].get("drift")) if g == "loop" \
+                else lv[kind].get(g)
             if b is None:
                 cells += ["—"] * 3
                 continue
@@ -42,7 +44,10 @@ def live_rows(lv: dict[str, Any]) -> list[str]:
                       f"{fa['alarms']} of {fa['trials']}"
                       + (" (over budget)" if over is not None and fa["alarms"] >= over
                          else ""), fmt(b["median_latency"])]
-        lines.append(f"| {kind} | " + " | ".join(cells) + " | "
+        skipped = lv[kind].get("skipped")
+        label = kind if not skipped else (f"{kind} (did not run on {skipped['trials']} "
+                                          f"trials: {skipped['why']})")
+        lines.append(f"| {label} | " + " | ".join(cells) + " | "
                      + _count(lv[kind].get("needed_windows")) + " |")
     return lines
 
@@ -228,6 +233,19 @@ def format_tables(summary: dict[str, Any]) -> str:
                           f"{dt['detected']} of {dt['trials']} ({dt['rate']:.0%})",
                           fmt(b["median_latency"])]
             lines.append(f"| {LABEL[m]} | " + " | ".join(cells) + " |")
+        if mt.get("drift"):
+            lines += ["", "The generic drift detectors at the same rate (θ in units of each "
+                      "one's own ERT-calibrated threshold), beside the IDT's MEWMA:", "",
+                      "| Detector | θ | false alarms | detection | median latency |",
+                      "|---|---|---|---|---|"]
+            rows = {**({"IDT (MEWMA)": mt["mewma"]["IDT"]} if "mewma" in mt else {}),
+                    **mt["drift"]}
+            for label, b in rows.items():
+                fa, dt = b["false_alarms"], b["detection"]
+                lines.append(f"| {label} | {b['threshold_sigma']:.2f} | "
+                             f"{fa['alarms']} of {fa['trials']} | "
+                             f"{dt['detected']} of {dt['trials']} ({dt['rate']:.0%}) | "
+                             f"{fmt(b['median_latency'])} |")
     live = {a: b["live_calibrated"] for a, b in (protocols or
                                                  {summary["actions"]: summary}).items()
             if b.get("live_calibrated")}
@@ -240,7 +258,10 @@ def format_tables(summary: dict[str, Any]) -> str:
                   f"onset.{_chance_text(lv)} `_phase`: against the baseline at the window's "
                   "phase of the episode; `l10`, `l20`: λ 0.1, 0.2; `return_*`: the episode "
                   "return's EWMA (λ 0.2) or CUSUM (d 0.5σ), its baseline the pre-onset "
-                  "episodes, judged at each episode's end. *Asked for*: the most baseline "
+                  "episodes, judged at each episode's end; `mmd`, `lsdd`: the generic online "
+                  "drift detectors (alibi-detect's online MMD and LSDD) on the trial's "
+                  "(S, A, S'), one transition a window, standardised on the pre-onset ones, "
+                  "calibrated to the same budget. *Asked for*: the most baseline "
                   "windows (episodes for `return_*`) any trial's calibration asked for, to keep "
                   "the threshold's inflation ≤ 1.25 (0: none asked).", "",
                   *live_rows(lv)]

@@ -31,7 +31,12 @@ from typing import Any
 import numpy as np
 from idt_desk_sources.gym._source import ACTIONS
 from idt_desk_sources.gym.reproduce.config import COMPONENTS, CONTROL, DETECTORS, CheetahConfig
-from idt_desk_sources.gym.reproduce.judge import LIVE_ROWS, RETURN_MONITORS, matched_false_alarm
+from idt_desk_sources.gym.reproduce.judge import (
+    DRIFT_ROWS,
+    LIVE_ROWS,
+    RETURN_MONITORS,
+    matched_false_alarm,
+)
 from idt_desk_sources.gym.reproduce.twin import TWIN_ROWS, attribution_summary
 
 #: The paper's numbers (§5.1.2-5.1.4, Tables 3 and 4).
@@ -154,16 +159,28 @@ def live_summary(open_loop: Any, config: CheetahConfig) -> dict[str, Any] | None
                            "perturbed_trials": len(perturbed),
                            "by_chance": _by_chance(control, config.false_alarms)}
     for kind in _live_names(open_loop):
-        block = {}
-        for g in ("IDT", "reward"):
+        block: dict[str, Any] = {}
+        ctrl, pert = control, perturbed
+        skipped = open_loop.get(f"drift_{kind}_skipped")
+        if skipped is not None:  # a drift detector counts the trials it ran on only
+            why = skipped.fillna("").astype(str)
+            if (why != "").any():
+                block["skipped"] = {"trials": int((why != "").sum()),
+                                    "why": str(why[why != ""].iloc[0])}
+            ran = why == ""
+            ctrl, pert = (c[ran.loc[c.index]] for c in (control, perturbed))
+            if not len(ctrl) + len(pert):
+                out[kind] = block
+                continue
+        for g in ("IDT", "drift", "reward"):
             col = f"live_{kind}_{g}"
             if col not in open_loop:
                 continue
-            lat = perturbed[col].to_numpy(np.float64)
+            lat = pert[col].to_numpy(np.float64)
             hit = np.isfinite(lat)
             block[g] = {
-                "false_alarms": {"alarms": int(np.isfinite(control[col].to_numpy(np.float64))
-                                               .sum()), "trials": len(control)},
+                "false_alarms": {"alarms": int(np.isfinite(ctrl[col].to_numpy(np.float64))
+                                               .sum()), "trials": len(ctrl)},
                 "detection": {"detected": int(hit.sum()), "trials": len(lat),
                               "rate": float(hit.mean()) if lat.size else math.nan},
                 "median_latency": float(np.median(lat[hit])) if hit.any() else None,
@@ -177,8 +194,9 @@ def live_summary(open_loop: Any, config: CheetahConfig) -> dict[str, Any] | None
 
 def _live_names(rows: Any) -> list[str]:
     """The live block's rows these trials hold (older runs lack the newer ones)."""
-    names = [r[0] for r in LIVE_ROWS] + list(RETURN_MONITORS) + list(TWIN_ROWS)
-    return [n for n in names if f"live_{n}_IDT" in rows or f"live_{n}_reward" in rows]
+    names = [r[0] for r in LIVE_ROWS] + [*RETURN_MONITORS, *TWIN_ROWS, *DRIFT_ROWS]
+    return [n for n in names
+            if any(f"live_{n}_{g}" in rows for g in ("IDT", "drift", "reward"))]
 
 
 def _by_chance(control: Any, budget: str) -> dict[str, Any] | None:
