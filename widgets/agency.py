@@ -10,6 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGridLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
 
 from idt_desk.live.config import AGENCY_EVERY
+from idt_desk.metrics.regime import CYCLE, SATURATED
 
 __all__ = ["CONDITIONS", "AgencyPanel"]
 
@@ -32,11 +33,6 @@ _WAIT = "QLabel { color: #6b7079; padding: 1px 5px; font-size: 11px; }"
 #: window of a gait catches its ambiguous states or not, so a verdict of the latest window
 #: alone flips with the gait's phase ("0 of 3" and "2 of 3" in turn on a healthy cheetah).
 LOOKS = 10
-#: Saturation (distinct transitions / W) above which the panel says why nothing can hold.
-SATURATED = 0.95
-#: At most this distinct (S, A, S') share, a window holding no condition is one repeated
-#: cycle (the settled HalfCheetah default: 6 of 300, 2 %), and the panel says so.
-CYCLE = 0.1
 PASSIVE_TEXT = ("<b>Passive system</b>: no action, so no choice or effect "
                 "(Table 5's physical systems).")
 UNKNOWN_TEXT = "Filled in once the session runs (a replay shows what its recording holds)."

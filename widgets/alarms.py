@@ -22,6 +22,7 @@ from idt_desk.detection.registry import DETECTORS
 from idt_desk.live.alarms import attribution_text, impact_text, severity_text
 from idt_desk.live.ranges import RangeWatch, recheck_text
 from idt_desk.live.session import Session, Snapshot, undefined_reason
+from idt_desk.metrics.regime import regime, regime_text
 from idt_desk.words import eta_text
 
 #: The notice's button by the range re-check's verdict (None: no re-check yet): its label and
@@ -123,6 +124,11 @@ def _side(values: object, b: object, key: str) -> int:
     return 0 if not math.isfinite(v) else (1 if v > mean else -1)
 
 
+_SATURATION_TIP = ("Distinct (S, A, S') symbols / W in the latest window. Near 100 % every "
+                   "transition is unique and plug-in entropies saturate (all-unique gives "
+                   "P = 1/3): estimator artefact, not coupling.")
+
+
 class AlarmPanel(QGroupBox):
     """Excursion lights, the IDT alarm, latency since the last onset, saturation, calibration.
 
@@ -162,11 +168,7 @@ class AlarmPanel(QGroupBox):
         self.saturation.setObjectName("saturation")
         self.saturation.setRange(0, 100)
         self.saturation.setFormat("saturation %p %")
-        self.saturation.setToolTip(
-            "Distinct (S, A, S') symbols / W in the latest window. Near 100 % every transition "
-            "is unique and plug-in entropies saturate (all-unique gives P = 1/3): estimator "
-            "artefact, not coupling."
-        )
+        self.saturation.setToolTip(_SATURATION_TIP)
         outer.addWidget(self.saturation)
         self.out_of_range = QProgressBar(self)
         self.out_of_range.setObjectName("out_of_range")
@@ -226,11 +228,31 @@ class AlarmPanel(QGroupBox):
                            "§10.5) lights once a session has a baseline")
         self.latency.setText("No perturbation yet")
         self.saturation.setValue(0)
+        self.saturation.setFormat("saturation %p %")
+        self.saturation.setToolTip(_SATURATION_TIP)
         self.out_of_range.setValue(0)
         self.out_of_range.setFormat("out of calibrated range: —")
         self.notice.hide()
         self.undefined.hide()
         self.calibration.setText("")
+
+    def update_saturation(self, snap: Snapshot) -> None:
+        """The saturation bar: the latest window's distinct share, named by its regime.
+
+        The bar names the estimator's regime (``idt_desk.metrics.regime``); its tip says what
+        it means and what to do.
+        """
+        w = getattr(snap, "windows", None) or {}
+        u = w.get("unique_frac")
+        if u is None or not len(u) or u[-1] != u[-1]:
+            return
+        hf = w.get("H_f")
+        name = regime(float(u[-1]), float(hf[-1]) if hf is not None and len(hf) else math.nan)
+        self.saturation.setValue(round(100 * float(u[-1])))
+        self.saturation.setFormat(f"saturation %p % — {name}")
+        tip = regime_text(name, float(u[-1]), (getattr(snap, "preset", None) or {}).get("window"))
+        self.saturation.setToolTip(tip[0].upper() + tip[1:] if tip else _SATURATION_TIP)
+        self._chunk("saturation", {"saturated": _BAR_BAD, "sparse": _BAR_WARN}.get(name, _BAR_OK))
 
     def _twin_light(self, ready: bool, waiting: str, alarm: bool | None, detector: str) -> None:
         """The twin's own alarm: the residual of the physics against its baseline."""
@@ -363,12 +385,7 @@ class AlarmPanel(QGroupBox):
             text += f"<br>{html.escape(cost[0].upper() + cost[1:])}"
         if text != self.latency.text():
             self.latency.setText(text)
-        u = w.get("unique_frac")
-        if u is not None and len(u) and u[-1] == u[-1]:
-            pct = round(100 * float(u[-1]))
-            self.saturation.setValue(pct)
-            self._chunk("saturation",
-                        _BAR_BAD if pct >= 90 else (_BAR_WARN if pct >= 60 else _BAR_OK))
+        self.update_saturation(snap)
         tokens = getattr(snap, "tokenizer", None)
         self.out_of_range.setVisible(tokens is None)  # token counts have no bins to leave
         self._update_out_of_range(snap)

@@ -54,6 +54,9 @@ SHOWN = (
     ("severity", "Severity", "the latest detection's largest move"),
     ("cost", "Cost", "the return a perturbation cost"),
     ("baseline", "Baseline", "calibrating, gathering n/N, armed or too short"),
+    ("regime", "Estimator", "the estimator's regime in the latest window: resolved, sparse, "
+                            "saturated (blind: fewer bins, a grouped preset or a longer "
+                            "window) or cycle (an exact cycle: a change shows as leaving it)"),
     ("transitions", "Transitions", "transitions written"),
     ("windows", "Windows", "windows computed"),
     ("active", "Active", "when the writer last wrote or beat"),

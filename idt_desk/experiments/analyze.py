@@ -21,6 +21,7 @@ from idt_desk.detection.monitor import IDT_METRICS, Detection, detect
 from idt_desk.errors import InputError
 from idt_desk.metrics.engine import sliding_metrics, surrogate_null, window_means
 from idt_desk.metrics.presets import ANGLE_MODES, Preset
+from idt_desk.metrics.regime import SATURATED
 from idt_desk.metrics.symbolize import Symbolizer, wrap_angle
 from idt_desk.pipeline import build_monitor
 from idt_desk.recordings.trajectory import Trajectory
@@ -42,10 +43,6 @@ __all__ = [
 #: The metrics the paper tabulates (Tables 1 and 2), in order.
 TABLE_METRICS = ("P", "H_f", "H_b", "dH")
 
-#: A window whose ``unique_frac`` (distinct (S, A, S') / W) is at least this is saturated:
-#: nearly every transition occurs once, the plug-in entropies sit at their ceiling, and P
-#: says more about the estimator than about coupling (i.i.d. noise gives P near 1/2).
-SATURATED = 0.9
 
 
 def prepare_angles(

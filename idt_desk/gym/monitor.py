@@ -45,7 +45,10 @@ class IDTMonitor(gymnasium.Wrapper):
     After calibration every ``step`` (and ``reset``) info carries ``info["idt"]``: the
     latest finished window as a dict of Python floats and ints with the keys
     :data:`IDT_COLUMNS` (``P``, ``H_f``, ``H_b``, ``dH``, ``unique_frac``, ..., ``start``,
-    ``end``, ``episode``, ``reward``, ``out_of_range``). It stays at that window until the
+    ``end``, ``episode``, ``reward``, ``out_of_range``) and the estimator's regime of that
+    window: ``regime`` (``resolved``, ``sparse``, ``saturated`` or ``cycle``, see
+    :mod:`idt_desk.metrics.regime`) and ``regime_text`` (what it means and what to do; a
+    saturated window is blind). It stays at that window until the
     next one finishes; on the step that finishes a window, ``info["idt"]["end"]`` equals
     :attr:`n_transitions`. Before calibration (the first
     ``window + (calibration_windows - 1) * stride`` transitions) the key is absent.
@@ -74,8 +77,8 @@ class IDTMonitor(gymnasium.Wrapper):
         composite of all of them), every action variable likewise, 3 bins, W = 300, stride
         50. With many variables and bins the composite alphabet is huge (bins ** n; beyond
         2 ** 63 symbols are 64-bit hashes, which is fine for the engine), but windows then
-        fill with unique (S, A, S') and the plug-in estimates saturate: watch
-        ``unique_frac`` and use fewer bins or a grouped preset.
+        fill with unique (S, A, S') and the plug-in estimates saturate: ``info["idt"]``'s
+        ``regime`` says so; then use fewer bins or a grouped preset.
     bins, window, stride
         Overrides of the preset's values. ``bins`` does not apply to a Discrete space,
         whose values are always each their own symbol.

@@ -29,6 +29,7 @@ from idt_desk.detection.detectors import (
 from idt_desk.detection.monitor import IDT_METRICS, Monitor
 from idt_desk.metrics.engine import WINDOW_KEYS
 from idt_desk.metrics.presets import PRESETS, Preset
+from idt_desk.metrics.regime import regime, regime_text
 from idt_desk.metrics.twin import TWIN_COLUMNS, TWIN_METRICS, Twin
 from idt_desk.pipeline import Pipeline, build_monitor
 from idt_desk.settings import SETTINGS, PipelineSettings, check_finite, check_limit
@@ -339,6 +340,10 @@ class Stream:
         self._windows.extend(table, m)
         self._attribute(table["x_IDT"], table["end"])
         self.latest = {c: v[-1].item() for c, v in table.items()}
+        # The estimator's regime of this window, and what it means (never silent when blind).
+        name = regime(self.latest["unique_frac"], self.latest["H_f"])
+        self.latest["regime"] = name
+        self.latest["regime_text"] = regime_text(name, self.latest["unique_frac"], W)
         if self._alarmed and self.alarms:  # the alarm in force says what changed
             self.latest.update({k: self.alarms[-1][k] for k in ("attribution", "evidence")})
         return table

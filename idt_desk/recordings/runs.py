@@ -43,7 +43,7 @@ __all__ = ["COLUMNS", "EVENTS_BYTES", "MAX_DEPTH", "STATUS_BYTES", "RunIndex", "
 
 #: The keys of a listed run (``idt-desk runs --json``), in the table's order.
 COLUMNS = ("path", "state", "transitions", "windows", "baseline", "alarms", "last_alarm",
-           "severity", "cost", "active", "error")
+           "severity", "cost", "regime", "active", "error")
 
 
 def open_files(location: str | os.PathLike[str], missing_ok: bool = False) -> Files:
@@ -385,6 +385,7 @@ class RunIndex:
         return {"path": rel, "state": state, "transitions": int(transitions or 0),
                 "windows": windows, "baseline": st.baseline_text(), "alarms": st.alarms,
                 "last_alarm": st.last_alarm, "severity": st.severity, "cost": st.cost,
+                "regime": st.regime,
                 "active": run.active, "error": run.error or st.error}
 
 
@@ -419,6 +420,8 @@ def row_line(row: dict[str, Any], now: float | None = None) -> str:
     if row["last_alarm"] is not None:
         parts.append(f"last at {row['last_alarm']:,.1f} s")
     parts += [shown(x) for x in (row["severity"], row["cost"] and f"cost {row['cost']}") if x]
+    if row["regime"] not in (None, "", "resolved"):  # a window the estimator cannot read
+        parts.append(f"estimator {row['regime']}")
     if row["active"] is not None:
         parts.append(f"active {ago_text(now - row['active'])}")
     if row["error"]:

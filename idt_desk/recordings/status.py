@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from idt_desk.detection.spec import COSTLY_RETURN
+from idt_desk.metrics.regime import REGIMES
 from idt_desk.words import change_text
 
 __all__ = ["BASELINE_STATES", "STATUS_FILE", "RunStatus", "write_status"]
@@ -38,6 +39,7 @@ class RunStatus:
 
     ``baseline``: ``calibrating`` (the symbols), ``gathering n/N``, ``armed`` or ``too short``
     (armed, with thresholds the calibration raised), or ``""`` (no session events).
+    ``regime``: the estimator's regime in the latest window (a writer's last windows).
     ``severity``: the latest alarm's largest move ("ΔH −3.0σ"); ``cost``: the latest
     return change a perturbation was charged ("−0.1 %, cheap"). Times: ``last_alarm`` in loop
     seconds, ``rows_wall``/``beat_wall`` the writer's wall clock at its last rows / heartbeat.
@@ -54,6 +56,8 @@ class RunStatus:
     baseline_windows: int | None = None
     calibrated_at: int | None = None
     ended: bool = False
+    #: The estimator's regime in the latest window (``idt_desk.metrics.regime``; "": none yet).
+    regime: str = ""
     error: str | None = None
     started_wall: float | None = None
     rows_wall: float | None = None
@@ -148,6 +152,9 @@ class RunStatus:
                 if v not in BASELINE_STATES:
                     raise ValueError(f"baseline: not one of {', '.join(BASELINE_STATES[1:])} "
                                      f"({_short(v)})")
+            elif f.name == "regime":
+                if v not in ("", *REGIMES):
+                    raise ValueError(f"regime: not one of {', '.join(REGIMES)} ({_short(v)})")
             elif f.name in ("severity", "cost", "error"):
                 if not isinstance(v, str):
                     raise ValueError(f"{f.name}: not a string ({_short(v)})")

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from idt_desk.metrics.regime import regime
 from idt_desk.recordings.arrows import NAME, TransitionLog, transition_columns
 from idt_desk.recordings.files import (
     FORMAT_VERSION,
@@ -221,9 +222,12 @@ class Recorder:
             np.asarray(table[c], dtype=np.float64) if c in table else np.full(n, np.nan)
             for c in self._windows.columns
         ])
+        u, hf = table.get("unique_frac"), table.get("H_f")
         with self._lock:
             self._windows.append(block)
             self.n_windows += n
+            if u is not None and hf is not None:  # the latest window's estimator regime
+                self.status.regime = regime(np.asarray(u)[-1], np.asarray(hf)[-1])
             if self._since is None:
                 self._since = time.monotonic()
         self._keep_up()
