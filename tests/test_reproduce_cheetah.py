@@ -421,6 +421,20 @@ def test_detection_at_a_matched_false_alarm_rate_against_hand_counts():
     assert b["detection"] == {"detected": 2, "trials": 3, "rate": pytest.approx(2 / 3)}
     # Latency: the first record above θ (p3's first record, 1.5, is not: window 2).
     assert b["median_latency"] == pytest.approx(np.median([7, 2]))
+    # The drift detectors at the same rate: MMD over the trials it ran on (one control
+    # skipped: 19 counted, none allowed above θ), LSDD skipped everywhere: no row.
+    for r, (mmd, why) in zip(rows, [*((0.05 * i, "") for i in range(19)),
+                                    (9.0, "too few reference instances"),
+                                    (0.5, ""), (0.95, ""), (2.0, "")], strict=True):
+        r["records_mmd_drift"] = json.dumps([[1, mmd]])
+        r["drift_mmd_skipped"] = why
+        r["records_lsdd_drift"], r["drift_lsdd_skipped"] = "[]", "needs at least 81"
+    got = matched_false_alarm(pd.DataFrame(rows))
+    assert set(got["drift"]) == {"mmd"}
+    m = got["drift"]["mmd"]
+    assert m["false_alarms"] == {"alarms": 0, "trials": 19}  # θ = 0.9, the top control
+    assert m["threshold_sigma"] == pytest.approx(0.9)
+    assert m["detection"]["detected"] == 2 and m["detection"]["trials"] == 3
 
 
 def test_paired_t_test_against_scipy_and_edge_cases():

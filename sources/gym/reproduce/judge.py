@@ -215,6 +215,12 @@ def _drift(w: dict[str, Any], s: np.ndarray, a: np.ndarray, s_next: np.ndarray, 
     return out
 
 
+def ran_on(rows: Any, name: str) -> Any:
+    """The trials drift detector ``name`` ran on (``drift_<name>_skipped`` empty)."""
+    why = rows.get(f"drift_{name}_skipped")
+    return rows if why is None else rows[why.fillna("").astype(str) == ""]
+
+
 #: Detectors whose threshold is swept for the ROC and the matched false-alarm table: the
 #: paper's rule (a window beyond θ σ), persistence (5 windows in a row beyond θ σ), the EWMA
 #: of z (λ 0.05: |E| beyond θ) and the MEWMA (λ 0.05) of the components whitened by the
@@ -294,9 +300,15 @@ def matched_false_alarm(open_loop: Any) -> dict[str, Any] | None:
     for name in swept(open_loop):
         out[name] = {m: at_matched_threshold(name, m, control, control, perturbed)
                      for m in DETECTORS}
-    # The generic drift detectors at the same rate (their statistic / own threshold).
-    drift = {name: at_matched_threshold(name, "drift", control, control, perturbed)
-             for name in DRIFT_ROWS if f"records_{name}_drift" in open_loop}
+    # The generic drift detectors at the same rate (their statistic / own threshold), over
+    # the trials each ran on (a reference too short for its window skips it, and says so).
+    drift = {}
+    for name in DRIFT_ROWS:
+        if f"records_{name}_drift" not in open_loop:
+            continue
+        c, p = ran_on(control, name), ran_on(perturbed, name)
+        if len(c) and len(p):
+            drift[name] = at_matched_threshold(name, "drift", c, c, p)
     if drift:
         out["drift"] = drift
     return out

@@ -36,6 +36,7 @@ from idt_desk_sources.gym.reproduce.judge import (
     LIVE_ROWS,
     RETURN_MONITORS,
     matched_false_alarm,
+    ran_on,
 )
 from idt_desk_sources.gym.reproduce.twin import TWIN_ROWS, attribution_summary
 
@@ -160,15 +161,12 @@ def live_summary(open_loop: Any, config: CheetahConfig) -> dict[str, Any] | None
                            "by_chance": _by_chance(control, config.false_alarms)}
     for kind in _live_names(open_loop):
         block: dict[str, Any] = {}
-        ctrl, pert = control, perturbed
-        skipped = open_loop.get(f"drift_{kind}_skipped")
-        if skipped is not None:  # a drift detector counts the trials it ran on only
-            why = skipped.fillna("").astype(str)
-            if (why != "").any():
-                block["skipped"] = {"trials": int((why != "").sum()),
-                                    "why": str(why[why != ""].iloc[0])}
-            ran = why == ""
-            ctrl, pert = (c[ran.loc[c.index]] for c in (control, perturbed))
+        # A drift detector counts the trials it ran on only, and says why it skipped others.
+        ctrl, pert = ran_on(control, kind), ran_on(perturbed, kind)
+        skipped = len(control) + len(perturbed) - len(ctrl) - len(pert)
+        if skipped:
+            why = open_loop[f"drift_{kind}_skipped"].fillna("").astype(str)
+            block["skipped"] = {"trials": skipped, "why": str(why[why != ""].iloc[0])}
             if not len(ctrl) + len(pert):
                 out[kind] = block
                 continue
