@@ -203,7 +203,7 @@ def _drift(w: dict[str, Any], s: np.ndarray, a: np.ndarray, s_next: np.ndarray, 
     from idt_desk.plugin import IDT_METRICS, build_monitor, drift_alarms, records
 
     ends = np.asarray(w["start"]) + preset.window - 1
-    x = np.column_stack([s, a, s_next])[ends]
+    x = np.column_stack([s[ends], a[ends], s_next[ends]])  # the rows used, not the whole trial
     mon = build_monitor(IDT_METRICS, baseline_windows=max(j0, 2), detector="mewma",
                         false_alarms=budget, rate=rate, stride=preset.stride,
                         window=preset.window, what="this trial")
