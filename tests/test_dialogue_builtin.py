@@ -24,7 +24,18 @@ from tests.fake_ollama import FakeOllama
 BUILTIN = {"student_backend": "builtin", "teacher_backend": "builtin"}
 
 
-def test_a_real_five_turn_smollm2_dialogue_is_recorded_and_deterministic(tmp_path):
+@pytest.fixture
+def short_replies(monkeypatch):
+    """Replies of a few dozen tokens (150 and 60 by default): the same model, process and
+    turns, a third of the CPU time (what these tests show does not depend on the length)."""
+    from idt_desk_sources.dialogue import _source
+
+    monkeypatch.setitem(_source.STUDENT_OPTIONS, "num_predict", 40)
+    monkeypatch.setitem(_source.TEACHER_OPTIONS, "num_predict", 24)
+
+
+def test_a_real_five_turn_smollm2_dialogue_is_recorded_and_deterministic(tmp_path,
+                                                                         short_replies):
     ses = Session(SessionConfig(source="dialogue", speed=None, baseline_windows=3, seed=7),
                   source=DialogueSource(**BUILTIN), record=tmp_path / "rec")
     ses.schedule(3, "perturb", name="topic_shift", params={})
@@ -125,7 +136,8 @@ def test_a_silent_model_process_is_stopped_after_the_timeout():
                         lambda _t: None, lambda: False).strip()
 
 
-def test_a_model_crash_mid_turn_pauses_the_session_which_keeps_its_turns(tmp_path):
+def test_a_model_crash_mid_turn_pauses_the_session_which_keeps_its_turns(tmp_path,
+                                                                         short_replies):
     """SIGILL in the model's process while the student answers turn 3: the session pauses
     with one line in its event log, the two turns made stay recorded, and a resume carries
     on with a new process."""

@@ -52,13 +52,14 @@ def predictor(model: Any) -> Any:
     policy.set_training_mode(False)
     obs_shape, act_shape = policy.observation_space.shape, policy.action_space.shape
     low, high = policy.action_space.low, policy.action_space.high
+    device = policy.device  # (a walk over the parameters: once, not per step)
 
     def predict(obs: Any, deterministic: bool) -> Any:
         x = np.array(obs if normalize is None else normalize(obs))
         if x.shape != obs_shape:
             return model.predict(obs, deterministic=deterministic)[0]
         with torch.no_grad():
-            a = forward(torch.as_tensor(x.reshape((-1, *obs_shape)), device=policy.device),
+            a = forward(torch.as_tensor(x.reshape((-1, *obs_shape)), device=device),
                         deterministic)
         a = a.cpu().numpy().reshape((-1, *act_shape))
         a = policy.unscale_action(a) if policy.squash_output else np.clip(a, low, high)
@@ -90,7 +91,21 @@ def _forward(policy: Any) -> Any:
             and any(True for _ in policy.parameters())):
         return None
     if isinstance(policy, SACPolicy | TQCPolicy):
-        return lambda obs, deterministic: policy.actor(obs, deterministic)
+        actor = policy.actor
+        if getattr(actor, "use_sde", False):
+            return lambda obs, deterministic: actor(obs, deterministic)
+        import torch
+
+        def squashed(obs: Any, deterministic: bool) -> Any:
+            if not deterministic:
+                return actor(obs, False)
+            # The squashed Gaussian's mode, tanh of the mean: what the actor computes when
+            # deterministic, without building the distribution it does not sample from (a
+            # third of the step's time; the same operations on the same tensors).
+            features = actor.extract_features(obs, actor.features_extractor)
+            return torch.tanh(actor.mu(actor.latent_pi(features)))
+
+        return squashed
     if isinstance(policy, ActorCriticPolicy):
         return lambda obs, deterministic: policy.get_distribution(obs).get_actions(
             deterministic=deterministic)
