@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 
 import numba
 import pytest
@@ -113,3 +114,38 @@ def window(qtbot, tmp_path, pendulum_kernels):
     w.close()
     assert not w.timer.isActive()
     assert w.session is None or not w.session.running
+
+
+@pytest.fixture(scope="session")
+def once_per_run(tmp_path_factory):
+    """``once_per_run(name, make)``: a folder ``make(folder)`` fills once per test run.
+
+    Shared by the run's xdist workers (their common temporary root; the first to ask makes
+    it while the others wait on a lock), so an expensive artefact that several test files
+    read (a tiny reproduction's run) is computed once, not once per file. Each caller gets
+    a copy of its own to read or write.
+    """
+    import fcntl
+    import shutil
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    counter = iter(range(10**6))
+
+    def get(name: str, make) -> Path:
+        made = root / f"once-{name}"
+        with open(root / f"once-{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                if not (made / ".made").exists():
+                    shutil.rmtree(made, ignore_errors=True)
+                    made.mkdir()
+                    make(made)
+                    (made / ".made").touch()
+                copy = base / f"{name}-{next(counter)}"
+                shutil.copytree(made, copy, ignore=shutil.ignore_patterns(".made"))
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        return copy
+
+    return get

@@ -7,24 +7,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import replace
 
 import pytest
-from idt_desk_sources.gym.reproduce import reproduce
 
 from idt_desk.cli import main
 
 from .test_modulation_study import _run
-from .test_reproduce_cheetah import TINY
+from .test_reproduce_cheetah import make_tiny
 
 MODES = ("--pool", "--out-of-sample", "--modulation")
 
 
 @pytest.fixture(scope="module")
-def bases(tmp_path_factory):
+def bases(tmp_path_factory, once_per_run):
     """A real tiny run (pool, out of sample) and a run with settings switched by hand."""
-    real = tmp_path_factory.mktemp("real")
-    reproduce(replace(TINY, out=real), progress=False)
+    real = once_per_run("tiny-cheetah", make_tiny)
     manual = tmp_path_factory.mktemp("manual")
     _run(0.1, -0.005).to_csv(manual / "trials.csv", index=False)
     return {"--pool": real, "--out-of-sample": real, "--modulation": manual}

@@ -18,9 +18,12 @@ from idt_desk_sources.gym.train import policy_name, train
 def test_train_writes_policy_and_card_and_resumes(tmp_path):
     ckpt = tmp_path / "ckpt"
     out = tmp_path / "policies"
+    # A one-joint MuJoCo env: an untrained agent's evaluation episodes end in a few dozen
+    # steps (what is checked is the card and the checkpoint, not the env).
+    env = {"env_id": "InvertedPendulum-v5"}
     path = train("ppo", 3, 2048, out, checkpoint_dir=ckpt, checkpoint_minutes=60.0,
-                 eval_episodes=2, command="test")
-    assert path == out / f"{policy_name('HalfCheetah-v5', 'ppo', 3)}.zip" and path.exists()
+                 eval_episodes=2, command="test", **env)
+    assert path == out / f"{policy_name('InvertedPendulum-v5', 'ppo', 3)}.zip" and path.exists()
     card = json.loads(path.with_suffix(".json").read_text())
     assert card["algorithm"] == "PPO" and card["seed"] == 3 and card["steps"] == 2048
     assert card["return_stochastic"]["episodes"] == 2
@@ -29,9 +32,9 @@ def test_train_writes_policy_and_card_and_resumes(tmp_path):
     assert state["steps"] == 2048 and (ckpt / "model.zip").exists()
     # A second run without --resume refuses to overwrite the checkpoint...
     with pytest.raises(FileExistsError):
-        train("ppo", 3, 4096, out, checkpoint_dir=ckpt, eval_episodes=1)
+        train("ppo", 3, 4096, out, checkpoint_dir=ckpt, eval_episodes=1, **env)
     # ...and with it continues from 2,048 steps rather than starting again.
-    train("ppo", 3, 4096, out, checkpoint_dir=ckpt, resume=True, eval_episodes=1)
+    train("ppo", 3, 4096, out, checkpoint_dir=ckpt, resume=True, eval_episodes=1, **env)
     card2 = json.loads(path.with_suffix(".json").read_text())
     assert card2["steps"] == 4096 and card2["wall_seconds"] >= card["wall_seconds"]
     assert json.loads((ckpt / "state.json").read_text())["steps"] == 4096
