@@ -98,6 +98,27 @@ def test_a_rerun_does_only_the_tasks_left(tmp_path):
     assert got == [1, 49] and calls == [3, 7]
 
 
+def _pid_and_square(x: int) -> tuple[int, int]:
+    if x < 0:
+        raise ValueError(f"task {x} fails")
+    return os.getpid(), x * x
+
+
+def test_workers_0_runs_each_task_in_this_process_and_keeps_what_finished(tmp_path):
+    from idt_desk.experiments.executor import executor_description
+
+    got = run_tasks(_pid_and_square, [3, 1, 2], workers=0, progress=False)
+    assert got == [(os.getpid(), 9), (os.getpid(), 1), (os.getpid(), 4)]
+    # A failing task fails the run as a worker's would; the ones before it are kept.
+    with pytest.raises(ValueError, match="task -1 fails"):
+        run_tasks(_pid_and_square, [2, -1, 5], workers=0, progress=False, resume_dir=tmp_path)
+    assert len(list(tmp_path.glob("*.pkl"))) == 1
+    assert run_tasks(_pid_and_square, [2, 5], workers=0, progress=False,
+                     resume_dir=tmp_path) == [(os.getpid(), 4), (os.getpid(), 25)]
+    assert executor_description(0, None) == "this process"
+    assert executor_description(2, None) == "2 worker process(es)"
+
+
 def test_correlation_against_scipy_and_fisher_by_hand():
     import math
 

@@ -112,7 +112,7 @@ def test_the_study_runs_its_batches_once_and_writes_the_table(tmp_path, monkeypa
         runs.append(config.seed)
         from dataclasses import replace
 
-        return real(replace(config, episodes=3, onset=2, workers=1), **kw)
+        return real(replace(config, episodes=3, onset=2, workers=0), **kw)
 
     monkeypatch.setattr(reproduce, "reproduce", small)
     argv = ["reproduce", "cheetah", "--modulation-study", "--no-progress", "--out",

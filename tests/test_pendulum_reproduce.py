@@ -182,7 +182,7 @@ def test_bad_settings_are_input_errors(tmp_path):
     with pytest.raises(InputError, match="--runs"):
         reproduce(replace(SMALL, runs=0))
     with pytest.raises(InputError, match="--workers"):
-        reproduce(replace(SMALL, workers=0))
+        reproduce(replace(SMALL, workers=-1))
     with pytest.raises(SystemExit):
         _args("--batch", "3", "--out", str(tmp_path))
 
@@ -213,7 +213,7 @@ def test_pendulum_alarms_count_detections_and_false_alarms(tmp_path):
     # simulates null paths 20 budgets long, and the drift detectors' bootstrap holds ten
     # samples a window of the budget; this test is about the counting (in the suite: 9 s at
     # 1/10min before the drift detectors, 26 s with them; 10 s alone at 1/2min).
-    cfg = AlarmsConfig(seeds=2, seconds=30.0, conditions=("none", "sensor_noise"), workers=1,
+    cfg = AlarmsConfig(seeds=2, seconds=30.0, conditions=("none", "sensor_noise"), workers=0,
                        budget="1/2min", out=tmp_path)
     trials, summary = reproduce_alarms(cfg, progress=False)
     assert len(trials) == 4 and set(trials["condition"]) == {"none", "sensor_noise"}

@@ -46,7 +46,8 @@ def add_executor_arguments(parser: Any, workers: str = "worker processes") -> No
     from pathlib import Path
 
     parser.add_argument("--workers", type=int, default=None,
-                        help=f"{workers} at once (default: all cores)")
+                        help=f"{workers} at once (default: all cores; 0: in this process, "
+                             "one task after another, no worker to start)")
     parser.add_argument("--scheduler", metavar="ADDRESS", default=None,
                         help="run on a Dask scheduler, e.g. tcp://host:8786 (needs the dask "
                              "extra; workers must have idt-desk installed; it exchanges "
@@ -115,6 +116,9 @@ def run_tasks(
         pending calls cancelled on an error or Ctrl-C.
     workers
         Processes of the default ``ProcessPoolExecutor`` (spawn context; default: all cores).
+        0: no executor, each task run in this process in turn (as PyTorch's
+        ``DataLoader(num_workers=0)``): nothing to start or import again, a debugger or a
+        profiler sees the tasks; saved and counted on the bar as the pool's results are.
     scheduler
         Address of a Dask scheduler: a ``Client`` to it is the default executor instead.
     progress, desc, unit
@@ -159,7 +163,8 @@ def run_tasks(
     if not todo:
         return results
     owned = None
-    if executor is None:
+    here = executor is None and not scheduler and workers == 0  # no executor: this process
+    if executor is None and not here:
         if scheduler:
             executor = owned = dask_client(scheduler)
         else:
@@ -176,7 +181,10 @@ def run_tasks(
         # would run their tasks on (a dialogue: minutes more of turns appended to its file).
         previous = signal.signal(signal.SIGTERM, _terminated)
     try:
-        if _is_dask(executor):
+        if here:
+            futures = [concurrent.futures.Future() for _ in todo]
+            done = _run_here(fn, [tasks[j] for j in todo], futures)
+        elif _is_dask(executor):
             from distributed import as_completed as dask_as_completed
 
             # pure=False: never reuse a cached result under a content-hashed key.
@@ -238,6 +246,19 @@ def _stop_workers(executor: Any) -> None:
             proc.terminate()
 
 
+def _run_here(fn: Callable[[Any], Any], args: list[Any], futures: list[Any]) -> Iterable[Any]:
+    """``workers=0``: each call made in this process when its result is asked for.
+
+    An exception is the future's, as a worker's would be; Ctrl-C stops the run at once.
+    """
+    for arg, fut in zip(args, futures, strict=True):
+        try:
+            fut.set_result(fn(arg))
+        except Exception as exc:
+            fut.set_exception(exc)
+        yield fut
+
+
 def _as_completed(futures: list[Any], poll: Callable[[], int] | None) -> Iterable[Any]:
     """``as_completed``, yielding ``None`` every second while waiting when ``poll`` is set."""
     if poll is None:
@@ -258,7 +279,9 @@ def _task_key(task: Any) -> str:
 
 def executor_description(workers: int | None, scheduler: str | None) -> str:
     """Where tasks run, in words (for tables and summaries)."""
-    return scheduler or f"{workers or default_workers()} worker process(es)"
+    if scheduler:
+        return scheduler
+    return "this process" if workers == 0 else f"{workers or default_workers()} worker process(es)"
 
 
 def write_report(

@@ -205,8 +205,9 @@ class ReproduceConfig:
     masses : str
         ``symmetric``, ``asymmetric`` or ``both`` (alternating).
     workers : int or None
-        Worker processes for the default process pool (None: every available core). Ignored
-        when an executor or a scheduler is given.
+        Worker processes for the default process pool (None: every available core; 0: none,
+        the tasks run in this process one after another). Ignored when an executor or a
+        scheduler is given.
     scheduler : str or None
         Address of a Dask scheduler; its ``Client`` then runs the tasks.
     out : pathlib.Path or None
@@ -244,7 +245,7 @@ class ReproduceConfig:
                 f"--masses must be one of {', '.join(MASS_MODES)}, got {self.masses!r}"
             )
         check_int("--runs", self.runs, 1, MAX_RUNS)
-        check_int("--workers", self.workers, 1)
+        check_int("--workers", self.workers, 0)
         check_int("--seed", self.seed, 0, 2**63 - 1)
         preset = get_preset(self.preset_name)
         if not (math.isfinite(self.seconds) and 0 < self.seconds <= MAX_SECONDS):
@@ -262,7 +263,8 @@ class ReproduceConfig:
     def to_dict(self, preset: Preset | None = None) -> dict[str, Any]:
         """JSON-able description (with the preset and the fixed simulation settings)."""
         preset = preset or get_preset(self.preset_name)
-        workers = None if self.scheduler else (self.workers or default_workers())
+        workers = None if self.scheduler else (
+            default_workers() if self.workers is None else self.workers)
         return {
             "batch": self.batch,
             "preset": preset.to_dict(),

@@ -164,7 +164,7 @@ class CheetahConfig:
         check_int("--episodes", self.episodes, 2, 10_000)
         check_int("--onset", self.onset, 2, self.episodes)
         check_limit("seed", self.seed)
-        check_int("--workers", self.workers, 1)
+        check_int("--workers", self.workers, 0)
         check_float("--max-baseline-cv", self.max_baseline_cv, 0.0)
         check_limit("k", self.k)
         for spec in self.auto:
