@@ -14,13 +14,16 @@ pytest.importorskip("stable_baselines3")
 from idt_desk_sources.gym.runs import progress
 from idt_desk_sources.gym.train import policy_name, train
 
+#: A one-joint MuJoCo env (4 observations, 1 torque in [-3, 3]): an untrained agent's card
+#: episodes end in dozens of steps. For what is the trainer's, not HalfCheetah's (exports,
+#: checkpoints, statistics, envs stepped together); the HalfCheetah tests keep its gait.
+SMALL_ENV = {"env_id": "InvertedPendulum-v5"}
+
 
 def test_train_writes_policy_and_card_and_resumes(tmp_path):
     ckpt = tmp_path / "ckpt"
     out = tmp_path / "policies"
-    # A one-joint MuJoCo env: an untrained agent's evaluation episodes end in a few dozen
-    # steps (what is checked is the card and the checkpoint, not the env).
-    env = {"env_id": "InvertedPendulum-v5"}
+    env = SMALL_ENV
     path = train("ppo", 3, 2048, out, checkpoint_dir=ckpt, checkpoint_minutes=60.0,
                  eval_episodes=2, command="test", **env)
     assert path == out / f"{policy_name('InvertedPendulum-v5', 'ppo', 3)}.zip" and path.exists()
@@ -127,7 +130,7 @@ def test_sbx_tqc_exports_an_identical_sb3_contrib_tqc_that_the_source_acts_with(
 
     ckpt, out = tmp_path / "ckpt", tmp_path / "policies"
     path = train("tqc", 3, 400, out, checkpoint_dir=ckpt, checkpoint_minutes=60.0,
-                 eval_episodes=1, trainer="sbx", train_freq=4)
+                 eval_episodes=1, trainer="sbx", train_freq=4, **SMALL_ENV)
     card = json.loads(path.with_suffix(".json").read_text())
     assert card["algorithm"] == "TQC" and card["hyperparameters"].startswith("sb3-contrib")
     assert algorithm_of(path) == "TQC"
@@ -135,8 +138,8 @@ def test_sbx_tqc_exports_an_identical_sb3_contrib_tqc_that_the_source_acts_with(
     shipped = sb3_contrib.TQC.load(path, device="cpu")
     assert shipped.top_quantiles_to_drop_per_net == trained.policy.top_quantiles_to_drop_per_net
     rng = np.random.default_rng(0)
-    obs = rng.normal(size=(64, 17)).astype(np.float32)
-    act = rng.uniform(-1, 1, size=(64, 6)).astype(np.float32)
+    obs = rng.normal(size=(64, 4)).astype(np.float32)
+    act = rng.uniform(-1, 1, size=(64, 1)).astype(np.float32)
     a_jax, _ = trained.predict(obs, deterministic=True)
     a_torch, _ = shipped.predict(obs, deterministic=True)
     np.testing.assert_allclose(a_torch, a_jax, atol=1e-5)
@@ -152,7 +155,7 @@ def test_sbx_tqc_exports_an_identical_sb3_contrib_tqc_that_the_source_acts_with(
         np.testing.assert_allclose(t_torch[:, k], t_jax, rtol=1e-4, atol=1e-4)
     assert not np.allclose(q_torch[:, 0], q_torch[:, 1])  # two critics, not one copied
     # The frozen source loads the zip as TQC and acts as the policy does.
-    frozen = FrozenPolicy(path, (17,), -np.ones(6), np.ones(6))
+    frozen = FrozenPolicy(path, (4,), -3 * np.ones(1), 3 * np.ones(1))
     assert frozen.algorithm == "TQC"
     gen = [np.random.default_rng(0)] * len(obs)
     np.testing.assert_allclose(frozen.act_many(obs, gen, deterministic=True), a_torch,
@@ -171,15 +174,15 @@ def test_normalize_checkpoints_and_ships_the_vecnormalize_statistics(tmp_path):
 
     ckpt, out = tmp_path / "ckpt", tmp_path / "policies"
     train("sac", 6, 300, out, checkpoint_dir=ckpt, checkpoint_minutes=60.0, eval_episodes=1,
-          trainer="sbx", train_freq=4, normalize=True, learning_starts=250)
+          trainer="sbx", train_freq=4, normalize=True, learning_starts=250, **SMALL_ENV)
     assert json.loads((ckpt / "state.json").read_text())["normalize"] is True
     first = load(ckpt / "vecnormalize.pkl")
     # Resumed the other way round, the run refuses rather than losing its statistics.
     with pytest.raises(ValueError, match="with --normalize"):
         train("sac", 6, 400, out, checkpoint_dir=ckpt, resume=True, eval_episodes=1,
-              trainer="sbx", train_freq=4)
+              trainer="sbx", train_freq=4, **SMALL_ENV)
     path = train("sac", 6, 500, out, checkpoint_dir=ckpt, resume=True, eval_episodes=1,
-                 trainer="sbx", train_freq=4, normalize=True)
+                 trainer="sbx", train_freq=4, normalize=True, **SMALL_ENV)
     stats = load(ckpt / "vecnormalize.pkl")
     # The statistics carried over the resume and went on counting: 200 more observations.
     assert stats.obs_rms.count == pytest.approx(first.obs_rms.count + 200, abs=2)
@@ -191,16 +194,16 @@ def test_normalize_checkpoints_and_ships_the_vecnormalize_statistics(tmp_path):
     assert sbx.SAC.load(ckpt / "model.zip").learning_starts == 250
     with pytest.raises(ValueError, match="a resumed run keeps it"):
         train("sac", 6, 600, out, checkpoint_dir=ckpt, resume=True, eval_episodes=1,
-              trainer="sbx", train_freq=4, normalize=True, learning_starts=10_000)
+              trainer="sbx", train_freq=4, normalize=True, learning_starts=10_000, **SMALL_ENV)
     with pytest.raises(ValueError, match="PPO has none"):
         train("ppo", 0, 100, out, checkpoint_dir=tmp_path / "p", learning_starts=10)
     shipped = find_vecnormalize(path)
     assert shipped == path.with_name(f"{path.stem}_vecnormalize.pkl")
     # The frozen source normalises as the trained model saw its observations.
     trained = sbx.SAC.load(ckpt / "model.zip")
-    obs = np.random.default_rng(0).normal(size=(32, 17)) * 3.0
+    obs = np.random.default_rng(0).normal(size=(32, 4)) * 3.0
     a_jax, _ = trained.predict(stats.normalize_obs(obs).astype(np.float32), deterministic=True)
-    frozen = FrozenPolicy(path, (17,), -np.ones(6), np.ones(6))
+    frozen = FrozenPolicy(path, (4,), -3 * np.ones(1), 3 * np.ones(1))
     assert frozen.vecnormalize == str(shipped)
     np.testing.assert_allclose(frozen.act_many(obs, [np.random.default_rng(0)] * 32, True),
                                a_jax, atol=1e-5)
@@ -239,9 +242,9 @@ def test_a_checkpoint_pickled_under_another_jax_resumes_with_its_weights(tmp_pat
 
     ckpt, out = tmp_path / "ckpt", tmp_path / "policies"
     train("sac", 7, 300, out, checkpoint_dir=ckpt, checkpoint_minutes=60.0, eval_episodes=1,
-          trainer="sbx", train_freq=4, learning_starts=100)
+          trainer="sbx", train_freq=4, learning_starts=100, **SMALL_ENV)
     trained = sbx.SAC.load(ckpt / "model.zip")
-    obs = np.random.default_rng(0).normal(size=(32, 17)).astype(np.float32)
+    obs = np.random.default_rng(0).normal(size=(32, 4)).astype(np.float32)
     expected, _ = trained.predict(obs, deterministic=True)
     # Write the checkpoint again with an object of a class that the module it names lacks
     # when the checkpoint is read.
@@ -263,7 +266,7 @@ def test_a_checkpoint_pickled_under_another_jax_resumes_with_its_weights(tmp_pat
         lost, _ = fresh.predict(obs, deterministic=True)
         assert np.abs(lost - expected).max() > 1e-2  # SB3 alone: the weights are gone
         path = train("sac", 7, 300, out, checkpoint_dir=ckpt, resume=True, eval_episodes=1,
-                     trainer="sbx", train_freq=4)
+                     trainer="sbx", train_freq=4, **SMALL_ENV)
         assert "idt_ghost_jax.Inline" in capsys.readouterr().err
         shipped = sb3.SAC.load(path, device="cpu")
         np.testing.assert_allclose(shipped.predict(obs, deterministic=True)[0], expected,
@@ -282,7 +285,8 @@ def test_envs_stepped_together_keep_one_update_per_transition_and_their_count(tm
 
     ckpt, out = tmp_path / "ckpt", tmp_path / "policies"
     train("sac", 8, 400, out, checkpoint_dir=ckpt, checkpoint_minutes=60.0, eval_episodes=1,
-          trainer="sbx", train_freq=2, normalize=True, learning_starts=100, n_envs=3)
+          trainer="sbx", train_freq=2, normalize=True, learning_starts=100, n_envs=3,
+          **SMALL_ENV)
     state = json.loads((ckpt / "state.json").read_text())
     assert state["n_envs"] == 3 and state["steps"] >= 400
     model = sbx.SAC.load(ckpt / "model.zip")
@@ -291,10 +295,10 @@ def test_envs_stepped_together_keep_one_update_per_transition_and_their_count(tm
     assert model._n_updates == pytest.approx(model.num_timesteps - 100, abs=6)
     with pytest.raises(ValueError, match="keeps the count"):
         train("sac", 8, 600, out, checkpoint_dir=ckpt, resume=True, eval_episodes=1,
-              trainer="sbx", normalize=True, n_envs=1)
+              trainer="sbx", normalize=True, n_envs=1, **SMALL_ENV)
     # Resumed without saying, it takes the checkpoint's count and its replay buffer.
     path = train("sac", 8, 600, out, checkpoint_dir=ckpt, resume=True, eval_episodes=1,
-                 trainer="sbx", normalize=True)
+                 trainer="sbx", normalize=True, **SMALL_ENV)
     card = json.loads(path.with_suffix(".json").read_text())
     assert card["n_envs"] == 3 and card["steps"] >= 600
     assert "3 envs stepped together, train_freq=2 and gradient_steps=6" in card["hyperparameters"]
