@@ -98,6 +98,15 @@ def test_tiny_reproduction_writes_every_output(tiny_run):
     assert "0.33 ± 0.02" in table and "| IDT | 42 |" in table and "Rewards" in table
     assert "**Actions: deterministic**" in table and "2 control trials" in table
     assert f"{fa['alarms']} of 2 (" in table
+    assert table.startswith("# HalfCheetah: reproduction of the paper's §5.1")
+    # Another env's run names its env, its baseline row too; the paper's rows stay beside.
+    from idt_desk_sources.gym.reproduce.report import format_tables
+
+    s = result.summary
+    hopper = format_tables({**s, "config": {**s["config"], "env_id": "Hopper-v5"}})
+    assert hopper.startswith("# Hopper-v5: the paper's §5.1 protocol")
+    assert "| Hopper-v5 baseline (this run, " in hopper
+    assert "| Half-Cheetah baseline (paper) |" in hopper
     # Any threshold can be applied afterwards: the paper rule's records at 3σ give its verdict.
     for m in DETECTORS:
         recs = json.loads(a[f"records_paper_{m}"])

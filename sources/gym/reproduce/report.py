@@ -125,8 +125,13 @@ def format_tables(summary: dict[str, Any]) -> str:
     n_seeds, n_inc = len(summary["seeds"]), len(summary["included_seeds"])
     fa_trials = next((v["trials"] for v in summary["all_seeds"]["false_alarm_rate"].values()
                       if v), 0)
+    env = cfg.get("env_id") or "HalfCheetah-v5"
+    # Another env runs the same protocol; the paper's rows stay HalfCheetah's, for scale.
+    title = ("# HalfCheetah: reproduction of the paper's §5.1 (Tables 3 and 4)"
+             if env.startswith("HalfCheetah") else
+             f"# {env}: the paper's §5.1 protocol (its HalfCheetah rows beside, for scale)")
     lines = [
-        "# HalfCheetah: reproduction of the paper's §5.1 (Tables 3 and 4)",
+        title,
         "",
         f"**Actions: {summary['actions']}** ({_ACTIONS_TEXT[summary['actions']]}). "
         f"{n_seeds} policies (seeds), {summary['all_seeds']['trials']} perturbation trials "
@@ -144,7 +149,8 @@ def format_tables(summary: dict[str, Any]) -> str:
         f"| Half-Cheetah baseline (paper) | {paper['baseline_P']['mean']} ± "
         f"{paper['baseline_P']['std']} | {paper['baseline_dH']['mean']} ± "
         f"{paper['baseline_dH']['std']} |",
-        f"| Half-Cheetah baseline (this run, {summary['baseline_P']['n']} seeds) | "
+        f"| {'Half-Cheetah' if env.startswith('HalfCheetah') else env} baseline (this run, "
+        f"{summary['baseline_P']['n']} seeds) | "
         f"{_pm(summary['baseline_P'])} | {_pm(summary['baseline_dH'])} |",
         "",
         "## Detection coverage (§5.1.3)",
@@ -372,7 +378,8 @@ def plot_summary(summary: dict[str, Any], path: Path) -> None:
     ax2.set_xticks(x, [LABEL[m] for m in DETECTORS])
     ax2.set_ylabel("median latency (windows after onset)")
     ax2.legend(fontsize=8)
-    fig.suptitle(f"HalfCheetah: {summary['all_seeds']['trials']} perturbation trials per "
+    env = summary["config"].get("env_id") or "HalfCheetah-v5"
+    fig.suptitle(f"{env}: {summary['all_seeds']['trials']} perturbation trials per "
                  f"protocol on {len(summary['seeds'])} seeds (cf. the paper's §5.1); "
                  f"{' vs '.join(names)} actions", fontsize=10)
     fig.savefig(path, dpi=110)
@@ -431,7 +438,7 @@ def plot_roc(rows: Any, path: Path) -> bool:
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1.02)
     axes[-1].legend(fontsize=7, ncol=2, loc="lower right")
-    fig.suptitle("HalfCheetah: ROC over the threshold θ (all seeds; dotted: 5 % false alarms)",
+    fig.suptitle("ROC over the threshold θ (all seeds; dotted: 5 % false alarms)",
                  fontsize=10)
     fig.savefig(path, dpi=110)
     plt.close(fig)
