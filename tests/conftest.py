@@ -130,7 +130,6 @@ def once_per_run(tmp_path_factory):
 
     base = tmp_path_factory.getbasetemp()
     root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    counter = iter(range(10**6))
 
     def get(name: str, make) -> Path:
         made = root / f"once-{name}"
@@ -142,8 +141,9 @@ def once_per_run(tmp_path_factory):
                     made.mkdir()
                     make(made)
                     (made / ".made").touch()
-                copy = base / f"{name}-{next(counter)}"
-                shutil.copytree(made, copy, ignore=shutil.ignore_patterns(".made"))
+                copy = tmp_path_factory.mktemp(name)
+                shutil.copytree(made, copy, ignore=shutil.ignore_patterns(".made"),
+                                dirs_exist_ok=True)
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
         return copy

@@ -118,6 +118,11 @@ def _pm(ms: dict[str, Any], digits: int = 3) -> str:
                                          else f" ± {ms['std']:.{digits}f}")
 
 
+def _env(summary: dict[str, Any]) -> str:
+    """The env the run stepped (a run from before ``--env-id``: HalfCheetah-v5)."""
+    return summary["config"].get("env_id") or "HalfCheetah-v5"
+
+
 def format_tables(summary: dict[str, Any]) -> str:
     """Markdown laid out like the paper's Tables 3 and 4, the paper's values beside ours."""
     cfg = summary["config"]
@@ -125,11 +130,11 @@ def format_tables(summary: dict[str, Any]) -> str:
     n_seeds, n_inc = len(summary["seeds"]), len(summary["included_seeds"])
     fa_trials = next((v["trials"] for v in summary["all_seeds"]["false_alarm_rate"].values()
                       if v), 0)
-    env = cfg.get("env_id") or "HalfCheetah-v5"
+    env = _env(summary)
+    cheetah = env.startswith("HalfCheetah")
     # Another env runs the same protocol; the paper's rows stay HalfCheetah's, for scale.
-    title = ("# HalfCheetah: reproduction of the paper's §5.1 (Tables 3 and 4)"
-             if env.startswith("HalfCheetah") else
-             f"# {env}: the paper's §5.1 protocol (its HalfCheetah rows beside, for scale)")
+    title = ("# HalfCheetah: reproduction of the paper's §5.1 (Tables 3 and 4)" if cheetah
+             else f"# {env}: the paper's §5.1 protocol (its HalfCheetah rows beside, for scale)")
     lines = [
         title,
         "",
@@ -149,7 +154,7 @@ def format_tables(summary: dict[str, Any]) -> str:
         f"| Half-Cheetah baseline (paper) | {paper['baseline_P']['mean']} ± "
         f"{paper['baseline_P']['std']} | {paper['baseline_dH']['mean']} ± "
         f"{paper['baseline_dH']['std']} |",
-        f"| {'Half-Cheetah' if env.startswith('HalfCheetah') else env} baseline (this run, "
+        f"| {'Half-Cheetah' if cheetah else env} baseline (this run, "
         f"{summary['baseline_P']['n']} seeds) | "
         f"{_pm(summary['baseline_P'])} | {_pm(summary['baseline_dH'])} |",
         "",
@@ -378,8 +383,7 @@ def plot_summary(summary: dict[str, Any], path: Path) -> None:
     ax2.set_xticks(x, [LABEL[m] for m in DETECTORS])
     ax2.set_ylabel("median latency (windows after onset)")
     ax2.legend(fontsize=8)
-    env = summary["config"].get("env_id") or "HalfCheetah-v5"
-    fig.suptitle(f"{env}: {summary['all_seeds']['trials']} perturbation trials per "
+    fig.suptitle(f"{_env(summary)}: {summary['all_seeds']['trials']} perturbation trials per "
                  f"protocol on {len(summary['seeds'])} seeds (cf. the paper's §5.1); "
                  f"{' vs '.join(names)} actions", fontsize=10)
     fig.savefig(path, dpi=110)
