@@ -32,6 +32,7 @@ from idt_desk.metrics.parts import part_metrics, part_windows
 from idt_desk.metrics.presets import PRESETS, Preset, preset_from_spec
 from idt_desk.metrics.symbolize import Symbolizer
 from idt_desk.metrics.twin import TWIN_METRICS, Twin, TwinEvidence, TwinStage
+from idt_desk.metrics.views import LADDER, View, choose_view
 from idt_desk.settings import (
     DEFAULTS,
     LIMITS,
@@ -476,6 +477,8 @@ class Pipeline:
                            action_bins=action_bins, correction=correction,
                            mean_columns=tuple(mean_columns), end_columns=tuple(end_columns))
         self.turns = bool(turns)
+        #: The view an ``auto`` preset chose at calibration, in words ("": none chosen).
+        self.view = ""
         #: An episodic loop's windows carry their ``phase`` (the monitor's phase baseline):
         #: the rows' ``episode`` column is turned into each row's step in its episode.
         self.phased = bool(monitor is not None and monitor.phased and not turns)
@@ -597,6 +600,7 @@ class Pipeline:
             columns = {c: np.concatenate([b[3][c] for b in blocks]) for c in blocks[0][3]}
             got = ranges() if callable(ranges) else ranges
             r_s, r_a = got if got is not None else ({}, {})
+            view = self._choose_view(s, a, s_next, r_s, r_a) if self.preset.auto_view else None
             self.stage.fit(s, a, r_s, r_a)
             if self.twin_stage is not None:  # on the same rows, however the loop was cut
                 need = self.calibration_transitions
@@ -605,6 +609,8 @@ class Pipeline:
                 "transitions": self.calibration_transitions,
                 "symbolizer": self.sym_s.to_dict(),
                 "action_symbolizer": None if self.sym_a is None else self.sym_a.to_dict()}
+            if view is not None:
+                step.calibrated["view"] = view
         w = self.stage.push(s, a, s_next, columns)
         if self.twin_stage is not None:  # every row, whether or not it ends a window
             ends = np.empty(0, dtype=np.int64) if w is None else w["end"]
@@ -614,6 +620,44 @@ class Pipeline:
         if w is not None:
             self._judge(w, step)
         return step
+
+    def _choose_view(self, s: np.ndarray, a: np.ndarray | None, s_next: np.ndarray,
+                     ranges_s: Mapping[int, tuple[float, float]],
+                     ranges_a: Mapping[int, tuple[float, float]]) -> dict[str, Any]:
+        """An ``auto`` preset's view, chosen on the calibration rows; its symbols replace these.
+
+        Returns what the ``calibrated`` step says of it: the view chosen (``view``) and the
+        share of each regime in the calibration windows of every view tried (``tried``).
+        """
+        need = self.calibration_transitions
+        shape, margin = self._shape, self.preset.range_margin
+        circular = self.preset.angles if self.preset.angle_mode == "wrap" else ()
+        # A discrete space's bins are its values: not the view's to change.
+        fixed_s, fixed_a = shape["state_bins"], shape["action_bins"]
+
+        def make(v: View) -> tuple[Symbolizer, Symbolizer | None]:
+            names = shape["state_names"]
+            k = v.state_components if fixed_s is None else None
+            sym_s = Symbolizer(len(names), fixed_s or v.bins, circular=circular,
+                               names=list(names),
+                               components=k if k is not None and k < len(names) else None)
+            sym_s.fit(s[:need], ranges_s, margin)
+            names = shape["action_names"]
+            if names is None:
+                return sym_s, None
+            k = v.action_components if fixed_a is None else None
+            sym_a = Symbolizer(len(names), fixed_a or v.bins, names=list(names),
+                               components=k if k is not None and k < len(names) else None)
+            sym_a.fit(a[:need], ranges_a, margin)
+            return sym_s, sym_a
+
+        ladder = (View(self.preset.bins), *LADDER[1:])
+        best, tried = choose_view(s[:need], None if a is None else a[:need], s_next[:need],
+                                  self.preset.window, self.preset.stride, make, ladder)
+        self.sym_s, self.sym_a = make(ladder[best])
+        self.stage.sym_s, self.stage.sym_a = self.sym_s, self.sym_a
+        self.view = ladder[best].name
+        return {"view": self.view, "tried": tried}
 
     def evidence(self, row: int, hypotheses: bool = True) -> TwinEvidence | None:
         """What the twin saw in window ``row`` of the latest step (None: no twin, no baseline).

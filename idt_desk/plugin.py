@@ -70,6 +70,7 @@ _WHERE: dict[str, str] = {
     "row_place": "idt_desk.recordings.reader",
     **dict.fromkeys(("MujocoTwin", "mujoco_twin", "route_mujoco_warnings"),
                     "idt_desk.gym.twin"),
+    "IDTMonitor": "idt_desk.gym.monitor",
     **dict.fromkeys(("Hypothesis", "KINDS", "TWIN_METRICS", "Twin", "TwinEvidence", "TwinStage",
                      "twin_over"), "idt_desk.metrics.twin"),
     **dict.fromkeys(("SETTINGS", "DEFAULTS", "PIPELINE_KEYS", "source_defaults"),

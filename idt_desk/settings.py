@@ -232,7 +232,7 @@ BUFFER_CAP = 2 * 2**30
 
 _PRESET_FIELDS = ("name", "description", "bins", "window", "stride", "state_groups",
                   "action_groups", "angles", "angle_mode", "n_state", "n_action", "parts",
-                  "range_margin", "detector", "caveat")
+                  "range_margin", "detector", "caveat", "auto_view")
 
 
 def check_limit(key: str, value: Any) -> None:
@@ -434,6 +434,11 @@ def check_preset_spec(spec: Any, n_state: int | None = None,
         raise ValueError("preset_spec: detector must be a detector's name")
     if not isinstance(spec.get("caveat", ""), str) or len(spec.get("caveat", "")) > 1000:
         raise ValueError("preset_spec: caveat must be text of at most 1,000 characters")
+    if not isinstance(spec.get("auto_view", False), bool):
+        raise ValueError("preset_spec: auto_view must be true or false")
+    if spec.get("auto_view") and (spec.get("state_groups") or spec.get("action_groups")):
+        raise ValueError("preset_spec: a view chosen on the calibration windows (auto_view) "
+                         "takes no groups")
     for key, count in (("angles", n_state), ("state_groups", n_state),
                        ("action_groups", n_action)):
         value = spec.get(key) or []

@@ -98,6 +98,22 @@ def test_the_recording_has_the_wrappers_windows_and_replays_to_them(tmp_path, en
         _same_windows(_replayed(path, tmp_path / "again").windows, mine)
 
 
+def test_a_view_of_principal_components_is_recorded_and_replays_to_it(tmp_path):
+    # Random torques on HalfCheetah: the default ("auto") bins a few principal components;
+    # the recording states the preset, and its calibration rows choose the same view again.
+    path = tmp_path / "run"
+    env = IDTMonitor(gym.make("HalfCheetah-v5"), record=path, **{**PIPE, "window": 100,
+                                                                   "stride": 20})
+    _run(env, 1200, seed=1)
+    mine, info = env.windows, env._stream.latest
+    env.close()
+    assert info["view"].startswith("S ") and env.symbolizers[0].components is not None
+    rec = _load(path)
+    assert rec.config["preset"]["name"] == "auto" and rec.config["preset"]["auto_view"]
+    _same_windows(rec.windows, mine)
+    _same_windows(_replayed(path, tmp_path / "again").windows, mine)
+
+
 class _Walk(gym.Env):
     """A random walk pushed by Discrete(3) actions -1, 0, 1; no dt or render_fps."""
 

@@ -48,7 +48,8 @@ class IDTMonitor(gymnasium.Wrapper):
     ``end``, ``episode``, ``reward``, ``out_of_range``) and the estimator's regime of that
     window: ``regime`` (``resolved``, ``sparse``, ``saturated`` or ``cycle``, see
     :mod:`idt_desk.metrics.regime`) and ``regime_text`` (what it means and what to do; a
-    saturated window is blind). It stays at that window until the
+    saturated window is blind), and, with the default preset, ``view`` (the view chosen on
+    the calibration windows, in words). It stays at that window until the
     next one finishes; on the step that finishes a window, ``info["idt"]["end"]`` equals
     :attr:`n_transitions`. Before calibration (the first
     ``window + (calibration_windows - 1) * stride`` transitions) the key is absent.
@@ -73,14 +74,16 @@ class IDTMonitor(gymnasium.Wrapper):
         Any env with Box or Discrete observation and action spaces.
     preset
         A preset name (e.g. ``"cheetah"`` for HalfCheetah), a :class:`~idt_desk.Preset`, or
-        None for :data:`GENERIC_PRESET`: every observation variable its own group (S is the
-        composite of all of them), every action variable likewise, 3 bins, W = 300, stride
-        50. With many variables and bins the composite alphabet is huge (bins ** n; beyond
-        2 ** 63 symbols are 64-bit hashes, which is fine for the engine), but windows then
-        fill with unique (S, A, S') and the plug-in estimates saturate: ``info["idt"]``'s
-        ``regime`` says so; then use fewer bins or a grouped preset.
+        None for :data:`GENERIC_PRESET` (``"auto"``): W = 300, stride 50, and the view
+        that resolves the calibration windows (:mod:`idt_desk.metrics.views`): every
+        variable its own group at 3 bins (S the composite of all of them, A likewise),
+        else at 2, else the top principal components of S and of A at fewer bins; with
+        many variables and bins a window fills with unique (S, A, S') and the plug-in
+        estimates saturate, and a settled agent repeats an exact cycle. ``info["idt"]``
+        says the view chosen (``view``) and each window's ``regime``.
     bins, window, stride
-        Overrides of the preset's values. ``bins`` does not apply to a Discrete space,
+        Overrides of the preset's values. ``bins`` fixes the view at every variable with
+        that many bins (the ``"gym"`` preset); it does not apply to a Discrete space,
         whose values are always each their own symbol.
     calibration_windows
         Symbols are calibrated on the first this-many windows' transitions.

@@ -30,6 +30,7 @@ from idt_desk.detection.monitor import IDT_METRICS, Monitor
 from idt_desk.metrics.engine import WINDOW_KEYS
 from idt_desk.metrics.presets import PRESETS, Preset
 from idt_desk.metrics.regime import regime, regime_text
+from idt_desk.metrics.symbolize import Symbolizer
 from idt_desk.metrics.twin import TWIN_COLUMNS, TWIN_METRICS, Twin
 from idt_desk.pipeline import Pipeline, build_monitor
 from idt_desk.settings import SETTINGS, PipelineSettings, check_finite, check_limit
@@ -58,14 +59,10 @@ _INT_COLUMNS = frozenset({"start", "end", "episode", "K_S", "K_A", "K_S_next", "
 #: What the SB3 callback logs (as ``idt/<key>``) by default.
 LOGGED_METRICS = ("P", "H_f", "H_b", "dH", "unique_frac")
 
-#: The preset used when none is given: each variable its own group, 3 bins, W = 300,
-#: stride 50 (the paper's HalfCheetah numbers, as the live Gymnasium source's "gym" preset).
-GENERIC_PRESET = Preset(
-    "gym",
-    "Any Gymnasium env: each observation and action variable its own group, 3 bins, "
-    "W = 300, stride 50.",
-    bins=3, window=300, stride=50,
-)
+#: The preset used when none is given (``"auto"``): W = 300, stride 50 (the paper's
+#: HalfCheetah numbers) and the view that resolves the calibration windows, 3 bins a
+#: variable first (:mod:`idt_desk.metrics.views`). ``bins`` given fixes the view.
+GENERIC_PRESET = PRESETS["auto"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -156,6 +153,8 @@ def resolve_preset(
         if isinstance(value, bool) or int(value) != value:
             raise ValueError(f"{key} must be an integer, got {value!r}")
     p = replace(base, **{k: int(v) for k, v in changes.items()})
+    if "bins" in changes and p.auto_view:  # the user's bins: the view is theirs, not chosen
+        p = replace(PRESETS["gym"], bins=p.bins, window=p.window, stride=p.stride)
     if p.bins < 1 or p.window < 2 or p.stride < 1:
         raise ValueError(f"need bins >= 1, window >= 2, stride >= 1; got bins={p.bins}, "
                          f"window={p.window}, stride={p.stride}")
@@ -241,7 +240,7 @@ class Stream:
                        [f"act_{j}" for j in range(action.dim)])
         self.pipeline = Pipeline(
             preset, monitor, state_names=self._names[0], action_names=self._names[1],
-            state_bins=state.bins(preset.bins), action_bins=action.bins(preset.bins),
+            state_bins=state.discrete_n, action_bins=action.discrete_n,
             calibration_windows=int(calibration_windows), correction=correction,
             mean_columns=("reward",), end_columns=("episode",), twin=twin)
         #: Why alarms are not attributed ("" with a twin).
@@ -251,7 +250,6 @@ class Stream:
         self.alarms: list[dict[str, Any]] = []
         self._alarmed = False
         self._naming: list[tuple[int, int]] = []  # (window to name it at, the alarm's end)
-        self.sym_s, self.sym_a = self.pipeline.sym_s, self.pipeline.sym_a
         self.engine = self.pipeline.engine
         self.monitor = monitor
         self.calibration_windows = int(calibration_windows)
@@ -277,7 +275,17 @@ class Stream:
     @property
     def calibrated(self) -> bool:
         """Whether the symbols are frozen (the first windows have been computed)."""
-        return self.sym_s.calibrated
+        return self.pipeline.calibrated
+
+    @property
+    def sym_s(self) -> Symbolizer:
+        """The state's symboliser (an ``auto`` preset's is the view it chose)."""
+        return self.pipeline.sym_s
+
+    @property
+    def sym_a(self) -> Symbolizer:
+        """The action's symboliser."""
+        return self.pipeline.sym_a
 
     @property
     def n_transitions(self) -> int:
@@ -344,6 +352,8 @@ class Stream:
         name = regime(self.latest["unique_frac"], self.latest["H_f"])
         self.latest["regime"] = name
         self.latest["regime_text"] = regime_text(name, self.latest["unique_frac"], W)
+        if self.pipeline.view:  # an auto preset's choice, made on the calibration windows
+            self.latest["view"] = self.pipeline.view
         if self._alarmed and self.alarms:  # the alarm in force says what changed
             self.latest.update({k: self.alarms[-1][k] for k in ("attribution", "evidence")})
         return table
@@ -518,7 +528,7 @@ def _recorder_preset(given: str | Preset | None, preset: Preset, state: SpaceCod
     if isinstance(given, str):
         return given
     if given is None:
-        return "gym"
+        return preset.name
 
     def symbols(p: Preset) -> tuple:
         return (p.state_groups, p.action_groups, p.angles if p.angle_mode == "wrap" else ())

@@ -54,6 +54,10 @@ class Preset:
     caveat
         What a user must know before trusting its alarm, said beside it (the alarm panel,
         ``idt-desk run``'s last lines); empty for none.
+    auto_view
+        The view (bins, or the top principal components of S and of A) is chosen on the
+        calibration windows from ``idt_desk.metrics.views.LADDER``, ``bins`` being its first
+        rung: the first that resolves them. Only for a preset without groups.
 
     """
 
@@ -76,8 +80,12 @@ class Preset:
     #: source's ``default_detector``).
     detector: str | None = None
     caveat: str = ""
+    auto_view: bool = False
 
     def __post_init__(self) -> None:
+        if self.auto_view and (self.state_groups is not None or self.action_groups is not None):
+            raise ValueError(f"preset {self.name}: a view chosen on the calibration windows "
+                             f"(auto_view) takes no groups")
         if self.parts and (self.state_groups is None
                            or len(self.parts) != len(self.state_groups)):
             raise ValueError(f"preset {self.name}: {len(self.parts)} part names for "
@@ -145,6 +153,13 @@ PRESETS: dict[str, Preset] = {
             "Any Gymnasium agent: the paper's HalfCheetah numbers (3 bins, W = 300, stride 50) "
             "with each variable its own group.",
             bins=3, window=300, stride=50,
+        ),
+        Preset(
+            "auto",
+            "Any loop (the Gymnasium wrappers' default): W = 300, stride 50, and the view "
+            "that resolves the calibration windows: 3 bins a variable, else 2, else the top "
+            "principal components of S and A at fewer bins (idt_desk.metrics.views).",
+            bins=3, window=300, stride=50, auto_view=True,
         ),
     )
 }

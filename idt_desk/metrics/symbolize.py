@@ -9,6 +9,12 @@
 4. the bins of a group of variables become one composite symbol (mixed radix), and the
    symbol is the composite of its groups.
 
+With ``components`` = k the binned columns are not the variables but the top k principal
+components of their z-scores (the eigenvectors of their correlation matrix over the
+calibration rows, frozen with it): a view of a wide space coarse enough for a window of a
+few hundred transitions to resolve (``idt_desk.metrics.views``). Groups then index the
+components.
+
 Composites are exact mixed-radix integers while the alphabet fits in int64. Beyond that
 (16 bins x 17 variables is 2**68) they are 64-bit hashes of the digits: distinct tuples
 collide with probability about n**2 / 2**64 for n distinct tuples (below 1e-7 for a
@@ -75,12 +81,27 @@ def combine_digits(digits: np.ndarray, radices: Sequence[int]) -> np.ndarray:
     return (h >> np.uint64(1)).astype(np.int64)
 
 
+def _principal_axes(z: np.ndarray, k: int) -> np.ndarray:
+    """The top ``k`` principal axes of z-scored rows, (n_vars, k), signs fixed.
+
+    Eigenvectors of the correlation matrix by decreasing eigenvalue; each axis's largest
+    loading is made positive (an eigenvector's sign is arbitrary; its bins' order is not).
+    """
+    corr = z.T @ z / max(len(z) - 1, 1)
+    values, vectors = np.linalg.eigh(corr)
+    axes = vectors[:, np.argsort(values)[::-1][:k]]
+    lead = axes[np.argmax(np.abs(axes), axis=0), np.arange(k)]
+    return axes * np.where(lead < 0, -1.0, 1.0)
+
+
 @dataclass
 class _Calibration:
     mean: np.ndarray
     std: np.ndarray
     z_lo: np.ndarray
     z_hi: np.ndarray
+    #: (n_vars, components): z-scores to the binned components (None: the variables).
+    projection: np.ndarray | None = None
 
 
 class Symbolizer:
@@ -100,6 +121,9 @@ class Symbolizer:
         Indices of angular variables to wrap to (-pi, pi] before z-scoring.
     names
         Variable names used in error messages (default ``x_0, x_1, ...``).
+    components
+        Bin the top this-many principal components of the variables' z-scores instead of
+        the variables (None: the variables). ``bins`` and ``groups`` are then per component.
 
     """
 
@@ -110,23 +134,31 @@ class Symbolizer:
         groups: Sequence[Sequence[int]] | None = None,
         circular: Sequence[int] = (),
         names: Sequence[str] | None = None,
+        components: int | None = None,
     ) -> None:
         if n_vars < 1:
             raise ValueError(f"n_vars must be >= 1, got {n_vars}")
         self.n_vars = int(n_vars)
-        b = np.broadcast_to(np.asarray(bins, dtype=np.int64), (self.n_vars,)).copy()
+        if components is not None and not 1 <= int(components) <= self.n_vars:
+            raise ValueError(f"components must be from 1 to {self.n_vars} (the variables), "
+                             f"got {components!r}")
+        #: Principal components binned (None: the variables themselves).
+        self.components = None if components is None else int(components)
+        #: Columns binned: the variables, or the components.
+        self.n_cols = self.n_vars if components is None else self.components
+        b = np.broadcast_to(np.asarray(bins, dtype=np.int64), (self.n_cols,)).copy()
         if np.any(b < 1):
             raise ValueError(f"bins must be >= 1, got {bins!r}")
         self.bins = b
         if groups is None:
-            groups = [[j] for j in range(self.n_vars)]
+            groups = [[j] for j in range(self.n_cols)]
         self.groups = [tuple(int(j) for j in g) for g in groups]
         flat = [j for g in self.groups for j in g]
         if not flat or any(g == () for g in self.groups):
             raise ValueError("every group needs at least one variable")
-        if min(flat) < 0 or max(flat) >= self.n_vars or len(set(flat)) != len(flat):
+        if min(flat) < 0 or max(flat) >= self.n_cols or len(set(flat)) != len(flat):
             raise ValueError(
-                f"groups must use distinct variable indices in [0, {self.n_vars}), got {groups!r}"
+                f"groups must use distinct variable indices in [0, {self.n_cols}), got {groups!r}"
             )
         self.circular = tuple(int(j) for j in circular)
         if any(j < 0 or j >= self.n_vars for j in self.circular):
@@ -140,7 +172,7 @@ class Symbolizer:
         # symbolises a chunk in three calls, so per-call cost matters).
         self._place: np.ndarray | None = None
         if self.alphabet_size - 1 <= _INT64_MAX:
-            place = np.zeros(self.n_vars, dtype=np.int64)
+            place = np.zeros(self.n_cols, dtype=np.int64)
             outer = 1
             for g in self.groups:
                 inner = 1
@@ -169,6 +201,9 @@ class Symbolizer:
         widens every other variable's range by that fraction of its span on each side: with
         2 bins the edge stays the range's midpoint (the same symbols), and a value counts as
         out of range only once it is that far beyond anything calibrated.
+
+        With ``components`` the projection is fitted here too, and ``ranges`` and the circle
+        do not apply (a component's range is the data's).
         """
         x = self._prepare(x)
         if x.shape[0] < 1:
@@ -177,17 +212,28 @@ class Symbolizer:
         std = x.std(axis=0, ddof=1) if x.shape[0] > 1 else np.zeros(self.n_vars)
         std = np.where(std > 0, std, 1.0)  # a constant variable keeps z = 0
         z = (x - mean) / std
+        projection = None if self.components is None else _principal_axes(
+            z, self.components)
+        if projection is not None:
+            z = z @ projection
         z_lo, z_hi = z.min(axis=0), z.max(axis=0)
         if margin:
             span = z_hi - z_lo
             z_lo, z_hi = z_lo - margin * span, z_hi + margin * span
-        known = {j: (-np.pi, np.pi) for j in self.circular}
-        known.update({int(j): r for j, r in (ranges or {}).items() if j not in known})
+        known = {} if projection is not None else {j: (-np.pi, np.pi) for j in self.circular}
+        if projection is None:
+            known.update({int(j): r for j, r in (ranges or {}).items() if j not in known})
         for j, (lo, hi) in known.items():
             z_lo[j] = min((lo - mean[j]) / std[j], z_lo[j])
             z_hi[j] = max((hi - mean[j]) / std[j], z_hi[j])
-        self._cal = _Calibration(mean, std, z_lo, z_hi)
+        self._cal = _Calibration(mean, std, z_lo, z_hi, projection)
         return self
+
+    def _z(self, x: np.ndarray) -> np.ndarray:
+        """The binned columns of prepared rows: z-scores, projected when there is a view."""
+        cal = self._cal
+        z = (x - cal.mean) / cal.std
+        return z if cal.projection is None else z @ cal.projection
 
     def widened(self, *xs: np.ndarray) -> Symbolizer:
         """A copy whose bins also cover every value of ``xs`` (each (n, d)).
@@ -204,10 +250,10 @@ class Symbolizer:
         for x in xs:
             x = self._prepare(x)
             if len(x):
-                z = (x - cal.mean) / cal.std
+                z = self._z(x)
                 z_lo, z_hi = np.minimum(z_lo, z.min(axis=0)), np.maximum(z_hi, z.max(axis=0))
         out = Symbolizer.from_dict({**self.to_dict(), "calibration": None})
-        out._cal = _Calibration(cal.mean, cal.std, z_lo, z_hi)
+        out._cal = _Calibration(cal.mean, cal.std, z_lo, z_hi, cal.projection)
         return out
 
     def fit_transform(self, x: np.ndarray) -> np.ndarray:
@@ -226,7 +272,7 @@ class Symbolizer:
             raise SymbolizationError("the symboliser is not calibrated: call fit() first")
         x = self._prepare(x)
         cal = self._cal
-        z = (x - cal.mean) / cal.std
+        z = self._z(x)
         span = cal.z_hi - cal.z_lo
         width = np.where(span > 0, span, 1.0) / self.bins
         idx = np.floor((z - cal.z_lo) / width)
@@ -293,20 +339,28 @@ class Symbolizer:
             "circular": list(self.circular),
             "names": self.names,
         }
+        if self.components is not None:
+            d["components"] = self.components
         if self._cal is not None:
             d["calibration"] = {
                 k: getattr(self._cal, k).tolist() for k in ("mean", "std", "z_lo", "z_hi")
             }
+            if self._cal.projection is not None:
+                d["calibration"]["projection"] = self._cal.projection.tolist()
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Symbolizer:
         """Rebuild a symboliser written by :meth:`to_dict`."""
-        sym = cls(d["n_vars"], d["bins"], d["groups"], d.get("circular", ()), d.get("names"))
+        sym = cls(d["n_vars"], d["bins"], d["groups"], d.get("circular", ()), d.get("names"),
+                  d.get("components"))
         cal = d.get("calibration")
         if cal is not None:
+            projection = cal.get("projection")
             sym._cal = _Calibration(*(np.asarray(cal[k], dtype=np.float64)
-                                      for k in ("mean", "std", "z_lo", "z_hi")))
+                                      for k in ("mean", "std", "z_lo", "z_hi")),
+                                    None if projection is None
+                                    else np.asarray(projection, dtype=np.float64))
         return sym
 
     # -- helpers ----------------------------------------------------------------------------

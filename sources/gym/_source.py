@@ -269,7 +269,7 @@ class GymSource(Source):
     #: then the live cheetah (one IDT per body part, W 1000, its own detector: the union of
     #: the components' EWMA; faster on chaotic agents, over budget on held-out controls, and
     #: it names the class of change: ``assets/docs/rl.md``).
-    presets = ("cheetah", "cheetah-live", "gym")
+    presets = ("cheetah", "cheetah-live", "gym", "auto")
     #: MEWMA: the detector that sees most on the shipped agents under the paper's preset
     #: (``assets/docs/rl.md``); the live cheetah preset names its own.
     default_detector = CONTROL_DETECTOR
@@ -357,7 +357,7 @@ class GymSource(Source):
         self.state_names = HALFCHEETAH_OBS if cheetah else tuple(f"obs_{j}" for j in range(n_obs))
         self.action_names = (tuple(f"torque_{a}" for a in HALFCHEETAH_ACTIONS) if cheetah
                              else tuple(f"act_{j}" for j in range(n_act)))
-        self.presets = ("cheetah", "cheetah-live") if cheetah else ("gym",)
+        self.presets = ("cheetah", "cheetah-live", "auto") if cheetah else ("gym", "auto")
         self.groups = dict(CHEETAH_GROUPS) if cheetah else {
             name: (j,) for j, name in enumerate(self.state_names)}
         self.rate = 1.0 / float(getattr(env.unwrapped, "dt", 0.05))

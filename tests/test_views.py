@@ -1,0 +1,119 @@
+"""The ``auto`` preset's view: principal components, the ladder, the wrappers' default."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from idt_desk import PRESETS
+from idt_desk.gym import GENERIC_PRESET, IDTMonitor, resolve_preset
+from idt_desk.metrics.engine import sliding_metrics
+from idt_desk.metrics.symbolize import Symbolizer
+from idt_desk.metrics.views import LADDER, RESOLVED_SHARE, View
+from idt_desk.pipeline import Pipeline
+
+
+def _axes_by_svd(z: np.ndarray, k: int) -> np.ndarray:
+    """The top k right singular vectors of z, each with its largest loading positive."""
+    _, _, vt = np.linalg.svd(z, full_matrices=False)
+    axes = vt[:k].T
+    lead = axes[np.argmax(np.abs(axes), axis=0), np.arange(k)]
+    return axes * np.sign(lead)
+
+
+def test_components_bin_the_top_principal_axes_of_the_z_scores():
+    rng = np.random.default_rng(3)
+    latent = rng.standard_normal((800, 2)) * [3.0, 1.0]
+    x = latent @ rng.standard_normal((2, 6)) + 0.05 * rng.standard_normal((800, 6))
+    x *= [1, 10, 100, 0.1, 1, 5]  # units apart: the z-scores, not the raw values, are rotated
+    sym = Symbolizer(6, 3, components=2).fit(x)
+    z = (x - x.mean(0)) / x.std(0, ddof=1)
+    proj = z @ _axes_by_svd(z, 2)
+    lo, hi = proj.min(0), proj.max(0)
+    digits = np.clip(np.floor((proj - lo) / ((hi - lo) / 3)), 0, 2).astype(np.int64)
+    np.testing.assert_array_equal(sym.transform(x), digits[:, 0] + 3 * digits[:, 1])
+    assert sym.alphabet_size == 9 and sym.to_dict()["components"] == 2
+    # Written and read back, the view symbolises new rows the same way.
+    again = Symbolizer.from_dict(json.loads(json.dumps(sym.to_dict())))
+    new = x[:50] * 1.1
+    np.testing.assert_array_equal(again.symbolize(new)[0], sym.symbolize(new)[0])
+    # A row far outside is clamped and counted; the widened copy's bins cover it.
+    m = x.mean(0)
+    far = m + 3 * (x[[np.argmax(proj[:, 0]), np.argmin(proj[:, 1])]] - m)
+    assert sym.symbolize(far)[1].all() and not sym.widened(far).symbolize(far)[1].any()
+    with pytest.raises(ValueError, match="components must be from 1 to 6"):
+        Symbolizer(6, 3, components=7)
+
+
+def _loop(n: int, width: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A phase going round a 40-step cycle, seen through ``width`` noisy variables."""
+    phase = 2 * np.pi * np.arange(n + 1) / 40
+    s = np.stack([np.cos(phase + j) for j in range(width)], 1)
+    s += 0.3 * rng.standard_normal(s.shape)
+    a = np.stack([np.sin(phase[:-1]), np.cos(phase[:-1])], 1) + 0.3 * rng.standard_normal((n, 2))
+    return s, a
+
+
+def _calibrate(width: int, seed: int = 0) -> tuple[Pipeline, dict]:
+    rng = np.random.default_rng(seed)
+    s, a = _loop(1300, width, rng)
+    pipe = Pipeline(PRESETS["auto"], None, state_names=[f"s{j}" for j in range(width)],
+                    action_names=["a0", "a1"], calibration_windows=20)
+    step = pipe.push(s[:-1], a, s[1:], {"reward": np.zeros(1300), "t": np.arange(1300.0)})
+    return pipe, step
+
+
+def test_the_ladder_keeps_the_first_view_that_resolves_the_calibration_windows():
+    # Two noisy variables: 3 bins of each resolve the windows, and that view is kept.
+    pipe, step = _calibrate(2)
+    view = step.calibrated["view"]
+    assert view["view"] == LADDER[0].name == pipe.view and len(view["tried"]) == 1
+    assert view["tried"][0]["resolved"] >= RESOLVED_SHARE and pipe.sym_s.components is None
+    # Twelve noisy views of the same phase: each variable's own bins make nearly every
+    # triple new, and the top components of S (and A) resolve the windows.
+    pipe, step = _calibrate(12)
+    tried = step.calibrated["view"]["tried"]
+    assert tried[0]["saturated"] + tried[0]["sparse"] == 1.0  # no window resolved at 3 bins
+    chosen = next(v for v in LADDER if v.name == pipe.view)
+    assert chosen.state_components is not None and tried[-1]["view"] == pipe.view
+    assert tried[-1]["resolved"] >= RESOLVED_SHARE
+    assert all(t["resolved"] < RESOLVED_SHARE for t in tried[:-1])
+    assert pipe.sym_s.components == chosen.state_components
+    assert step.calibrated["symbolizer"]["components"] == chosen.state_components
+    # The windows the pipeline then gives are those of the chosen symbols, recomputed here.
+    rng = np.random.default_rng(0)
+    s, a = _loop(1300, 12, rng)
+    both = pipe.sym_s.transform(np.concatenate([s[:-1], s[1:]]))
+    ref = sliding_metrics(both[:1300], both[1300:], pipe.sym_a.transform(a), 300, 50)
+    np.testing.assert_allclose(step.windows["P"], ref["P"], rtol=0, atol=1e-12)
+
+
+def test_the_wrappers_default_chooses_the_view_and_a_users_bins_fix_it():
+    assert GENERIC_PRESET is PRESETS["auto"] and GENERIC_PRESET.auto_view
+
+    def last(**options):
+        env = IDTMonitor(gym.make("HalfCheetah-v5"), detector=None, **options)
+        env.reset(seed=0)
+        env.action_space.seed(0)
+        for _ in range(1600):
+            *_, term, trunc, info = env.step(env.action_space.sample())
+            if term or trunc:
+                env.reset()
+        env.close()
+        return info["idt"]
+
+    # Random torques on 17 observations: 3 bins a variable would be saturated; the view
+    # chosen is a few principal components, and its windows are resolved.
+    auto = last()
+    assert auto["view"].startswith("S ") and auto["regime"] == "resolved"
+    fixed = last(bins=3)
+    assert "view" not in fixed and fixed["regime"] == "saturated"
+    space = gym.spaces.Box(-1, 1, (4,))
+    assert resolve_preset(None, space, space, bins=2).auto_view is False
+    assert resolve_preset("auto", space, space, window=100).auto_view is True
+    with pytest.raises(ValueError, match="takes no groups"):
+        PRESETS["auto"].__class__("x", "", 3, 300, 50, state_groups=((0,),), auto_view=True)
+    assert View(3, 4, 2).name == "S 4 / A 2 principal components, 3 bins"
