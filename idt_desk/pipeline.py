@@ -32,7 +32,7 @@ from idt_desk.metrics.parts import part_metrics, part_windows
 from idt_desk.metrics.presets import PRESETS, Preset, preset_from_spec
 from idt_desk.metrics.symbolize import Symbolizer
 from idt_desk.metrics.twin import TWIN_METRICS, Twin, TwinEvidence, TwinStage
-from idt_desk.metrics.views import LADDER, View, choose_view
+from idt_desk.metrics.views import View, choose_view, view_ladder, view_symbolizers
 from idt_desk.settings import (
     DEFAULTS,
     LIMITS,
@@ -630,33 +630,25 @@ class Pipeline:
         share of each regime in the calibration windows of every view tried (``tried``).
         """
         need = self.calibration_transitions
-        shape, margin = self._shape, self.preset.range_margin
+        shape = self._shape
         circular = self.preset.angles if self.preset.angle_mode == "wrap" else ()
-        # A discrete space's bins are its values: not the view's to change.
-        fixed_s, fixed_a = shape["state_bins"], shape["action_bins"]
 
         def make(v: View) -> tuple[Symbolizer, Symbolizer | None]:
-            names = shape["state_names"]
-            k = v.state_components if fixed_s is None else None
-            sym_s = Symbolizer(len(names), fixed_s or v.bins, circular=circular,
-                               names=list(names),
-                               components=k if k is not None and k < len(names) else None)
-            sym_s.fit(s[:need], ranges_s, margin)
-            names = shape["action_names"]
-            if names is None:
-                return sym_s, None
-            k = v.action_components if fixed_a is None else None
-            sym_a = Symbolizer(len(names), fixed_a or v.bins, names=list(names),
-                               components=k if k is not None and k < len(names) else None)
-            sym_a.fit(a[:need], ranges_a, margin)
+            # A discrete space's bins are its values: not the view's to change.
+            sym_s, sym_a = view_symbolizers(
+                v, shape["state_names"], shape["action_names"], state_bins=shape["state_bins"],
+                action_bins=shape["action_bins"], circular=circular)
+            sym_s.fit(s[:need], ranges_s, self.preset.range_margin)
+            if sym_a is not None:
+                sym_a.fit(a[:need], ranges_a, self.preset.range_margin)
             return sym_s, sym_a
 
-        ladder = (View(self.preset.bins), *LADDER[1:])
+        views = view_ladder(self.preset.bins)
         best, tried = choose_view(s[:need], None if a is None else a[:need], s_next[:need],
-                                  self.preset.window, self.preset.stride, make, ladder)
-        self.sym_s, self.sym_a = make(ladder[best])
+                                  self.preset.window, self.preset.stride, make, views)
+        self.sym_s, self.sym_a = make(views[best])
         self.stage.sym_s, self.stage.sym_a = self.sym_s, self.sym_a
-        self.view = ladder[best].name
+        self.view = views[best].name
         return {"view": self.view, "tried": tried}
 
     def evidence(self, row: int, hypotheses: bool = True) -> TwinEvidence | None:

@@ -94,6 +94,8 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(("BASELINE_TURNS", "RESPONSE_TURNS", "detect_injection", "response_z"),
                     "idt_desk.detection.turns"),
     "Symbolizer": "idt_desk.metrics.symbolize",
+    **dict.fromkeys(("View", "choose_view", "view_ladder", "view_symbolizers"),
+                    "idt_desk.metrics.views"),
     **dict.fromkeys(("sliding_metrics", "window_means"), "idt_desk.metrics.engine"),
     **dict.fromkeys(("ADJUSTED", "DialogueMetrics", "LENGTH_COLUMNS", "TOKENIZER",
                      "length_confound", "load_tokenizer"), "idt_desk.metrics.tokens"),

@@ -36,6 +36,8 @@ from idt_desk.errors import InputError
 from idt_desk.metrics.presets import PRESETS
 from idt_desk.metrics.reference import reference_metrics
 from idt_desk.metrics.symbolize import Symbolizer
+from idt_desk.metrics.views import LADDER
+from idt_desk.pipeline import Pipeline
 from idt_desk.stats import paired_t_test
 
 POLICY = str(POLICY_DIR / "halfcheetah-v5-ppo-seed0.zip")
@@ -347,6 +349,33 @@ def test_analyze_trial_matches_a_hand_count():
     post = np.flatnonzero(idt_hits[j0:])
     assert row["detected_IDT"] and row["latency_IDT"] == post[0]
     assert row["detected_reward"] and row["latency_reward"] <= 8  # a step of 3σ in reward
+
+
+def test_an_auto_preset_judges_each_trial_through_the_view_the_wrappers_choose():
+    """``--preset auto``: the view a session chooses on the trial's first 20 windows, its
+    symbols then fitted on every pre-onset row as the protocol's are."""
+    rng = np.random.default_rng(1)
+    n, onset = 3000, 2000
+    phase = 2 * np.pi * np.arange(n + 1) / 40  # a cycle seen through 17 noisy variables
+    x = np.stack([np.cos(phase + j) for j in range(17)], 1) + 0.3 * rng.normal(size=(n + 1, 17))
+    a = np.stack([np.sin(phase[:-1] + j) for j in range(6)], 1) + 0.3 * rng.normal(size=(n, 6))
+    row = analyze_trial(x[:-1], a, x[1:], np.zeros(n), onset, PRESETS["auto"], k=3.0)
+    pipe = Pipeline(PRESETS["auto"], None, state_names=[f"s{j}" for j in range(17)],
+                    action_names=[f"a{j}" for j in range(6)], calibration_windows=20)
+    pipe.push(x[:1250], a[:1250], x[1:1251], {"reward": np.zeros(1250), "t": np.zeros(1250)})
+    assert row["view"] == pipe.view and "principal components" in row["view"]
+    view = next(v for v in LADDER if v.name == row["view"])
+    sym_s = Symbolizer(17, view.bins, components=view.state_components).fit(x[:onset])
+    sym_a = Symbolizer(6, view.bins, components=view.action_components).fit(a[:onset])
+    ref = reference_metrics(sym_s.transform(x[:-1]), sym_s.transform(x[1:]),
+                            sym_a.transform(a), 300, 50)
+    j0 = row["baseline_windows"]
+    d = (ref["P"][j0:].mean() - ref["P"][:j0].mean()) / ref["P"][:j0].std(ddof=1)
+    assert row["d_P"] == pytest.approx(d, rel=1e-9)
+    with pytest.raises(InputError, match="--preset nope: choose from"):
+        replace(TINY, preset="nope").resolved()
+    assert replace(TINY, env_id="Hopper-v5").to_dict()["preset"] == "gym"
+    assert replace(TINY, preset="auto").to_dict()["preset"] == "auto"
 
 
 def _rows(detect: dict[str, list[tuple[bool, float]]], cv: dict[str, float],

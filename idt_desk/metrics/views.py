@@ -29,7 +29,7 @@ from idt_desk.metrics.engine import sliding_metrics
 from idt_desk.metrics.regime import regime
 from idt_desk.metrics.symbolize import Symbolizer
 
-__all__ = ["LADDER", "View", "choose_view", "view_scores"]
+__all__ = ["LADDER", "View", "choose_view", "view_ladder", "view_scores", "view_symbolizers"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,39 @@ class View:
 #: The views an ``auto`` preset tries, in order (its ``bins`` replace the first's).
 LADDER = (View(3), View(2), View(3, 4, 2), View(3, 3, 2), View(2, 4, 2), View(3, 3, 1),
           View(3, 2, 1), View(2, 2, 1))
+
+def view_ladder(bins: int) -> tuple[View, ...]:
+    """The views an ``auto`` preset of ``bins`` tries: :data:`LADDER`, its first at ``bins``."""
+    return (View(int(bins)), *LADDER[1:])
+
+
+def view_symbolizers(
+    view: View,
+    state_names: Sequence[str],
+    action_names: Sequence[str] | None,
+    *,
+    state_bins: int | None = None,
+    action_bins: int | None = None,
+    circular: Sequence[int] = (),
+) -> tuple[Symbolizer, Symbolizer | None]:
+    """The view's state and action symbolisers, not fitted (``action_names`` None: none).
+
+    ``state_bins`` / ``action_bins`` given (a discrete space's values) fix that side: its
+    bins are not the view's and it is never projected. A side with no more variables than
+    the view's components keeps its variables.
+    """
+
+    def one(names: Sequence[str], fixed: int | None, k: int | None,
+            wrap: Sequence[int] = ()) -> Symbolizer:
+        k = None if fixed is not None or k is None or k >= len(names) else k
+        return Symbolizer(len(names), fixed or view.bins, circular=wrap, names=list(names),
+                          components=k)
+
+    sym_s = one(state_names, state_bins, view.state_components, circular)
+    sym_a = None if action_names is None else one(action_names, action_bins,
+                                                  view.action_components)
+    return sym_s, sym_a
+
 
 #: A view is kept when at least this share of the calibration windows is resolved (a margin:
 #: a view that barely resolves the first windows drifts out of it later).

@@ -106,6 +106,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_settings(parser, ("twin",), notes={
         "twin": "judge every trial with the env's twin too (an exact copy and one 10 %% off): "
                 "its alarm alone and with the IDT's, and the class of every detection"})
+    parser.add_argument("--preset", default="",
+                        help="the IDT's preset (default: the source's for the env, cheetah on "
+                             "HalfCheetah, gym elsewhere); auto: each trial's view chosen on its "
+                             "first 20 windows, as the Gymnasium wrappers' default does")
     parser.add_argument("--no-drift", action="store_true",
                         help="do not judge the trials with the generic drift detectors "
                              "(online MMD and LSDD on each trial's (S, A, S'), calibrated to "
@@ -141,7 +145,7 @@ def run(args: argparse.Namespace, print_fn: Callable[[str], None] = print) -> in
         policies=args.policies, perturbations=args.perturbations,
         control_seeds=0 if args.no_control else args.control_seeds, actions=args.actions,
         episodes=args.episodes, onset=args.onset,
-        env_id=args.env_id, seed=args.seed, auto=tuple(args.auto),
+        env_id=args.env_id, preset=args.preset, seed=args.seed, auto=tuple(args.auto),
         manual=tuple(args.manual), auto_detector=args.auto_detector,
         auto_false_alarms=args.auto_false_alarms, false_alarms=args.false_alarms,
         twin=args.twin, drift=not args.no_drift, max_baseline_cv=args.max_baseline_cv,

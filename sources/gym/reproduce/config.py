@@ -90,6 +90,9 @@ class CheetahConfig:
     episodes: int = 50
     onset: int = 15
     env_id: str = "HalfCheetah-v5"
+    #: The IDT's preset ("": the source's default for the env: ``cheetah`` on HalfCheetah,
+    #: ``gym`` elsewhere); ``auto`` chooses each trial's view on its first 20 windows.
+    preset: str = ""
     seed: int = 0
     auto: tuple[str, ...] = ()
     #: Modulations switched on by hand at the onset (``NAME[:k=v,...]``), beside Auto.
@@ -180,6 +183,9 @@ class CheetahConfig:
                 raise InputError(f"--auto {spec}: name the observation groups to freeze, e.g. "
                                  "dim_reduction:drop=front_leg (groups: torso, back_leg, "
                                  "front_leg)")
+        if self.preset and self.preset not in GymSource.presets:
+            raise InputError(f"--preset {self.preset}: choose from "
+                             f"{', '.join(GymSource.presets)}")
         check_out_dir(self.out, "--out")
         return replace(self, policies=tuple(str(Path(p).expanduser()) for p in policies),
                        perturbations=tuple(dict.fromkeys(perts)), control_seeds=controls,
@@ -189,7 +195,9 @@ class CheetahConfig:
         """JSON-able form, with the fixed protocol settings."""
         d = asdict(self)
         d["out"] = None if self.out is None else str(self.out)
-        d.update(window=300, stride=50, bins=3, preset="cheetah",
+        cheetah = self.env_id.startswith("HalfCheetah")
+        d.update(window=300, stride=50, bins=3,
+                 preset=self.preset or ("cheetah" if cheetah else "gym"),
                  symbol_calibration="pre-onset transitions of each trial",
                  baseline="windows wholly before the onset", std_ddof=1)
         return d
@@ -224,6 +232,7 @@ class TrialGroup:
     false_alarms: str = CONTROL_BUDGET
     twin: bool = True
     drift: bool = True
+    preset: str = ""
 
 
 # The resume key (``runner``'s ``_group_key``) hashes a pickled group, and a pickle names its
@@ -260,7 +269,7 @@ def make_groups(config: CheetahConfig) -> list[TrialGroup]:
                        auto_detector=config.auto_detector,
                        auto_false_alarms=config.auto_false_alarms,
                        false_alarms=config.false_alarms, twin=config.twin,
-                       drift=config.drift)
+                       drift=config.drift, preset=config.preset)
             for actions in config.actions for p in config.policies
             for a in ("", *config.auto, *(HAND + m for m in config.manual))]
 

@@ -47,8 +47,12 @@ def analyze_trial(
     """
     from idt_desk.plugin import IDT_METRICS, Symbolizer, detect, sliding_metrics, window_means
 
-    sym_s = Symbolizer(s.shape[1], preset.bins, preset.state_groups)
-    sym_a = Symbolizer(a.shape[1], preset.bins, preset.action_groups)
+    view = ""
+    if preset.auto_view:  # the view the wrappers' default would choose on these rows
+        sym_s, sym_a, view = _auto_view(s, a, s_next, preset)
+    else:
+        sym_s = Symbolizer(s.shape[1], preset.bins, preset.state_groups)
+        sym_a = Symbolizer(a.shape[1], preset.bins, preset.action_groups)
     sym_s.fit(s[:onset])
     sym_a.fit(a[:onset])
     both, out_sn = sym_s.symbolize(np.concatenate([s, s_next]))
@@ -62,6 +66,8 @@ def analyze_trial(
     det = detect(w, window=preset.window, onset=onset, k=k, metrics=metrics)
     j0 = det.onset_index
     row: dict[str, Any] = {"windows": len(w["start"]), "baseline_windows": j0}
+    if view:
+        row["view"] = view
     for m in DETECTORS:
         lat = det.latency[m]
         row[f"detected_{m}"] = not math.isnan(lat)
@@ -116,6 +122,29 @@ LIVE_ROWS = (*((k, k, False, 0.05) for k in LIVE_DETECTORS),
 #: and the CUSUM's d 0.5σ are SPC's usual choices for shifts of about 1σ (Lucas & Saccucci
 #: 1990; Montgomery, *Introduction to Statistical Quality Control*, ch. 9).
 RETURN_MONITORS = {"return_ewma": ("ewma", 0.2), "return_cusum": ("cusum", 0.5)}
+
+
+def _auto_view(s: np.ndarray, a: np.ndarray, s_next: np.ndarray, preset: Any
+               ) -> tuple[Any, Any, str]:
+    """An ``auto`` preset's view, chosen as a live session's: on its first 20 windows.
+
+    The chosen view's symbolisers come back unfitted (the protocol fits them on every
+    pre-onset row), with the view's name.
+    """
+    from idt_desk.plugin import choose_view, view_ladder, view_symbolizers
+
+    need = min(preset.window + 19 * preset.stride, len(s))
+    names_s = [f"s{j}" for j in range(s.shape[1])]
+    names_a = [f"a{j}" for j in range(a.shape[1])]
+
+    def make(v: Any) -> tuple[Any, Any]:
+        sym_s, sym_a = view_symbolizers(v, names_s, names_a)
+        return sym_s.fit(s[:need]), sym_a.fit(a[:need])
+
+    views = view_ladder(preset.bins)
+    best, _ = choose_view(s[:need], a[:need], s_next[:need], preset.window, preset.stride,
+                          make, views)
+    return (*view_symbolizers(views[best], names_s, names_a), views[best].name)
 
 
 def _live(w: dict[str, Any], j0: int, preset: Any, budget: str, rate: float | None

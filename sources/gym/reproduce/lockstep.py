@@ -93,7 +93,12 @@ def run_group(task: TrialGroup, chunk: int = 1000) -> list[dict[str, Any]]:
         for src in sources:
             src.close()
         raise InputError(f"{task.env_id}: needs a time limit (episodes of fixed length)")
-    preset = PRESETS[first.presets[0]]
+    name = task.preset or first.presets[0]
+    if name not in first.presets:
+        for src in sources:
+            src.close()
+        raise InputError(f"--preset {name}: {task.env_id} takes {', '.join(first.presets)}")
+    preset = PRESETS[name]
     rate = first.rate
     onset = (task.onset - 1) * steps_per_episode
     total = task.episodes * steps_per_episode

@@ -123,6 +123,13 @@ def _env(summary: dict[str, Any]) -> str:
     return summary["config"].get("env_id") or "HalfCheetah-v5"
 
 
+def _symbols(cfg: dict[str, Any]) -> str:
+    """The symbols in words: the preset's bins, or an ``auto`` preset's view chosen per trial."""
+    if cfg.get("preset") == "auto":
+        return "preset auto (each trial's view chosen on its first 20 windows: trials.csv's view)"
+    return f"3 bins (preset {cfg.get('preset') or 'cheetah'})"
+
+
 def format_tables(summary: dict[str, Any]) -> str:
     """Markdown laid out like the paper's Tables 3 and 4, the paper's values beside ours."""
     cfg = summary["config"]
@@ -143,7 +150,8 @@ def format_tables(summary: dict[str, Any]) -> str:
         f"({summary['trials']} on the {n_inc} included seeds) and {fa_trials} control trials "
         f"({cfg['control_seeds']} per seed, each its own environment seed); "
         f"{cfg['episodes']} episodes per trial, perturbation on from "
-        f"episode {cfg['onset']}; windows W = 300, stride 50, 3 bins, {cfg['k']:g}σ. Wall time "
+        f"episode {cfg['onset']}; windows W = 300, stride 50, "
+        f"{_symbols(cfg)}, {cfg['k']:g}σ. Wall time "
         f"{summary['wall_seconds']:.0f} s.",
         "",
         "## Table 3 — Bi-predictability across physical and agentic systems",
