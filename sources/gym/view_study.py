@@ -49,7 +49,9 @@ def rollout(policy: str, seed: int, n: int, perturbation: str | None = None,
     """``n`` transitions of ``policy`` from seed ``seed`` (``perturbation`` on from ``onset``)."""
     from idt_desk_sources.gym import GymSource
 
-    src = GymSource(policy=policy)
+    card = Path(policy).with_suffix(".json")  # the env it was trained on (its model card)
+    env_id = json.loads(card.read_text()).get("env_id") if card.is_file() else None
+    src = GymSource(env_id=env_id or "HalfCheetah-v5", policy=policy)
     try:
         src.reset(seed)
         parts = [src.step(onset if perturbation else n)]
@@ -57,12 +59,11 @@ def rollout(policy: str, seed: int, n: int, perturbation: str | None = None,
             decl = next(p for p in src.perturbations if p.name == perturbation)
             src.set_perturbation(perturbation, {p.name: p.default for p in decl.params})
             parts.append(src.step(n - onset))
-        env_id = str(src.config["env_id"])
     finally:
         src.close()
     out = {k: np.concatenate([getattr(b, k) for b in parts])
            for k in ("s", "a", "s_next", "reward", "episode")}
-    return {**out, "env_id": np.array(env_id)}
+    return {**out, "env_id": np.array(env_id or "HalfCheetah-v5")}
 
 
 class _Replay(gymnasium.Env):
