@@ -71,6 +71,17 @@ def test_upside_down_share_reads_the_torso_pitch(monkeypatch):
         env.reset = flipped_reset
         return env
 
+    # Reacher's qpos[2] is its target's x, not a pitch: no share, and none said.
+    class Still2(Still):
+        def predict(self, obs, deterministic=False):
+            return np.zeros(2, np.float32), None
+
+    _, flipped = rollouts(Still2(), "Reacher-v5", 1, seed=0, deterministic=True)
+    assert np.isnan(flipped)
+    from idt_desk_sources.gym.cards import upside_down
+
+    assert upside_down({"upside_down_share": flipped}) is None
+    assert upside_down({"upside_down_share": 0.25}) == 0.25 and upside_down({}) is None
     monkeypatch.setattr(gym, "make", on_its_back)
     _, flipped = rollouts(Still(), "HalfCheetah-v5", 1, seed=0, deterministic=True)
     assert flipped > 0.9
@@ -334,7 +345,13 @@ def test_progress_says_where_each_run_stands_from_its_checkpoint(tmp_path):
     run("tqc-seed0", {"steps": 25_000, "wall_seconds": 600, "n_envs": 4, "history": []},
         age=2 * 3600)
     run("broken", {"steps": "many"}, age=0)
+    # An env with no torso pitch (its share NaN, as JSON writes it): nothing said of it.
+    run("zz-reacher", {"steps": 5000, "wall_seconds": 60, "history": [
+        {"steps": 5000, "return_deterministic": -4.0, "upside_down_share": float("nan"),
+         "nudge_log10": None}]}, age=60)
     lines = progress(tmp_path, now=1_000_000.0)
+    assert lines[3] == ("zz-reacher: 5,000 steps in 1 min; last checkpoint 1 min ago; episode "
+                        "at 5,000: -4; best -4 at 5,000; settled at 0 of 0 checkpoints")
     assert lines[0].startswith("broken: unreadable state.json")
     assert lines[1] == (
         "sac-seed1 (VecNormalize): 1,250,000 of 2,000,000 steps in 3 h 07 min, about 1 h 52 min "
@@ -345,7 +362,7 @@ def test_progress_says_where_each_run_stands_from_its_checkpoint(tmp_path):
     assert lines[2] == "tqc-seed0 (4 envs): 25,000 steps in 10 min; last checkpoint 2 h 00 min ago"
     # The command: one folder's runs, an empty folder said so, a missing one refused.
     rc, out, _ = call(["train", "--progress", str(tmp_path)])
-    assert rc == 0 and out.count("\n") == 3 and "settled at 1 of 3" in out
+    assert rc == 0 and out.count("\n") == 4 and "settled at 1 of 3" in out
     (tmp_path / "empty").mkdir()
     rc, out, _ = call(["train", "--progress", str(tmp_path / "empty")])
     assert rc == 0 and "no training run in" in out

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 from idt_desk_sources.gym._policy import FrozenPolicy, PolicyError
+from idt_desk_sources.gym.cards import upside_down
 
 from idt_desk.plugin import (
     ACTION_SMOOTHING,
@@ -109,7 +110,7 @@ def _ranked(stem: str) -> list[tuple[tuple[bool, bool, float, str], Path, dict[s
         try:
             c = json.loads(card.read_text())
             score = float(c["return_deterministic"]["mean"])
-            upright = float(c.get("upside_down_share", 0.0)) < UPSIDE_DOWN_LIMIT
+            upright = (upside_down(c) or 0.0) < UPSIDE_DOWN_LIMIT
             stable = _settled(c)
         except (OSError, ValueError, KeyError, TypeError):
             continue
@@ -161,7 +162,7 @@ def shipped_policies() -> tuple[Suggestion, ...]:
         algo, seed = str(c.get("algorithm", "?")), c.get("seed", "?")
         marks = []
         if not upright:
-            share = float(c["upside_down_share"])
+            share = upside_down(c) or 0.0
             marks.append(f"upside down {share:.1%}" if share < 0.1 else
                          f"upside down {share:.0%}")
         if stable:

@@ -117,10 +117,11 @@ def rollouts(model: Any, env_id: str, episodes: int, seed: int, deterministic: b
     """Returns of ``episodes`` episodes of ``model`` (seeds ``seed``, +1, ...) and its gait.
 
     The second value is the share of steps the body spends upside down: the torso's pitch
-    (``qpos[2]``, the root's rotation about y) with a negative cosine, i.e. more than 90°
-    from upright either way. PPO on HalfCheetah often settles into running on its back (a
-    well-known local optimum); such an agent's loop is regular in a way the paper's agents'
-    are not. NaN for an env without that joint.
+    (the planar root's rotation about y, the joint ``rooty`` of HalfCheetah, Hopper and
+    Walker2d) with a negative cosine, i.e. more than 90° from upright either way. PPO on
+    HalfCheetah often settles into running on its back (a well-known local optimum); such an
+    agent's loop is regular in a way the paper's agents' are not. NaN for an env without
+    that joint (Reacher's ``qpos[2]`` is its target's x, not a pitch).
     """
     import gymnasium as gym
     import numpy as np
@@ -128,8 +129,7 @@ def rollouts(model: Any, env_id: str, episodes: int, seed: int, deterministic: b
     env = gym.make(env_id)
     act = predictor(model)
     returns, flipped, steps = [], 0, 0
-    data = getattr(env.unwrapped, "data", None)
-    pitch = data is not None and getattr(data, "qpos", np.zeros(0)).shape[0] > 2
+    pitch = _pitch_address(env)
     try:
         for k in range(episodes):
             obs, _ = env.reset(seed=seed + k)
@@ -139,13 +139,34 @@ def rollouts(model: Any, env_id: str, episodes: int, seed: int, deterministic: b
                 obs, reward, terminated, truncated, _ = env.step(action)
                 total += float(reward)
                 done = terminated or truncated
-                if pitch:
-                    flipped += bool(np.cos(env.unwrapped.data.qpos[2]) < 0.0)
+                if pitch is not None:
+                    flipped += bool(np.cos(env.unwrapped.data.qpos[pitch]) < 0.0)
                 steps += 1
             returns.append(total)
     finally:
         env.close()
-    return returns, (flipped / steps if pitch and steps else float("nan"))
+    return returns, (flipped / steps if pitch is not None and steps else float("nan"))
+
+
+def _pitch_address(env: Any) -> int | None:
+    """Where the torso's pitch sits in ``qpos``: the joint ``rooty`` (None: no such joint)."""
+    model = getattr(env.unwrapped, "model", None)
+    if model is None or getattr(env.unwrapped, "data", None) is None:
+        return None
+    import mujoco
+
+    joint = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, "rooty")
+    return None if joint < 0 else int(model.jnt_qposadr[joint])
+
+
+def upside_down(record: dict[str, Any]) -> float | None:
+    """A card's or a checkpoint's share of steps upside down (None: unmeasured, no pitch)."""
+    share = record.get("upside_down_share")
+    try:
+        share = float(share)
+    except (TypeError, ValueError):
+        return None
+    return None if share != share else share
 
 
 #: The closed-loop probe: a nudge of this size to every joint velocity...

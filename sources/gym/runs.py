@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from idt_desk_sources.gym.cards import settled
+from idt_desk_sources.gym.cards import settled, upside_down
 
 __all__ = ["KEPT", "progress", "settled_running"]
 
@@ -34,7 +34,7 @@ def settled_running(history: list[dict[str, Any]]) -> bool:
     from idt_desk_sources.gym._source import SETTLED_MIN_SHARE, UPSIDE_DOWN_LIMIT
 
     def upright(h: dict[str, Any]) -> bool:
-        return float(h.get("upside_down_share") or 0.0) < UPSIDE_DOWN_LIMIT
+        return (upside_down(h) or 0.0) < UPSIDE_DOWN_LIMIT
 
     probe = history[-1]
     push, score = probe.get("nudge_log10"), probe.get("return_deterministic")
@@ -51,9 +51,10 @@ def _evaluation(copy: Path) -> str:
         card = json.loads((copy / "evaluation.json").read_text())
         d, loop = card["return_deterministic"], card.get("closed_loop") or {}
         share, n = float(loop.get("stable_share", 0.0)), len(loop.get("log10_distance", []))
+        upside = upside_down(card)
         return (f" ({d['mean']:,.0f} ± {d['std']:,.0f} deterministic, "
-                f"{float(card['upside_down_share']):.0%} upside down, "
-                f"settled in {round(share * n)} of {n} episodes)")
+                + ("" if upside is None else f"{upside:.0%} upside down, ")
+                + f"settled in {round(share * n)} of {n} episodes)")
     except (OSError, ValueError, KeyError, TypeError):
         return ""
 
@@ -105,16 +106,18 @@ def progress(folder: Path, now: float | None = None) -> list[str]:
             last = history[-1]
             best = max(history, key=lambda h: h["return_deterministic"])
             push = last.get("nudge_log10")
-            loop = ("" if push is None else
-                    f", push log10 {push:+.1f}: {'settled' if settled(push) else 'chaotic'}")
-            upside = last.get("upside_down_share")
-            gait = "" if upside is None else f"{upside:.0%} upside down"
+            upside = upside_down(last)
+            said = ", ".join(
+                ([] if upside is None else [f"{upside:.0%} upside down"])
+                + ([] if push is None else
+                   [f"push log10 {push:+.1f}: {'settled' if settled(push) else 'chaotic'}"]))
             probed = [i for i, h in enumerate(history) if h.get("nudge_log10") is not None]
             running = sum(settled_running(history[:i + 1]) for i in probed)
             still = sum(settled(history[i]["nudge_log10"]) for i in probed) - running
             line += (f"; episode at {last['steps']:,}: {last['return_deterministic']:,.0f}"
-                     f" ({gait}{loop}); best {best['return_deterministic']:,.0f} at "
-                     f"{best['steps']:,}; settled at {running} of {len(probed)} checkpoints"
+                     + (f" ({said})" if said else "")
+                     + f"; best {best['return_deterministic']:,.0f} at {best['steps']:,}; "
+                     f"settled at {running} of {len(probed)} checkpoints"
                      + (f" ({still} more standing, crawling or upside down)" if still else ""))
         kept = sorted((int(d.parent.name), d.parent) for d in
                       run.glob(f"{KEPT}/*/state.json") if d.parent.name.isdigit())

@@ -53,6 +53,7 @@ from idt_desk_sources.gym.cards import (
     nudge_growth,
     recard,
     rollouts,
+    upside_down,
 )
 from idt_desk_sources.gym.jax_models import export_sbx, load_checkpoint
 from idt_desk_sources.gym.runs import KEPT, progress, settled_running
@@ -508,8 +509,9 @@ def _summary(card: dict[str, Any]) -> str:
                f"; a {loop['nudge']:g} push stays small in {loop['stable_share']:.0%} of "
                f"episodes (log10 distance {min(loop['log10_distance']):+.1f} to "
                f"{max(loop['log10_distance']):+.1f} after {loop['horizon_steps']} steps)")
-    return (f"deterministic return {d['mean']:.1f} ± {d['std']:.1f} (CV {d['cv']:.4f}), "
-            f"upside down {card['upside_down_share']:.1%} of steps{settled}")
+    upside = upside_down(card)
+    return (f"deterministic return {d['mean']:.1f} ± {d['std']:.1f} (CV {d['cv']:.4f})"
+            + ("" if upside is None else f", upside down {upside:.1%} of steps") + settled)
 
 
 def run(args: argparse.Namespace) -> int:
