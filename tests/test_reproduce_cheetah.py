@@ -374,8 +374,8 @@ def test_an_auto_preset_judges_each_trial_through_the_view_the_wrappers_choose()
     assert row["d_P"] == pytest.approx(d, rel=1e-9)
     with pytest.raises(InputError, match="--preset nope: choose from"):
         replace(TINY, preset="nope").resolved()
-    assert replace(TINY, env_id="Hopper-v5").to_dict()["preset"] == "gym"
-    assert replace(TINY, preset="auto").to_dict()["preset"] == "auto"
+    assert replace(TINY, env_id="Hopper-v5").to_dict()["preset"] == "auto"
+    assert replace(TINY, preset="gym").to_dict()["preset"] == "gym"
 
 
 def _rows(detect: dict[str, list[tuple[bool, float]]], cv: dict[str, float],

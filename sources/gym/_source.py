@@ -358,7 +358,7 @@ class GymSource(Source):
         self.state_names = HALFCHEETAH_OBS if cheetah else tuple(f"obs_{j}" for j in range(n_obs))
         self.action_names = (tuple(f"torque_{a}" for a in HALFCHEETAH_ACTIONS) if cheetah
                              else tuple(f"act_{j}" for j in range(n_act)))
-        self.presets = ("cheetah", "cheetah-live", "auto") if cheetah else ("gym", "auto")
+        self.presets = ("cheetah", "cheetah-live", "auto") if cheetah else ("auto", "gym")
         self.groups = dict(CHEETAH_GROUPS) if cheetah else {
             name: (j,) for j, name in enumerate(self.state_names)}
         self.rate = 1.0 / float(getattr(env.unwrapped, "dt", 0.05))

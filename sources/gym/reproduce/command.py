@@ -108,8 +108,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 "its alarm alone and with the IDT's, and the class of every detection"})
     parser.add_argument("--preset", default="",
                         help="the IDT's preset (default: the source's for the env, cheetah on "
-                             "HalfCheetah, gym elsewhere); auto: each trial's view chosen on its "
-                             "first 20 windows, as the Gymnasium wrappers' default does")
+                             "HalfCheetah, auto elsewhere: each trial's view chosen on its "
+                             "first 20 windows, as the Gymnasium wrappers' default does; gym: "
+                             "3 bins of every variable)")
     parser.add_argument("--no-drift", action="store_true",
                         help="do not judge the trials with the generic drift detectors "
                              "(online MMD and LSDD on each trial's (S, A, S'), calibrated to "

@@ -91,7 +91,7 @@ class CheetahConfig:
     onset: int = 15
     env_id: str = "HalfCheetah-v5"
     #: The IDT's preset ("": the source's default for the env: ``cheetah`` on HalfCheetah,
-    #: ``gym`` elsewhere); ``auto`` chooses each trial's view on its first 20 windows.
+    #: ``auto`` elsewhere, which chooses each trial's view on its first 20 windows).
     preset: str = ""
     seed: int = 0
     auto: tuple[str, ...] = ()
@@ -197,7 +197,7 @@ class CheetahConfig:
         d["out"] = None if self.out is None else str(self.out)
         cheetah = self.env_id.startswith("HalfCheetah")
         d.update(window=300, stride=50, bins=3,
-                 preset=self.preset or ("cheetah" if cheetah else "gym"),
+                 preset=self.preset or ("cheetah" if cheetah else "auto"),
                  symbol_calibration="pre-onset transitions of each trial",
                  baseline="windows wholly before the onset", std_ddof=1)
         return d
