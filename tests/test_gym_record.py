@@ -111,6 +111,12 @@ def test_a_view_of_principal_components_is_recorded_and_replays_to_it(tmp_path):
     rec = _load(path)
     assert rec.config["preset"]["name"] == "auto" and rec.config["preset"]["auto_view"]
     _same_windows(rec.windows, mine)
+    # The calibration event says the view, and the event table shows it.
+    cal = rec.events[rec.events["kind"] == "calibrated"].iloc[0].to_dict()
+    assert cal["view"] == info["view"]
+    from idt_desk_widgets.events import describe_event
+
+    assert describe_event(cal)[1].endswith(f"; view {info['view']}")
     _same_windows(_replayed(path, tmp_path / "again").windows, mine)
 
 

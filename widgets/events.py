@@ -103,6 +103,8 @@ def describe_event(ev: dict[str, Any], turns: bool = False) -> tuple[str, str]:
     elif kind == "calibrated":
         details = f"from {ev.get('transitions', '?'):,} transitions" \
             if isinstance(ev.get("transitions"), int) else ""
+        if isinstance(ev.get("view"), str) and ev["view"]:  # an auto preset's choice
+            details += f"; view {ev['view'][:120]}"
     elif kind == "not_detected":
         unit = str(ev.get("unit", "window"))
         h = ev.get("horizon")

@@ -443,7 +443,8 @@ class Session:
             self.event("calibrated", at=self.offset + cal["transitions"],
                         transitions=cal["transitions"], value_ranges=self._known_ranges,
                         symbolizer=cal["symbolizer"],
-                        action_symbolizer=cal["action_symbolizer"])
+                        action_symbolizer=cal["action_symbolizer"],
+                        **({"view": cal["view"]["view"]} if "view" in cal else {}))
         if step.windows is not None:
             self._emit_step(step, self.offset)
 
