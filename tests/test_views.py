@@ -117,3 +117,41 @@ def test_the_wrappers_default_chooses_the_view_and_a_users_bins_fix_it():
     with pytest.raises(ValueError, match="takes no groups"):
         PRESETS["auto"].__class__("x", "", 3, 300, 50, state_groups=((0,),), auto_view=True)
     assert View(3, 4, 2).name == "S 4 / A 2 principal components, 3 bins"
+
+
+def test_on_another_env_the_gym_source_and_the_window_default_to_auto(tmp_path, qtbot):
+    from idt_desk_sources.gym import GymSource
+    from idt_desk_widgets.main_window import MainWindow
+    from stable_baselines3 import PPO
+
+    from idt_desk.live.session import Session, SessionConfig, run_headless
+
+    # An untrained policy for a one-joint env: what matters is the env's shape, not its gait.
+    path = tmp_path / "ip.zip"
+    PPO("MlpPolicy", gym.make("InvertedPendulum-v5"), seed=0, device="cpu").save(path)
+    src = GymSource(env_id="InvertedPendulum-v5", policy=str(path))
+    assert src.presets[0] == "auto" and "cheetah" not in src.presets
+    session = Session(SessionConfig(speed=None, twin=False), source=src)
+    assert session.preset.name == "auto" and session.preset.auto_view
+    run_headless(session, steps=1_400)
+    snap = session.snapshot()
+    assert session.pipeline.view and snap.preset["view"] == session.pipeline.view
+    # The alarm panel says the view the symbols were fitted with, not the preset's bins.
+    from idt_desk_widgets.alarms import AlarmPanel
+
+    panel = AlarmPanel()
+    qtbot.addWidget(panel)
+    panel.update_snapshot(snap)
+    assert f"Symbols: auto — {session.pipeline.view}, W = 300" in panel.calibration.text()
+    # The window shows the class's default (HalfCheetah's paper preset) but gives none until
+    # one is chosen: the source's default for its env applies.
+    w = MainWindow(speed=None, record_dir=tmp_path)
+    qtbot.addWidget(w)
+    w.select_source("gym", {})
+    panel = w.pipeline_panel
+    assert panel.preset_combo.currentText() == "cheetah" and panel.settings()["preset"] is None
+    panel.preset_combo.setCurrentText("gym")
+    assert panel.settings()["preset"] == "gym"
+    w.select_source("gym", {})  # the source again: its default, not chosen
+    assert panel.settings()["preset"] is None
+    w.close()

@@ -396,7 +396,8 @@ class AlarmPanel(QGroupBox):
             text = f"Symbols: calibrating {cal:,}/{need:,} transitions"
         else:
             pr = snap.preset
-            text = (f"Symbols: {html.escape(str(pr['name']))} — {pr['bins']} bins, "
+            view = html.escape(str(pr["view"])) if pr.get("view") else f"{pr['bins']} bins"
+            text = (f"Symbols: {html.escape(str(pr['name']))} — {view}, "
                     f"W = {pr['window']}, "
                     f"stride {pr['stride']}")
         text += f"<br>Alarm: {detector}"

@@ -69,7 +69,12 @@ class PipelinePanel(QGroupBox):
         self.preset_combo.addItems([*PRESETS, CUSTOM])
         self.preset_combo.setToolTip("Paper configurations; '(custom)' uses the bins, window "
                                      "and stride below, each variable its own group")
-        self.preset_combo.currentTextChanged.connect(self.apply_preset)
+        #: Whether a preset was chosen here (by the user or a caller), not shown as the
+        #: source's default: an unchosen one is left to the source (its default depends on
+        #: its settings: the gym source's on its env).
+        self._preset_chosen = False
+        self._showing_default = False
+        self.preset_combo.currentTextChanged.connect(self._preset_changed)
         form.addRow(SETTINGS["preset"].label, self.preset_combo)
         self.bins_spin = setting_box(SETTINGS["bins"], 16, self)
         self.window_spin = setting_box(SETTINGS["window"], 300, self)
@@ -131,6 +136,8 @@ class PipelinePanel(QGroupBox):
             window = window if window != base.window else None
             stride = stride if stride != base.stride else None
         correction = self.correction_combo.currentText()
+        if not self._preset_chosen:
+            preset = None  # the source's own default for its settings
         return {
             "preset": None if base is None else preset, "bins": bins, "window": window,
             "stride": stride, "calibration_windows": self.calib_spin.value(),
@@ -144,6 +151,11 @@ class PipelinePanel(QGroupBox):
         return {"detector": self.detector_combo.currentData(),
                 "ewma_lambda": self.lambda_spin.value(),
                 "false_alarms": self.budget_edit.text().strip() or None}
+
+    def _preset_changed(self, name: str) -> None:
+        if not self._showing_default:
+            self._preset_chosen = True
+        self.apply_preset(name)
 
     def apply_preset(self, name: str) -> None:
         """Show preset ``name``'s bins, window, stride and detector (nothing for "(custom)").
@@ -162,9 +174,11 @@ class PipelinePanel(QGroupBox):
                     max(0, self.detector_combo.findData(detector)))
 
     def use_presets(self, presets: Sequence[str]) -> None:
-        """List a source's presets and select its first (its own numbers).
+        """List a source's presets and show its first (its own numbers), not chosen.
 
-        A source without presets lists every one, "(custom)" selected.
+        A source without presets lists every one, "(custom)" selected. The preset shown is
+        the class's default: until another is chosen, a session is given none and takes its
+        source's default for its settings (shown once it is built).
         """
         names = [p for p in presets if p in PRESETS] or list(PRESETS)
         if [self.preset_combo.itemText(j) for j in range(self.preset_combo.count())] != \
@@ -172,11 +186,16 @@ class PipelinePanel(QGroupBox):
             with QSignalBlocker(self.preset_combo):  # the selection below applies one
                 self.preset_combo.clear()
                 self.preset_combo.addItems([*names, CUSTOM])
-        if presets:
-            self.preset_combo.setCurrentText(presets[0])
-            self.apply_preset(presets[0])
-        else:
-            self.preset_combo.setCurrentText(CUSTOM)
+        self._showing_default = True
+        try:
+            if presets:
+                self.preset_combo.setCurrentText(presets[0])
+                self.apply_preset(presets[0])
+            else:
+                self.preset_combo.setCurrentText(CUSTOM)
+        finally:
+            self._showing_default = False
+        self._preset_chosen = not presets  # no default of the source's: the panel's numbers
 
     # -- what a session shows ---------------------------------------------------------------
 

@@ -445,6 +445,8 @@ class Session:
                         symbolizer=cal["symbolizer"],
                         action_symbolizer=cal["action_symbolizer"],
                         **({"view": cal["view"]["view"]} if "view" in cal else {}))
+            if "view" in cal:  # what the symbols are, said where the preset is shown
+                self._preset_dict = {**self.preset.to_dict(), "view": cal["view"]["view"]}
         if step.windows is not None:
             self._emit_step(step, self.offset)
 
