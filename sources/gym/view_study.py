@@ -28,13 +28,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import gymnasium
 import numpy as np
 
 __all__ = ["HELP", "add_arguments", "replay_monitor", "rollout", "run", "study"]
 
 #: ``idt-desk reproduce wrapper-views``'s one-line help.
-HELP = "the wrappers' default view on any agent: regimes of its windows, the alarm on 3 % noise"
+HELP = "the wrappers' default view on any agent: regimes of its windows, the alarm on noise"
 
 #: The shipped agents (the rule's training env).
 SHIPPED = ("sac-seed0", "sac-seed1", "sac-seed2", "sac-seed3", "sac-seed7", "ppo-seed0",
@@ -66,35 +65,39 @@ def rollout(policy: str, seed: int, n: int, perturbation: str | None = None,
     return {**out, "env_id": np.array(env_id or "HalfCheetah-v5")}
 
 
-class _Replay(gymnasium.Env):
+def _replay_env(run: dict[str, np.ndarray], env_id: str) -> Any:
     """An env that gives back a run's observations: the wrapper sees exactly the run's rows.
 
     ``step`` returns the row's S' and reward; the row that ends an episode (the next row's
     episode differs) is truncated, and ``reset`` starts the next one at its S.
     """
+    import gymnasium
 
-    def __init__(self, run: dict[str, np.ndarray], env_id: str) -> None:
-        spec = gymnasium.make(env_id)
-        self.observation_space, self.action_space = spec.observation_space, spec.action_space
-        self.metadata = dict(spec.metadata)
-        self.dt = getattr(spec.unwrapped, "dt", None)
-        steps = getattr(spec.spec, "max_episode_steps", None)
-        spec.close()
-        self.spec = gymnasium.envs.registration.EnvSpec(
-            "Replay-v0", max_episode_steps=steps)
-        self.run, self.i = run, 0
-        ep = run["episode"]
-        self._ends = np.append(ep[1:] != ep[:-1], True)
+    class Replay(gymnasium.Env):
+        def __init__(self) -> None:
+            spec = gymnasium.make(env_id)
+            self.observation_space = spec.observation_space
+            self.action_space = spec.action_space
+            self.metadata = dict(spec.metadata)
+            self.dt = getattr(spec.unwrapped, "dt", None)
+            steps = getattr(spec.spec, "max_episode_steps", None)
+            spec.close()
+            self.spec = gymnasium.envs.registration.EnvSpec(
+                "Replay-v0", max_episode_steps=steps)
+            self.i = 0
+            ep = run["episode"]
+            self._ends = np.append(ep[1:] != ep[:-1], True)
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[np.ndarray, dict[str, Any]]:
-        return self.run["s"][self.i], {}
+        def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+                  ) -> tuple[np.ndarray, dict[str, Any]]:
+            return run["s"][self.i], {}
 
-    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        i = self.i
-        self.i += 1
-        return (self.run["s_next"][i], float(self.run["reward"][i]), False,
-                bool(self._ends[i]), {})
+        def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+            i = self.i
+            self.i += 1
+            return run["s_next"][i], float(run["reward"][i]), False, bool(self._ends[i]), {}
+
+    return Replay()
 
 
 def replay_monitor(run: dict[str, np.ndarray], preset: str | None, **options: Any
@@ -102,7 +105,7 @@ def replay_monitor(run: dict[str, np.ndarray], preset: str | None, **options: An
     """The run through an :class:`~idt_desk.gym.IDTMonitor`; its windows and every info."""
     from idt_desk.plugin import IDTMonitor
 
-    env = IDTMonitor(_Replay(run, str(run["env_id"])), preset=preset, **options)
+    env = IDTMonitor(_replay_env(run, str(run["env_id"])), preset=preset, **options)
     infos: list[dict[str, Any]] = []
     env.reset()
     n = len(run["s"])
