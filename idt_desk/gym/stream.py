@@ -30,7 +30,6 @@ from idt_desk.detection.monitor import IDT_METRICS, Monitor
 from idt_desk.metrics.engine import WINDOW_KEYS
 from idt_desk.metrics.presets import PRESETS, Preset
 from idt_desk.metrics.regime import regime, regime_text
-from idt_desk.metrics.symbolize import Symbolizer
 from idt_desk.metrics.twin import TWIN_COLUMNS, TWIN_METRICS, Twin
 from idt_desk.pipeline import Pipeline, build_monitor
 from idt_desk.settings import SETTINGS, PipelineSettings, check_finite, check_limit
@@ -276,16 +275,6 @@ class Stream:
     def calibrated(self) -> bool:
         """Whether the symbols are frozen (the first windows have been computed)."""
         return self.pipeline.calibrated
-
-    @property
-    def sym_s(self) -> Symbolizer:
-        """The state's symboliser (an ``auto`` preset's is the view it chose)."""
-        return self.pipeline.sym_s
-
-    @property
-    def sym_a(self) -> Symbolizer:
-        """The action's symboliser."""
-        return self.pipeline.sym_a
 
     @property
     def n_transitions(self) -> int:

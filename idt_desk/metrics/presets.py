@@ -92,8 +92,11 @@ class Preset:
                              f"{len(self.state_groups or ())} state groups")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return asdict(self)
+        """JSON-able form (``auto_view`` only when set: a fixed preset's is as it was)."""
+        d = asdict(self)
+        if not self.auto_view:
+            del d["auto_view"]
+        return d
 
 
 _CHEETAH_S = ((0, 1, 8, 9, 10), (2, 3, 4, 11, 12, 13), (5, 6, 7, 14, 15, 16))
