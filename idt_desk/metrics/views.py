@@ -59,6 +59,7 @@ class View:
 LADDER = (View(3), View(2), View(3, 4, 2), View(3, 3, 2), View(2, 4, 2), View(3, 3, 1),
           View(3, 2, 1), View(2, 2, 1))
 
+
 def view_ladder(bins: int) -> tuple[View, ...]:
     """The views an ``auto`` preset of ``bins`` tries: :data:`LADDER`, its first at ``bins``."""
     return (View(int(bins)), *LADDER[1:])

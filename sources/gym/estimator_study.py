@@ -57,19 +57,10 @@ METRICS = ("P", "H_f", "H_b", "dH")
 
 def _rollout(policy: str, seed: int, n: int, perturbation: str | None,
              onset: int) -> dict[str, np.ndarray]:
-    from idt_desk_sources.gym import GymSource
+    from idt_desk_sources.gym.view_study import rollout
 
-    src = GymSource(policy=policy)
-    try:
-        src.reset(seed)
-        parts = [src.step(onset if perturbation else n)]
-        if perturbation:
-            decl = next(p for p in src.perturbations if p.name == perturbation)
-            src.set_perturbation(perturbation, {p.name: p.default for p in decl.params})
-            parts.append(src.step(n - onset))
-    finally:
-        src.close()
-    return {k: np.concatenate([getattr(b, k) for b in parts]) for k in ("s", "a", "s_next")}
+    run = rollout(policy, seed, n, perturbation, onset)
+    return {k: run[k] for k in ("s", "a", "s_next")}
 
 
 def rollouts(out: Path, agents=AGENTS, seeds=(101, 1301), n: int = 20_000,
