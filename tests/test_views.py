@@ -48,6 +48,34 @@ def test_components_bin_the_top_principal_axes_of_the_z_scores():
         Symbolizer(6, 3, components=7)
 
 
+def test_quantile_bins_cut_where_the_calibration_rows_lie():
+    # A transient swing, then a fixed point with a little jitter: equal widths over the
+    # swing's range put every settled row in one bin; quantile bins split them in thirds.
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.normal(0, 5, (100, 2)), rng.normal(0.3, 0.01, (900, 2))])
+    wide = Symbolizer(2, 3).fit(x).digits(x[100:])
+    assert all(len(np.unique(wide[:, j])) == 1 for j in range(2))
+    sym = Symbolizer(2, 3, quantile=True).fit(x)
+    z = (x - x.mean(0)) / x.std(0, ddof=1)
+    ref = np.stack([np.digitize(z[:, j], np.sort(z[:, j])[[333, 666]]) for j in range(2)], 1)
+    got = sym.digits(x)
+    # The edges are the interpolated quantiles, not these order statistics: a row or two
+    # beside an edge may differ.
+    assert (got != ref).sum() <= 4 and [np.bincount(got[:, j]).tolist() for j in range(2)] \
+        == [[333, 333, 334]] * 2
+    # The edges are frozen with the calibration: written, read back, widened, the same bins.
+    again = Symbolizer.from_dict(json.loads(json.dumps(sym.to_dict())))
+    new = x[::7] * 1.01
+    np.testing.assert_array_equal(again.transform(new), sym.transform(new))
+    far = x[:3] * 10
+    assert sym.symbolize(far)[1].all() and not sym.widened(far).symbolize(far)[1].any()
+    np.testing.assert_array_equal(sym.widened(far).transform(new), sym.transform(new))
+    with pytest.raises(ValueError, match="inner edges"):
+        Symbolizer.from_dict({**sym.to_dict(), "calibration": {
+            k: v for k, v in sym.to_dict()["calibration"].items() if k != "edges"}})
+    assert View(2, quantile=True).name == "2 quantile bins a variable"
+
+
 def _loop(n: int, width: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """A phase going round a 40-step cycle, seen through ``width`` noisy variables."""
     phase = 2 * np.pi * np.arange(n + 1) / 40

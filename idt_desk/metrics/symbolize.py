@@ -5,7 +5,10 @@
 3. equal-width bins spanning each variable's calibrated z-range, edges frozen; later values
    outside the range go to the edge bins (and are counted: :meth:`Symbolizer.symbolize`).
    A circular variable's bins span the whole circle, whatever the calibration data covered,
-   so a wrapped angle is never out of range;
+   so a wrapped angle is never out of range. With ``quantile=True`` the bins hold equal
+   shares of the calibration rows instead (edges at the z-scores' quantiles, frozen): a
+   loop that sits near a fixed point most of the time, its range set by a transient, gets
+   its bins where it sits;
 4. the bins of a group of variables become one composite symbol (mixed radix), and the
    symbol is the composite of its groups.
 
@@ -102,6 +105,8 @@ class _Calibration:
     z_hi: np.ndarray
     #: (n_vars, components): z-scores to the binned components (None: the variables).
     projection: np.ndarray | None = None
+    #: Each binned column's inner bin edges in z (quantile bins; None: equal widths).
+    edges: list[np.ndarray] | None = None
 
 
 class Symbolizer:
@@ -124,6 +129,9 @@ class Symbolizer:
     components
         Bin the top this-many principal components of the variables' z-scores instead of
         the variables (None: the variables). ``bins`` and ``groups`` are then per component.
+    quantile
+        Cut each column's bins at the calibration rows' quantiles (equal shares of the rows)
+        instead of at equal widths of its range. The range still says what is out of range.
 
     """
 
@@ -135,6 +143,7 @@ class Symbolizer:
         circular: Sequence[int] = (),
         names: Sequence[str] | None = None,
         components: int | None = None,
+        quantile: bool = False,
     ) -> None:
         if n_vars < 1:
             raise ValueError(f"n_vars must be >= 1, got {n_vars}")
@@ -146,6 +155,8 @@ class Symbolizer:
         self.components = None if components is None else int(components)
         #: Columns binned: the variables, or the components.
         self.n_cols = self.n_vars if components is None else self.components
+        #: Bins at the calibration's quantiles (True) or of equal width over its range.
+        self.quantile = bool(quantile)
         b = np.broadcast_to(np.asarray(bins, dtype=np.int64), (self.n_cols,)).copy()
         if np.any(b < 1):
             raise ValueError(f"bins must be >= 1, got {bins!r}")
@@ -203,7 +214,8 @@ class Symbolizer:
         out of range only once it is that far beyond anything calibrated.
 
         With ``components`` the projection is fitted here too, and ``ranges`` and the circle
-        do not apply (a component's range is the data's).
+        do not apply (a component's range is the data's). With ``quantile`` the edges are the
+        rows' quantiles; ``ranges``, ``margin`` and the circle then set only the range.
         """
         x = self._prepare(x)
         if x.shape[0] < 1:
@@ -217,6 +229,8 @@ class Symbolizer:
         if projection is not None:
             z = z @ projection
         z_lo, z_hi = z.min(axis=0), z.max(axis=0)
+        edges = None if not self.quantile else [
+            np.quantile(z[:, j], np.arange(1, int(b)) / int(b)) for j, b in enumerate(self.bins)]
         if margin:
             span = z_hi - z_lo
             z_lo, z_hi = z_lo - margin * span, z_hi + margin * span
@@ -226,7 +240,7 @@ class Symbolizer:
         for j, (lo, hi) in known.items():
             z_lo[j] = min((lo - mean[j]) / std[j], z_lo[j])
             z_hi[j] = max((hi - mean[j]) / std[j], z_hi[j])
-        self._cal = _Calibration(mean, std, z_lo, z_hi, projection)
+        self._cal = _Calibration(mean, std, z_lo, z_hi, projection, edges)
         return self
 
     def _z(self, x: np.ndarray) -> np.ndarray:
@@ -239,9 +253,10 @@ class Symbolizer:
         """A copy whose bins also cover every value of ``xs`` (each (n, d)).
 
         Mean and standard deviation stay frozen; each variable's z-range grows to include the
-        new values, and its equal-width bins are re-cut over the wider range. Nothing of
-        ``xs`` is then out of range. (Used to re-check a change seen while values were being
-        clamped into edge bins: is it still there when the bins cover the data?)
+        new values, and its equal-width bins are re-cut over the wider range (quantile bins
+        keep their edges: the edge bins grow). Nothing of ``xs`` is then out of range. (Used
+        to re-check a change seen while values were being clamped into edge bins: is it
+        still there when the bins cover the data?)
         """
         if self._cal is None:
             raise SymbolizationError("the symboliser is not calibrated: call fit() first")
@@ -253,7 +268,7 @@ class Symbolizer:
                 z = self._z(x)
                 z_lo, z_hi = np.minimum(z_lo, z.min(axis=0)), np.maximum(z_hi, z.max(axis=0))
         out = Symbolizer.from_dict({**self.to_dict(), "calibration": None})
-        out._cal = _Calibration(cal.mean, cal.std, z_lo, z_hi, cal.projection)
+        out._cal = _Calibration(cal.mean, cal.std, z_lo, z_hi, cal.projection, cal.edges)
         return out
 
     def fit_transform(self, x: np.ndarray) -> np.ndarray:
@@ -273,11 +288,15 @@ class Symbolizer:
         x = self._prepare(x)
         cal = self._cal
         z = self._z(x)
-        span = cal.z_hi - cal.z_lo
-        width = np.where(span > 0, span, 1.0) / self.bins
-        idx = np.floor((z - cal.z_lo) / width)
-        # A zero-width range: the calibrated value and below -> bin 0, above -> last bin.
-        idx = np.where(span > 0, idx, np.where(z > cal.z_hi, self.bins - 1, 0))
+        if cal.edges is not None:  # a value on an edge goes above it, as with equal widths
+            idx = np.stack([np.searchsorted(e, z[:, j], side="right")
+                            for j, e in enumerate(cal.edges)], axis=1).reshape(z.shape)
+        else:
+            span = cal.z_hi - cal.z_lo
+            width = np.where(span > 0, span, 1.0) / self.bins
+            idx = np.floor((z - cal.z_lo) / width)
+            # A zero-width range: the calibrated value and below -> bin 0, above -> last bin.
+            idx = np.where(span > 0, idx, np.where(z > cal.z_hi, self.bins - 1, 0))
         used = [j for g in self.groups for j in g]
         zu = z[:, used]
         outside = ((zu < cal.z_lo[used]) | (zu > cal.z_hi[used])).any(axis=1)
@@ -341,26 +360,35 @@ class Symbolizer:
         }
         if self.components is not None:
             d["components"] = self.components
+        if self.quantile:
+            d["quantile"] = True
         if self._cal is not None:
             d["calibration"] = {
                 k: getattr(self._cal, k).tolist() for k in ("mean", "std", "z_lo", "z_hi")
             }
             if self._cal.projection is not None:
                 d["calibration"]["projection"] = self._cal.projection.tolist()
+            if self._cal.edges is not None:
+                d["calibration"]["edges"] = [e.tolist() for e in self._cal.edges]
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Symbolizer:
         """Rebuild a symboliser written by :meth:`to_dict`."""
         sym = cls(d["n_vars"], d["bins"], d["groups"], d.get("circular", ()), d.get("names"),
-                  d.get("components"))
+                  d.get("components"), bool(d.get("quantile", False)))
         cal = d.get("calibration")
         if cal is not None:
-            projection = cal.get("projection")
+            projection, edges = cal.get("projection"), cal.get("edges")
+            if sym.quantile and (edges is None or len(edges) != sym.n_cols):
+                raise ValueError("a quantile symboliser's calibration needs the inner edges "
+                                 f"of each of its {sym.n_cols} columns")
             sym._cal = _Calibration(*(np.asarray(cal[k], dtype=np.float64)
                                       for k in ("mean", "std", "z_lo", "z_hi")),
                                     None if projection is None
-                                    else np.asarray(projection, dtype=np.float64))
+                                    else np.asarray(projection, dtype=np.float64),
+                                    None if edges is None
+                                    else [np.asarray(e, dtype=np.float64) for e in edges])
         return sym
 
     # -- helpers ----------------------------------------------------------------------------

@@ -44,15 +44,19 @@ class View:
     bins: int
     state_components: int | None = None
     action_components: int | None = None
+    #: Bins cut at the calibration rows' quantiles (``Symbolizer(quantile=True)``), not at
+    #: equal widths of their range.
+    quantile: bool = False
 
     @property
     def name(self) -> str:
         """The view in words (``3 bins a variable``, ``S 4 / A 2 components, 3 bins``)."""
+        bins = f"{self.bins} quantile bins" if self.quantile else f"{self.bins} bins"
         if self.state_components is None and self.action_components is None:
-            return f"{self.bins} bins a variable"
+            return f"{bins} a variable"
         s = "all" if self.state_components is None else self.state_components
         a = "all" if self.action_components is None else self.action_components
-        return f"S {s} / A {a} principal components, {self.bins} bins"
+        return f"S {s} / A {a} principal components, {bins}"
 
 
 #: The views an ``auto`` preset tries, in order (its ``bins`` replace the first's).
@@ -85,7 +89,7 @@ def view_symbolizers(
             wrap: Sequence[int] = ()) -> Symbolizer:
         k = None if fixed is not None or k is None or k >= len(names) else k
         return Symbolizer(len(names), fixed or view.bins, circular=wrap, names=list(names),
-                          components=k)
+                          components=k, quantile=view.quantile and fixed is None)
 
     sym_s = one(state_names, state_bins, view.state_components, circular)
     sym_a = None if action_names is None else one(action_names, action_bins,
