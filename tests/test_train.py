@@ -228,13 +228,15 @@ def test_normalize_checkpoints_and_ships_the_vecnormalize_statistics(tmp_path):
 def test_the_nudge_probe_tells_a_settled_loop_from_a_chaotic_one():
     from idt_desk_sources.gym.cards import NUDGE, NUDGE_SMALL, nudge_growth
 
+    # Stand-ins for a model's predict: one observation or a batch (the probe asks for both
+    # copies at once), as SB3's.
     class Still:  # zero torques: the body comes to rest and a push dies away
         def predict(self, obs, deterministic=False):
-            return np.zeros(6, np.float32), None
+            return np.zeros((*np.shape(obs)[:-1], 6), np.float32), None
 
     class Jumpy:  # torques that flip with the 4th decimal of the state: any push is amplified
         def predict(self, obs, deterministic=False):
-            return np.sign(np.sin(1e4 * np.asarray(obs[:6]))).astype(np.float32), None
+            return np.sign(np.sin(1e4 * np.asarray(obs)[..., :6])).astype(np.float32), None
 
     still = nudge_growth(Still(), "HalfCheetah-v5", 2, seed=0)
     jumpy = nudge_growth(Jumpy(), "HalfCheetah-v5", 2, seed=0)
@@ -405,3 +407,9 @@ def test_the_cards_predictor_is_sb3s_predict_bit_for_bit():
                 got = [fast(o, deterministic) for o in obs]
                 assert all(np.array_equal(w, g) and w.dtype == g.dtype
                            for w, g in zip(want, got, strict=True))
+            # A batch of observations: one action a row, as SB3's predict gives them.
+            torch.manual_seed(1)
+            want = actor.predict(obs[:8], deterministic=True)[0]
+            got = fast(obs[:8], True)
+            assert got.shape == want.shape == (8, model.action_space.shape[0])
+            np.testing.assert_array_equal(got, want)

@@ -29,6 +29,8 @@ class NormalizedActor:
 def predictor(model: Any) -> Any:
     """``model.predict`` as a function of (obs, deterministic), bit for bit, made cheaper.
 
+    ``obs`` one observation (its action back) or a batch of them (one action a row).
+
     For a Stable-Baselines3 model on flat Box observations and actions (a
     :class:`NormalizedActor` of one too) it is SB3's ``BasePolicy.predict`` with what costs
     per call and changes nothing done once: the eval mode set once, no space checks; the same
@@ -56,14 +58,15 @@ def predictor(model: Any) -> Any:
 
     def predict(obs: Any, deterministic: bool) -> Any:
         x = np.array(obs if normalize is None else normalize(obs))
-        if x.shape != obs_shape:
+        batch = x.ndim == len(obs_shape) + 1 and x.shape[1:] == obs_shape
+        if x.shape != obs_shape and not batch:
             return model.predict(obs, deterministic=deterministic)[0]
         with torch.no_grad():
             a = forward(torch.as_tensor(x.reshape((-1, *obs_shape)), device=device),
                         deterministic)
         a = a.cpu().numpy().reshape((-1, *act_shape))
         a = policy.unscale_action(a) if policy.squash_output else np.clip(a, low, high)
-        return a[0]
+        return a if batch else a[0]
 
     return predict
 
@@ -211,8 +214,9 @@ def nudge_growth(model: Any, env_id: str, episodes: int, seed: int) -> list[floa
                 if t == NUDGE_AFTER:
                     u[1].set_state(u[1].data.qpos.copy(), u[1].data.qvel.copy() + NUDGE)
                     obs[1] = u[1]._get_obs()
+                both = act(np.stack(obs), True)  # the two copies in one call: half the cost
                 for i in range(2):
-                    obs[i] = envs[i].step(act(obs[i], True))[0]
+                    obs[i] = envs[i].step(both[i])[0]
             state = [np.concatenate([x.data.qpos[1:], x.data.qvel]) for x in u]
             out.append(float(np.log10(max(np.linalg.norm(state[0] - state[1]), 1e-300))))
         finally:
