@@ -119,6 +119,49 @@ def test_the_ladder_keeps_the_first_view_that_resolves_the_calibration_windows()
     np.testing.assert_allclose(step.windows["P"], ref["P"], rtol=0, atol=1e-12)
 
 
+def _balancing(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Episodes of 400 steps: a swing from a wide start, then jitter about a fixed point."""
+    s = np.zeros((n + 1, 2))
+    a = np.zeros((n, 2))
+    for t in range(n):
+        if t % 400 == 0:
+            s[t] = rng.uniform(-5, 5, 2)
+        a[t] = -0.5 * s[t] + 0.01 * rng.standard_normal(2)
+        s[t + 1] = 0.8 * s[t] + 0.3 * a[t] + 0.01 * rng.standard_normal(2)
+    return s, a
+
+
+def test_a_loop_at_a_fixed_point_takes_quantile_bins_where_equal_widths_see_a_cycle():
+    rng = np.random.default_rng(11)
+    s, a = _balancing(1300, rng)
+    pipe = Pipeline(PRESETS["auto"], None, state_names=["s0", "s1"], action_names=["a0", "a1"],
+                    calibration_windows=20)
+    step = pipe.push(s[:-1], a, s[1:], {"reward": np.zeros(1300), "t": np.arange(1300.0)})
+    tried = step.calibrated["view"]["tried"]
+    # Every equal-width view puts the settled jitter in one bin: the settled windows are a
+    # cycle (the ones that hold a start are resolved).
+    plain = [x for x in tried if "quantile" not in x["view"]]
+    assert len(plain) == 8 and all(x["resolved"] < RESOLVED_SHARE and x["cycle"] >= 0.4
+                                   for x in plain)
+    # The first quantile view whose windows are resolved (3 bins of the four variables
+    # leave this noisy a loop sparse; 2 resolve it).
+    assert pipe.view == "2 quantile bins a variable" == tried[-1]["view"]
+    assert [x["view"] for x in tried[-2:]] == ["3 quantile bins a variable", pipe.view]
+    assert tried[-1]["resolved"] >= RESOLVED_SHARE > tried[-2]["resolved"]
+    assert pipe.sym_s.quantile and step.calibrated["symbolizer"]["quantile"] is True
+    # The windows given are the quantile symbols' (recomputed independently: the edges are
+    # the calibration rows' medians of each z-score).
+    z = (s[:1250] - s[:1250].mean(0)) / s[:1250].std(0, ddof=1)
+    edges = [np.quantile(z[:, j], [0.5]) for j in range(2)]
+    cal = pipe.sym_s.to_dict()["calibration"]
+    np.testing.assert_allclose(cal["edges"], edges, rtol=1e-12)
+    zs = (s - np.array(cal["mean"])) / np.array(cal["std"])
+    digits = np.stack([np.searchsorted(edges[j], zs[:, j], side="right") for j in range(2)], 1)
+    sym = digits[:, 0] + 2 * digits[:, 1]
+    ref = sliding_metrics(sym[:-1], sym[1:], pipe.sym_a.transform(a), 300, 50)
+    np.testing.assert_allclose(step.windows["P"], ref["P"], rtol=0, atol=1e-12)
+
+
 def test_the_wrappers_default_chooses_the_view_and_a_users_bins_fix_it():
     assert GENERIC_PRESET is PRESETS["auto"] and GENERIC_PRESET.auto_view
 

@@ -10,8 +10,10 @@ on PPO seed 1, and SAC seed 3 repeats 6 triples in 300.
 
 An ``auto`` preset (``Preset.auto_view``) therefore tries the views of :data:`LADDER` in
 order on the calibration rows and keeps the first that resolves at least 90 % of its
-calibration windows: all variables at 3 bins, then at 2, then the top principal components of the
-state's and the action's z-scores (``Symbolizer(components=...)``) at fewer bins. A loop the
+calibration windows: all variables at 3 bins, then at 2, then the top principal components
+of the state's and the action's z-scores (``Symbolizer(components=...)``) at fewer bins;
+last, the same kinds of view with bins at the calibration rows' quantiles
+(``Symbolizer(quantile=True)``), which split where a balancing agent sits still. A loop the
 first view resolves keeps it (the pendulum and Reacher agents do); where none resolves most
 windows, the view with the most resolved windows is kept and the readout says what the
 windows are. The choice is made once, on the rows the symbols are fitted on, so a replay of
@@ -59,9 +61,15 @@ class View:
         return f"S {s} / A {a} principal components, {bins}"
 
 
-#: The views an ``auto`` preset tries, in order (its ``bins`` replace the first's).
+#: The views an ``auto`` preset tries, in order (its ``bins`` replace the first's): equal
+#: widths (fixed on the HalfCheetah agents), then the same kinds of view with quantile bins,
+#: for a loop that sits at a fixed point most of the time (its range is a transient's, and
+#: equal widths put everything it does while settled in one bin: a *cycle*; fixed on the
+#: balancing InvertedPendulum-v5 agent at seed 101, ``assets/docs/rl.md``).
 LADDER = (View(3), View(2), View(3, 4, 2), View(3, 3, 2), View(2, 4, 2), View(3, 3, 1),
-          View(3, 2, 1), View(2, 2, 1))
+          View(3, 2, 1), View(2, 2, 1), View(3, quantile=True), View(2, quantile=True),
+          View(3, 4, 2, quantile=True), View(3, 2, 1, quantile=True),
+          View(2, 2, 1, quantile=True))
 
 
 def view_ladder(bins: int) -> tuple[View, ...]:
