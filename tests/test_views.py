@@ -221,8 +221,13 @@ def test_on_another_env_the_gym_source_and_the_window_default_to_auto(tmp_path, 
     w.select_source("gym", {})
     panel = w.pipeline_panel
     assert panel.preset_combo.currentText() == "cheetah" and panel.settings()["preset"] is None
+    bins_label = panel._form.labelForField(panel.bins_spin)
+    assert bins_label.text() == "Bins"
+    panel.preset_combo.setCurrentText("auto")  # its bins are the first view it tries
+    assert bins_label.text() == "Bins (first view)" and "alarm panel" in \
+        panel.bins_spin.toolTip()
     panel.preset_combo.setCurrentText("gym")
-    assert panel.settings()["preset"] == "gym"
+    assert panel.settings()["preset"] == "gym" and bins_label.text() == "Bins"
     w.select_source("gym", {})  # the source again: its default, not chosen
     assert panel.settings()["preset"] is None
     w.close()

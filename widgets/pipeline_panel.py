@@ -164,6 +164,7 @@ class PipelinePanel(QGroupBox):
         source's default.
         """
         p = PRESETS.get(name)
+        self._bins_role(p)
         if p is not None:
             self.bins_spin.setValue(p.bins)
             self.window_spin.setValue(p.window)
@@ -172,6 +173,19 @@ class PipelinePanel(QGroupBox):
             if detector is not None:
                 self.detector_combo.setCurrentIndex(
                     max(0, self.detector_combo.findData(detector)))
+
+    def _bins_role(self, preset: Any) -> None:
+        """Say, for an ``auto`` preset, that its bins are only the first view it tries."""
+        auto = preset is not None and preset.auto_view
+        label = self._form.labelForField(self.bins_spin)
+        if label is not None:
+            label.setText(f"{SETTINGS['bins'].label} (first view)" if auto
+                          else SETTINGS["bins"].label)
+        self.bins_spin.setToolTip(
+            "auto tries views from these bins a variable on down (fewer bins, principal "
+            "components, quantile bins) and keeps the first that resolves its calibration "
+            "windows: the alarm panel's Symbols line says the one it chose"
+            if auto else SETTINGS["bins"].describe())
 
     def use_presets(self, presets: Sequence[str]) -> None:
         """List a source's presets and show its first (its own numbers), not chosen.
@@ -234,6 +248,7 @@ class PipelinePanel(QGroupBox):
             # A replay's recorded preset, listed (signals are blocked above).
             self.preset_combo.insertItem(self.preset_combo.count() - 1, p.name)
         self.preset_combo.setCurrentText(p.name if p.name in PRESETS else CUSTOM)
+        self._bins_role(p)
         self.bins_spin.setValue(p.bins)
         self.window_spin.setValue(p.window)
         self.stride_spin.setValue(p.stride)
