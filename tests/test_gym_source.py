@@ -50,6 +50,34 @@ def test_check_source_passes(policy, tiny_policy):
     check_source(GymSource, {"policy": str(policy or tiny_policy)}, n=60)
 
 
+def test_sources_of_one_file_share_its_model_and_a_rewritten_file_is_loaded_again(
+        tiny_policy, tmp_path):
+    import os
+    import shutil
+
+    import gymnasium as gym
+    from idt_desk_sources.gym._policy import FrozenPolicy
+    from stable_baselines3 import PPO
+
+    path = tmp_path / "p.zip"
+    shutil.copy(tiny_policy, path)
+    box = gym.make("HalfCheetah-v5").action_space
+    one, two = (FrozenPolicy(path, (17,), box.low, box.high) for _ in range(2))
+    assert one.model is two.model and not one.model.policy.training
+    obs = np.random.default_rng(0).normal(size=(5, 17))
+    before = one.act_many(obs, [np.random.default_rng(1)] * 5, True)
+    # The same path rewritten with other weights: a new model, acting as the new file does.
+    other = PPO("MlpPolicy", gym.make("HalfCheetah-v5"), seed=3, device="cpu")
+    other.save(path)
+    os.utime(path, ns=(1, 1))  # (a rewrite within the clock's tick still differs in size or time)
+    three = FrozenPolicy(path, (17,), box.low, box.high)
+    assert three.model is not one.model
+    want = other.predict(obs, deterministic=True)[0]
+    np.testing.assert_allclose(three.act_many(obs, [np.random.default_rng(1)] * 5, True), want,
+                               rtol=0, atol=1e-6)
+    assert not np.allclose(three.act_many(obs, [np.random.default_rng(1)] * 5, True), before)
+
+
 def test_algorithm_is_read_from_the_zip(tiny_policy, tmp_path):
     assert algorithm_of(tiny_policy) == "PPO"
     bad = tmp_path / "bad.zip"

@@ -8,6 +8,7 @@ act identically whatever else uses torch's global generator (another session, a 
 
 from __future__ import annotations
 
+import functools
 import json
 import pickle
 import zipfile
@@ -72,6 +73,27 @@ def find_vecnormalize(path: Path) -> Path | None:
     return None
 
 
+@functools.lru_cache(maxsize=8)
+def _load_model(path: str, algorithm: str, mtime_ns: int, size: int) -> Any:
+    """The model of ``path`` for acting, loaded once per file version (its time and size).
+
+    Every Start of a session, every trial of a study and every rollout made a source, and
+    each loaded its zip again (about a second for SAC: the networks and optimisers built,
+    then the weights read). Acting never changes a model (no gradient, eval mode), so sources
+    of the same file share one; a file rewritten in place is loaded afresh.
+    """
+    cls = algorithm_class(algorithm)
+    from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+
+    # A frozen policy never trains: SAC/TQC/TD3/DDPG would otherwise build the saved replay
+    # buffer (1M transitions: ~280 MB of zeroed arrays) at every load. Allocated and freed
+    # at each Start/Stop, those arrays fragmented the heap by ~8 MB a cycle.
+    small = {"buffer_size": 1} if issubclass(cls, OffPolicyAlgorithm) else {}
+    model = cls.load(path, device="cpu", **small)
+    model.policy.eval()
+    return model
+
+
 class FrozenPolicy:
     """An SB3 policy loaded for acting only (no training state), on the CPU.
 
@@ -91,15 +113,10 @@ class FrozenPolicy:
         if not self.path.is_file():
             raise PolicyError(f"{self.path}: no such policy file")
         self.algorithm = algorithm_of(self.path)
-        cls = algorithm_class(self.algorithm)
-        from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
-
-        # A frozen policy never trains: SAC/TQC/TD3/DDPG would otherwise build the saved replay
-        # buffer (1M transitions: ~280 MB of zeroed arrays) at every load. Allocated and freed
-        # at each Start/Stop, those arrays fragmented the heap by ~8 MB a cycle.
-        small = {"buffer_size": 1} if issubclass(cls, OffPolicyAlgorithm) else {}
+        stat = self.path.stat()
         try:
-            model = cls.load(self.path, device="cpu", **small)
+            model = _load_model(str(self.path.resolve()), self.algorithm, stat.st_mtime_ns,
+                                stat.st_size)
         except Exception as exc:  # a damaged or foreign zip: one line, not a traceback
             raise PolicyError(f"{self.path}: cannot load as {self.algorithm}: "
                               f"{type(exc).__name__}: {exc}") from None
@@ -112,7 +129,7 @@ class FrozenPolicy:
             raise PolicyError(f"{self.path}: the policy acts with shape {a_shape}; "
                               f"the environment takes {tuple(np.shape(action_low))}")
         self.model = model
-        self.policy = model.policy.eval()
+        self.policy = model.policy
         self._torch = torch
         self.low = np.asarray(action_low, dtype=np.float64)
         self.high = np.asarray(action_high, dtype=np.float64)

@@ -296,7 +296,10 @@ def recard(path: Path, episodes: int = 10, command: str = "", env_id: str | None
         rng = np.random.default_rng(int(card.get("seed", 0)))
 
         def predict(self, obs: Any, deterministic: bool = False) -> tuple[Any, None]:
-            return policy.act(np.asarray(obs), self.rng, deterministic), None
+            obs = np.asarray(obs)
+            if obs.ndim > len(policy.model.observation_space.shape):  # a batch, as SB3's
+                return policy.act_many(obs, [self.rng] * len(obs), deterministic), None
+            return policy.act(obs, self.rng, deterministic), None
 
     card.update(card_returns(_Acting(), env_id, episodes, int(card.get("seed", 0))))
     card["evaluated_by"] = command or f"idt-desk train --card {path} --eval-episodes {episodes}"
