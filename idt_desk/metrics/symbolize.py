@@ -290,7 +290,7 @@ class Symbolizer:
         z = self._z(x)
         if cal.edges is not None:  # a value on an edge goes above it, as with equal widths
             idx = np.stack([np.searchsorted(e, z[:, j], side="right")
-                            for j, e in enumerate(cal.edges)], axis=1).reshape(z.shape)
+                            for j, e in enumerate(cal.edges)], axis=1)
         else:
             span = cal.z_hi - cal.z_lo
             width = np.where(span > 0, span, 1.0) / self.bins
