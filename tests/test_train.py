@@ -14,10 +14,30 @@ pytest.importorskip("stable_baselines3")
 from idt_desk_sources.gym.runs import progress
 from idt_desk_sources.gym.train import policy_name, train
 
+from tests.float32_bound import linear_layers, mlp_bound, squashed_action
+
 #: A one-joint MuJoCo env (4 observations, 1 torque in [-3, 3]): an untrained agent's card
 #: episodes end in dozens of steps. For what is the trainer's, not HalfCheetah's (exports,
 #: checkpoints, statistics, envs stepped together); the HalfCheetah tests keep its gait.
 SMALL_ENV = {"env_id": "InvertedPendulum-v5"}
+#: SMALL_ENV's torque bounds are ±3: a tanh-squashed action is 3 tanh(mean).
+SMALL_SCALE = 3.0
+
+
+def exact_action(model, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """An SB3 SAC/TQC actor's deterministic action computed exactly (float64) from its
+    weights, and how far a float32 evaluation of it may lie (tests/float32_bound.py): JAX
+    and torch, batched or row by row, each sum in their own order."""
+    layers = linear_layers(model.actor.latent_pi) + linear_layers(model.actor.mu)
+    return squashed_action(layers, obs, SMALL_SCALE)
+
+
+def assert_within(actual, expected, tolerance) -> None:
+    """|actual − expected| within a derived tolerance, element by element."""
+    gap = np.abs(np.asarray(actual, np.float64) - np.asarray(expected, np.float64))
+    worst = np.unravel_index(np.argmax(gap - tolerance), gap.shape)
+    assert np.all(gap <= tolerance), (
+        f"{gap[worst]:.3g} apart at {worst}, beyond the float32 bound {tolerance[worst]:.3g}")
 
 
 def test_train_writes_policy_and_card_and_resumes(tmp_path):
@@ -118,13 +138,17 @@ def test_sbx_trains_resumes_and_exports_an_identical_sb3_sac(tmp_path):
     obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
     a_jax, _ = trained.predict(obs, deterministic=True)
     a_torch, _ = shipped.predict(obs, deterministic=True)
-    np.testing.assert_allclose(a_torch, a_jax, atol=1e-5)
+    exact, bound = exact_action(shipped, obs)
+    assert_within(a_torch, exact, bound)
+    assert_within(a_jax, exact, bound)
     # The critics too: SB3's Q of (obs, action) equals SBX's for each of the two critics.
     act = np.random.default_rng(1).uniform(-1, 1, size=(64, 1)).astype(np.float32)
     q_jax = np.asarray(trained.policy.qf.apply(trained.policy.qf_state.params, obs, act))
     with torch.no_grad():
         q_torch = [q.numpy() for q in shipped.critic(torch.as_tensor(obs), torch.as_tensor(act))]
-    np.testing.assert_allclose(np.stack(q_torch)[..., 0], q_jax[..., 0], rtol=1e-4, atol=1e-4)
+    for k, net in enumerate(shipped.critic.q_networks):
+        _, d = mlp_bound(linear_layers(net), np.concatenate([obs, act], axis=1))
+        assert_within(q_torch[k][..., 0], q_jax[k, :, 0], 2 * d[:, 0])
     assert shipped.log_ent_coef.item() == pytest.approx(
         float(trained.ent_coef_state.params["log_ent_coef"]), abs=1e-6)
 
@@ -155,24 +179,29 @@ def test_sbx_tqc_exports_an_identical_sb3_contrib_tqc_that_the_source_acts_with(
     act = rng.uniform(-1, 1, size=(64, 1)).astype(np.float32)
     a_jax, _ = trained.predict(obs, deterministic=True)
     a_torch, _ = shipped.predict(obs, deterministic=True)
-    np.testing.assert_allclose(a_torch, a_jax, atol=1e-5)
+    exact, bound = exact_action(shipped, obs)
+    assert_within(a_torch, exact, bound)
+    assert_within(a_jax, exact, bound)
     # Every critic's 25 quantiles, online and target, as SBX computes them.
     pol = trained.policy
     with torch.no_grad():
         q_torch = shipped.critic(torch.as_tensor(obs), torch.as_tensor(act)).numpy()
         t_torch = shipped.critic_target(torch.as_tensor(obs), torch.as_tensor(act)).numpy()
+    rows = np.concatenate([obs, act], axis=1)
     for k, state in enumerate((pol.qf1_state, pol.qf2_state)):
         q_jax = np.asarray(pol.qf.apply(state.params, obs, act))
         t_jax = np.asarray(pol.qf.apply(state.target_params, obs, act))
-        np.testing.assert_allclose(q_torch[:, k], q_jax, rtol=1e-4, atol=1e-4)
-        np.testing.assert_allclose(t_torch[:, k], t_jax, rtol=1e-4, atol=1e-4)
+        _, d = mlp_bound(linear_layers(shipped.critic.q_networks[k]), rows)
+        assert_within(q_torch[:, k], q_jax, 2 * d)
+        _, d = mlp_bound(linear_layers(shipped.critic_target.q_networks[k]), rows)
+        assert_within(t_torch[:, k], t_jax, 2 * d)
     assert not np.allclose(q_torch[:, 0], q_torch[:, 1])  # two critics, not one copied
-    # The frozen source loads the zip as TQC and acts as the policy does.
+    # The frozen source loads the zip as TQC and acts as the policy does: row by row (its
+    # act_many), where predict sums the batch's product in another order.
     frozen = FrozenPolicy(path, (4,), -3 * np.ones(1), 3 * np.ones(1))
     assert frozen.algorithm == "TQC"
     gen = [np.random.default_rng(0)] * len(obs)
-    np.testing.assert_allclose(frozen.act_many(obs, gen, deterministic=True), a_torch,
-                               atol=1e-6)
+    assert_within(frozen.act_many(obs, gen, deterministic=True), exact, bound)
 
 
 def test_normalize_checkpoints_and_ships_the_vecnormalize_statistics(tmp_path):
@@ -218,8 +247,10 @@ def test_normalize_checkpoints_and_ships_the_vecnormalize_statistics(tmp_path):
     a_jax, _ = trained.predict(stats.normalize_obs(obs).astype(np.float32), deterministic=True)
     frozen = FrozenPolicy(path, (4,), -3 * np.ones(1), 3 * np.ones(1))
     assert frozen.vecnormalize == str(shipped)
-    np.testing.assert_allclose(frozen.act_many(obs, [np.random.default_rng(0)] * 32, True),
-                               a_jax, atol=1e-5)
+    normalized = stats.normalize_obs(obs).astype(np.float32)
+    exact, bound = exact_action(frozen.model, normalized)
+    assert_within(a_jax, exact, bound)
+    assert_within(frozen.act_many(obs, [np.random.default_rng(0)] * 32, True), exact, bound)
     # Without the statistics the same zip acts differently: they matter.
     raw, _ = trained.predict(obs.astype(np.float32), deterministic=True)
     assert np.abs(raw - a_jax).max() > 1e-3
@@ -284,8 +315,9 @@ def test_a_checkpoint_pickled_under_another_jax_resumes_with_its_weights(tmp_pat
                      trainer="sbx", train_freq=4, **SMALL_ENV)
         assert "idt_ghost_jax.Inline" in capsys.readouterr().err
         shipped = sb3.SAC.load(path, device="cpu")
-        np.testing.assert_allclose(shipped.predict(obs, deterministic=True)[0], expected,
-                                   atol=1e-5)
+        exact, bound = exact_action(shipped, obs)
+        assert_within(expected, exact, bound)
+        assert_within(shipped.predict(obs, deterministic=True)[0], exact, bound)
         # Training goes on from there: the optimiser's state came along, its step count too.
         from idt_desk_sources.gym.jax_models import load_checkpoint
 
