@@ -69,8 +69,8 @@ def test_every_source_defaults_to_a_known_detector_and_the_window_shows_it(qtbot
     """Persistence unless a source (or its first preset) says otherwise; a policy in an
     environment alarms by MEWMA under the paper's preset (its default) and by the union of the
     body parts' EWMAs under the live cheetah preset, at ≤ 1 false alarm per 10 h (the
-    comparisons in assets/docs/rl.md), the others at 1/h or per turns. The side panel follows
-    the chosen source."""
+    comparisons in assets/docs/rl-detection.md and rl-estimator.md), the others at 1/h or per
+    turns. The side panel follows the chosen source."""
     pytest.importorskip("pytestqt")
     from idt_desk_widgets.main_window import MainWindow
 

@@ -332,7 +332,8 @@ def test_a_session_given_no_detector_alarms_by_its_presets_and_records_it(tiny_p
                                                                           tmp_path):
     """The RL default: the paper's preset and MEWMA at 1/10h; the live cheetah preset (one IDT
     per body part) brings its detector, the union of every part component's EWMA, and the
-    attribution (the comparisons in assets/docs/rl.md); a detector or budget given wins.
+    attribution (the comparisons in assets/docs/rl-detection.md and rl-estimator.md); a
+    detector or budget given wins.
 
     The pendulum keeps persistence (``tests/test_defaults.py``); the gym wrapper's default is
     the gym source's (``tests/test_gym_wrapper.py``).

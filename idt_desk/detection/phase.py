@@ -3,9 +3,9 @@
 In a loop that resets (an RL environment's episodes), most of a window's variation is the
 episode's own cycle: the reset and the run-up after it. On the shipped HalfCheetah agents the
 phase of the episode explains 89-98 % of the baseline variance of P, H_f, H_b and ΔH and
-99.7 % of the per-window reward's (``assets/docs/rl.md``). A baseline that pools every phase
-measures that cycle as its noise; one that knows the phase compares each window with the
-baseline's windows at the same point of the episode.
+99.7 % of the per-window reward's (``assets/docs/rl-detection.md``). A baseline that pools
+every phase measures that cycle as its noise; one that knows the phase compares each window
+with the baseline's windows at the same point of the episode.
 
 A window's **phase** is the episode step of its last transition, in strides
 (:func:`window_phase`). :class:`PhaseBaseline` keeps, per metric and phase, the baseline's mean

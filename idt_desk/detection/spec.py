@@ -34,10 +34,10 @@ __all__ = [
 DEFAULT_DETECTOR = "persistence"
 #: The default alarm of a policy acting in an environment (the gym source, the gym wrapper and
 #: callback): one multivariate EWMA of the whitened components. Chosen by the HalfCheetah
-#: comparisons in ``assets/docs/rl.md``: on the chaotic agent once shipped it saw 5 of 8 perturbed
-#: trials where persistence and EWMA saw 3; on the settled SAC seed 3 every detector sees every
-#: trial, and at 600 k steps only MEWMA did (8 of 8 against EWMA's 2 at 1/h; 7 against 0 at
-#: ``CONTROL_BUDGET``).
+#: comparisons in ``assets/docs/rl-detection.md``: on the chaotic agent once shipped it saw 5
+#: of 8 perturbed trials where persistence and EWMA saw 3; on the settled SAC seed 3 every
+#: detector sees every trial, and at 600 k steps only MEWMA did (8 of 8 against EWMA's 2 at
+#: 1/h; 7 against 0 at ``CONTROL_BUDGET``).
 CONTROL_DETECTOR = "mewma"
 #: The default false-alarm budget of a policy acting in an environment: one per ten hours of loop
 #: time. A perturbation trial watched for half an hour after its onset is the unit of the RL
@@ -45,7 +45,7 @@ CONTROL_DETECTOR = "mewma"
 #: unperturbed runs, at 1/10h in 4.9 % (1 of 20). At 50× real time, as the dashboard runs
 #: HalfCheetah, 1/h of loop time is one false alarm per 72 s on screen; 1/10h one per 12 min.
 #: On the shipped default agent MEWMA sees 8 of 8 at both budgets with 4 of 20 controls alarmed
-#: at 1/h and 1 of 20 at 1/10h (``assets/docs/rl.md``, "The RL budget").
+#: at 1/h and 1 of 20 at 1/10h (``assets/docs/rl-detection.md``, "The RL budget").
 CONTROL_BUDGET = "1/10h"
 #: The false-alarm budget of a loop that declares none (a source's ``default_budget``).
 DEFAULT_BUDGET = "1/h"

@@ -95,7 +95,7 @@ class SessionConfig:
         An episodic loop (a source with ``episode_steps``): judge each window against the
         baseline's windows at the same phase of the episode (``idt_desk.detection.phase``),
         the IDT components and reward alike. Off by default: on the shipped HalfCheetah
-        agents it did not detect more than the pooled baseline (``assets/docs/rl.md``).
+        agents it did not detect more than the pooled baseline (``assets/docs/rl-detection.md``).
     twin
         Step the source's nominal model (``Source.twin``) beside the IDT: each window's
         residual of the physics and, at an alarm, the class of change. On by default.

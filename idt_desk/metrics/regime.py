@@ -18,7 +18,7 @@ wherever a window is shown (``info["idt"]``, the dashboard's alarm panel, a run'
 Everything else is **resolved**. The measurements behind the thresholds (shipped agents,
 the wrappers' default of 3 bins a variable, W = 300): HalfCheetah SAC seed 2 (chaotic) has a
 median ``unique_frac`` of 0.84, PPO seed 0 0.65, SAC seed 3 (settled) 0.027 with H_f = 0 in
-half its windows; Reacher SAC 0.34; Pendulum-v1 SAC 0.08 (assets/docs/rl.md).
+half its windows; Reacher SAC 0.34; Pendulum-v1 SAC 0.08 (assets/docs/rl-beyond.md).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Three bins of every variable (the paper's HalfCheetah numbers with each variable
 group) resolve some loops and not others: a window of W = 300 on a wide, chaotic one holds
 mostly distinct (S, A, S') (**saturated** or **sparse**, :mod:`idt_desk.metrics.regime`),
 and a settled agent's window repeats an exact gait **cycle**. Measured on the six shipped
-HalfCheetah agents (the training env of this rule; ``assets/docs/rl.md``), the median window
+HalfCheetah agents (the training env of this rule; ``assets/docs/rl-beyond.md``), the median window
 of 3 bins a variable holds 83 % distinct triples on SAC seed 2, 73 % on PPO seed 0 and 95 %
 on PPO seed 1, and SAC seed 3 repeats 6 triples in 300.
 
@@ -65,7 +65,7 @@ class View:
 #: widths (fixed on the HalfCheetah agents), then the same kinds of view with quantile bins,
 #: for a loop that sits at a fixed point most of the time (its range is a transient's, and
 #: equal widths put everything it does while settled in one bin: a *cycle*; fixed on the
-#: balancing InvertedPendulum-v5 agent at seed 101, ``assets/docs/rl.md``).
+#: balancing InvertedPendulum-v5 agent at seed 101, ``assets/docs/rl-beyond.md``).
 LADDER = (View(3), View(2), View(3, 4, 2), View(3, 3, 2), View(2, 4, 2), View(3, 3, 1),
           View(3, 2, 1), View(2, 2, 1), View(3, quantile=True), View(2, quantile=True),
           View(3, 4, 2, quantile=True), View(3, 2, 1, quantile=True),

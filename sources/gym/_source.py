@@ -214,11 +214,11 @@ def _force(name: str, newtons: float) -> Perturbation:
 
 
 #: What each modulation measured on the three shipped SAC agents (``reproduce cheetah
-#: --modulation``, ``assets/data/modulation_study.json``, the RL page's table): no setting
-#: recovered return lost to any perturbation, so each default is the setting that cost the
-#: unperturbed controls least, and the tooltip says what it does and what it cost.
-_STUDY = ("Measured on the three shipped SAC agents (the RL page): no setting recovered the "
-          "return a perturbation took (every interval reaches below 0)")
+#: --modulation``, ``assets/data/modulation_study.json``, ``assets/docs/rl-modulation.md``):
+#: no setting recovered return lost to any perturbation, so each default is the setting that
+#: cost the unperturbed controls least, and the tooltip says what it does and what it cost.
+_STUDY = ("Measured on the three shipped SAC agents (the RL modulation study): no setting "
+          "recovered the return a perturbation took (every interval reaches below 0)")
 RL_MODULATIONS = (
     dataclasses.replace(HOLD, params=(
         HOLD.params[0],
@@ -269,10 +269,10 @@ class GymSource(Source):
     #: The paper's preset first (the default: on held-out seeds its alarm kept its budget),
     #: then the live cheetah (one IDT per body part, W 1000, its own detector: the union of
     #: the components' EWMA; faster on chaotic agents, over budget on held-out controls, and
-    #: it names the class of change: ``assets/docs/rl.md``).
+    #: it names the class of change: ``assets/docs/rl-estimator.md``).
     presets = ("cheetah", "cheetah-live", "gym", "auto")
     #: MEWMA: the detector that sees most on the shipped agents under the paper's preset
-    #: (``assets/docs/rl.md``); the live cheetah preset names its own.
+    #: (``assets/docs/rl-detection.md``); the live cheetah preset names its own.
     default_detector = CONTROL_DETECTOR
     #: 1/10h of loop time: at most 1 of 20 half-hour unperturbed runs alarmed by chance.
     default_budget = CONTROL_BUDGET

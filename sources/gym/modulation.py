@@ -214,9 +214,10 @@ def format_table(table: Mapping[str, Any]) -> list[str]:
 #: kind that take 13-41 % of a shipped SAC agent's return.
 _COSTLY = ("act_noise_4:percent=20", "obs_noise_3:percent=10", "force_torso_10N:force=-10",
            "gravity_110:factor=1.2", "force_torso_10N", "gravity_110")
-#: The study on the RL page (*What each button does to a mature agent*), batch by batch:
-#: (its --seed, its perturbations, its --manual settings). The three shipped SAC seeds, two
-#: controls each, 20 episodes, the perturbation and the modulation from episode 6.
+#: The study of ``assets/docs/rl-modulation.md`` (*What each button does to a mature
+#: agent*), batch by batch: (its --seed, its perturbations, its --manual settings). The three
+#: shipped SAC seeds, two controls each, 20 episodes, the perturbation and the modulation from
+#: episode 6.
 STUDY: tuple[tuple[int, tuple[str, ...], tuple[str, ...]], ...] = (
     (431, ("act_noise_4", "obs_noise_3", "act_noise_4:percent=20", "obs_noise_3:percent=10"),
      ("hold:mode=scale,scale=0.99", "hold:mode=scale,scale=0.97", "hold:mode=scale,scale=0.9",

@@ -95,7 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "intervals over policies, runs and episodes; writes "
                              "modulation.json and .md into --out")
     parser.add_argument("--modulation-study", action="store_true",
-                        help="run the RL page's modulation study (four batches of --manual "
+                        help="run the RL modulation study (four batches of --manual "
                              "settings on the three shipped SAC seeds, about 35 minutes on 2 "
                              "cores; batches already in --out are kept) and write its table "
                              "as --modulation does")
