@@ -15,7 +15,9 @@ four entries of the three ``detected`` events went. Then when every alarm came t
 severity: each IDT ``alarm_on`` gained ``severity`` (its components' mean z up to it), each
 baseline's ``needed_windows`` moved (the length that would do, now on a 5 % grid and under
 the limit by the threshold's own error) and a preset given by value its empty ``caveat``;
-nothing else, and no window."""
+nothing else, and no window. Then when a hypothesis's size came to be fitted: gravity ×1.3's
+two evidence texts say "gravity (×1.3)" where they said the template's "gravity ×1.1", and
+their ``twin`` numbers gained ``size`` (1.3); nothing else, and no window."""
 
 from __future__ import annotations
 

@@ -87,3 +87,95 @@ def test_a_preset_with_a_caveat_says_it_beside_its_alarm(qtbot, tmp_path):
     assert "<b>Caveat</b> (cheetah-live): its alarm went off more often than its budget" \
         in panel.calibration.text()
     assert not any(p.caveat for name, p in PRESETS.items() if name != "cheetah-live")
+
+
+def _pendulum(schedule: list[tuple[int, str, dict | None]], limit: int = 60000):
+    from idt_desk.live.session import Session, SessionConfig
+
+    s = Session(SessionConfig(source="pendulum", speed=None, seed=7, baseline_windows=200))
+    for at, name, params in schedule:
+        s.schedule(at, "perturb", name=name, params=params)
+    s.limit = limit
+    s.start()
+    assert s.wait(300)
+    s.stop()
+    return s
+
+
+def test_a_change_during_an_alarm_is_judged_named_and_said_so(qtbot):
+    """Sensor noise switched on while gravity's alarm was on read "not detected … (the alarm
+    stayed on from an earlier change)", with no class and no word that it would be judged."""
+    from idt_desk_widgets.alarms import AlarmPanel
+
+    s = _pendulum([(30000, "gravity", {"factor": 1.3}), (34000, "sensor_noise", {})])
+    events = s.events_since(0)
+    alarm_on = [e for e in events if e["kind"] == "alarm_on" and e.get("metric") == "IDT"]
+    assert alarm_on[0]["i"] < 34000 and not [e for e in events if e["kind"] == "alarm_off"]
+    # Named at the first window that holds only what followed it (W 300: from 34,000 on).
+    named, = [e for e in events if e["kind"] == "attributed" and e.get("during_alarm")]
+    assert named["onset_i"] == 34000 and named["name"] == "sensor_noise"
+    assert named["attribution"] == "sensor" and 34300 <= named["i"] <= 34300 + 75
+    assert named["alarm_i"] == alarm_on[0]["i"]
+    verdict, = [e for e in events if e["kind"] == "not_detected"]
+    assert verdict["during_alarm"] and verdict["attribution"] == "sensor"
+    panel = AlarmPanel()
+    qtbot.addWidget(panel)
+    panel.update_snapshot(s.snapshot())
+    text = panel.latency.text()
+    assert "a second change during an alarm" in text and "What changed after it: sensor" in text
+    from idt_desk.cli.run import _verdict_lines
+
+    line, = [ln for ln in _verdict_lines(events) if ln.startswith("sensor_noise")]
+    assert "a second change during an alarm" in line and "what changed after it: sensor" in line
+
+
+def test_while_a_change_during_an_alarm_waits_the_panel_says_for_what(qtbot):
+    import dataclasses
+
+    from idt_desk_widgets.alarms import AlarmPanel
+
+    s = _pendulum([(30000, "gravity", {"factor": 1.3})], limit=34000)
+    snap = s.snapshot()
+    # The state of the session just after a second change while the alarm is on.
+    onset = {"name": "sensor_noise", "i": 34000, "first_window": snap.n_windows - 1,
+             "latency": None, "horizon": 100, "expired": False, "impulse": False,
+             "unit": "window", "carried": True, "carried_from": snap.latest_alarm["i"]}
+    panel = AlarmPanel()
+    qtbot.addWidget(panel)
+    panel.update_snapshot(dataclasses.replace(snap, onset=onset))
+    text = panel.latency.text()
+    assert "during an alarm already on" in text
+    assert "named once a window holds only data after it (1 of 4 windows)" in text
+    assert "not detected" not in text
+
+
+def test_the_panel_describes_the_latest_alarm_not_an_earlier_ones_class(qtbot):
+    """An alarm after a perturbation's detection (the input filter's) said "what changed:
+    sensor" in its event while the panel kept the earlier gravity explanation."""
+    import dataclasses
+
+    from idt_desk_widgets.alarms import AlarmPanel
+
+    s = _pendulum([(30000, "gravity", {"factor": 1.3}), (36000, "gravity", None)])
+    snap = s.snapshot()
+    onset = snap.onset
+    assert onset["latency"] is not None and onset["alarm_i"] == snap.latest_alarm["i"]
+    panel = AlarmPanel()
+    qtbot.addWidget(panel)
+    panel.update_snapshot(snap)
+    text = panel.latency.text()
+    assert "What changed: dynamics" in text and "The latest alarm" not in text
+    # A later alarm, its class not named yet: the panel says so, not gravity's class.
+    later = dataclasses.replace(snap, latest_alarm={"i": 50000, "t": 50.0},
+                                severity={"H_f": 4.2, "P": -3.0})
+    panel.update_snapshot(later)
+    text = panel.latency.text()
+    assert "The latest alarm (at 50.0 s, after this one's) moved H_f +4.2σ, P −3.0σ — what " \
+           "changed: named once a window holds only changed data" in text
+    # Once it is named: its own class.
+    named = dataclasses.replace(later, attribution={
+        "attribution": "sensor", "evidence": "the residual spreads", "alarm_i": 50000})
+    panel.update_snapshot(named)
+    text = panel.latency.text()
+    assert text.count("what changed: sensor — the residual spreads") == 1
+    assert "What changed: dynamics" in text  # the onset's own detection keeps its class

@@ -101,19 +101,24 @@ def _evidence(z=None, bias=(0.0, 0.0), hyp=(), ratio=1.5):
          **(z or {})}
     ev = TwinEvidence(z, {"R_spread_pos": ratio}, np.array(bias, dtype=float),
                       np.where(np.abs(bias) >= 5, 50.0, 1.0), names=("x", "v"))
-    ev.hypotheses = [(Hypothesis(n, c, w, np.zeros((1, 2))), np.array(d, dtype=float))
-                     for n, c, w, d in hyp]
+    ev.hypotheses = [(Hypothesis(n, c, w, np.zeros((1, 2)), *sized),
+                      np.array(d, dtype=float)) for n, c, w, d, *sized in hyp]
     return ev
 
 
 def test_the_rule_names_each_class_and_says_why():
     push = ("push", "force", "a push on v", (0.0, 1.0))
-    heavier = ("gravity", "dynamics", "gravity ×1.1", (1.0, -0.2))
+    heavier = ("gravity", "dynamics", "gravity", (1.0, -0.2), 0.1, 1.0, "×{:.3g}")
     got = attribute(_evidence(bias=(0.5, 40.0), hyp=[push, heavier]))
     assert got["attribution"] == "force" and "a bias on v (+40.0 sd)" in got["evidence"]
-    assert "a push on v explains (cos +1.00)" in got["evidence"]
-    got = attribute(_evidence(bias=(-30.0, 5.0), hyp=[push, heavier]))
-    assert got["attribution"] == "dynamics" and "gravity ×1.1" in got["evidence"]
+    # The size is fitted along the push's effect (1 a unit: 40 of them, the x bias aside).
+    assert "a push on v (+40) explains (cos +1.00)" in got["evidence"]
+    assert got["twin"]["size"] == 40.0
+    got = attribute(_evidence(bias=(-30.0, 6.0), hyp=[push, heavier]))
+    # −30 σ along a template whose 0.1 of gravity gives +1: gravity ×(1 − 3.0) — the size
+    # measured, not the template's ×1.1.
+    assert got["attribution"] == "dynamics" and "gravity (×-2) explains" in got["evidence"]
+    assert "×1.1" not in got["evidence"]
     got = attribute(_evidence({"R_spread_pos": 8.0}, bias=(3.0, -4.0), hyp=[push]))
     assert got["attribution"] == "sensor" and "spreads ×1.5 (+8.0 sd)" in got["evidence"]
     got = attribute(_evidence(bias=(1.0, 2.0), hyp=[push]))

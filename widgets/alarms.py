@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from idt_desk.detection.registry import DETECTORS
-from idt_desk.live.alarms import attribution_text, impact_text, severity_text
+from idt_desk.live.alarms import DURING_ALARM, attribution_text, impact_text, severity_text
 from idt_desk.live.ranges import RangeWatch, recheck_text
 from idt_desk.live.session import Session, Snapshot, undefined_reason
 from idt_desk.metrics.regime import regime, regime_text
@@ -342,44 +342,10 @@ class AlarmPanel(QGroupBox):
         onset = snap.onset
         unit = (onset or {}).get("unit") or (
             "turn" if getattr(snap, "tokenizer", None) is not None else "window")
-        latest = attribution_text(getattr(snap, "attribution", None))
-        if onset is None:
-            moved = severity_text(getattr(snap, "severity", None), top=2,
-                                  beyond=None if b is None else b.k_of)
-            text = "No perturbation yet" + (
-                f"<br>The latest alarm moved {html.escape(moved)}" if moved else "") + (
-                f"<br>The latest alarm — what changed: {html.escape(latest)}" if latest else "")
-        else:
-            # A recording's names are data: shown as text, never read as markup.
-            name = html.escape(str(self.names.get(onset["name"], onset["name"])))
-            first = onset.get("first_window")
-            if onset.get("latency") is not None:
-                n = onset["latency"]
-                text = (f"Detected <b>{n}</b> {plural(unit, n)} after the onset "
-                        f"of <i>{name}</i>")
-                moved = severity_text(onset.get("severity"), top=2,
-                                      beyond=None if b is None else b.k_of)
-                text += f"; moved {html.escape(moved)}" if moved else ""
-                named = attribution_text(onset.get("attribution"))
-                text += f"<br>What changed: {html.escape(named)}" if named else (
-                    "<br>What changed: named once a window holds only changed data")
-            elif onset.get("expired"):
-                h = onset.get("horizon")
-                text = f"<i>{name}</i>: not detected within {h} {plural(unit, h)}"
-                if onset.get("carried"):
-                    text += " (the alarm stayed on from an earlier change)"
-            elif onset.get("off_i") is not None:
-                text = f"<i>{name}</i> is off again: not detected while it was on"
-            else:
-                n = None if first is None else snap.n_windows - first
-                h = onset.get("horizon")
-                since = "" if n is None else (
-                    f" ({n} of {h} {plural(unit, h)} since the onset)" if h
-                    else f" ({n} {plural(unit, n)} since the onset)")
-                state = "injected" if onset.get("impulse") else "on"
-                text = f"<i>{name}</i> {state}: not detected yet{since}"
-                if snap.state in ("stopped", "error"):  # no window more is coming
-                    text = f"<i>{name}</i> {state}: not detected before the session ended{since}"
+        text = "No perturbation yet" if onset is None else self._onset_text(snap, onset, unit, b)
+        later = self._latest_alarm_text(snap, onset, b)
+        if later:
+            text += f"<br>{later}"
         cost = impact_text((onset or {}).get("impact"))
         if cost:
             text += f"<br>{html.escape(cost[0].upper() + cost[1:])}"
@@ -424,6 +390,88 @@ class AlarmPanel(QGroupBox):
                     f"{html.escape(str(caveat))}"
         if text != self.calibration.text():
             self.calibration.setText(text)
+
+    def _onset_text(self, snap: Snapshot, onset: dict, unit: str, b: object) -> str:
+        """The latest perturbation's verdict, or how long it still waits for one.
+
+        Detected (how far it moved, what changed), a second change during an alarm, not
+        detected, or waiting.
+        """
+        # A recording's names are data: shown as text, never read as markup.
+        name = html.escape(str(self.names.get(onset["name"], onset["name"])))
+        first = onset.get("first_window")
+        state = "injected" if onset.get("impulse") else "on"
+        if onset.get("latency") is not None:
+            n = onset["latency"]
+            text = f"Detected <b>{n}</b> {plural(unit, n)} after the onset of <i>{name}</i>"
+            moved = severity_text(onset.get("severity"), top=2,
+                                  beyond=None if b is None else b.k_of)
+            text += f"; moved {html.escape(moved)}" if moved else ""
+            named = attribution_text(onset.get("attribution"))
+            return text + (f"<br>What changed: {html.escape(named)}" if named else
+                           "<br>What changed: named once a window holds only changed data")
+        during = ""
+        if onset.get("during_alarm"):
+            named = attribution_text(onset.get("attribution"))
+            during = f"{html.escape(DURING_ALARM)}" + (
+                f"<br>What changed after it: {html.escape(named)}" if named else "")
+        if onset.get("expired"):
+            h = onset.get("horizon")
+            text = f"<i>{name}</i>: not detected within {h} {plural(unit, h)}"
+            return text + (f": {during}" if during else
+                           " (the alarm stayed on from an earlier change)"
+                           if onset.get("carried") else "")
+        if onset.get("off_i") is not None:
+            text = f"<i>{name}</i> is off again: not detected while it was on"
+            return text + (f": {during}" if during else "")
+        n = None if first is None else snap.n_windows - first
+        h = onset.get("horizon")
+        if during:
+            left = "" if n is None or not h else f" ({n} of {h} {plural(unit, h)})"
+            return (f"<i>{name}</i> {state} during an alarm already on: {during}<br>"
+                    f"Detected only if the alarm clears and rises again{left}")
+        if onset.get("carried"):
+            # The earlier alarm is on: say that this change is judged all the same, and when.
+            pr = snap.preset or {}
+            need = -(-int(pr.get("window") or 1) // int(pr.get("stride") or 1))
+            wait = "" if n is None else f" ({min(n, need)} of {need} {plural(unit, need)})"
+            return (f"<i>{name}</i> {state} during an alarm already on: "
+                    f"{html.escape(DURING_ALARM)}. What changed is named once a window holds "
+                    f"only data after it{wait}")
+        since = "" if n is None else (
+            f" ({n} of {h} {plural(unit, h)} since the onset)" if h
+            else f" ({n} {plural(unit, n)} since the onset)")
+        if snap.state in ("stopped", "error"):  # no window more is coming
+            return f"<i>{name}</i> {state}: not detected before the session ended{since}"
+        return f"<i>{name}</i> {state}: not detected yet{since}"
+
+    @staticmethod
+    def _latest_alarm_text(snap: Snapshot, onset: dict | None, b: object) -> str:
+        """The latest alarm where it is not the onset's own detection ("" otherwise).
+
+        How far it moved and its class (or that its class is still to be named), so the panel
+        never keeps an earlier alarm's explanation (an alarm a modulation raised after a
+        perturbation's).
+        """
+        latest = getattr(snap, "latest_alarm", None)
+        if not latest:
+            return ""
+        i = latest.get("i")
+        if onset is not None and (i == onset.get("alarm_i") or i <= onset["i"]):
+            return ""  # the onset's detection, or the alarm it came during: said with it
+        at = latest.get("t")
+        turns = getattr(snap, "tokenizer", None) is not None
+        parts = ([] if at is None else [f"turn {at:.0f}" if turns else f"at {at:,.1f} s"]) + (
+            ["after this one's"] if onset is not None else [])
+        head = "The latest alarm" + (f" ({', '.join(parts)})" if parts else "")
+        moved = severity_text(getattr(snap, "severity", None), top=2,
+                              beyond=None if b is None else b.k_of)
+        text = head + (f" moved {html.escape(moved)}" if moved else "")
+        got = getattr(snap, "attribution", None)
+        if got and got.get("alarm_i") == i:
+            named = attribution_text(got)
+            return text + (f" — what changed: {html.escape(named)}" if named else "")
+        return text + " — what changed: named once a window holds only changed data"
 
     def _chunk(self, which: str, color: str) -> None:
         if color != self._chunks[which]:

@@ -31,7 +31,12 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from idt_desk.live.alarms import attribution_text, impact_text, severity_text
+from idt_desk.live.alarms import (
+    attribution_text,
+    during_alarm_text,
+    impact_text,
+    severity_text,
+)
 from idt_desk.live.ranges import VERDICTS
 
 __all__ = ["COLUMNS", "FILTERS", "EventLog", "describe_event"]
@@ -110,6 +115,7 @@ def describe_event(ev: dict[str, Any], turns: bool = False) -> tuple[str, str]:
         h = ev.get("horizon")
         details = ("went off undetected" if ev.get("off")
                    else f"within {h} {plural(unit, h)}")
+        details += f": {during_alarm_text(ev)}" if ev.get("during_alarm") else ""
     elif kind == "detected":
         n, unit = ev.get("latency"), str(ev.get("unit", "window"))
         details = f"{n} {plural(unit, n)} after the onset"
@@ -305,6 +311,8 @@ class EventLog(QFrame):
     def _latency_text(self, onset: dict[str, Any], verdict: dict[str, Any]) -> str:
         unit = str(verdict.get("unit", "window"))
         if verdict.get("kind") == "not_detected":
+            if verdict.get("during_alarm"):
+                return f"during an alarm ({verdict.get('attribution') or 'no class'})"
             if verdict.get("off"):
                 return "not detected while on"
             h = verdict.get("horizon")

@@ -306,7 +306,12 @@ def _warn_overlaps(session, specs: list[str], steps: int | None) -> None:
 
 def _verdict_lines(events: list[dict]) -> list[str]:
     """Each perturbation's verdict, how far it moved the components and what it cost."""
-    from idt_desk.live.alarms import attribution_text, impact_text, severity_text
+    from idt_desk.live.alarms import (
+        attribution_text,
+        during_alarm_text,
+        impact_text,
+        severity_text,
+    )
 
     lines = []
     for ev in events:
@@ -328,7 +333,8 @@ def _verdict_lines(events: list[dict]) -> list[str]:
         elif ev["kind"] == "not_detected":
             lines.append(head + ("not detected while it was on" if ev.get("off") else
                                  f"not detected within {ev.get('horizon')} "
-                                 f"{ev.get('unit', 'window')}s"))
+                                 f"{ev.get('unit', 'window')}s")
+                         + (f": {during_alarm_text(ev)}" if ev.get("during_alarm") else ""))
         else:
             lines.append(head + impact_text(ev))
     return lines

@@ -195,15 +195,15 @@ class MujocoTwin:
             if np.abs(delta).max() > 1e-9:  # the root cannot move along this axis
                 out.append(Hypothesis(f"force_{name}", "force",
                                       f"an external force on {self.root_name} along {name}",
-                                      delta))
+                                      delta, unit="{:+.3g} N"))
         model.opt.gravity[:] = self.gravity * GRAVITY_FACTOR
         try:
             delta = self.predict(s, a) - base
         finally:
             model.opt.gravity[:] = self.gravity
         if np.abs(delta).max() > 1e-9:  # a loop in a horizontal plane (a swimmer)
-            out.append(Hypothesis("gravity", "dynamics",
-                                  f"gravity ×{GRAVITY_FACTOR:g} (a heavier load)", delta))
+            out.append(Hypothesis("gravity", "dynamics", "gravity (a heavier load)", delta,
+                                  size=GRAVITY_FACTOR - 1.0, base=1.0, unit="×{:.3g}"))
         return out
 
 

@@ -25,9 +25,24 @@ if TYPE_CHECKING:
     from idt_desk.live.seams import CalibrationHost
     from idt_desk.live.source import Source
 
-__all__ = ["COSTLY_RETURN", "HORIZON_TURNS", "HORIZON_WINDOWS", "Alarms", "attribution_text",
-           "auto_controller", "baseline_overlap", "baseline_span", "impact_text", "overlap_text",
-           "severity_text"]
+__all__ = [
+    "COSTLY_RETURN",
+    "DURING_ALARM",
+    "HORIZON_TURNS",
+    "HORIZON_WINDOWS",
+    "Alarms",
+    "attribution_text",
+    "auto_controller",
+    "baseline_overlap",
+    "baseline_span",
+    "during_alarm_text",
+    "impact_text",
+    "overlap_text",
+    "severity_text",
+]
+
+#: A perturbation switched on while an earlier change's alarm is still on, in words.
+DURING_ALARM = "a second change during an alarm (the alarm was already on, so it cannot time it)"
 
 #: Windows after an onset's first window within which an alarm counts as its detection
 #: (the turn path: the paper's injection turn and the two after it).
@@ -84,6 +99,10 @@ class Alarms:
         self.attribution: dict[str, Any] | None = None
         #: How far the latest alarm moved each component (its event's ``severity``).
         self.severity: dict[str, float] | None = None
+        #: The latest IDT alarm: ``{"i": its first window's end, "t": that window's loop
+        #: time}`` (None before one). The panel tells it apart from the onset's detection, and
+        #: its class from an earlier alarm's (``attribution["alarm_i"]``).
+        self.latest_alarm: dict[str, Any] | None = None
         #: Windows (the session's count) whose class is still to be named: the first window
         #: of the alarm each is for (its end transition).
         self._due: dict[int, int] = {}
@@ -110,8 +129,12 @@ class Alarms:
                       "horizon": horizon, "expired": False, "impulse": bool(impulse),
                       "unit": "turn" if self.turns else "window", "z_sum": {}, "z_n": {},
                       # An alarm already on (an earlier change's) is not this one's detection:
-                      # only an alarm that rises after it has cleared is.
+                      # only an alarm that rises after it has cleared is. Until then it is a
+                      # second change during an alarm, named by the first window that holds
+                      # only what followed it (:meth:`_judge_onset`).
                       "carried": bool(self.alarm["IDT"]),
+                      "carried_from": (self.latest_alarm or {}).get("i")
+                      if self.alarm["IDT"] else None,
                       # The returns of the episodes that ended before it (the latest kept).
                       "before": [r for end, r in self._returns if end <= i]}
 
@@ -171,10 +194,14 @@ class Alarms:
         self.n_alarms += int(np.count_nonzero(idt & ~before))
         prev = {m: self._recent.get(m, np.empty(0)) for m in (z or {}) if m not in TWIN_METRICS}
         recent = {m: np.concatenate([v, z[m][judged]]) for m, v in prev.items()}
+        times = table.get("t")
         for k in np.flatnonzero(idt != before):
             j = judged[k]
             on = flags["IDT"][j] == 1.0
             got = {}
+            if on:
+                self.latest_alarm = {"i": int(ends[j]), "t": None if times is None
+                                     else float(times[j])}
             if on and self.attribute_after:
                 self._due.setdefault(windows_before + int(j) + self.attribute_after,
                                      int(ends[j]))
@@ -247,7 +274,20 @@ class Alarms:
         alarmed = flags["IDT"][seen] == 1.0
         if onset.get("carried"):
             cleared = np.flatnonzero(~alarmed)
-            alarmed[: cleared[0] if cleared.size else alarmed.size] = False
+            clear_at = int(cleared[0]) if cleared.size else alarmed.size
+            # The first window that holds only what followed the onset, while the earlier
+            # alarm is still on: the alarm cannot time this change, but that window's class
+            # says what changed (a second change during an alarm), told at once in an
+            # ``attributed`` event; the verdict still waits for the alarm to clear and rise.
+            only_after = np.flatnonzero(starts[seen] >= onset["i"])
+            if not onset.get("during_alarm") and only_after.size and only_after[0] < clear_at:
+                row = int(seen[only_after[0]])
+                onset["during_alarm"] = True
+                onset["attribution"] = self._attribute(row)
+                self.later("attributed", at=int(ends[row]), alarm_i=onset["carried_from"],
+                           onset_i=onset["i"], name=onset["name"], during_alarm=True,
+                           **onset["attribution"])
+            alarmed[:clear_at] = False
             if cleared.size:
                 onset["carried"] = False
         hits = seen[alarmed]
@@ -264,6 +304,7 @@ class Alarms:
             onset["z_n"][m] = onset["z_n"].get(m, 0) + int(v.size)
         if hits.size:
             onset["latency"] = windows_before + int(hits[0]) - onset["first_window"]
+            onset["alarm_i"] = int(ends[hits[0]])  # the alarm that detected it
             if self.attribute_after:  # told with its class, once that is named
                 onset["due"] = windows_before + int(hits[0]) + self.attribute_after
                 self._due.setdefault(onset["due"], int(ends[hits[0]]))
@@ -281,7 +322,9 @@ class Alarms:
         """Log once whether the onset's perturbation was detected (the event log's latency).
 
         ``detected``: the latency in windows (turns) after the onset's first window;
-        ``not_detected``: the horizon ran out, or the perturbation went off undetected.
+        ``not_detected``: the horizon ran out, or the perturbation went off undetected (with
+        ``during_alarm`` and the class of change of the first window after it, where it came
+        during an earlier alarm still on then).
         """
         if onset.get("logged"):
             return
@@ -293,10 +336,12 @@ class Alarms:
             self.later("detected", at=at, latency=onset["latency"], severity=severity,
                        **onset.get("attribution", {}), **common)
         else:
+            during = ({"during_alarm": True, "alarm_from": onset.get("carried_from"),
+                       **onset.get("attribution", {})} if onset.get("during_alarm") else {})
             self.later("not_detected", at=at, horizon=onset["horizon"],
                        off=onset.get("off_i") is not None and not onset.get("expired"),
                        **({"alarm_carried": True} if onset.get("carried") else {}),
-                       **common)
+                       **during, **common)
 
     def _attribute(self, row: int) -> dict[str, Any]:
         """The attribution of an alarm at ``row`` of the latest block ({}: none)."""
@@ -416,18 +461,22 @@ def _component_name(m: str) -> str:
 
 
 def attribution_text(event: Mapping[str, Any] | None) -> str:
-    """An alarm's class of change in words, with how often the rule is right.
+    """An alarm's class of change in words, with its evidence.
 
-    "actuator — physics intact (…): the action given the state changed (the twin's rule:
-    right in …)"; a class not named (``unknown``) says why, without the rule's record.
+    "actuator — physics intact (…): the action given the state changed"; a class not named
+    (``unknown``) says why. No study's score: how often the rule is right is a figure of the
+    documentation, which a study regenerates.
     """
-    from idt_desk.detection.attribution import HELD_OUT, UNKNOWN
-
     if not event or not event.get("attribution"):
         return ""
     words = event.get("evidence")
-    text = event["attribution"] + (f" — {words}" if isinstance(words, str) and words else "")
-    return text if event["attribution"] == UNKNOWN else f"{text} (the twin's rule: {HELD_OUT})"
+    return event["attribution"] + (f" — {words}" if isinstance(words, str) and words else "")
+
+
+def during_alarm_text(event: Mapping[str, Any]) -> str:
+    """A ``not_detected`` verdict of a change that came during an alarm, with its class."""
+    named = attribution_text(event)
+    return DURING_ALARM + (f"; what changed after it: {named}" if named else "")
 
 
 def severity_text(severity: Mapping[str, float] | None, top: int = 4,

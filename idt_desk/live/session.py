@@ -331,6 +331,7 @@ class Session:
                 alarm=dict(alarms.alarm),
                 onset=None if alarms.onset is None else dict(alarms.onset),
                 attribution=alarms.attribution, severity=alarms.severity,
+                latest_alarm=alarms.latest_alarm,
                 recording=str(self.sink.path) if self.sink.recording else None,
                 throughput=self.pacer.throughput, loop_rate=self.pacer.loop_rate,
                 out_of_range_warning=None if self._range.warning is None

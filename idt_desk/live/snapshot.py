@@ -69,6 +69,9 @@ class Snapshot:
     #: How far the latest alarm moved each component, its mean z up to the alarm (an
     #: ``alarm_on`` event's ``severity``), None before the first.
     severity: dict[str, float] | None = None
+    #: The latest IDT alarm, ``{"i": its first window's end, "t": its loop time}`` (None
+    #: before one): what the panel describes, whatever the onset's verdict was.
+    latest_alarm: dict[str, Any] | None = None
 
     @property
     def achieved_speed(self) -> float | None:

@@ -60,6 +60,11 @@ RESOLUTION = 0.01
 class Hypothesis:
     """A change the twin can simulate, and what it does to each row's S'.
 
+    Its effect is linear in its size over one step (a force's acceleration is; a change of
+    gravity's or damping's is to first order), so the size that explains a residual's bias is
+    fitted by least squares along ``delta`` (:meth:`value`): the alarm says the size
+    measured, not the simulated one.
+
     Attributes
     ----------
     name
@@ -67,9 +72,16 @@ class Hypothesis:
     cls
         The class of change it stands for: ``force`` or ``dynamics``.
     words
-        What it is, for an alarm's evidence ("an external force on torso along x").
+        What it is, without a size, for an alarm's evidence ("an external force on torso
+        along x", "gravity").
     delta
         Per row, S' under the change minus S' without it (rows × state variables).
+    size
+        The change of the parameter that ``delta`` simulates (1 N; 0.1 for gravity ×1.1).
+    base
+        The parameter's nominal value (0 for an added force, 1 for a factor).
+    unit
+        How a value of it reads: ``"{:+.3g} N"``, ``"×{:.3g}"`` (a format of the value).
 
     """
 
@@ -77,6 +89,13 @@ class Hypothesis:
     cls: str
     words: str
     delta: np.ndarray
+    size: float = 1.0
+    base: float = 0.0
+    unit: str = "{:+.3g}"
+
+    def value(self, k: float) -> str:
+        """The parameter's value in words at ``k`` times the simulated change."""
+        return self.unit.format(self.base + k * self.size)
 
 
 @runtime_checkable
@@ -141,14 +160,19 @@ class TwinEvidence:
                 "ratio": {k: float(f"{v:.6g}") for k, v in self.ratio.items()},
                 "bias": [float(f"{x:.6g}") for x in self.bias],
                 "t": [float(f"{x:.6g}") for x in self.t], "names": list(self.names),
-                "hypotheses": {h.name: [h.cls, h.words, [float(f"{x:.6g}") for x in d]]
+                "hypotheses": {h.name: [h.cls, h.words, [float(f"{x:.6g}") for x in d],
+                                        h.size, h.base, h.unit]
                                for h, d in self.hypotheses}}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TwinEvidence:
-        """Back from :meth:`to_dict` (the hypotheses' deltas are not kept: their directions)."""
-        hyps = [(Hypothesis(n, c, w, np.empty((0, len(v)))), np.asarray(v, dtype=np.float64))
-                for n, (c, w, v) in d.get("hypotheses", {}).items()]
+        """Back from :meth:`to_dict` (the hypotheses' deltas are not kept: their directions).
+
+        A record written before the hypotheses had sizes (three fields) reads as size 1.
+        """
+        hyps = [(Hypothesis(n, h[0], h[1], np.empty((0, len(h[2]))), *h[3:6]),
+                 np.asarray(h[2], dtype=np.float64))
+                for n, h in d.get("hypotheses", {}).items()]
         return cls(dict(d["z"]), dict(d.get("ratio", {})), np.asarray(d["bias"], dtype=float),
                    np.asarray(d["t"], dtype=float), hyps, tuple(d.get("names", ())))
 

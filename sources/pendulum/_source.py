@@ -45,10 +45,11 @@ class PendulumTwin:
         base = self.predict(s, a)
         p = self.params
         return [Hypothesis(name, "dynamics", words,
-                           predict_states(s, changed, self.dt) - base)
-                for name, words, changed in (
-                    ("gravity", "gravity ×1.1", replace(p, g=p.g * 1.1)),
-                    ("friction", "friction at the joints", replace(p, damping=p.damping + 0.1)))]
+                           predict_states(s, changed, self.dt) - base, size, nominal, unit)
+                for name, words, changed, size, nominal, unit in (
+                    ("gravity", "gravity", replace(p, g=p.g * 1.1), 0.1, 1.0, "×{:.3g}"),
+                    ("friction", "friction at the joints", replace(p, damping=p.damping + 0.1),
+                     0.1, p.damping, "damping {:.3g} N·m·s/rad"))]
 
 
 class PendulumSource(Source):
