@@ -6,7 +6,7 @@ every class of change moves every term alike. The loop's own nominal model does 
 alarm, :func:`attribute` reads what the twin saw in the alarm's window against its baseline
 windows (:class:`~idt_desk.metrics.twin.TwinEvidence`) and names one class by a fixed rule
 (:class:`Rule`; its thresholds were chosen on training seeds and judged on seeds never used:
-``assets/docs/rl.md``):
+``assets/docs/rl-twin.md``):
 
 1. a **bias** — some variable's mean residual at least ``bias`` σ from its baseline and
    ``t`` standard errors out of the window's own scatter — that one of the twin's hypotheses

@@ -20,7 +20,7 @@ one for an env, or says in one line why it cannot.
 ×(1 + mismatch), every geom's sliding friction ×(1 − mismatch). Its residual on clean data is
 then a baseline of its own, not rounding (the twin's channels are read against their
 baseline windows, so the attribution still works; how well is measured in
-``assets/docs/rl.md``).
+``assets/docs/rl-twin.md``).
 """
 
 from __future__ import annotations
