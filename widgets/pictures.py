@@ -136,8 +136,8 @@ PICTURES = (
             what="rl.md and rl-detection.md: the shipped default, 1 % action noise from 2,500 s"),
     Picture("screenshot_cheetah_live_act_noise_4.png", "gym", switches=("act_noise_4@2150",),
             at=2400.0, preset="cheetah-live",
-            what="rl-estimator.md: the live cheetah preset, 4 % action noise from 2,150 s: the twin "
-                 "names the class of change"),
+            what="rl-estimator.md: the live cheetah preset, 4 % action noise from 2,150 s: the "
+                 "twin names the class of change"),
     *(Picture(f"screenshot_twin_{cls}.png", "gym", switches=(f"{name}@2100",), at=2250.0,
               what=f"rl-twin.md: the shipped default, {name} from 2,100 s: the twin names {cls}")
       for cls, name in (("sensor", "obs_noise_3"), ("actuator", "act_noise_3"),
