@@ -179,7 +179,7 @@ def bench_storm(minutes: float = 5.0, source: str = "pendulum", seed: int = 0,
 
 
 def bench_gui(seconds: float = 10.0, print_fn: Any = print, source: str = "pendulum",
-              record: bool = False) -> dict[str, float]:
+              record: bool = False, history: int = 0) -> dict[str, float]:
     """The GUI's frame rate, and the loop's rate in the window against headless, one run.
 
     The real window and its 30 Hz QTimer run ``seconds`` at real time and at maximum speed
@@ -192,6 +192,9 @@ def bench_gui(seconds: float = 10.0, print_fn: Any = print, source: str = "pendu
     speed as a thread of the window's process, the design it replaced. Offscreen when there is
     no display. Returns the frame rates, the loop rates, ``loop_ratio`` (window / headless at
     maximum speed) and ``one_process_ratio`` (the thread's, when measured).
+
+    ``history``: also the frame rate at real time of a window whose session first ran to
+    ``history`` windows (:func:`_history_runs`), against a fresh one's in the same run.
     """
     import time
 
@@ -249,7 +252,100 @@ def bench_gui(seconds: float = 10.0, print_fn: Any = print, source: str = "pendu
         results["one_process_ratio"] = results["max, one process loop"] / headless
         print_fn(f"the same with the loop in the window's own process (a thread): "
                  f"{results['one_process_ratio']:.2f}")
+    if history:
+        results.update(_history_runs(app, source, seconds, history, print_fn))
     return results
+
+
+#: The window's size in :func:`_history_runs` (a laptop's screen).
+BENCH_SIZE = (1366, 768)
+#: Windows between two switches of the perturbation while a long history is made.
+SWITCH_EVERY = 1500
+
+
+def _history_runs(app: Any, source: str, seconds: float, n: int, print_fn: Any
+                  ) -> dict[str, float]:
+    """Frames at real time: a fresh session's, then one's that has ``n`` windows behind it.
+
+    Whether drawing grows with the history (issue 78: after 6,000 windows the window drew
+    at 1-3 frames/s). The long one runs at maximum speed to ``n`` windows first, switching
+    the source's first perturbation on or off and its first impulse every
+    :data:`SWITCH_EVERY` windows (so its plots hold shaded periods, impulses and alarmed
+    windows, as a long session's do), then at real time: measured in *Whole history* and in
+    the latest 60 s. Both at :data:`BENCH_SIZE`; each figure is the GUI timer's frames/s and
+    the window thread's CPU time per frame.
+    """
+    import time
+
+    from idt_desk_widgets.main_window import MainWindow
+
+    from idt_desk.live.plugins import load_source
+
+    perts = load_source(source).perturbations
+    state = next((p.name for p in perts if not p.impulse and not p.scheduled), None)
+    impulse = next((p.name for p in perts if p.impulse), None)
+    out: dict[str, float] = {}
+    tmp = Path(tempfile.mkdtemp(prefix="idt-bench-history-"))
+
+    def pump(until: float) -> None:
+        while time.monotonic() < until:
+            app.processEvents()
+            time.sleep(0.001)
+
+    def measure(win: Any, label: str) -> float:
+        count = _count_frames(win)
+        pump(time.monotonic() + 2.0)
+        count["n"] = 0
+        t0, cpu0 = time.monotonic(), time.thread_time()
+        pump(t0 + seconds)
+        fps = count["n"] / (time.monotonic() - t0)
+        ms = 1000 * (time.thread_time() - cpu0) / max(count["n"], 1)
+        rows = win.plots.history
+        line = (f"{label:>32}: GUI timer {fps:5.1f} frames/s, {ms:5.1f} ms of the window's "
+                f"thread a frame ({rows.total:,} windows, {rows.n:,} rows held)")
+        if "fresh" in out:
+            line += f"; against fresh {fps / out['fresh']:.2f}"
+        print_fn(line)
+        return fps
+
+    warm = 2.0 if source == "pendulum" else 15.0
+    try:
+        win = MainWindow(source=source, speed=1.0, record_dir=tmp)
+        win.resize(*BENCH_SIZE)
+        win.show()
+        win.start_session()
+        pump(time.monotonic() + warm)
+        out["fresh"] = measure(win, "fresh session, whole history")
+        win.close()
+        win = MainWindow(source=source, speed=None, record_dir=tmp)
+        win.resize(*BENCH_SIZE)
+        win.show()
+        win.start_session()
+        t0, switched, on = time.monotonic(), 0, False
+        while (made := win.session.snapshot(limit=1).n_windows) < n:
+            if made // SWITCH_EVERY > switched:
+                switched = made // SWITCH_EVERY
+                if state is not None:
+                    on = not on
+                    win.session.perturb(state, on=on)
+                if impulse is not None:
+                    win.session.perturb(impulse)
+            pump(time.monotonic() + 0.05)
+        print_fn(f"history: {made:,} windows at maximum speed in {time.monotonic() - t0:.1f} s "
+                 f"({state or 'no perturbation'} switched and {impulse or 'no impulse'} "
+                 f"every {SWITCH_EVERY:,} windows), then at real time; "
+                 f"{BENCH_SIZE[0]}x{BENCH_SIZE[1]} window")
+        win.session.set_speed(1.0)
+        out["long"] = measure(win, f"{n:,} windows, whole history")
+        win.navigator.mode.setCurrentIndex(win.navigator.mode.findData("latest"))
+        out["long latest"] = measure(win, f"{n:,} windows, latest 60 s")
+        win.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    out["history_ratio"] = min(out["long"], out["long latest"]) / out["fresh"]
+    print_fn(f"frame rate with {n:,} windows / fresh (the lower of the two views): "
+             f"{out['history_ratio']:.2f} (target >= 0.8)")
+    return out
 
 
 def _headless_rate(source: str, seconds: float, warm: float, record: Path | None = None

@@ -239,6 +239,10 @@ def _bench_gui_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source", default="pendulum", help="source to run (default pendulum)")
     p.add_argument("--record", action="store_true",
                    help="record in the window and headless alike (into a temporary folder)")
+    p.add_argument("--history", type=int, default=0, metavar="N",
+                   help="also the frame rate at real time after a session of N windows "
+                        "(made at maximum speed, with perturbations), against a fresh "
+                        "session's in the same run (issue 78: try 20000)")
 
 
 def _bench_storm_arguments(p: argparse.ArgumentParser) -> None:
@@ -283,7 +287,10 @@ def _run_bench_fleet(args: argparse.Namespace) -> int:
 def _run_bench_gui(args: argparse.Namespace) -> int:
     from idt_desk_widgets.app import bench_gui
 
-    bench_gui(seconds=args.seconds, source=args.source, record=args.record)
+    if not 0 <= args.history <= 10_000_000:
+        raise InputError(f"--history {args.history}: give 0 to 10,000,000 windows")
+    bench_gui(seconds=args.seconds, source=args.source, record=args.record,
+              history=args.history)
     return 0
 
 
