@@ -95,6 +95,10 @@ class WindowStage:
         self.end_columns = tuple(end_columns)
         # Per-transition columns of the latest transitions: the means', clamped?, the ends'.
         self._tail = np.empty((0, len(self.mean_columns) + 1 + len(self.end_columns)))
+        # Where S lay in each binned column (in bins) over the latest transitions: its spread
+        # over a window says whether the loop moved at all (``motion``). Apart from the tail:
+        # the symbols (and their columns) are chosen after the first rows (an auto view).
+        self._where = np.empty((0, 0))
 
     @property
     def calibrated(self) -> bool:
@@ -116,7 +120,9 @@ class WindowStage:
         """Symbolise and push rows; return the windows they finish, or None.
 
         A window has the engine's columns, ``start`` and ``end`` (transitions from this
-        stage's first row), ``out_of_range`` and the mean and end columns.
+        stage's first row), ``out_of_range``, ``motion`` (the widest a binned column of S
+        spread over the window, in bins: under 1, the loop moved less than a bin and the
+        entropies cannot see it move) and the mean and end columns.
         """
         k = len(s)
         # S and S' in one call: the symboliser costs far more per call than per row.
@@ -131,6 +137,10 @@ class WindowStage:
         block = np.column_stack(
             [*(np.asarray(columns[c], dtype=np.float64) for c in self.mean_columns), out,
              *(np.asarray(columns[c], dtype=np.float64) for c in self.end_columns)])
+        where = self.sym_s.positions(s)[:, sorted({j for g in self.sym_s.groups for j in g})]
+        if where.shape[1] != self._where.shape[1]:
+            self._where = np.empty((0, where.shape[1]))
+        where = np.concatenate([self._where, where])
         tail = np.concatenate([self._tail, block])
         if self.parts:
             w = part_windows(self.parts, [
@@ -139,6 +149,7 @@ class WindowStage:
             w = self.engine.push(sn[:k], sn[k:], a_sym)
         W = self.preset.window
         self._tail = tail[-W:]
+        self._where = where[-W:]
         m = len(w["start"])
         if m == 0:
             return None
@@ -154,6 +165,10 @@ class WindowStage:
         table["out_of_range"] = means[:, nm - 1]
         for j, c in enumerate(self.end_columns):
             table[c] = tail[idx_end, nm + j]
+        lag = len(tail) - len(where)  # rows of the tail before the symbols' columns were known
+        table["motion"] = np.array([
+            float(np.ptp(where[e + 1 - W - lag:e + 1 - lag], axis=0).max())
+            if e + 1 - W - lag >= 0 and where.shape[1] else np.nan for e in idx_end])
         return table
 
 

@@ -17,7 +17,9 @@ baseline's ``needed_windows`` moved (the length that would do, now on a 5 % grid
 the limit by the threshold's own error) and a preset given by value its empty ``caveat``;
 nothing else, and no window. Then when a hypothesis's size came to be fitted: gravity ×1.3's
 two evidence texts say "gravity (×1.3)" where they said the template's "gravity ×1.1", and
-their ``twin`` numbers gained ``size`` (1.3); nothing else, and no window."""
+their ``twin`` numbers gained ``size`` (1.3); nothing else, and no window. Then when the
+windows gained ``motion`` (how far S moved, in bins: ``idt_desk.metrics.regime``'s ``still``):
+that column's hash added; every other column and every event the same."""
 
 from __future__ import annotations
 

@@ -179,3 +179,28 @@ def test_the_panel_describes_the_latest_alarm_not_an_earlier_ones_class(qtbot):
     text = panel.latency.text()
     assert text.count("what changed: sensor — the residual spreads") == 1
     assert "What changed: dynamics" in text  # the onset's own detection keeps its class
+
+
+def test_a_loop_that_stopped_moving_is_still_not_ok(qtbot):
+    """After friction the pendulum lay at rest: the light went green and H_f said "ok" while
+    H_f sat near 0 and P was undefined in most windows. A loop at rest is said to be still."""
+    from idt_desk_widgets.alarms import AlarmPanel
+
+    from idt_desk.metrics.regime import STILL
+
+    panel = AlarmPanel()
+    qtbot.addWidget(panel)
+    moving = _pendulum([], limit=70000)
+    panel.update_snapshot(moving.snapshot())
+    assert moving.snapshot().windows["motion"][-1] > 2 * STILL  # the chaotic swing: bins
+    assert panel.idt.state == "ok" and panel.lights["H_f"].state == "ok"
+    s = _pendulum([(70000, "friction", {}), (100000, "friction", None)], limit=160000)
+    snap = s.snapshot(limit=100_000)
+    w = snap.windows
+    after = w["t"] > 120.0
+    assert (w["motion"][after] < STILL).all() and not snap.alarm["IDT"]
+    panel.update_snapshot(snap)
+    assert panel.idt.state == "still" and "the loop is still" in panel.idt.text()
+    assert panel.lights["H_f"].state == "still" and panel.lights["H_b"].state == "still"
+    assert "not the same as ok" in panel.lights["H_f"].toolTip()
+    assert "still" in panel.saturation.format()

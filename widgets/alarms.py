@@ -18,12 +18,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from idt_desk.detection.monitor import IDT_METRICS
 from idt_desk.detection.registry import DETECTORS
 from idt_desk.live.alarms import DURING_ALARM, attribution_text, impact_text, severity_text
 from idt_desk.live.ranges import RangeWatch, recheck_text
 from idt_desk.live.session import Session, Snapshot, undefined_reason
-from idt_desk.metrics.regime import regime, regime_text
-from idt_desk.words import eta_text
+from idt_desk.metrics.regime import STILL, regime, regime_text
+from idt_desk.words import METRIC_WORDS, eta_text
 
 #: The notice's button by the range re-check's verdict (None: no re-check yet): its label and
 #: tooltip. After a ``shift`` the button says what re-calibrating would do to the detection.
@@ -36,16 +37,22 @@ _RECALIBRATE = {
 
 __all__ = ["AlarmPanel"]
 
-_GREY, _GREEN, _RED = "#b9bec6", "#3aa757", "#d93025"
+_GREY, _GREEN, _RED, _AMBER = "#b9bec6", "#3aa757", "#d93025", "#b06f00"
 _DARK_GREY = "#7d838c"
 #: (window column, name as rich text, name as plain text)
 _LIGHTS = (("P", "P", "P"), ("H_f", "H<sub>f</sub>", "H_f"), ("H_b", "H<sub>b</sub>", "H_b"),
            ("dH", "ΔH", "ΔH"), ("twin", "twin", "twin"), ("reward", "reward", "reward"))
 #: What a component light says in each state (the colour says it too).
-_WORDS = {"idle": "waiting", "ok": "ok", "alarm": "alarm", "undefined": "undefined"}
+_WORDS = {"idle": "waiting", "ok": "ok", "alarm": "alarm", "undefined": "undefined",
+          "still": "still"}
 #: An alarm says its direction (short enough for five lights side by side).
 _DIRECTION = {1: "▲ high", -1: "▼ low", 0: "alarm"}
-_COLORS = {"idle": _GREY, "ok": _GREEN, "alarm": _RED, "undefined": _DARK_GREY}
+_COLORS = {"idle": _GREY, "ok": _GREEN, "alarm": _RED, "undefined": _DARK_GREY,
+           "still": _AMBER}
+#: Why a light says "still" rather than "ok" (``idt_desk.metrics.regime``'s ``still``).
+_STILL = ("the loop is still: its state moved less than one bin in every variable over the "
+          "latest window (at rest, or moving below the bins). The entropies see no motion, so "
+          "no change of coupling can show until it moves again: not the same as ok")
 #: Every value P can take: I(S,A;S') is at most H(S) + H(A) and at most H(S'), so twice it
 #: is at most the denominator H(S) + H(A) + H(S').
 P_RANGE = (0.0, 0.5)
@@ -246,13 +253,15 @@ class AlarmPanel(QGroupBox):
         u = w.get("unique_frac")
         if u is None or not len(u) or u[-1] != u[-1]:
             return
-        hf = w.get("H_f")
-        name = regime(float(u[-1]), float(hf[-1]) if hf is not None and len(hf) else math.nan)
+        hf, moved = w.get("H_f"), w.get("motion")
+        name = regime(float(u[-1]), float(hf[-1]) if hf is not None and len(hf) else math.nan,
+                      float(moved[-1]) if moved is not None and len(moved) else math.nan)
         self.saturation.setValue(round(100 * float(u[-1])))
         self.saturation.setFormat(f"saturation %p % — {name}")
         tip = regime_text(name, float(u[-1]), (getattr(snap, "preset", None) or {}).get("window"))
         self.saturation.setToolTip(tip[0].upper() + tip[1:] if tip else _SATURATION_TIP)
-        self._chunk("saturation", {"saturated": _BAR_BAD, "sparse": _BAR_WARN}.get(name, _BAR_OK))
+        self._chunk("saturation", {"saturated": _BAR_BAD, "sparse": _BAR_WARN,
+                                   "still": _BAR_WARN}.get(name, _BAR_OK))
 
     def _twin_light(self, ready: bool, waiting: str, alarm: bool | None, detector: str) -> None:
         """The twin's own alarm: the residual of the physics against its baseline."""
@@ -268,9 +277,12 @@ class AlarmPanel(QGroupBox):
     def _set_light(self, key: str, state: str, why: str, word: str = "") -> None:
         rich, plain = self._names[key]
         word = word or _WORDS[state]
+        # What the metric is first (a tile names it by its symbol only), then its state.
+        name, meaning = METRIC_WORDS.get(key, ("", ""))
+        what = f"{plain}, {name}: {meaning}.\n" if name else ""
         self.lights[key].set_state(
             state, f"{rich}<br><span style='font-size:10px'>{word}</span>",
-            f"{plain}: {_WORDS[state]} — {why}")
+            f"{what}{plain}: {_WORDS[state]} — {why}")
 
     def update_snapshot(self, snap: Snapshot, stopping: bool = False) -> None:
         """Refresh from a session snapshot.
@@ -301,6 +313,8 @@ class AlarmPanel(QGroupBox):
         detector = det.get("describe") or f"paper rule (|z| > {3 if b is None else b.k:g}σ)"
         p = w.get("P")
         p_undefined = p is not None and len(p) > 0 and math.isnan(float(p[-1]))
+        motion = w.get("motion")
+        still = motion is not None and len(motion) > 0 and float(motion[-1]) < STILL
         twin = w.get("R_spread_pos")
         has_twin = twin is not None and bool(np.isfinite(twin).any())
         if has_twin != self.lights["twin"].isVisibleTo(self):
@@ -312,6 +326,8 @@ class AlarmPanel(QGroupBox):
                 self._set_light(key, "undefined", "the latest window's P is undefined")
             elif not ready:
                 self._set_light(key, "idle", f"no baseline yet: {waiting}")
+            elif key in IDT_METRICS and still and not snap.alarm.get(key):
+                self._set_light(key, "still", _STILL)
             elif snap.alarm.get(key):
                 side = _side(w.get(key), b, key)
                 where = {1: "above", -1: "below", 0: "outside"}[side]
@@ -336,7 +352,12 @@ class AlarmPanel(QGroupBox):
             self.idt.set_state("idle", f"IDT: {waiting.split(' (')[0]}{stopped}",
                                f"{tip}. No verdict yet: {waiting}.")
         elif snap.alarm.get("IDT"):
-            self.idt.set_state("alarm", f"IDT ALARM{stopped}", tip)
+            moving = "<br><span style='font-size:11px; font-weight:normal'>the loop is still" \
+                "</span>" if still and not stopped else ""
+            self.idt.set_state("alarm", f"IDT ALARM{stopped}{moving}", tip)
+        elif still:
+            self.idt.set_state("still", f"IDT: the loop is still{stopped}",
+                               f"{tip}. No alarm, but {_STILL}.")
         else:
             self.idt.set_state("ok", f"IDT: no alarm{stopped}", tip)
         onset = snap.onset

@@ -47,12 +47,13 @@ __all__ = ["ALARM_DEFAULTS", "GENERIC_PRESET", "IDT_COLUMNS", "LOGGED_METRICS", 
 #: ``end`` (first transition and one past the last: the number of transitions seen when the
 #: window finished), ``episode`` (episode of the window's last transition), the engine's
 #: :data:`~idt_desk.WINDOW_KEYS`, ``reward`` (mean reward over the window),
-#: ``out_of_range`` (fraction of its transitions with a value clamped into an edge bin) and
+#: ``out_of_range`` (fraction of its transitions with a value clamped into an edge bin),
+#: ``motion`` (how far S moved in the window, in bins: under 1, the loop is ``still``) and
 #: the alarm's flags ``x_P`` … ``x_IDT`` (1.0 alarm, 0.0 none, NaN no verdict: calibration
 #: and baseline windows, or no detector), exactly as a live session flags them, and the
 #: twin's residual channels and alarm (``idt_desk.metrics.twin``; NaN without a twin).
 IDT_COLUMNS = ("start", "end", "episode", *WINDOW_KEYS[1:], "reward", "out_of_range",
-               "x_P", "x_H_f", "x_H_b", "x_dH", "x_IDT", *TWIN_COLUMNS)
+               "motion", "x_P", "x_H_f", "x_H_b", "x_dH", "x_IDT", *TWIN_COLUMNS)
 _INT_COLUMNS = frozenset({"start", "end", "episode", "K_S", "K_A", "K_S_next", "K_SAS"})
 
 #: What the SB3 callback logs (as ``idt/<key>``) by default.
@@ -338,7 +339,7 @@ class Stream:
         self._attribute(table["x_IDT"], table["end"])
         self.latest = {c: v[-1].item() for c, v in table.items()}
         # The estimator's regime of this window, and what it means (never silent when blind).
-        name = regime(self.latest["unique_frac"], self.latest["H_f"])
+        name = regime(self.latest["unique_frac"], self.latest["H_f"], self.latest["motion"])
         self.latest["regime"] = name
         self.latest["regime_text"] = regime_text(name, self.latest["unique_frac"], W)
         if self.pipeline.view:  # an auto preset's choice, made on the calibration windows

@@ -46,7 +46,7 @@ TURN_COLUMNS = (
 WINDOW_COLUMNS = (
     "start", "end", "t", "P", "H_f", "H_b", "dH", "MI", "H_S", "H_A", "H_S_next", "H_SA",
     "H_SAS", "H_A_given_S", "MI_A_S_next_given_S", "K_SAS", "unique_frac", "out_of_range",
-    "reward", "x_P", "x_H_f", "x_H_b", "x_dH", "x_IDT", "x_reward", *TWIN_COLUMNS,
+    "motion", "reward", "x_P", "x_H_f", "x_H_b", "x_dH", "x_IDT", "x_reward", *TWIN_COLUMNS,
     *TURN_COLUMNS,
 )
 

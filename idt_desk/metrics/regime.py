@@ -15,6 +15,13 @@ wherever a window is shown (``info["idt"]``, the dashboard's alarm panel, a run'
   holds and the IDT sees a change as the loop leaving it; variation inside the cycle is
   below the bins (more bins show it).
 
+- **still**: the state moved less than one bin in every binned variable over the window
+  (``motion`` < :data:`STILL`): the loop is at rest, or moves below the bins. The entropies
+  see a constant or a jitter across one edge (P is undefined where S never leaves its bin):
+  no change of coupling can show until it moves again. For a passive loop that has lost its
+  energy (a pendulum after friction) this is the news; for an agent holding a balance it
+  may be its task, and the IDT is blind to it all the same.
+
 Everything else is **resolved**. The measurements behind the thresholds (shipped agents,
 the wrappers' default of 3 bins a variable, W = 300): HalfCheetah SAC seed 2 (chaotic) has a
 median ``unique_frac`` of 0.84, PPO seed 0 0.65, SAC seed 3 (settled) 0.027 with H_f = 0 in
@@ -25,7 +32,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["CYCLE", "REGIMES", "SATURATED", "SPARSE", "regime", "regime_text"]
+__all__ = ["CYCLE", "REGIMES", "SATURATED", "SPARSE", "STILL", "regime", "regime_text"]
 
 #: At least this share of distinct (S, A, S') in a window: saturated.
 SATURATED = 0.9
@@ -33,6 +40,9 @@ SATURATED = 0.9
 SPARSE = 0.6
 #: At most this share of distinct triples, with H_f = 0: an exact cycle.
 CYCLE = 0.1
+#: A window whose S spread less than this many bins in every binned variable: still (one
+#: bin is what the symbols resolve).
+STILL = 1.0
 #: The regimes, and what each means for the IDT and what to do (the readout's words).
 REGIMES = {
     "resolved": "the window resolves the loop: its (S, A, S') recur often enough for the "
@@ -43,26 +53,34 @@ REGIMES = {
     "saturated": "nearly every (S, A, S') in the window is distinct: the entropies sit at "
                  "their ceiling and P measures the estimator, not the loop (blind); use fewer "
                  "bins, a grouped preset or a longer window",
+    "still": "the state moved less than one bin in every variable: the loop is at rest (or "
+             "moves below the bins), the entropies see no motion and no change of coupling can "
+             "show until it moves again",
     "cycle": "the loop repeats an exact cycle: H_f and H_b are 0 while it holds, and the IDT "
              "sees a change as the loop leaving its cycle; variation inside the cycle is "
              "below the bins (more bins show it)",
 }
 
 
-def regime(unique_frac: float, h_f: float) -> str:
+def regime(unique_frac: float, h_f: float, motion: float = math.nan) -> str:
     """The regime of one window (``""``: unknown, a window without these numbers).
+
+    ``motion``: how far S spread over the window, in bins (the window's ``motion``; NaN:
+    not measured, as on a dialogue's turns).
 
     >>> regime(0.84, 0.52), regime(0.65, 1.1), regime(0.02, 0.0), regime(0.34, 0.3)
     ('sparse', 'sparse', 'cycle', 'resolved')
-    >>> regime(0.95, 0.0)
-    'saturated'
+    >>> regime(0.95, 0.0), regime(0.0033, 0.0, motion=0.2), regime(0.02, 0.0, motion=2.5)
+    ('saturated', 'still', 'cycle')
     """
     try:
-        u, hf = float(unique_frac), float(h_f)
+        u, hf, moved = float(unique_frac), float(h_f), float(motion)
     except (TypeError, ValueError):
         return ""
     if not math.isfinite(u):
         return ""
+    if moved < STILL:
+        return "still"
     if u >= SATURATED:
         return "saturated"
     if u >= SPARSE:

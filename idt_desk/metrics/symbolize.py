@@ -302,6 +302,34 @@ class Symbolizer:
         outside = ((zu < cal.z_lo[used]) | (zu > cal.z_hi[used])).any(axis=1)
         return np.clip(idx, 0, self.bins - 1).astype(np.int64), outside
 
+    def positions(self, x: np.ndarray) -> np.ndarray:
+        """Where each value of the binned columns lies, in bins, shape (n, columns).
+
+        2.5 is the middle of bin 2; a value below the calibrated range is negative. Equal
+        widths: the z-score's distance from the range's low end in bin widths; quantile bins:
+        interpolated between the frozen edges (the edge bins' widths beyond them). A window
+        whose values all stay within one bin width in every column has moved less than the
+        bins can see (:func:`idt_desk.metrics.regime.regime`'s ``still``).
+        """
+        if self._cal is None:
+            raise SymbolizationError("the symboliser is not calibrated: call fit() first")
+        cal = self._cal
+        z = self._z(self._prepare(x))
+        if cal.edges is None:
+            span = cal.z_hi - cal.z_lo
+            return np.where(span > 0, (z - cal.z_lo) / np.where(span > 0, span, 1.0), 0.0) \
+                * self.bins
+        out = np.empty_like(z)
+        for j, e in enumerate(cal.edges):
+            xp = np.array([cal.z_lo[j], *e, cal.z_hi[j]])
+            pos = np.interp(z[:, j], xp, np.arange(len(xp), dtype=np.float64))
+            # Beyond the range, the edge bins' widths go on (as equal widths do).
+            first, last = max(xp[1] - xp[0], 1e-12), max(xp[-1] - xp[-2], 1e-12)
+            pos = np.where(z[:, j] < xp[0], (z[:, j] - xp[0]) / first, pos)
+            out[:, j] = np.where(z[:, j] > xp[-1], len(xp) - 1 + (z[:, j] - xp[-1]) / last,
+                                 pos)
+        return out
+
     def group_symbols(self, x: np.ndarray) -> np.ndarray:
         """Composite symbol of each group, shape (n, n_groups)."""
         return self._group_symbols(self._digits(x)[0])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import threading
 import time
@@ -222,12 +223,14 @@ class Recorder:
             np.asarray(table[c], dtype=np.float64) if c in table else np.full(n, np.nan)
             for c in self._windows.columns
         ])
-        u, hf = table.get("unique_frac"), table.get("H_f")
+        u, hf, moved = table.get("unique_frac"), table.get("H_f"), table.get("motion")
         with self._lock:
             self._windows.append(block)
             self.n_windows += n
             if u is not None and hf is not None:  # the latest window's estimator regime
-                self.status.regime = regime(np.asarray(u)[-1], np.asarray(hf)[-1])
+                self.status.regime = regime(np.asarray(u)[-1], np.asarray(hf)[-1],
+                                            math.nan if moved is None else
+                                            np.asarray(moved)[-1])
             if self._since is None:
                 self._since = time.monotonic()
         self._keep_up()
