@@ -13,7 +13,26 @@ from __future__ import annotations
 import math
 import unicodedata
 
-__all__ = ["ago_text", "change_text", "duration_text", "eta_text", "shown"]
+__all__ = ["METRIC_WORDS", "ago_text", "change_text", "duration_text", "eta_text", "shown"]
+
+#: What each metric of a window is, for a reader of the window (its name in the paper's words,
+#: then a sentence: what it measures and how it reads). The equations are the concepts
+#: page's (``assets/docs/concepts.md``), stated the same way.
+METRIC_WORDS = {
+    "P": ("bi-predictability",
+          "how tightly state, action and outcome constrain one another: P = MI(S, A; S') / "
+          "(H(S) + H(A) + H(S')), from 0 (unrelated) to ½ (each determines the other); a "
+          "change of the loop's coupling moves it"),
+    "H_f": ("forward uncertainty",
+            "H_f = H(S' | S, A), in bits: how uncertain the outcome is given the state and the "
+            "action; 0 when every (S, A) has one outcome, higher when the loop is noisier"),
+    "H_b": ("backward uncertainty",
+            "H_b = H(S, A | S'), in bits: how uncertain the state and action are given the "
+            "outcome; 0 when each outcome has one cause"),
+    "dH": ("predictive asymmetry",
+           "ΔH = H_f − H_b, in bits: near 0 for passive physics, away from 0 once an agent "
+           "acts (forward and backward predictability differ)"),
+}
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 

@@ -220,8 +220,13 @@ class AgencyPanel(QGroupBox):
             times = sum(look[k] for _end, look in self.looks)
             if c and n > 1:  # judged over the looks: it does not flip with the phase
                 state = "yes" if self._holds(k) else "no"
-                text = (text if state == "yes" and c.get("holds") else "yes") \
-                    if state == "yes" else "not distinguishable"  # the count: its tooltip
+                if state == "yes" and not c.get("holds"):
+                    # The value shown is the latest look's; never "0.000 bits — yes".
+                    text = f"yes in {times} of {n} looks; not in this one"
+                elif state == "no" and c.get("holds"):
+                    text = f"not distinguishable in {n - times} of {n} looks; yes in this one"
+                elif state == "no":
+                    text = "not distinguishable"
             self._verdict(k, verdict, state, text)
             p = c.get("p")
             ptxt = f"p = {float(p):.3f}" if isinstance(p, int | float) and math.isfinite(p) \
