@@ -194,6 +194,9 @@ def test_a_loop_that_stopped_moving_is_still_not_ok(qtbot):
     panel.update_snapshot(moving.snapshot())
     assert moving.snapshot().windows["motion"][-1] > 2 * STILL  # the chaotic swing: bins
     assert panel.idt.state == "ok" and panel.lights["H_f"].state == "ok"
+    # Each light says what its metric is before its state (the tile shows only a symbol).
+    assert panel.lights["P"].toolTip().startswith("P, bi-predictability: how tightly")
+    assert panel.lights["H_f"].toolTip().startswith("H_f, forward uncertainty: H_f = H(S' | S")
     s = _pendulum([(70000, "friction", {}), (100000, "friction", None)], limit=160000)
     snap = s.snapshot(limit=100_000)
     w = snap.windows

@@ -258,6 +258,14 @@ def test_the_agency_verdicts_do_not_flip_with_the_gaits_phase(qtbot):
     assert all("#3aa757" in b for b in badges)  # choice green throughout
     assert panel.rows["choice"][3].text() == "yes, p < 0.01"  # no count: it is the tooltip's
     assert "held in 7 of the last 10 looks" in panel.rows["choice"][3].toolTip()
+    # The latest look without choice (its value 0 bits) under a verdict of the looks that
+    # holds: the row never reads "0.000 bits — yes".
+    look = _agency((False, True, True))
+    look["choice"]["value"] = 0.0
+    look["window_end"] = 13_000
+    panel.update_snapshot(SimpleNamespace(agency=look))
+    assert panel.rows["choice"][1].text() == "0.000 bits"
+    assert panel.rows["choice"][3].text() == "yes in 7 of 10 looks; not in this one"
     # Choice lost for good: the verdict turns once it holds in under half of the looks.
     for j in range(12, 20):
         look = _agency((False, True, True))
