@@ -135,7 +135,8 @@ def test_alarm_lights_say_their_state(qtbot, window):
 
 
 @pytest.mark.parametrize("own_process", [False, True], ids=["thread", "process"])
-def test_perturbation_button_records_an_event_and_shades_the_plot(qtbot, window, own_process):
+def test_perturbation_button_records_an_event_and_shades_the_plot(qtbot, window, own_process,
+                                                                  tmp_path, monkeypatch):
     window.own_process = own_process  # a session in a process of its own acts the same
     window.record_panel.record_button.setChecked(True)  # armed: records from the start
     window.start_session()
@@ -164,12 +165,31 @@ def test_perturbation_button_records_an_event_and_shades_the_plot(qtbot, window,
     assert kinds.count("perturbation_on") == 1 and kinds.count("perturbation_off") == 1
     on = rec.events[rec.events["kind"] == "perturbation_on"].iloc[0]
     assert on["name"] == "sensor_noise" and on["params"]["sigma_rate"] == 0.3
-    # Export buttons write the tables.
-    assert window.record_panel.export_csv_button.isEnabled()
-    qtbot.mouseClick(window.record_panel.export_parquet_button, Qt.MouseButton.LeftButton)
-    last = window.record_panel.last_recording
-    out = last.with_name(last.name + "-parquet")
-    assert (out / "windows.parquet").exists() and (out / "events.parquet").exists()
+    # Export buttons ask where (the folder beside the recording proposed), then write the
+    # tables off the GUI thread, saying how far they are and, at the end, what they wrote.
+    from PySide6.QtWidgets import QFileDialog
+
+    panel = window.record_panel
+    assert panel.export_csv_button.isEnabled()
+    last = panel.last_recording
+    asked, chosen = [], tmp_path / "my-export"
+
+    def choose(_parent, _title, proposed, _filter):
+        asked.append(proposed)
+        return str(chosen), ""
+
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(choose))
+    said = []
+    panel.message.connect(said.append)
+    qtbot.mouseClick(panel.export_parquet_button, Qt.MouseButton.LeftButton)
+    assert asked == [str(last.with_name(last.name + "-parquet"))]
+    assert panel.exporting and not panel.export_csv_button.isEnabled()
+    assert panel.export_parquet_button.text().startswith("Exporting PARQUET")
+    qtbot.waitUntil(lambda: not panel.exporting, timeout=WAIT)
+    assert (chosen / "windows.parquet").exists() and (chosen / "events.parquet").exists()
+    assert said[0].startswith("exporting PARQUET into") and " MB in " in said[-1]
+    assert panel.export_parquet_button.text() == "Export Parquet"
+    assert panel.export_csv_button.isEnabled()
     if own_process:  # its process lets the session go with the window, and waits warm
         from idt_desk.live import process
 

@@ -150,7 +150,8 @@ class MainWindow(WindowFrame):
         switches.modulate_toggled.connect(self._modulate_toggled)
         switches.auto_toggled.connect(self._auto_toggled)
         record.record_toggled.connect(self._record_toggled)
-        record.export_requested.connect(self.export_last_recording)
+        record.export_requested.connect(self._export_clicked)
+        record.export_done.connect(self._update_buttons)
         record.figure_path_chosen.connect(self.save_figure)
         record.note_added.connect(self._add_note)
         self.alarms.recalibrate.connect(self._recalibrate)
@@ -640,6 +641,12 @@ class MainWindow(WindowFrame):
         See :meth:`~idt_desk_widgets.recording.RecordPanel.export`.
         """
         return self.record_panel.export(self.session, fmt, out)
+
+    def _export_clicked(self, fmt: str) -> None:
+        """Export CSV / Parquet: ask where, then write off the GUI thread with progress."""
+        out = self.record_panel.ask_export_path(self.session, fmt)
+        if out is not None:
+            self.record_panel.start_export(self.session, fmt, out)
 
     def save_figure(self, path: str | Path) -> None:
         """Save the plots with the chosen scale and, if ticked, the title line."""
