@@ -182,3 +182,56 @@ def test_a_long_status_line_is_cut_with_an_ellipsis_and_never_widens_the_window(
     assert w.status_line.status.toolTip() == whole  # cut on screen: the whole text on hover
     w.status_line.status.setText("idle")
     assert w.status_line.status.toolTip() == ""
+
+
+def test_choosing_another_source_clears_the_last_sessions_panels(qtbot, window):
+    """After switching the source, the old plots and symbols stayed until Start."""
+    window.pipeline_panel.baseline_spin.setValue(30)
+    window.start_session()
+    plots = window.plots
+    qtbot.waitUntil(lambda: plots.history.total > 40 and window.alarms.idt.state != "idle",
+                    timeout=WAIT)
+    window.stop_session(wait=True)
+    assert "Symbols:" in window.alarms.calibration.text()
+    said = []
+    window.statusBar().messageChanged.connect(said.append)
+    combo = window.source_panel.source_combo
+    combo.setCurrentIndex(combo.findData("replay"))
+    x, _y = plots.curves["P"].getData()
+    assert (x is None or len(x) == 0) and plots.history.total == 0
+    assert window.alarms.idt.state == "idle" and window.alarms.calibration.text() == ""
+    assert any("the last session (pendulum) is kept for Export until Start" in m for m in said)
+    # The session itself stays: Export still writes it.
+    assert window.session is not None and window.export_last_recording("csv")
+
+
+def test_a_replay_defaults_to_the_speed_it_was_recorded_at(qtbot, window, tmp_path,
+                                                           monkeypatch):
+    """A session recorded at 10× replayed at 1× unless the user changed the speed."""
+    import json
+
+    from idt_desk.recordings import RecordingError, recorded_speed
+
+    window.record_panel.record_button.setChecked(True)
+    window.start_session()
+    qtbot.waitUntil(lambda: window.session.snapshot(1).n_windows > 5, timeout=WAIT)
+    window.stop_session(wait=True)
+    rec = window.record_panel.last_recording
+    assert recorded_speed(rec) is None  # made at maximum speed
+    config = json.loads((rec / "config.json").read_text())
+    config["session"]["speed"] = 10.0
+    (rec / "config.json").write_text(json.dumps(config))
+    assert recorded_speed(rec) == 10.0
+    combo = window.source_panel.source_combo
+    combo.setCurrentIndex(combo.findData("replay"))
+    window.source_panel.set_speed(1.0)
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory",
+                        staticmethod(lambda *_a, **_k: str(rec)))
+    window.source_panel.browse_button.click()
+    assert window.source_panel.speed_combo.currentData() == 10.0
+    assert window.source_panel.settings_form.values()["path"] == str(rec)
+    # Not a recording: the speed stays, and the replay's Start says what is wrong.
+    with pytest.raises(RecordingError):
+        recorded_speed(tmp_path)
+    window.use_recorded_speed(tmp_path)
+    assert window.source_panel.speed_combo.currentData() == 10.0

@@ -35,8 +35,9 @@ def _gui_arguments(p: argparse.ArgumentParser) -> None:
                    help="set a declared source setting (repeatable)")
     p.add_argument("--start", action="store_true",
                    help="start the session at once (plain `idt-desk` does)")
-    p.add_argument("--speed", default="1",
-                   help="multiple of real time (> 0) or 'max' (default 1)")
+    p.add_argument("--speed", default=None,
+                   help="multiple of real time (> 0) or 'max' (default 1; a replay: the speed "
+                        "it was recorded at)")
     p.add_argument("--record", type=Path, metavar="DIR",
                    help="record the session into DIR, as `run --record DIR` does (with "
                         "--start from the start; later sessions into new folders beside it)")
@@ -169,7 +170,7 @@ def _run_gui(args: argparse.Namespace) -> int:
     from idt_desk_widgets.app import run_gui
 
     # The same checks as `idt-desk run`, before any window opens.
-    speed = parse_speed(args.speed)
+    speed = parse_speed(args.speed or "1")
     if check_out_dir(args.record, "--record") is not None and \
             (args.record / "config.json").exists():
         raise InputError(f"--record {args.record}: already holds a recording; choose a new path")
@@ -179,6 +180,13 @@ def _run_gui(args: argparse.Namespace) -> int:
             raise InputError(f"{option} {specs[0]}: needs --start (scheduled times count "
                              "from the session's start)")
     cls, values = source_class(args.source, args.set)
+    if args.speed is None and cls.replays and values.get("path"):
+        from idt_desk.recordings import RecordingError, recorded_speed
+
+        try:  # a replay runs at the speed it was recorded at, unless told
+            speed = recorded_speed(values["path"])
+        except RecordingError:
+            pass  # the replay source says what is wrong with it
     if cls.slow_to_load:
         # The window comes first: the source is built there, behind its loading screen. Here
         # its settings are checked by their declarations and the switches by their syntax;

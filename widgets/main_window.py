@@ -42,7 +42,7 @@ from idt_desk.live.process import build_session
 from idt_desk.live.ranges import recheck_text
 from idt_desk.live.session import Session, Snapshot
 from idt_desk.live.source import Source
-from idt_desk.recordings import RecordingError
+from idt_desk.recordings import RecordingError, recorded_speed
 from idt_desk.recordings.runs import RunIndex
 from idt_desk.words import eta_text
 
@@ -139,6 +139,7 @@ class MainWindow(WindowFrame):
         source, pipeline, switches, record = (self.source_panel, self.pipeline_panel,
                                               self.switches, self.record_panel)
         source.source_chosen.connect(lambda name: self.select_source(name, {}))
+        source.recording_chosen.connect(self.use_recorded_speed)
         source.start_requested.connect(lambda: self.start_session(background=True, ask=True))
         source.pause_toggled.connect(self._pause_toggled)
         source.stop_requested.connect(lambda: self.stop_session())
@@ -178,10 +179,30 @@ class MainWindow(WindowFrame):
             self.plots.show_hint("This source failed to load: choose another one.")
             return
         self.show_source(cls)
-        if self.session is None or not self.session.snapshot(limit=1).n_windows:
+        shown = None if self.session is None else self.session.snapshot(limit=1)
+        if shown is not None and shown.source != cls.name and not self.session.running \
+                and not self._starting:
+            # Another source chosen: the last session's curves, lights and symbols are not
+            # what the panels now describe. They go; the session stays for Export until Start.
+            self.clear_panels()
+            self.agency.reset()
+            self.statusBar().showMessage(
+                f"the last session ({shown.source}) is kept for Export until Start", 8000)
+            shown = None
+        if shown is None or not shown.n_windows:
             self.plots.show_hint(idle_hint(cls))
         self._update_buttons()
         self.controls_scroll.fit_width()
+
+    def use_recorded_speed(self, path: str | Path) -> None:
+        """Select the speed the recording at ``path`` was made at (a replay's default)."""
+        try:
+            speed = recorded_speed(path)
+        except RecordingError:
+            return  # not a recording: Start says why
+        self.source_panel.set_speed(speed)
+        self.statusBar().showMessage(
+            f"speed {self.source_panel.speed_text(speed)}: the speed it was recorded at", 6000)
 
     # -- session control --------------------------------------------------------------------
 

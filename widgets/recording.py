@@ -10,7 +10,6 @@ folder of runs once a second and emits ``new_run`` when one starts there
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -393,7 +392,7 @@ class RecordPanel(QGroupBox):
         took = time.monotonic() - since
         if worker.is_alive():
             self._buttons[fmt].setText(
-                f"Exporting {fmt.upper()}… {folder_size(target) / 1e6:,.1f} MB, {took:.0f} s")
+                f"Exporting {fmt.upper()}… {recording_size(target)[1]}, {took:.0f} s")
             return
         self._export_timer.stop()
         self._export = None
@@ -402,17 +401,8 @@ class RecordPanel(QGroupBox):
         if "error" in result:
             self.message.emit(f"Export failed: {result['error']}")
             return
-        size = folder_size(target)
-        self.message.emit(f"{said(result['paths'])} ({size / 1e6:,.1f} MB in {took:.1f} s)")
-
-
-def folder_size(path: Path) -> int:
-    """Bytes of the regular files directly in ``path`` (0 while it does not exist)."""
-    try:
-        return sum(e.stat(follow_symlinks=False).st_size for e in os.scandir(path)
-                   if e.is_file(follow_symlinks=False))
-    except OSError:
-        return 0
+        self.message.emit(f"{said(result['paths'])} ({recording_size(target)[1]} in "
+                          f"{took:.1f} s)")
 
 
 class FolderWatch(QObject):

@@ -77,6 +77,8 @@ class SourcePanel(QGroupBox):
 
     #: The user chose another source (its plugin name).
     source_chosen = Signal(str)
+    #: A recording was chosen with the folder button (its path): a replay's speed follows.
+    recording_chosen = Signal(str)
     #: Start was clicked.
     start_requested = Signal()
     #: Pause (True) or Resume (False) was clicked.
@@ -191,6 +193,7 @@ class SourcePanel(QGroupBox):
         path = QFileDialog.getExistingDirectory(self, "Choose a recording", str(self.folder()))
         if path and self.settings_form is not None:
             self.settings_form.set_values({"path": path})
+            self.recording_chosen.emit(path)
 
     # -- the lifecycle ----------------------------------------------------------------------
 

@@ -25,8 +25,8 @@ _WHERE = {
     "export_recording": "idt_desk.recordings.export",
     **dict.fromkeys(("FORMAT_VERSION", "WINDOW_EVENTS", "RecordingError"),
                     "idt_desk.recordings.files"),
-    **dict.fromkeys(("Recording", "load_recording", "newest_recording", "recording_size",
-                     "runs_by_start"), "idt_desk.recordings.reader"),
+    **dict.fromkeys(("Recording", "load_recording", "newest_recording", "recorded_speed",
+                     "recording_size", "runs_by_start"), "idt_desk.recordings.reader"),
     "RecordingTail": "idt_desk.recordings.tail",
     "Recorder": "idt_desk.recordings.writer",
 }
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         Recording,
         load_recording,
         newest_recording,
+        recorded_speed,
         recording_size,
         runs_by_start,
     )
@@ -50,4 +51,4 @@ __getattr__, __dir__ = lazy_names(__name__, _WHERE, globals())
 
 __all__ = ["FORMAT_VERSION", "WINDOW_EVENTS", "Recorder", "Recording", "RecordingError",
            "RecordingTail", "export_recording", "load_recording", "newest_recording",
-           "recording_size", "runs_by_start"]
+           "recorded_speed", "recording_size", "runs_by_start"]

@@ -240,6 +240,23 @@ def _ended_in_error(events: pd.DataFrame) -> str | None:
     return str(msg) if isinstance(msg, str) and msg else "no reason given"
 
 
+def recorded_speed(path: str | Path) -> float | None:
+    """The speed a recording's session started at: a multiple of real time, None for max.
+
+    A replay defaults to it (a session recorded at 10× replays at 10×). Raises
+    :class:`RecordingError` (one line) when ``path`` is no readable recording.
+    """
+    session = read_config(Path(path)).get("session")
+    speed = session.get("speed", 1.0) if isinstance(session, dict) else 1.0
+    if speed is None:
+        return None
+    if not isinstance(speed, int | float) or isinstance(speed, bool) or \
+            not math.isfinite(speed) or speed <= 0:
+        raise RecordingError(f"{path}: config.json's session speed {speed!r} is not a "
+                             "positive multiple of real time")
+    return float(speed)
+
+
 def recording_size(path: str | Path) -> tuple[int, str]:
     """Bytes a recording's files take on disk so far, and the same in words ("47.6 MB").
 
