@@ -95,15 +95,18 @@ def test_a_double_click_follows_the_run_and_back_returns_to_the_table(qtbot, tmp
     w = _window(qtbot, tmp_path, root)
     try:
         view = w.fleet
+        # The table alone: no source's settings beside it (the side columns are a run's).
+        assert not w.controls_scroll.isVisible() and not w.right_scroll.isVisible()
         row = _paths(view).index("two")
         view.table.doubleClicked.emit(view.proxy.index(row, 0))
         assert w.centre_stack.currentIndex() == 0 and w.back_bar.isVisible()
+        assert w.controls_scroll.isVisible() and w.right_scroll.isVisible()
         qtbot.waitUntil(lambda: w.session is not None and not w.session.running
                         and w.session.snapshot(1).n_transitions == 3000, timeout=60_000)
         assert w.session.source.config["path"] == str(root / "two")
         assert w.session.error is None
         w.back_button.click()
-        assert w.centre_stack.currentWidget() is view
+        assert w.centre_stack.currentWidget() is view and not w.controls_scroll.isVisible()
         assert "▶ two" in _paths(view)  # the followed run is marked
         # The other one, then: the first session is replaced.
         old = w.session

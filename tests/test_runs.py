@@ -285,3 +285,24 @@ def test_a_lost_connection_is_one_line_and_the_next_look_connects_again(fleet, s
         assert len(index.refresh()) == 200  # the next look connects again
     finally:
         files.close()
+
+
+def test_a_run_says_what_changed_at_its_latest_alarm(tmp_path, capsys):
+    """The fleet's table had no "what changed" column: the listing carries the latest
+    alarm's class of change, from its status and from its events alike."""
+    from idt_desk.recordings.runs import row_line
+
+    rec = _recorder(tmp_path / "run")
+    _events(rec, alarms=1)
+    rec.add_event({"kind": "attributed", "i": 60, "t": 6.0, "wall": time.time(),
+                   "alarm_i": 50, "attribution": "sensor", "evidence": "spreads"})
+    rec.add_event({"kind": "alarm_on", "metric": "IDT", "i": 80, "t": 8.0, "wall": time.time()})
+    rec.add_event({"kind": "attributed", "i": 90, "t": 9.0, "wall": time.time(),
+                   "alarm_i": 80, "attribution": "actuator\x1b[2J", "evidence": "intact"})
+    rec.close()
+    (row,) = RunIndex(tmp_path).refresh()
+    assert row["changed"] == "actuator\x1b[2J"  # the latest alarm's, not the first's
+    assert "changed: actuator\\x1b[2J" in row_line(row)  # escaped on a terminal
+    (tmp_path / "run" / STATUS_FILE).unlink()  # folded from the events instead
+    (row,) = RunIndex(tmp_path).refresh()
+    assert row["changed"] == "actuator\x1b[2J"

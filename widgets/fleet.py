@@ -52,6 +52,8 @@ SHOWN = (
     ("alarms", "Alarms", "alarms raised so far"),
     ("last_alarm", "Last alarm", "the latest alarm, in the loop's seconds"),
     ("severity", "Severity", "the latest detection's largest move"),
+    ("changed", "What changed", "the latest alarm's class of change, as its twin named it: "
+                                "sensor, actuator, force, dynamics or unknown"),
     ("cost", "Cost", "the return a perturbation cost"),
     ("baseline", "Baseline", "calibrating, gathering n/N, armed or too short"),
     ("regime", "Estimator", "the estimator's regime in the latest window: resolved, sparse, "

@@ -93,6 +93,7 @@ class Following:
             return False
         w.centre_stack.setCurrentIndex(0)
         w.right_scroll.show()
+        w.controls_scroll.show()
         name = location.rstrip("/").rsplit("/", 1)[-1]
         w.back_bar.show()
         w.back_label.setText(f"  following {location}")
@@ -118,7 +119,10 @@ class Following:
         if w.fleet is None:
             return
         w.centre_stack.setCurrentWidget(w.fleet)
-        w.right_scroll.hide()  # the table wants the width; the run's panels come back
+        # The table wants the width, and nothing in the side columns (a source's settings,
+        # the pipeline, the alarm panel) is about it: they come back with a followed run.
+        w.right_scroll.hide()
+        w.controls_scroll.hide()
         w.fleet.refresh()
         w.fleet.table.setFocus()
 

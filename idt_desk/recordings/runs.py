@@ -43,7 +43,7 @@ __all__ = ["COLUMNS", "EVENTS_BYTES", "MAX_DEPTH", "STATUS_BYTES", "RunIndex", "
 
 #: The keys of a listed run (``idt-desk runs --json``), in the table's order.
 COLUMNS = ("path", "state", "transitions", "windows", "baseline", "alarms", "last_alarm",
-           "severity", "cost", "regime", "active", "error")
+           "severity", "changed", "cost", "regime", "active", "error")
 
 
 def open_files(location: str | os.PathLike[str], missing_ok: bool = False) -> Files:
@@ -384,7 +384,8 @@ class RunIndex:
             state = "writing"
         return {"path": rel, "state": state, "transitions": int(transitions or 0),
                 "windows": windows, "baseline": st.baseline_text(), "alarms": st.alarms,
-                "last_alarm": st.last_alarm, "severity": st.severity, "cost": st.cost,
+                "last_alarm": st.last_alarm, "severity": st.severity, "changed": st.changed,
+                "cost": st.cost,
                 "regime": st.regime,
                 "active": run.active, "error": run.error or st.error}
 
@@ -419,7 +420,8 @@ def row_line(row: dict[str, Any], now: float | None = None) -> str:
              f"{row['alarms']} alarm{'s' if row['alarms'] != 1 else ''}"]
     if row["last_alarm"] is not None:
         parts.append(f"last at {row['last_alarm']:,.1f} s")
-    parts += [shown(x) for x in (row["severity"], row["cost"] and f"cost {row['cost']}") if x]
+    parts += [shown(x) for x in (row["severity"], row["changed"] and f"changed: {row['changed']}",
+                                 row["cost"] and f"cost {row['cost']}") if x]
     if row["regime"] not in (None, "", "resolved"):  # a window the estimator cannot read
         parts.append(f"estimator {row['regime']}")
     if row["active"] is not None:

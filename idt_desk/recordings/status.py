@@ -41,7 +41,8 @@ class RunStatus:
     (armed, with thresholds the calibration raised), or ``""`` (no session events).
     ``regime``: the estimator's regime in the latest window (a writer's last windows).
     ``severity``: the latest alarm's largest move ("ΔH −3.0σ"); ``cost``: the latest
-    return change a perturbation was charged ("−0.1 %, cheap"). Times: ``last_alarm`` in loop
+    return change a perturbation was charged ("−0.1 %, cheap"); ``changed``: the latest alarm's
+    class of change ("sensor", "unknown"; its ``attributed`` event's). Times: ``last_alarm`` in loop
     seconds, ``rows_wall``/``beat_wall`` the writer's wall clock at its last rows / heartbeat.
     """
 
@@ -50,6 +51,7 @@ class RunStatus:
     alarms: int = 0
     last_alarm: float | None = None
     severity: str | None = None
+    changed: str | None = None
     cost: str | None = None
     baseline: str = ""
     calibration_windows: int | None = None
@@ -87,6 +89,8 @@ class RunStatus:
             self._moved(event.get("severity"))  # every alarm's (a training run's too)
         elif kind == "detected":
             self._moved(event.get("severity"))  # a scheduled perturbation's detection
+        if kind in ("attributed", "detected") and isinstance(event.get("attribution"), str):
+            self.changed = event["attribution"][:TEXT_CHARS]
         elif kind == "impact":
             change = _number(event.get("change"), 1e6)
             if change is not None:
@@ -155,7 +159,7 @@ class RunStatus:
             elif f.name == "regime":
                 if v not in ("", *REGIMES):
                     raise ValueError(f"regime: not one of {', '.join(REGIMES)} ({_short(v)})")
-            elif f.name in ("severity", "cost", "error"):
+            elif f.name in ("severity", "changed", "cost", "error"):
                 if not isinstance(v, str):
                     raise ValueError(f"{f.name}: not a string ({_short(v)})")
                 v = v if len(v) <= TEXT_CHARS else v[:TEXT_CHARS] + "…"
