@@ -211,3 +211,26 @@ def test_run_on_a_full_disk_exits_non_zero_with_one_line(tmp_path, monkeypatch):
     got = load_recording(tmp_path / "r")  # whole lines: it opens, and says what it lacks
     assert not got.complete
     assert not any("partly written" in w for w in got.warnings)
+
+
+def test_the_status_counts_what_is_on_disk_not_what_waits_in_memory(tmp_path):
+    """A killed run listed 17,936 transitions where its files held 17,926: the status
+    counted rows accepted but not yet written. A heartbeat between a flush and the next
+    says the flushed counts; the next flush the rest."""
+    import json
+
+    rec = _writer(tmp_path / "r")
+    rec._tick = lambda: None  # the flusher never gets to it: the test says when
+    try:
+        _add(rec, 0, 300)
+        rec.flush()
+        _add(rec, 300, 10)  # accepted, waiting
+        with rec._write_lock:
+            rec._write_status()  # the heartbeat's
+        status = json.loads((tmp_path / "r" / "status.json").read_text())
+        assert status["transitions"] == rows_on_disk(tmp_path / "r") == 300
+        rec.flush()
+        status = json.loads((tmp_path / "r" / "status.json").read_text())
+        assert status["transitions"] == rows_on_disk(tmp_path / "r") == 310
+    finally:
+        _close(rec)
