@@ -265,7 +265,8 @@ def test_the_agency_verdicts_do_not_flip_with_the_gaits_phase(qtbot):
     look["window_end"] = 13_000
     panel.update_snapshot(SimpleNamespace(agency=look))
     assert panel.rows["choice"][1].text() == "0.000 bits"
-    assert panel.rows["choice"][3].text() == "yes in 7 of 10 looks; not in this one"
+    assert panel.rows["choice"][3].text() == "yes in 7 of 10 looks"
+    assert panel.rows["choice"][3].toolTip().startswith("The latest look: not distinguishable")
     # Choice lost for good: the verdict turns once it holds in under half of the looks.
     for j in range(12, 20):
         look = _agency((False, True, True))

@@ -347,3 +347,32 @@ def test_quit_asks_before_losing_an_unrecorded_session(qtbot, window, monkeypatc
     _answer(monkeypatch, Button.Discard)
     QTest.keyClick(window, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)
     assert not window.isVisible()
+
+
+def test_at_1366_by_768_the_perturbations_show_without_scrolling(qtbot, window):
+    """The README sends a new user to *Perturbations*; at 1366×768 nothing of it showed
+    without scrolling the left column (it sat under the pipeline's settings)."""
+    window.resize(1366, 768)
+    qtbot.waitUntil(lambda: window.width() == 1366, timeout=5000)
+    column = window.controls_scroll
+    assert column.verticalScrollBar().value() == 0
+    first = next(iter(window.switches.perturb_buttons.values()))
+    bottom = first.mapTo(column.viewport(), first.rect().bottomLeft()).y()
+    assert 0 < bottom <= column.viewport().height()
+
+
+def test_the_side_column_grows_to_its_panels_instead_of_cutting_them(qtbot, window):
+    """On the RL source the alarm tiles squashed and their text was cut at the column's
+    right edge once the agency panel grew: the column had no horizontal scroll bar."""
+    from PySide6.QtWidgets import QLabel
+
+    window.resize(1366, 768)
+    side = window.right_scroll
+    wide = QLabel("x" * 120, side.widget())  # a panel that needs more than the column has
+    side.widget().layout().insertWidget(0, wide)
+    qtbot.waitUntil(lambda: side.minimumWidth() > 300, timeout=5000)
+    qtbot.waitUntil(lambda: side.widget().width() <= side.viewport().width(), timeout=5000)
+    lights = window.alarms.lights
+    assert all(lights[k].width() > 40 for k in ("P", "H_f", "H_b"))
+    wide.deleteLater()
+    qtbot.waitUntil(lambda: side.minimumWidth() == side.MIN_WIDTH, timeout=5000)

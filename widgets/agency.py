@@ -129,6 +129,7 @@ class AgencyPanel(QGroupBox):
             verdict = QLabel("", self.table)
             verdict.setObjectName(f"agency_verdict_{key}")
             verdict.setAlignment(Qt.AlignmentFlag.AlignCenter)
+            verdict.setWordWrap(True)  # a narrow side column wraps it, never clips it
             grid.addWidget(cond, row, 0, 2, 1)
             grid.addWidget(value, row, 1)
             grid.addWidget(verdict, row, 2)
@@ -221,10 +222,11 @@ class AgencyPanel(QGroupBox):
             if c and n > 1:  # judged over the looks: it does not flip with the phase
                 state = "yes" if self._holds(k) else "no"
                 if state == "yes" and not c.get("holds"):
-                    # The value shown is the latest look's; never "0.000 bits — yes".
-                    text = f"yes in {times} of {n} looks; not in this one"
+                    # The value shown is the latest look's; never "0.000 bits — yes" (the
+                    # tooltip says the latest look's verdict).
+                    text = f"yes in {times} of {n} looks"
                 elif state == "no" and c.get("holds"):
-                    text = f"not distinguishable in {n - times} of {n} looks; yes in this one"
+                    text = f"not in {n - times} of {n} looks"
                 elif state == "no":
                     text = "not distinguishable"
             self._verdict(k, verdict, state, text)

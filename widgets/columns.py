@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from idt_desk_widgets.events import EventLog
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtWidgets import QGroupBox, QScrollArea, QSplitter, QVBoxLayout, QWidget
 
 __all__ = ["CentreSplit", "ControlColumn", "SideColumn"]
@@ -119,4 +119,24 @@ class SideColumn(QScrollArea):
         self.setWidgetResizable(True)
         self.setFrameShape(QScrollArea.Shape.NoFrame)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setMinimumWidth(300)
+        self.setMinimumWidth(self.MIN_WIDTH)
+        # Whatever its panels come to need (the agency table once it fills, a source's view),
+        # the column grows to it: with no horizontal scroll bar, content wider than the
+        # column was cut off at its right edge (the alarm tiles squashed, their text clipped).
+        right.installEventFilter(self)
+
+    #: The column's least width (pixels).
+    MIN_WIDTH = 300
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        """Refit the width whenever the panels' layout asks for room."""
+        if watched is self.widget() and event.type() == QEvent.Type.LayoutRequest:
+            self.fit_width()
+        return super().eventFilter(watched, event)
+
+    def fit_width(self) -> None:
+        """At least as wide as the panels' least width (and :data:`MIN_WIDTH`)."""
+        need = (self.widget().minimumSizeHint().width()
+                + self.verticalScrollBar().sizeHint().width() + 2 * self.frameWidth())
+        if max(self.MIN_WIDTH, need) != self.minimumWidth():
+            self.setMinimumWidth(max(self.MIN_WIDTH, need))

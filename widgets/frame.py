@@ -83,8 +83,10 @@ class WindowFrame(QMainWindow):
         self.pipeline_panel = PipelinePanel(self)
         self.switches = SwitchPanel(self)
         self.record_panel = RecordPanel(record_dir, self)
+        # Perturbations right under the source: the first thing a new user is sent to, seen
+        # at 1366×768 without scrolling (under the pipeline's settings it was not).
         self.controls_scroll = ControlColumn(
-            (self.source_panel, self.pipeline_panel, self.switches, self.record_panel), self)
+            (self.source_panel, self.switches, self.pipeline_panel, self.record_panel), self)
         # Scrolling the panel must never change a setting under the pointer (the guard
         # filters the application's events: every panel's boxes, built now or later).
         self._wheel_guard = WheelGuard.install(self)
