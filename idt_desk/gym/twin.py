@@ -32,7 +32,7 @@ import numpy as np
 
 from idt_desk.metrics.twin import Hypothesis
 
-__all__ = ["MujocoTwin", "TwinUnavailable", "mujoco_twin", "route_mujoco_warnings"]
+__all__ = ["MujocoTwin", "TwinUnavailable", "mujoco_twin", "registered_id", "route_mujoco_warnings"]
 
 _log = logging.getLogger("idt_desk.gym")
 
@@ -59,13 +59,37 @@ class TwinUnavailable(ValueError):
     """The env has no twin this way; the message says why, in one line."""
 
 
+def registered_id(env_id: Any) -> str:
+    """``env_id`` if Gymnasium's registry holds it as an id, else a one-line refusal.
+
+    An id read from a file (a recording's settings, its twin's) is looked up as an id only:
+    ``gymnasium.make("module:Env")`` imports ``module`` first, so a recording naming
+    ``antigravity:X`` opened a browser on replay. Nothing is imported to look it up (the
+    registry holds the ids of the installed packages).
+
+    Raises
+    ------
+    TwinUnavailable
+        Not a string, a ``module:`` id, or an id the registry does not hold.
+    """
+    from gymnasium.envs.registration import registry
+
+    if not isinstance(env_id, str) or ":" in env_id or env_id not in registry:
+        from idt_desk.words import shown
+
+        raise TwinUnavailable(f"env id {shown(env_id, 80)!r} is not an id in Gymnasium's "
+                              "registry (an id from a file is only looked up there, never "
+                              "imported)")
+    return env_id
+
+
 def _make(env: Any) -> Any:
-    """A fresh, unwrapped copy of ``env`` (a Gymnasium env or its id)."""
+    """A fresh, unwrapped copy of ``env`` (a Gymnasium env, or a registered id)."""
     import gymnasium as gym
 
     route_mujoco_warnings()
     if isinstance(env, str):
-        return gym.make(env).unwrapped
+        return gym.make(registered_id(env)).unwrapped
     spec = getattr(env, "spec", None)
     if spec is None:
         raise TwinUnavailable("the env has no spec (gymnasium.make) to build a copy from")
