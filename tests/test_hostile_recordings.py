@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -104,3 +105,95 @@ def test_a_registered_id_still_builds_its_twin():
     for bad in ("antigravity:X", "HalfCheetah-v5:x", "no-such-env-v0", 42, ""):
         with pytest.raises(TwinUnavailable, match="registry"):
             registered_id(bad)
+
+
+# -- writers never write through a link -----------------------------------------------------
+
+def _victim(tmp_path: Path) -> Path:
+    """A file of the test's own that a planted link aims at; it must never change."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    return victim
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet", "recording"])
+def test_an_export_never_writes_through_a_link_in_its_folder(tmp_path, fmt):
+    """A link planted in the output folder (a shared or unpacked one) made export overwrite
+    its target with the recording's bytes, with exit 0."""
+    rec = _recording(tmp_path / "rec")
+    victim = _victim(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    name = {"csv": "windows.csv", "parquet": "windows.parquet",
+            "recording": "transitions.arrows"}[fmt]
+    (out / name).symlink_to(victim)
+    rc, err = _call(["export", str(rec), "--out", str(out), "--format", fmt])
+    assert rc != 0 and err.strip().count("\n") == 0 and "empty folder" in err
+    assert victim.read_text() == "precious\n"
+    # The output folder itself a link: refused too, nothing written in its target.
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / "out2").symlink_to(target)
+    rc, err = _call(["export", str(rec), "--out", str(tmp_path / "out2"), "--format", fmt])
+    assert rc != 0 and not any(target.iterdir())
+    # A new folder: written, every file a regular file of its own.
+    rc, err = _call(["export", str(rec), "--out", str(tmp_path / "fresh"), "--format", fmt])
+    assert rc == 0, err
+    assert all(p.is_file() and not p.is_symlink() for p in (tmp_path / "fresh").iterdir())
+
+
+def test_export_as_a_recording_never_copies_a_status_or_a_file_out_of_the_recording(tmp_path):
+    """``export --format recording`` copied the source's status.json byte for byte, through a
+    link that led outside the source recording."""
+    rec = _recording(tmp_path / "rec")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not yours\n")
+    (rec / "status.json").unlink()
+    (rec / "status.json").symlink_to(secret)
+    rc, err = _call(["export", str(rec), "--out", str(tmp_path / "out"), "--format",
+                     "recording"])
+    assert rc == 0, err
+    assert not (tmp_path / "out" / "status.json").exists()
+    assert "not yours" not in "".join(p.read_text(errors="replace")
+                                      for p in (tmp_path / "out").iterdir())
+
+
+def test_a_recording_refuses_a_folder_holding_a_planted_link(tmp_path):
+    victim = _victim(tmp_path)
+    for name in ("transitions.arrows", "events.jsonl", "windows.csv", "config.json"):
+        folder = tmp_path / f"rec-{name}"
+        folder.mkdir()
+        (folder / name).symlink_to(victim)
+        with pytest.raises(idt_desk.RecordingError):
+            _recording(folder)
+        rc, err = _call(["run", "--source", "pendulum", "--seconds", "1", "--record",
+                         str(folder / "..") + f"/rec-{name}"])
+        assert rc != 0 and "Traceback" not in err
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_live_runs_status_swapped_for_a_link_is_replaced_not_written_through(tmp_path):
+    """A running recording's status.json swapped for a link to a system file: that file was
+    overwritten with the run's status (here the link aims at the test's own file)."""
+    import time
+
+    victim = _victim(tmp_path)
+    x = np.cumsum(np.random.default_rng(1).normal(size=(4001, 2)), axis=0)
+    rec = idt_desk.Recorder(tmp_path / "live", ["x", "v"], ["u"], window=20, stride=5,
+                            calibration_windows=2, baseline_windows=5)
+    try:
+        rec.add(x[:1000], np.zeros((1000, 1)), x[1:1001])
+        rec.flush()
+        status = tmp_path / "live" / "status.json"
+        status.unlink()
+        status.symlink_to(victim)
+        # The temporary name a writer once used (its pid's) planted too: never written through.
+        (tmp_path / "live" / f".status.json.{os.getpid()}.tmp").symlink_to(victim)
+        rec.add(x[1000:4000], np.zeros((3000, 1)), x[1001:4001])
+        rec.flush()
+        time.sleep(1.5)  # the writer's heartbeat rewrites the status too
+    finally:
+        rec.close()
+    assert victim.read_text() == "precious\n"
+    assert status.is_file() and not status.is_symlink()
+    assert json.loads(status.read_text())["transitions"] == 4000

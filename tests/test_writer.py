@@ -167,17 +167,18 @@ def test_closing_on_a_full_disk_raises_and_leaves_whole_lines(tmp_path, monkeypa
 
 def test_two_writers_cannot_share_a_path(tmp_path, monkeypatch):
     """Both pass every check before either writes: one gets the path, the other an error."""
-    from pathlib import Path
+    from idt_desk.recordings import writer
 
     both = threading.Barrier(2, timeout=10)
-    mkdir = Path.mkdir
+    folder = writer.output_folder
 
-    def meet(self, *a, **kw):
-        mkdir(self, *a, **kw)
-        if self.name == "r":
+    def meet(path, what):
+        try:
+            return folder(path, what)
+        finally:  # the folder made (or found empty) by both, neither has written
             both.wait()
 
-    monkeypatch.setattr(Path, "mkdir", meet)
+    monkeypatch.setattr(writer, "output_folder", meet)
     got: list[object] = []
 
     def start():

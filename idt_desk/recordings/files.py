@@ -52,6 +52,7 @@ import contextlib
 import json
 import math
 import os
+import secrets
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,11 +62,83 @@ import numpy as np
 if TYPE_CHECKING:  # imported where a table is read: a listing of runs reads none
     import pandas as pd
 
-__all__ = ["CLOSING_EVENTS", "FILES", "FORMAT_VERSION", "HEAD_BYTES", "TRANSITIONS",
+__all__ = ["CLOSING_EVENTS", "FILES", "FORMAT_VERSION", "HEAD_BYTES", "NEW_FILE", "TRANSITIONS",
            "WINDOW_EVENTS", "AppendFile",
-           "JsonLines", "RecordingError", "Table", "first_line", "in_transition_order",
-           "json_line", "json_safe", "parse_json", "read_csv", "read_json_lines", "read_lines",
-           "text_head_problem"]
+           "JsonLines", "RecordingError", "Table", "create_new", "first_line",
+           "in_transition_order", "json_line", "json_safe", "output_folder", "parse_json",
+           "read_csv", "read_json_lines", "read_lines", "replace_whole", "text_head_problem"]
+
+#: How every writer opens a file: a new one (never a name that is there: a file it did not
+#: write, or a link planted in its place, which a plain open would write through), never
+#: through a link, not inherited by a child process.
+NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def create_new(path: Path, append: bool = False, mode: int = 0o644) -> int:
+    """A descriptor of the new file ``path``, opened for writing (:data:`NEW_FILE`).
+
+    ``append``: every write at the end (a file cut back after a failed write goes on from
+    its new end).
+
+    Raises
+    ------
+    FileExistsError
+        Something is there already (a file, or a link, dangling or not).
+    """
+    return os.open(path, NEW_FILE | (os.O_APPEND if append else 0), mode)
+
+
+def replace_whole(path: Path, data: bytes) -> None:
+    """Replace ``path`` whole with ``data``: a reader sees the old file or the new, never half.
+
+    The bytes go into a new file beside it under a name of its own (random, created
+    exclusively: a planted temporary name is never written through), which is then renamed
+    over ``path``. A rename replaces the name itself, so a link put in its place is replaced,
+    not followed (a status rewritten through a link once overwrote the system's table of
+    users).
+    """
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = create_new(tmp)
+    try:
+        with open(fd, "wb", closefd=True) as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def output_folder(path: Path, what: str) -> Path:
+    """The folder a writer fills: made if missing; refused if a link or holding anything.
+
+    ``what`` names the writer in the refusal ("export"). A folder that exists must be empty:
+    a writer never writes beside files it did not write (a shared or unpacked folder may hold
+    links aimed anywhere).
+
+    Raises
+    ------
+    RecordingError
+        It is a link, not a folder, not empty, or cannot be made (one line, naming it).
+    """
+    path = Path(path)
+    try:
+        path.mkdir(parents=True)
+    except FileExistsError:
+        if path.is_symlink() or not path.is_dir():
+            raise RecordingError(f"{path}: not a folder of its own (a link or a file): "
+                                 f"{what} writes into a new or an empty folder") from None
+        try:
+            with os.scandir(path) as entries:
+                held = next(entries, None)
+        except OSError as exc:
+            raise RecordingError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+        if held is not None:
+            raise RecordingError(f"{path}: holds {held.name!r} and maybe more: {what} writes "
+                                 "into a new or an empty folder; choose another") from None
+    except OSError as exc:
+        raise RecordingError(f"{path}: cannot be made ({exc.strerror or exc})") from None
+    return path
 
 
 #: 2: transitions in an Arrow IPC stream (transitions.arrows); 1: in transitions.csv.
@@ -149,7 +222,11 @@ class AppendFile:
 
     def __init__(self, path: Path, header: bytes = b"") -> None:
         self.path = path
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        try:  # a new file, or none: never through a name planted in the folder
+            self._fd = create_new(path, append=True)
+        except FileExistsError:
+            raise RecordingError(f"{path}: is there already (a file this recording did not "
+                                 "write, or a link): the recording is refused") from None
         #: Bytes taken from the pending rows but not yet written.
         self.carry = header
         self.write()  # a table's header at once: a follower can start reading

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -194,11 +193,15 @@ def _short(v: Any) -> str:
 
 
 def write_status(directory: Path, status: RunStatus) -> None:
-    """Replace ``directory``/status.json whole: a temporary file, then a rename."""
-    path = Path(directory) / STATUS_FILE
-    tmp = path.with_name(f".{STATUS_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(status.to_json(), allow_nan=False), encoding="utf-8")
-    os.replace(tmp, path)
+    """Replace ``directory``/status.json whole: a new temporary file, then a rename.
+
+    Never written through a link put in its place
+    (:func:`~idt_desk.recordings.files.replace_whole`).
+    """
+    from idt_desk.recordings.files import replace_whole
+
+    replace_whole(Path(directory) / STATUS_FILE,
+                  json.dumps(status.to_json(), allow_nan=False).encode("utf-8"))
 
 
 def _number(v: Any, limit: float = math.inf) -> float | None:

@@ -35,7 +35,10 @@ from idt_desk.recordings.files import (
     JsonLines,
     RecordingError,
     Table,
+    create_new,
     json_safe,
+    output_folder,
+    replace_whole,
 )
 from idt_desk.recordings.status import RunStatus, write_status
 
@@ -145,11 +148,14 @@ class Recorder:
         self._flusher.start()
 
     def _claim(self) -> None:
-        """Create the folder and its config.json exclusively: one writer per recording."""
+        """Create the folder and its config.json exclusively: one writer per recording.
+
+        The folder is new or empty (:func:`output_folder`): never one holding files this
+        writer did not write, which a planted link among them would have it write through.
+        """
+        output_folder(self.path, "a recording")
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path / "config.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL,
-                         0o644)
+            fd = create_new(self.path / "config.json")
         except FileExistsError:
             raise RecordingError(f"{self.path}: already holds a recording; choose a new "
                                  "path") from None
@@ -178,12 +184,9 @@ class Recorder:
             It could not be written (a full disk): the old config.json stays.
         """
         self.config.update(updates)
-        tmp = self.path / "config.json.tmp"
         try:
-            tmp.write_bytes(self._config_bytes())
-            os.replace(tmp, self.path / "config.json")
+            replace_whole(self.path / "config.json", self._config_bytes())
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise self._failed("config.json", exc) from None
 
     def add_transitions(
