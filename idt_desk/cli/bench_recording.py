@@ -4,7 +4,9 @@ For each source (the pendulum, the shipped RL agent) the same session runs at ma
 unrecorded, recording the transitions log (format 2) and recording the CSV table (format 1,
 the writer before it), in interleaved rounds; then each recording is loaded and replayed.
 Printed: bytes per transition of the whole run folder, wall time against the unrecorded run,
-and load and replay time, each with its ratio to the CSV writer's in the same run.
+and load and replay time, each with its ratio to the CSV writer's in the same run; and what
+the blocks' checksums cost: the log written without them (``arrows.SEAL`` off) in the same
+rounds.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def _replay_wall(path: Path) -> float:
 def bench_recording(cases: tuple[tuple[str, float], ...] = CASES, rounds: int = 3,
                     print_fn: Callable[[str], None] = print) -> dict[str, dict[str, float]]:
     """Bytes, recording cost, load and replay of the log against the CSV writer (medians)."""
-    from idt_desk.recordings import load_recording, recording_size, writer
+    from idt_desk.recordings import arrows, load_recording, recording_size, writer
 
     print_fn(f"recording benchmark: each case at maximum speed, unrecorded, recording the "
              f"transitions log and recording the CSV table; median of {rounds} interleaved "
@@ -54,21 +56,23 @@ def bench_recording(cases: tuple[tuple[str, float], ...] = CASES, rounds: int = 
     out: dict[str, dict[str, float]] = {}
     for source, seconds in cases:
         _session_wall(source, min(seconds, 20.0), None)  # warm-up: kernels, imports, policy
-        walls: dict[str, list[float]] = {"plain": [], "arrows": [], "csv": []}
+        walls: dict[str, list[float]] = {"plain": [], "arrows": [], "unsealed": [], "csv": []}
         sizes: dict[str, list[float]] = {"arrows": [], "csv": []}
         loads: dict[str, list[float]] = {"arrows": [], "csv": []}
         replays: dict[str, list[float]] = {"arrows": [], "csv": []}
         with tempfile.TemporaryDirectory(prefix="idt-bench-rec-") as tmp:
             for r in range(rounds):
-                for mode in ("plain", "arrows", "csv"):
+                for mode in ("plain", "arrows", "unsealed", "csv"):
                     path = None if mode == "plain" else Path(tmp) / f"{mode}{r}"
                     writer.TRANSITIONS_LAYOUT = "csv" if mode == "csv" else "arrows"
+                    arrows.SEAL = mode != "unsealed"
                     try:
                         wall, n = _session_wall(source, seconds, path)
                     finally:
                         writer.TRANSITIONS_LAYOUT = "arrows"
+                        arrows.SEAL = True
                     walls[mode].append(wall)
-                    if path is None:
+                    if path is None or mode == "unsealed":
                         continue
                     sizes[mode].append(recording_size(path)[0] / n)
                     t0 = time.perf_counter()
@@ -83,6 +87,7 @@ def bench_recording(cases: tuple[tuple[str, float], ...] = CASES, rounds: int = 
                   for what, d in (("bytes", sizes), ("load_s", loads),
                                   ("replay_s", replays))},
                "arrows_cost": med["arrows"] / med["plain"],
+               "unsealed_cost": med["unsealed"] / med["plain"],
                "csv_cost": med["csv"] / med["plain"]}
         out[source] = row
         print_fn(f"\n{source}: {seconds:g} s of loop time, {n:,} transitions")
@@ -97,4 +102,7 @@ def bench_recording(cases: tuple[tuple[str, float], ...] = CASES, rounds: int = 
                  f"{row['csv_replay_s']:>14.3f}"
                  f"{row['arrows_replay_s'] / row['csv_replay_s']:>11.3f}")
         print_fn(f"(unrecorded: {med['plain']:.2f} s wall, median)")
+        print_fn(f"checksums: recording with them {row['arrows_cost']:.3f}x the unrecorded "
+                 f"wall, without them {row['unsealed_cost']:.3f}x: they cost "
+                 f"{row['arrows_cost'] / row['unsealed_cost'] - 1:+.1%} of the recording's time")
     return out

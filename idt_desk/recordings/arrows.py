@@ -25,8 +25,20 @@ A killed writer leaves whole batches and perhaps a torn last one; :class:`Frames
 messages' ends from their framing alone (a length prefix, the metadata's body length), so a
 torn last batch is dropped and said, a follower waits for its rest, and bytes that are no
 Arrow message are named by their offset. Every batch is a writer's block of at most a
-flush's rows; a batch claiming more rows than :data:`MAX_ROWS` is refused before its buffers
-are decompressed (a crafted file cannot make the reader allocate what it claims).
+flush's rows; a batch claiming more rows than :data:`MAX_ROWS`, or a buffer that would
+decompress to more than its rows hold, is refused before anything is decompressed (a crafted
+file cannot make the reader allocate what it claims).
+
+**A checksum on every block.** Each record batch carries, in its message's custom metadata
+(``idt_desk_crc32``), the CRC-32 of the message's metadata and body (the checksum's own eight
+digits read as zeros), so every byte of a block but its 8-byte frame is covered, its row
+count and buffer offsets included. Arrow readers (pyarrow, pandas, polars) read the log as
+before and ignore the key; every reader here checks it before it decodes a block, and a
+block that fails is refused by name ("block 12 of transitions.arrows: checksum mismatch")
+with the rows before it kept. Chosen over MCAP's and TFRecord's framing (a CRC beside each
+record in a container of their own), which no Arrow reader opens, and over a side index,
+which a torn write would leave behind the log. A log written before the checksum loads as
+before and says its blocks cannot be verified.
 """
 
 from __future__ import annotations
@@ -34,6 +46,7 @@ from __future__ import annotations
 import io
 import os
 import struct
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,6 +79,16 @@ BLOCK_ROWS = 4096
 
 #: Bytes of a log read at a time.
 _CHUNK = 4 << 20
+
+#: The checksum's key in a batch's custom metadata, and its value's first bytes: the value is
+#: this marker and eight hex digits (found in the metadata's bytes by the marker, which the
+#: key alone cannot be mistaken for: the key ends at the marker's "=").
+CRC_KEY = "idt_desk_crc32"
+_CRC_MARK = f"{CRC_KEY}=".encode()
+_CRC_ZERO = b"00000000"
+#: Whether writers seal their blocks with the checksum (False only for ``idt-desk bench
+#: recording``'s same-run baseline of what the checksum costs).
+SEAL = True
 
 #: The zstd level: 1 compressed a recorded HalfCheetah run as well as 3 (185 B a transition)
 #: at a fraction of the time.
@@ -111,8 +134,14 @@ class TransitionLog(AppendFile):
         self._writer: Any = None
         #: Offsets into :attr:`carry` where a message ends (a write keeps whole ones).
         self._ends: list[int] = []
-        header = self._schema.serialize().to_pybytes()
-        self._header_bytes = len(header)  # the stream writer's own schema message: skipped
+        self._header_bytes = len(self._schema.serialize().to_pybytes())  # the stream
+        # writer's own schema message, skipped: the log's header is the same schema with its
+        # checksum (a flipped byte in a column's name or type is refused by it, in one line)
+        self._seal = SEAL
+        header = self._schema.serialize().to_pybytes() if not self._seal else _seal(
+            self._schema.with_metadata(
+                {**self._schema.metadata, CRC_KEY.encode(): _CRC_MARK + _CRC_ZERO}
+            ).serialize().to_pybytes())
         self._ends.append(len(header))
         super().__init__(path, header)
 
@@ -158,8 +187,15 @@ class TransitionLog(AppendFile):
         if self._writer is None:
             self._writer = ipc.new_stream(self._sink, self._schema, options=self._options)
             skip = self._header_bytes  # its schema message: written as the header
-        self._writer.write_batch(batch)
-        data = self._sink.getbuffer()[skip:].tobytes()
+        if not self._seal:
+            self._writer.write_batch(batch)
+            data = self._sink.getbuffer()[skip:].tobytes()
+            self._sink.seek(0)
+            self._sink.truncate()
+            return data
+        self._writer.write_batch(
+            batch, custom_metadata={CRC_KEY: (_CRC_MARK + _CRC_ZERO).decode()})
+        data = _seal(self._sink.getbuffer()[skip:])
         self._sink.seek(0)
         self._sink.truncate()
         return data
@@ -188,6 +224,29 @@ class TransitionLog(AppendFile):
         super().close()
 
 
+def _seal(message: bytes | memoryview) -> bytes:
+    """A message whose metadata holds the checksum placeholder, with its checksum written."""
+    data = bytearray(message)
+    at = _crc_at(data)
+    data[at:at + 8] = b"%08x" % _crc(data, at)
+    return bytes(data)
+
+
+def _crc_at(message: bytes | bytearray) -> int:
+    """Where a batch message's eight checksum digits are (-1: it has none)."""
+    length = int.from_bytes(message[4:8], "little")
+    k = message.find(_CRC_MARK, 8, 8 + length)
+    return -1 if k < 0 else k + len(_CRC_MARK)
+
+
+def _crc(message: bytes | bytearray, at: int) -> int:
+    """CRC-32 of a message's metadata and body, its checksum's digits (at ``at``) as zeros."""
+    view = memoryview(message)
+    crc = zlib.crc32(view[8:at])
+    crc = zlib.crc32(_CRC_ZERO, crc)
+    return zlib.crc32(view[at + 8:], crc)
+
+
 def _u(fmt: str, buf: bytes, pos: int) -> Any:
     """``struct.unpack_from`` inside ``buf`` only (a crafted offset raises ValueError)."""
     if pos < 0 or pos + struct.calcsize(fmt) > len(buf):
@@ -211,20 +270,31 @@ def _field(buf: bytes, table: int, index: int, fmt: str, default: int) -> int:
     return default if pos is None else _u(fmt, buf, pos)
 
 
-def _message_info(meta: bytes) -> tuple[int, int, int]:
-    """A message's (header type, body length, rows) read from its flatbuffer metadata.
+def _message_info(meta: bytes) -> tuple[int, int, int, list[tuple[int, int]], bool]:
+    """A message's (header type, body length, rows, buffers, compressed) from its metadata.
 
     Arrow's ``Message`` table: ``version`` (0), ``header_type`` (1), ``header`` (2),
-    ``bodyLength`` (3); a ``RecordBatch`` header's ``length`` (0) is its rows.
+    ``bodyLength`` (3); a ``RecordBatch`` header's ``length`` (0) is its rows, ``buffers``
+    (2) its buffers' (offset, length) in the body, ``compression`` (3) whether they are
+    compressed (each then led by its length decompressed, an int64).
     """
     root = _u("<I", meta, 0)
     kind = _field(meta, root, 1, "<B", 0)
     body = _field(meta, root, 3, "<q", 0)
-    rows = 0
+    rows, buffers, compressed = 0, [], False
     header = _at(meta, root, 2) if kind == 3 else None  # a RecordBatch
     if header is not None and (ref := _u("<I", meta, header)):  # relative to its position
-        rows = _field(meta, header + ref, 0, "<q", 0)
-    return kind, body, rows
+        table = header + ref
+        rows = _field(meta, table, 0, "<q", 0)
+        if (pos := _at(meta, table, 2)) is not None:
+            vector = pos + _u("<I", meta, pos)
+            n = _u("<I", meta, vector)
+            if 16 * n > len(meta):
+                raise ValueError(f"{n:,} buffers in a message of {len(meta):,} bytes")
+            buffers = [(_u("<q", meta, vector + 4 + 16 * k), _u("<q", meta, vector + 12 + 16 * k))
+                       for k in range(n)]
+        compressed = _at(meta, table, 3) is not None
+    return kind, body, rows, buffers, compressed
 
 
 class Frames:
@@ -243,56 +313,126 @@ class Frames:
         self.offset = 0  # of :attr:`partial`'s first byte in the file
         self.ended = False  # the end-of-stream marker was read
         self.rows = 0
+        #: Record batches taken so far, and how many of them carried no checksum (a log
+        #: written before checksums: loaded as before, said to be unverified).
+        self.blocks = 0
+        self.unverified = 0
+        #: Why the stream is read no further (a block whose checksum failed; None: it is
+        #: not): the blocks before it are kept, nothing from it on is taken.
+        self.broken: str | None = None
 
     def feed(self, data: bytes) -> bytes:
-        """The whole record-batch messages ``data`` completes (concatenated)."""
+        """The whole record-batch messages ``data`` completes (concatenated).
+
+        Damage before the first batch (the schema) raises RecordingError; damage in a batch
+        (its checksum, its framing, its metadata, its claims) stops the stream there: the
+        batches before it are returned, :attr:`broken` says which block and why, and nothing
+        from it on is ever taken.
+        """
+        if self.broken is not None:
+            return b""
         buf = self.partial + data if self.partial else data
         out = []
         pos = 0
         while len(buf) - pos >= 8 and not self.ended:
             start = self.offset + pos
-            marker, length = struct.unpack_from("<Ii", buf, pos)
-            if marker != 0xFFFFFFFF or not 0 <= length <= MAX_METADATA or length % 8:
-                raise RecordingError(f"{self.where}: byte {start:,}: garbage bytes "
-                                     f"{buf[pos:pos + 4]!r}... (not an Arrow IPC message, "
-                                     "as a transitions log holds)")
-            if length == 0:
-                self.ended = True
-                pos += 8
-                break
-            if len(buf) - pos < 8 + length:
-                break
             try:
-                kind, body, rows = _message_info(buf[pos + 8:pos + 8 + length])
-            except (ValueError, struct.error) as exc:
-                raise RecordingError(f"{self.where}: byte {start:,}: a message whose metadata "
-                                     f"cannot be read ({exc})") from None
-            if body < 0 or body % 8 or not 0 <= rows <= MAX_ROWS:
-                raise RecordingError(f"{self.where}: byte {start:,}: a message claiming "
-                                     f"{body:,} bytes and {rows:,} rows: not a recording's")
-            end = pos + 8 + length + body
-            if len(buf) < end:
-                break
-            if kind == 1:
-                if self.schema_bytes:
-                    raise RecordingError(f"{self.where}: byte {start:,}: a second schema")
-                self.schema_bytes = buf[pos:end]
-            elif kind == 3:
+                end = self._message(buf, pos, start, out)
+            except RecordingError as exc:
                 if not self.schema_bytes:
-                    raise RecordingError(f"{self.where}: byte {start:,}: a batch before the "
-                                         "schema")
-                out.append(buf[pos:end])
-                self.rows += rows
-            else:
-                raise RecordingError(f"{self.where}: byte {start:,}: an Arrow message of type "
-                                     f"{kind}, not a record batch")
+                    raise
+                self.broken = (f"block {self.blocks + 1:,} of {Path(self.where).name} "
+                               f"(byte {start:,}): {str(exc).split(': ', 2)[-1]}: the "
+                               f"{self.rows:,} rows before it are kept, nothing after")
+                pos = len(buf)  # nothing of it or after it is taken
+                break
+            if end is None:
+                break  # not whole yet
             pos = end
-        self.partial = buf[pos:]
+        self.partial = b"" if self.broken is not None else buf[pos:]
         self.offset += pos
         if self.ended and self.partial:
-            raise RecordingError(f"{self.where}: byte {self.offset:,}: garbage bytes after "
-                                 "the end-of-stream marker")
+            if not self.schema_bytes:
+                raise RecordingError(f"{self.where}: byte {self.offset:,}: garbage bytes "
+                                     "after the end-of-stream marker")
+            self.broken = (f"{Path(self.where).name} (byte {self.offset:,}): garbage bytes "
+                           f"after the end-of-stream marker: the {self.rows:,} rows before "
+                           "it are kept")
+            self.partial = b""
         return b"".join(out)
+
+    def _message(self, buf: bytes, pos: int, start: int, out: list[bytes]) -> int | None:
+        """Take the message at ``pos`` of ``buf`` (a batch onto ``out``); where it ends.
+
+        None: it is not whole yet. Raises RecordingError for anything that is not a
+        recording's message: garbage, a checksum that fails, a claim no writer makes.
+        """
+        marker, length = struct.unpack_from("<Ii", buf, pos)
+        if marker != 0xFFFFFFFF or not 0 <= length <= MAX_METADATA or length % 8:
+            raise RecordingError(f"{self.where}: byte {start:,}: garbage bytes "
+                                 f"{buf[pos:pos + 4]!r}... (not an Arrow IPC message, as a "
+                                 "transitions log holds)")
+        if length == 0:
+            self.ended = True
+            return pos + 8
+        if len(buf) - pos < 8 + length:
+            return None
+        try:
+            kind, body, rows, buffers, packed = _message_info(buf[pos + 8:pos + 8 + length])
+        except (ValueError, struct.error) as exc:
+            raise RecordingError(f"{self.where}: byte {start:,}: a message whose metadata "
+                                 f"cannot be read ({exc})") from None
+        if body < 0 or body % 8 or not 0 <= rows <= MAX_ROWS:
+            raise RecordingError(f"{self.where}: byte {start:,}: a message claiming "
+                                 f"{body:,} bytes and {rows:,} rows: not a recording's")
+        end = pos + 8 + length + body
+        if len(buf) < end:
+            return None
+        message = buf[pos:end]
+        at = _crc_at(message)
+        if at >= 0 and message[at:at + 8] != b"%08x" % _crc(message, at):
+            raise RecordingError(f"{self.where}: byte {start:,}: checksum mismatch")
+        if kind == 1:
+            if self.schema_bytes:
+                raise RecordingError(f"{self.where}: byte {start:,}: a second schema")
+            self.schema_bytes = message
+        elif kind == 3:
+            if not self.schema_bytes:
+                raise RecordingError(f"{self.where}: byte {start:,}: a batch before the "
+                                     "schema")
+            self._check_sizes(message, 8 + length, body, rows, buffers, packed, start)
+            out.append(message)
+            self.rows += rows
+            self.blocks += 1
+            self.unverified += at < 0
+        else:
+            raise RecordingError(f"{self.where}: byte {start:,}: an Arrow message of type "
+                                 f"{kind}, not a record batch")
+        return end
+
+    def _check_sizes(self, message: bytes, body_at: int, body: int, rows: int,
+                     buffers: list[tuple[int, int]], packed: bool, start: int) -> None:
+        """Refuse a batch whose buffers claim more than its rows hold, before decoding it.
+
+        A float64 or int64 column of ``rows`` values takes 8 bytes a row, its validity bitmap
+        less: a buffer that would decompress (or read) to more is a crafted one (two claiming
+        8 GiB each grew a reader past 6 GB).
+        """
+        most = 8 * max(rows, 1) + 64  # Arrow pads buffers to 64 bytes
+        for offset, size in buffers:
+            if offset < 0 or size < 0 or offset + size > body:
+                raise RecordingError(f"{self.where}: byte {start:,}: a buffer outside its "
+                                     "block's body")
+            claimed = size
+            if packed and size >= 8:
+                claimed = int.from_bytes(message[body_at + offset:body_at + offset + 8],
+                                         "little", signed=True)
+                if claimed == -1:  # stored as is
+                    claimed = size - 8
+            if not 0 <= claimed <= most:
+                raise RecordingError(f"{self.where}: byte {start:,}: a buffer claiming "
+                                     f"{claimed:,} bytes for {rows:,} rows: not a "
+                                     "recording's (refused before it was decompressed)")
 
 
 def decode_rows(frames: Frames, messages: bytes,
@@ -313,7 +453,7 @@ def decode_rows(frames: Frames, messages: bytes,
     try:
         table = ipc.open_stream(pa.py_buffer(frames.schema_bytes + messages)).read_all()
         table.validate()
-    except (pa.ArrowException, OSError, MemoryError) as exc:
+    except Exception as exc:  # pyarrow's, and what a crafted schema raises (a UnicodeError)
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise RecordingError(f"{frames.where}: a batch that cannot be decoded ({first})") \
             from None
@@ -321,6 +461,11 @@ def decode_rows(frames: Frames, messages: bytes,
     if table.column_names != columns:
         raise RecordingError(f"{frames.where}: columns {table.column_names} are not the "
                              f"recording's {list(columns)}")
+    for name, kind in zip(table.column_names, table.schema.types, strict=True):
+        want = pa.int64() if name == "i" else pa.float64()
+        if kind != want:  # a string, int32, bool or list column where a writer puts floats
+            raise RecordingError(f"{frames.where}: column {name} holds {kind}, not {want} as "
+                                 "a transitions log's")
     df = table.to_pandas()
     nxt = [c for c in columns if c.startswith("s_next_")]
     if nxt and table.num_rows:
@@ -342,11 +487,13 @@ def decode_rows(frames: Frames, messages: bytes,
     return df
 
 
-def read_transitions(path: Path, columns: Sequence[str] | None,
-                     issues: list[str]) -> pd.DataFrame:
+def read_transitions(path: Path, columns: Sequence[str] | None, issues: list[str],
+                     notes: list[str] | None = None) -> pd.DataFrame:
     """A recording's transitions log read whole; a torn last batch dropped and said.
 
-    ``columns``: the columns the recording's config asks for (None: the schema's own).
+    ``columns``: the columns the recording's config asks for (None: the schema's own). A
+    block whose checksum fails is said in ``issues``, with the rows before it kept; blocks
+    without one (a log written before checksums) in ``notes`` (None: ``issues``).
 
     Raises
     ------
@@ -372,9 +519,15 @@ def read_transitions(path: Path, columns: Sequence[str] | None,
                                      "memory available holds")
     if not frames.schema_bytes:
         raise RecordingError(f"{where}: empty (not even its schema)")
-    if frames.partial:
+    if frames.broken is not None:
+        issues.append(frames.broken)
+    elif frames.partial:
         issues.append(f"dropped a partly written last batch ({len(frames.partial):,} bytes "
                       f"from byte {frames.offset:,})")
+    if frames.unverified:
+        (issues if notes is None else notes).append(
+            f"{frames.unverified:,} of its {frames.blocks:,} blocks carry no checksum "
+            "(written before checksums): they cannot be verified")
     messages = b"".join(chunks)
     del chunks
     return decode_rows(frames, messages, columns)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,9 @@ class Recording:
     turns: list[dict[str, Any]] | None = None
     #: Why the session ended in error (its ``session_end`` event says so), or None.
     error: str | None = None
+    #: What the reader says that is no damage: a log written before its blocks had
+    #: checksums, which loads as before and cannot be verified.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def state_names(self) -> list[str]:
@@ -127,7 +130,8 @@ def load_recording(path: str | Path) -> Recording:
     if (path / "turns.jsonl").exists():
         check_regular(path / "turns.jsonl")
     issues: dict[str, list[str]] = {name: [], "windows.csv": [], "events.jsonl": []}
-    transitions = read_table_of(path / name, config, issues[name])
+    notes: list[str] = []
+    transitions = read_table_of(path / name, config, issues[name], notes)
     windows = read_csv(path / "windows.csv", issues["windows.csv"])
     if "i" not in transitions.columns or "start" not in windows.columns:
         raise RecordingError(f"{path}: tables lack their index columns (i / start)")
@@ -195,7 +199,7 @@ def load_recording(path: str | Path) -> Recording:
     if error is not None:
         warnings.append(f"the session ended in error: {error}")
     return Recording(path, config, transitions, windows, events, warnings, complete, turns,
-                     error)
+                     error, [f"{name}: {note}" for note in notes])
 
 
 def row_place(file: str, k: int) -> str:
@@ -203,14 +207,18 @@ def row_place(file: str, k: int) -> str:
     return f"line {k + 2}" if file.endswith(".csv") else f"row {k + 1:,}"
 
 
-def read_table_of(path: Path, config: dict[str, Any], issues: list[str]) -> pd.DataFrame:
-    """A recording's transitions, from its Arrow log or its CSV table, columns checked."""
+def read_table_of(path: Path, config: dict[str, Any], issues: list[str],
+                  notes: list[str] | None = None) -> pd.DataFrame:
+    """A recording's transitions, from its Arrow log or its CSV table, columns checked.
+
+    ``notes`` takes what is no damage (blocks that cannot be verified; None: ``issues``).
+    """
     if path.suffix == ".csv":
         table = read_csv(path, issues)
         check_columns(list(table.columns), config, str(path))
     else:
         n_s, n_a = len(config.get("state_names", [])), len(config.get("action_names", []))
-        table = read_transitions(path, transition_columns(n_s, n_a), issues)
+        table = read_transitions(path, transition_columns(n_s, n_a), issues, notes)
     _check_values(table, config, path)
     return table
 

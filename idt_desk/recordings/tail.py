@@ -80,6 +80,8 @@ class RecordingTail:
         #: The transitions file: transitions.arrows (format 2) or transitions.csv (1).
         self.table = TRANSITIONS[FORMAT_VERSION]
         self._frames: Frames | None = None  # the Arrow log's messages (format 2)
+        #: The ``i`` the next row read must have (None: before the first).
+        self._next_i: float | None = None
         self._offset = {"events.jsonl": 0}
         self._partial = {"events.jsonl": b""}
         self._before = {"events.jsonl": b""}  # the OVERLAP bytes
@@ -213,6 +215,10 @@ class RecordingTail:
         """New transitions (rows × :attr:`columns`, float) and new events since the last poll."""
         if not self.ready():
             return np.empty((0, 0)), []
+        if self._frames is not None and self._frames.broken is not None:
+            # A block failed its checksum: the rows before it were handed on at the last
+            # poll; the follow ends here, saying which block (never a wait for more).
+            raise RecordingError(f"{shown(self.path)}: {self._frames.broken}")
         self._beat()
         events = []
         for line in self._new_lines("events.jsonl").split(b"\n"):
@@ -239,6 +245,22 @@ class RecordingTail:
             except (ValueError, pd.errors.ParserError) as exc:
                 raise RecordingError(f"{self.path}/{self.table}: rows after transition "
                                      f"{self.n_read:,}: not numbers ({exc})") from None
+        if len(rows):
+            # The rows go on from the last ones read, one transition each: a log whose
+            # blocks were reordered, duplicated or spliced from another run (``i`` starting
+            # again at 0) is refused where it jumps, as load_recording flags it.
+            i = rows[:, 0]
+            first = self._next_i if self._next_i is not None else i[0]
+            jump = np.flatnonzero(np.diff(np.concatenate([[first - 1], i])) != 1)
+            if jump.size:
+                k = int(jump[0])
+                before = first - 1 if k == 0 else i[k - 1]
+                raise RecordingError(
+                    f"{shown(self.path)}/{self.table}: transition i jumps from "
+                    f"{before:.17g} to {i[k]:.17g} (rows reordered, repeated or from another "
+                    f"run): the {self.n_read + k:,} transitions read before are kept, nothing "
+                    "after is read")
+            self._next_i = float(i[-1]) + 1
         self.n_read += len(rows)
         return rows, events
 
