@@ -11,9 +11,12 @@ r"""Durations in words, one way everywhere: waits, estimates and "active 3 min a
 from __future__ import annotations
 
 import math
+import sys
 import unicodedata
+from typing import Any
 
-__all__ = ["METRIC_WORDS", "ago_text", "change_text", "duration_text", "eta_text", "shown"]
+__all__ = ["METRIC_WORDS", "ago_text", "change_text", "duration_text", "eta_text", "say",
+           "shown"]
 
 #: What each metric of a window is, for a reader of the window (its name in the paper's words,
 #: then a sentence: what it measures and how it reads). The equations are the concepts
@@ -62,6 +65,16 @@ def shown(text: object, limit: int = 500) -> str:
     if len(s) > limit:
         out.append(f"… ({len(s) - limit:,} more characters)")
     return "".join(out)
+
+
+def say(text: object = "", file: Any = None) -> None:
+    """Print ``text`` to a terminal, each of its lines :func:`shown`.
+
+    What a recording holds (a perturbation's name, an error, a caveat) never reaches the
+    terminal raw. ``file``: where to (default standard output, looked up at the call).
+    """
+    for line in str(text).split("\n"):
+        print(shown(line, 100_000), file=sys.stdout if file is None else file)
 
 
 def duration_text(seconds: float) -> str:

@@ -7,6 +7,7 @@ plugins add the rest through the ``idt_desk.commands`` entry points (:func:`_add
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -240,10 +241,12 @@ def _run_export(args: argparse.Namespace) -> int:
         paths = export_recording(rec, args.out, args.format)
     except RecordingError as exc:
         raise InputError(str(exc)) from None
-    for w in rec.warnings:
-        print(f"note: {w}")
-    print(f"{len(rec.transitions)} transitions, {len(rec.windows)} windows, "
-          f"{len(rec.events)} events -> " + ", ".join(str(p) for p in paths))
+    from idt_desk.words import say
+
+    for w in [*rec.warnings, *rec.notes]:
+        say(f"note: {w}")
+    say(f"{len(rec.transitions)} transitions, {len(rec.windows)} windows, "
+        f"{len(rec.events)} events -> " + ", ".join(str(p) for p in paths))
     return 0
 
 
@@ -334,3 +337,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"idt-desk {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`idt-desk runs DIR | head -1`): nothing more to say, and no
+        # traceback when the interpreter flushes standard output at its exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141  # 128 + SIGPIPE, as a shell reports it

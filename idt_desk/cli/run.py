@@ -28,6 +28,7 @@ from idt_desk.cli.validate import (
 )
 from idt_desk.errors import InputError
 from idt_desk.settings import DEFAULTS, PIPELINE_KEYS, SETTINGS, PipelineSettings, SettingError
+from idt_desk.words import say
 
 __all__ = ["add_run"]
 
@@ -235,15 +236,15 @@ def _run_run(args: argparse.Namespace) -> int:
         session.schedule(at, kind, **cmd)
     _warn_overlaps(session, args.perturb, steps)
     if source.notice:
-        print(f"idt-desk run: note: {source.notice}", file=sys.stderr)
+        say(f"idt-desk run: note: {source.notice}", file=sys.stderr)
     if getattr(source, "follow", False):
         # Why following stopped (the writer went silent, the recording went away) is said
         # as it happens; headless, nothing else would show it.
         session.add_event_listener(
-            lambda ev: print(f"idt-desk run: note: {ev.get('text')}", file=sys.stderr)
+            lambda ev: say(f"idt-desk run: note: {ev.get('text')}", file=sys.stderr)
             if ev["kind"] == "note" and not ev.get("replayed") else None)
     if (ignored := _overridden(args, session)):
-        print(f"idt-desk run: note: a replay runs the recorded pipeline: {ignored} ignored",
+        say(f"idt-desk run: note: a replay runs the recorded pipeline: {ignored} ignored",
               file=sys.stderr)
     bar = None if args.quiet else tqdm(total=steps, unit="tr", dynamic_ncols=True,
                                         desc=session.source.name)
@@ -276,7 +277,7 @@ def _run_run(args: argparse.Namespace) -> int:
         code = _report_run(args, snap, received, session.events_since(0))
         if paused is not None and code == 0:
             # What was made is recorded (the partial reply in a source_paused event).
-            print(f"idt-desk run: {paused}", file=sys.stderr)
+            say(f"idt-desk run: {paused}", file=sys.stderr)
             return 2
         return code
 
@@ -300,7 +301,7 @@ def _warn_overlaps(session, specs: list[str], steps: int | None) -> None:
         label = next((p.label for p in src.perturbations if p.name == name), name)
         after = (f"turn {overlap['end']}" if overlap["unit"] == "turn"
                  else f"{overlap['end_t']:,.2f} s")
-        print(f"idt-desk run: warning: --perturb {spec}: {overlap_text(label, overlap)}; "
+        say(f"idt-desk run: warning: --perturb {spec}: {overlap_text(label, overlap)}; "
               f"start it after {after}, or shorten --baseline-windows", file=sys.stderr)
 
 
@@ -345,13 +346,13 @@ def _report_run(args: argparse.Namespace, snap, received: list[int],
     """Print what ran and what was recorded; the exit code (128 + signal if interrupted)."""
     if getattr(snap, "tokenizer", None) is not None:
         n = snap.n_transitions
-        print(f"{snap.source}: {n} turn{'' if n == 1 else 's'}, state {snap.state}")
+        say(f"{snap.source}: {n} turn{'' if n == 1 else 's'}, state {snap.state}")
     else:
-        print(f"{snap.source}: {snap.n_transitions} transitions, {snap.n_windows} windows, "
+        say(f"{snap.source}: {snap.n_transitions} transitions, {snap.n_windows} windows, "
               f"{snap.sim_time:.2f} s of loop time, state {snap.state}")
     cal, need = getattr(snap, "calibration", (0, 0)) or (0, 0)
     if getattr(snap, "tokenizer", None) is None and snap.n_windows == 0 and cal < need:
-        print(f"note: no window: the symbols are calibrated on the first {need:,} "
+        say(f"note: no window: the symbols are calibrated on the first {need:,} "
               f"transitions (W + (calibration windows − 1) × stride) and the run had "
               f"{snap.n_transitions:,}; run longer or use a shorter --window")
     det = getattr(snap, "detector", None)
@@ -366,26 +367,26 @@ def _report_run(args: argparse.Namespace, snap, received: list[int],
                        if det.get("needed_windows") else ""))
         else:
             base = f"baseline {det['baseline_windows']} {unit}"
-        print(f"alarm: {det['describe']}; {base}; {n} alarm{'s' if n != 1 else ''}")
+        say(f"alarm: {det['describe']}; {base}; {n} alarm{'s' if n != 1 else ''}")
         caveat = (getattr(snap, "preset", None) or {}).get("caveat")
         if caveat:
-            print(f"caveat ({snap.preset.get('name')}): {caveat}")
+            say(f"caveat ({snap.preset.get('name')}): {caveat}")
     for line in _verdict_lines(events or []):
-        print(f"perturbation: {line}")
+        say(f"perturbation: {line}")
     impact = (getattr(snap, "onset", None) or {}).get("impact")
     if impact and impact.get("episodes_after", 1) > 1:
         from idt_desk.live.alarms import impact_text
 
-        print(f"perturbation: {snap.onset.get('name')}, latest: {impact_text(impact)}")
+        say(f"perturbation: {snap.onset.get('name')}, latest: {impact_text(impact)}")
     confound = (getattr(snap, "info", None) or {}).get("length_confound")
     if confound:
         rs = ", ".join(f"{m} {c['n_S_next']['r']:+.2f}" for m, c in confound.items()
                        if isinstance(c, dict) and c["n_S_next"]["r"] is not None)
-        print(f"length confound: r with log(1 + tokens) of S' over turns 1-{confound['turns']}: "
+        say(f"length confound: r with log(1 + tokens) of S' over turns 1-{confound['turns']}: "
               f"{rs}")
     n_undefined = getattr(snap, "n_undefined", 0)
     if n_undefined:
-        print(f"{n_undefined} window(s) had P undefined (constant windows: every S, A and S' "
+        say(f"{n_undefined} window(s) had P undefined (constant windows: every S, A and S' "
               "symbol the same, H(S) + H(A) + H(S') = 0)")
     rec = ""
     if args.record is not None and (args.record / "config.json").exists():
@@ -393,16 +394,16 @@ def _report_run(args: argparse.Namespace, snap, received: list[int],
 
         config = json.loads((args.record / "config.json").read_text())
         complete = bool(config.get("complete"))
-        print(f"recorded into {args.record} ({recording_size(args.record)[1]})"
+        say(f"recorded into {args.record} ({recording_size(args.record)[1]})"
               + ("" if complete else " (incomplete: the session did not close it)"))
         if complete:
             rec = (f"; the recording in {args.record} is complete "
                    f"({config.get('n_transitions')} transitions)")
     if snap.error:
-        print(f"idt-desk run: error: {snap.error}", file=sys.stderr)
+        say(f"idt-desk run: error: {snap.error}", file=sys.stderr)
         return 1
     if received:
-        print(f"idt-desk run: interrupted by {signal.Signals(received[0]).name}: stopped "
+        say(f"idt-desk run: interrupted by {signal.Signals(received[0]).name}: stopped "
               f"cleanly after {snap.n_transitions} transitions{rec}", file=sys.stderr)
         return 128 + received[0]
     return 0

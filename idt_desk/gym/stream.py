@@ -70,6 +70,11 @@ GENERIC_PRESET = PRESETS["auto"]
 # ---------------------------------------------------------------------------------------------
 
 
+#: Most variables a space may have (an observation's or an action's): a robot's state has
+#: tens; more is an image or a sensor array, which the IDT's bins do not describe.
+MAX_VARIABLES = 1024
+
+
 class SpaceCodec:
     """How one Gymnasium space becomes a row of variables."""
 
@@ -88,6 +93,15 @@ class SpaceCodec:
             self.dim = math.prod(self.shape)
             if self.dim < 1:
                 raise ValueError(f"the {role} space {space} has no variables")
+            if self.dim > MAX_VARIABLES:
+                # An image (64×64×3: 12,288 variables) grew the wrapper past 5.9 GB: each
+                # variable is binned and kept; the IDT reads a state, not pixels.
+                raise ValueError(
+                    f"the {role} space {space} has {self.dim:,} variables, more than the "
+                    f"{MAX_VARIABLES:,} the IDT symbolises: give it a state (a feature "
+                    "extractor's output, a projection such as gymnasium.wrappers."
+                    "ResizeObservation and FlattenObservation to a few numbers, or the "
+                    "simulator's own state)")
         else:
             hint = ("flatten it first (gymnasium.wrappers.FlattenObservation)"
                     if role == "observation" else "wrap the env to act through one")

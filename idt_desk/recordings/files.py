@@ -52,8 +52,9 @@ import contextlib
 import json
 import math
 import os
+import re
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,11 +63,33 @@ import numpy as np
 if TYPE_CHECKING:  # imported where a table is read: a listing of runs reads none
     import pandas as pd
 
-__all__ = ["CLOSING_EVENTS", "FILES", "FORMAT_VERSION", "HEAD_BYTES", "NEW_FILE", "TRANSITIONS",
-           "WINDOW_EVENTS", "AppendFile",
-           "JsonLines", "RecordingError", "Table", "create_new", "first_line",
-           "in_transition_order", "json_line", "json_safe", "output_folder", "parse_json",
-           "read_csv", "read_json_lines", "read_lines", "replace_whole", "text_head_problem"]
+__all__ = [
+    "CLOSING_EVENTS",
+    "FILES",
+    "FORMAT_VERSION",
+    "HEAD_BYTES",
+    "MAX_LINES",
+    "NEW_FILE",
+    "TRANSITIONS",
+    "WINDOW_EVENTS",
+    "AppendFile",
+    "JsonLines",
+    "RecordingError",
+    "Table",
+    "create_new",
+    "first_line",
+    "in_transition_order",
+    "json_line",
+    "json_safe",
+    "nonblank_lines",
+    "output_folder",
+    "parse_json",
+    "read_csv",
+    "read_json_lines",
+    "read_lines",
+    "replace_whole",
+    "text_head_problem",
+]
 
 #: How every writer opens a file: a new one (never a name that is there: a file it did not
 #: write, or a link planted in its place, which a plain open would write through), never
@@ -497,18 +520,49 @@ def read_json_lines(path: Path, issues: list[str], key: str, what: str,
     file and line).
     """
     rows = []
-    for k, line in enumerate(read_lines(path, issues).split(b"\n")):
-        if not line.strip():
-            continue
+    raw = read_lines(path, issues)
+    if (n := raw.count(NEWLINE)) > MAX_LINES:
+        raise RecordingError(f"{path}: {n:,} lines, more than the {MAX_LINES:,} a recording's "
+                             f"{what.split()[-1]}s are read to: not read (a session's are its "
+                             "switches, alarms and notes)")
+
+    counted = [0, 1]  # (offset, its line number): lines counted once, front to back
+
+    def where(at: int) -> str:
+        counted[1] += raw.count(NEWLINE, counted[0], at)
+        counted[0] = at
+        return f"{path}: line {counted[1]}"
+
+    for at, line in nonblank_lines(raw):
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
             row = None  # said below: not ``what``
         except (RecursionError, ValueError):  # too deep, or a number too long
-            parse_json(line, f"{path}: line {k + 1}")  # raises, saying which
+            parse_json(line, where(at))  # raises, saying which
         if not isinstance(row, dict) or key not in row:
-            raise RecordingError(f"{path}: line {k + 1}: not {what}") from None
+            raise RecordingError(f"{where(at)}: not {what}") from None
         if check is not None:
-            check(row, f"{path}: line {k + 1}")
+            check(row, where(at))
         rows.append(row)
     return rows
+
+
+#: A line holding something other than white space.
+_NONBLANK = re.compile(rb"[^\n]*\S[^\n]*")
+
+
+NEWLINE = b"\n"
+#: Most lines of a JSON-lines file read (events, turns): a day of an RL session logs a few
+#: thousand events; a million made every reader hang for minutes.
+MAX_LINES = 200_000
+
+
+def nonblank_lines(raw: bytes) -> Iterator[tuple[int, bytes]]:
+    """(offset, line) of each line of ``raw`` that is not blank, found in C.
+
+    64 MiB of blank lines (which a crafted events file held) are passed over without a
+    Python step each.
+    """
+    for m in _NONBLANK.finditer(raw):
+        yield m.start(), m.group()

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from idt_desk.errors import InputError
-from idt_desk.recordings.files import HEAD_BYTES, TRANSITIONS, parse_json
+from idt_desk.recordings.files import HEAD_BYTES, TRANSITIONS, nonblank_lines, parse_json
 from idt_desk.recordings.fs import CONFIG_BYTES, Files, LocalFiles, Outside, refuse_system_root
 from idt_desk.recordings.status import STATUS_FILE, RunStatus
 from idt_desk.words import ago_text, shown
@@ -332,7 +332,7 @@ class RunIndex:
                                     "no further")
                 run.error = run.events_stuck
                 return
-            for line in whole.splitlines():
+            for _at, line in nonblank_lines(whole):
                 try:
                     event = parse_json(line, "events.jsonl")
                 except ValueError:

@@ -23,6 +23,7 @@ from idt_desk.recordings.files import (
     CLOSING_EVENTS,
     FORMAT_VERSION,
     HEAD_BYTES,
+    MAX_LINES,
     TRANSITIONS,
     RecordingError,
     parse_json,
@@ -225,6 +226,9 @@ class RecordingTail:
             if line.strip():
                 self._n_events += 1
                 where = f"{self.path}/events.jsonl: line {self._n_events}"
+                if self._n_events > MAX_LINES:
+                    raise RecordingError(f"{where}: more than the {MAX_LINES:,} events a "
+                                         "recording's are read to: read no further")
                 ev = parse_json(line, where)
                 if not isinstance(ev, dict):
                     raise RecordingError(f"{where}: not a JSON event")
