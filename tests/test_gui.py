@@ -1076,8 +1076,7 @@ def test_band_and_marker_names_never_overlap_as_the_plot_narrows(qtbot):
         out = []
         for items in (*plots._regions, *plots._pulses):
             line = items[0].lines[0] if hasattr(items[0], "lines") else items[0]
-            out += [(items, c) for c in line.childItems() if c.__class__.__name__ ==
-                    "InfLineLabel"]
+            out += [(items, c) for c in line.childItems() if isinstance(c, pg.InfLineLabel)]
         return out
 
     for width in (1400, 900, 700, 500, 1200):

@@ -5,6 +5,10 @@ an hour of them, nor draw it); :class:`PlotHistory` gathers them as they come, s
 history" really is the whole session: the newest windows as they are, older ones merged in
 groups drawn as each column's lowest and highest value, so a peak, a dip or an alarmed window
 far back stays on the plots at a coarser resolution.
+
+The plots draw no more of it than their pixels show: :func:`peak_rows` picks a curve's rows
+for a view (each pixel column's lowest and highest), :func:`cell_rows` the markers' (one a
+few-pixel cell).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["PlotHistory"]
+__all__ = ["PixelColumns", "PlotHistory", "cell_rows", "grid_step", "peak_rows"]
 
 
 class PlotHistory:
@@ -56,6 +60,8 @@ class PlotHistory:
         self.total = 0
         #: Windows never seen: the consumer fell behind by more than a snapshot holds.
         self.missed = 0
+        #: Changes whenever the rows do: what was drawn from them may be kept while it holds.
+        self.version = getattr(self, "version", 0) + 1
         self._view: dict[str, np.ndarray] | None = None
 
     @property
@@ -89,6 +95,7 @@ class PlotHistory:
                            for c, v in self._exact.items()}
             self._archive_old()
             self._view = None
+            self.version += 1
         return self.view()
 
     def view(self) -> dict[str, np.ndarray]:
@@ -134,3 +141,99 @@ class PlotHistory:
             self._archive[c] = out
         self.merged = m // 2
         self.factor *= 2
+
+
+class PixelColumns:
+    """A view's pixel columns over the history's rows, shared by the curves drawn in it.
+
+    ``x`` ascending; the x range [lo, hi] is ``columns`` pixels wide. :meth:`rows` picks a
+    curve's rows: those in view and one on each side (the line runs on to the edges); where
+    they outnumber twice the columns, each column keeps its lowest and its highest row, and
+    its first NaN one where it has values too (a gap stays a gap), in their order. Peaks and
+    dips are drawn as they are, and what is drawn is bounded by the width, not by the
+    history. Min/max per pixel column is the usual reduction for line charts (the M4
+    aggregation of Jugel et al., VLDB 2014, less its first and last rows: these columns are
+    as fine as the pixels).
+    """
+
+    def __init__(self, x: np.ndarray, lo: float, hi: float, columns: int) -> None:
+        n = len(x)
+        self.i0 = max(int(np.searchsorted(x, lo, "left")) - 1, 0)
+        self.i1 = min(int(np.searchsorted(x, hi, "right")) + 1, n)
+        columns = max(int(columns), 1)
+        #: Few enough rows in view: drawn as they are.
+        self.whole = self.i1 - self.i0 <= 2 * columns or not hi > lo
+        if self.whole:
+            return
+        # Columns -1 and ``columns`` hold the rows beyond the edges.
+        col = np.clip(np.floor((x[self.i0:self.i1] - lo) * (columns / (hi - lo))),
+                      -1, columns)
+        self.starts = np.flatnonzero(np.r_[True, col[1:] != col[:-1]])
+        m = self.i1 - self.i0
+        #: Each row's column (the index of its run), and each row's index.
+        self.run = np.repeat(np.arange(len(self.starts)), np.diff(np.r_[self.starts, m]))
+        self.at = np.arange(m)
+
+    def rows(self, y: np.ndarray) -> np.ndarray:
+        """The rows of ``y`` (the history's values, NaN a gap) to draw, ascending."""
+        if self.whole:
+            return np.arange(self.i0, self.i1)
+        ys = y[self.i0:self.i1]
+        starts, big = self.starts, len(ys)
+        nan = np.isnan(ys)
+        some_nan = bool(nan.any())
+        low = np.where(nan, np.inf, ys) if some_nan else ys
+        high = np.where(nan, -np.inf, ys) if some_nan else ys
+        # A column's first row holding its lowest (highest) value: reduceat over the
+        # columns' contiguous runs, no Python loop. (An all-NaN column's is its first row.)
+        lowest = np.minimum.reduceat(low, starts)
+        highest = np.maximum.reduceat(high, starts)
+        first_lo = np.minimum.reduceat(np.where(low == lowest[self.run], self.at, big), starts)
+        first_hi = np.minimum.reduceat(np.where(high == highest[self.run], self.at, big),
+                                       starts)
+        picks = [first_lo, first_hi]
+        if some_nan:
+            picks.append(np.minimum.reduceat(np.where(nan, self.at, big), starts))
+        # Columns ascend: sorted within each, the picks are sorted; repeats go.
+        out = np.sort(np.stack(picks, axis=1), axis=1).ravel()
+        out = out[np.r_[True, out[1:] != out[:-1]] & (out < big)]
+        return self.i0 + out
+
+
+def peak_rows(x: np.ndarray, y: np.ndarray, lo: float, hi: float, columns: int) -> np.ndarray:
+    """The rows of a curve to draw in the x range [lo, hi], ``columns`` pixels wide.
+
+    One curve's :meth:`PixelColumns.rows` (see there).
+    """
+    return PixelColumns(x, lo, hi, columns).rows(y)
+
+
+def grid_step(span: float, pixels: float, cell: float) -> float:
+    """The width in data units of a marker grid's cells: a power of two, ``cell`` pixels or more.
+
+    Cells of 1-2 ``cell`` pixels anchored at 0 hold while the view grows with the data: they
+    change only when its span doubles or halves.
+    """
+    if not (span > 0 and pixels > 0 and np.isfinite(span)):
+        return 1.0
+    return float(2.0 ** np.ceil(np.log2(cell * span / pixels)))
+
+
+def cell_rows(rows: np.ndarray, x: np.ndarray, dx: float, y: np.ndarray | None = None,
+              dy: float = 1.0) -> np.ndarray:
+    """Of ``rows`` (ascending), the first of each grid cell ``dx`` × ``dy`` (x only without y).
+
+    Markers a few pixels apart hide one another: one a cell is what is seen, and their
+    number is bounded by the cells in view, not by the history.
+    """
+    if len(rows) < 2:
+        return rows
+    cx = np.floor(x[rows] / dx)
+    if y is None:
+        keep = np.r_[True, cx[1:] != cx[:-1]]  # rows ascend: a cell's rows are together
+        return rows[keep]
+    cx = cx.astype(np.int64)
+    cy = np.floor(np.nan_to_num(y[rows], nan=0.0, posinf=0.0, neginf=0.0) / dy)
+    cy = (cy - cy.min()).astype(np.int64)
+    _, first = np.unique(cx * (int(cy.max()) + 1) + cy, return_index=True)
+    return rows[np.sort(first)]

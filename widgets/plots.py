@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from idt_desk_widgets.figure_export import save_figure
-from idt_desk_widgets.history import PlotHistory
+from idt_desk_widgets.history import PixelColumns, PlotHistory, cell_rows, grid_step
 from idt_desk_widgets.legend import SHORT_WORDS, Legend, Swatch, band_label
 from idt_desk_widgets.periods import event_x, format_params, periods_of, pulses_of
-from PySide6.QtCore import QPointF, Qt, Signal
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QLabel
 
@@ -76,6 +76,10 @@ _UNDEFINED = (130, 130, 130)
 MAX_PERIODS = 40
 MAX_PULSES = 40
 MAX_UNDEFINED = 500
+#: Grid cells (pixels, 1-2 of them) of the drawn alarm dots (5 px) and undefined marks (9 px):
+#: of markers in one cell only the first is drawn, the others lie under it.
+DOT_CELL = 1.5
+UNDEFINED_CELL = 3.0
 #: Smallest y span shown (bits; P is a ratio): a constant metric is not magnified to noise.
 MIN_SPAN = 1e-3
 
@@ -119,12 +123,22 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         self.addItem(self.legend, row=0, col=0)
         self._legend_key: tuple = ()
         self._band_text = "alarm band"
+        self._shades: dict[str, _Marks] = {}
+        self._lines: dict[str, _Marks] = {}
+        self._brushes = {kind: pg.mkBrush(*c) for kind, c in (("perturbation", _PERTURB),
+                                                               ("modulation", _MODULATE))}
+        #: What was drawn last (see _draw): redrawn only when the rows or the view change.
+        self._drawn: tuple = ()
+        self._dotted: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        #: Pixel columns per screen pixel for the curves (a figure saved at 2x: 2).
+        self._px_scale = 1.0
         first = None
         for row, (key, label, color) in enumerate(METRICS, start=1):
             p = self.addPlot(row=row, col=0)
             p.setLabel("left", label)
-            p.setClipToView(True)
-            p.setDownsampling(auto=True, mode="peak")
+            # No clipToView or auto-downsampling: the curves get only their rows in view, a
+            # pixel column's lowest and highest (_draw); pyqtgraph's own would walk and copy
+            # the whole history every frame, and a NaN in it takes its slow path.
             p.setMenuEnabled(False)
             p.hideButtons()
             # A drag or a wheel turn moves time only (and freezes the view); y fits the data.
@@ -154,6 +168,15 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             p.addItem(dots)
             self.plots[key], self.curves[key], self.dots[key] = p, curve, dots
             self.bands[key], self.means[key] = band, mean
+            # The periods and impulses: one item paints them all, on each plot (their names
+            # on P are _Anchor items).
+            shades = _Marks()
+            lines = _Marks(pg.mkPen(_PULSE, width=1, style=Qt.PenStyle.DashDotLine))
+            shades.setZValue(-30)
+            lines.setZValue(-10)
+            p.addItem(shades, ignoreBounds=True)
+            p.addItem(lines, ignoreBounds=True)
+            self._shades[key], self._lines[key] = shades, lines
         # Windows whose P is undefined: grey triangles on the P plot's lower edge, with the
         # reason as a tooltip.
         self.undefined = pg.ScatterPlotItem(size=9, symbol="t1", pen=None,
@@ -164,9 +187,10 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         self._undefined_key: tuple = ()
         self._reasons: dict[float, str] = {}
         self._yrange: dict[str, tuple[float, float, float]] = {}
-        self._regions: list[tuple[pg.LinearRegionItem, ...]] = []
+        #: The name-carrying items on P of each shaded period, of each impulse.
+        self._regions: list[tuple[_Anchor, ...]] = []
         self._periods_key: tuple = ()
-        self._pulses: list[tuple[pg.InfiniteLine, ...]] = []
+        self._pulses: list[tuple[_Anchor, ...]] = []
         self._pulses_key: tuple = ()
         self._label_span = 0.0
         #: Display names of perturbations and modulations (name -> label) for the plots.
@@ -218,6 +242,9 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         #: The user hid the residual's plot (the navigator's toggle).
         self.twin_hidden = False
         self._twin_rel: dict[str, np.ndarray] = {}
+        #: (history version, baseline) _twin_rel was computed for; how often it was.
+        self._twin_for: tuple[int, Any] = (-1, None)
+        self._twin_n = 0
         self._optional = {"reward": False, **{key: False for key in SHOWN_WHEN_DEFINED}}
         # Navigation: what x follows, whether it is frozen, the cursor.
         self.follow = "all"
@@ -238,6 +265,8 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             self.cursor_lines[key] = line
         self.scene().sigMouseMoved.connect(self._mouse_moved)
         self.plots["P"].getViewBox().sigXRangeChanged.connect(self._x_changed)
+        # Other pixels: other columns (a wider window draws more of the history).
+        self.plots["P"].getViewBox().sigResized.connect(self._resized)
         self._layout_rows()
         self._update_legend()
 
@@ -444,9 +473,16 @@ class MetricPlots(pg.GraphicsLayoutWidget):
     def _x_changed(self, *_args: Any) -> None:
         """A move not made by _follow (by hand, centre_on): y fits the data now in view."""
         if not self._setting_x and self._last is not None:
+            self._draw()
             self._fit_y(*self._last, force=True)
+            self._draw_marks()
             if self._regions or self._pulses:
                 self._stack_labels()
+
+    def _resized(self, *_args: Any) -> None:
+        if self._last is not None:
+            self._draw()
+            self._draw_marks()
 
     def _mouse_moved(self, pos: QPointF) -> None:
         """A dotted line at the pointer's time on every plot; the nearest window's values."""
@@ -508,6 +544,9 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             self.means[key].setVisible(False)
         for curve in self.extra.values():
             curve.setData([], [])
+        self._drawn = ()
+        self._dotted = {}
+        self._twin_rel, self._twin_for = {}, (-1, None)
         for key in SHOWN_WHEN_DEFINED:
             self.set_structural_visible(False, key)
         self._set_periods([])
@@ -540,25 +579,14 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             if not self._optional[key] and np.isfinite(w[key]).any() and \
                     not (key == "R_spread_pos" and self.twin_hidden):
                 self.set_structural_visible(True, key)
-        if self._optional["cos_sim"]:
-            for key, _t, _c in STRUCTURAL[1:]:
-                self.extra[key].setData(x, w[key], connect="finite")
-        if self._optional["R_spread_pos"]:
-            self._twin_rel = rel = _against_baseline(w, b)
-            for key, _t, _c in TWIN[1:]:
-                self.extra[key].setData(x, rel[key], connect="finite")
+        if self._optional["R_spread_pos"] and (self._twin_for[0] != self.history.version
+                                                or self._twin_for[1] is not b):
+            self._twin_rel = _against_baseline(w, b)
+            self._twin_for = (self.history.version, b)
+            self._twin_n += 1
         for key, _label, _color in METRICS:
-            if not self.plots[key].isVisible():
+            if not self.plots[key].isVisible() or key == "R_spread_pos":
                 continue
-            if key == "R_spread_pos":
-                self._draw_twin(x, w)
-                continue
-            y = w[key]
-            self.curves[key].setData(x, y, connect="finite")
-            flag = w.get(f"x_{key}")
-            if flag is not None:
-                hit = flag == 1.0
-                self.dots[key].setData(x[hit], y[hit])
             band = _band(b, key)
             if band is not None:
                 self.bands[key].setRegion(band)
@@ -578,17 +606,100 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         self._follow(x, w, snap.baseline)
         if self._regions or self._pulses:
             self._stack_labels()
-        self._set_undefined(w)
         self.show_hint(None if len(x) else _waiting_text(snap))
+        # pyqtgraph moves the views to their new ranges when it paints; the lines and labels
+        # that follow them then ask for a second paint of the whole scene, every frame. Moved
+        # now, one paint draws the frame.
+        for plot in self.plots.values():
+            plot.getViewBox().updateMatrix()
 
-    def _draw_twin(self, x: np.ndarray, w: dict[str, np.ndarray]) -> None:
-        """The residual's first channel, and the twin alarm's dots on the highest channel."""
-        rel = self._twin_rel
-        self.curves["R_spread_pos"].setData(x, rel["R_spread_pos"], connect="finite")
-        hit = w["x_twin"] == 1.0
-        top = np.nanmax(np.vstack([rel[k][hit] for k, _t, _c in TWIN]), axis=0) \
-            if hit.any() else np.empty(0)
-        self.dots["R_spread_pos"].setData(x[hit], top)
+    def _series(self) -> list[tuple[pg.PlotDataItem, np.ndarray]]:
+        """Every curve to draw now, with its values (all the history's rows)."""
+        x, w, _b = self._last
+        out = []
+        for key, _label, _color in METRICS:
+            if not self.plots[key].isVisible():
+                continue
+            if key == "R_spread_pos":
+                rel = self._twin_rel
+                if len(rel.get(key, ())) != len(x):
+                    continue
+                out += [(self.curves[key], rel[key]),
+                        *((self.extra[k], rel[k]) for k, _t, _c in TWIN[1:])]
+            elif key == "cos_sim":
+                out += [(self.curves[key], w[key]),
+                        *((self.extra[k], w[k]) for k, _t, _c in STRUCTURAL[1:])]
+            else:
+                out.append((self.curves[key], w[key]))
+        return out
+
+    def _draw(self) -> None:
+        """Hand each curve its rows for the x range in view (:class:`.history.PixelColumns`).
+
+        Bounded by the plots' width in pixels, whatever the history's length; redone only
+        when the rows, the view or the plots shown have changed. The cursor's values are
+        read from the whole history (:meth:`show_cursor`), never from what is drawn.
+        """
+        if self._last is None:
+            return
+        x = self._last[0]
+        lo, hi = self.x_range()
+        columns = max(round(self.plots["P"].getViewBox().width() * self._px_scale), 1)
+        series = self._series()
+        key = (self.history.version, len(x), lo, hi, columns, self._twin_n,
+               tuple(id(c) for c, _y in series))
+        if key == self._drawn:
+            return
+        self._drawn = key
+        view = PixelColumns(x, lo, hi, columns)
+        for curve, y in series:
+            rows = view.rows(y)
+            curve.setData(x[rows], y[rows], connect="finite")
+
+    def _draw_marks(self) -> None:
+        """The alarm dots and the undefined windows' marks in view, one a grid cell.
+
+        The cells are powers of two in data units (:func:`grid_step`), so a view that grows
+        with the data keeps them: the dots are handed over again only when they changed.
+        """
+        if self._last is None:
+            return
+        x, w, _b = self._last
+        lo, hi = self.x_range()
+        box = self.plots["P"].getViewBox()
+        dx = grid_step(hi - lo, box.width(), DOT_CELL)
+        i0 = int(np.searchsorted(x, lo, "left"))
+        i1 = int(np.searchsorted(x, hi, "right"))
+        for key, _label, _color in METRICS:
+            plot = self.plots[key]
+            if not plot.isVisible():
+                continue
+            if key == "R_spread_pos":
+                flag, rel = w["x_twin"], self._twin_rel
+                if len(rel.get(key, ())) != len(x):
+                    continue
+                rows = i0 + np.flatnonzero(flag[i0:i1] == 1.0)
+                y = np.full(len(x), np.nan)
+                if rows.size:
+                    y[rows] = np.nanmax(np.vstack([rel[k][rows] for k, _t, _c in TWIN]),
+                                        axis=0)
+            else:
+                flag = w.get(f"x_{key}")
+                if flag is None:
+                    continue
+                rows = i0 + np.flatnonzero(flag[i0:i1] == 1.0)
+                y = w[key]
+            ylo, yhi = plot.viewRange()[1]
+            dy = grid_step(yhi - ylo, plot.getViewBox().height(), DOT_CELL)
+            rows = cell_rows(rows, x, dx, y, dy)
+            xs, ys = x[rows], y[rows]
+            last = self._dotted.get(key)
+            if last is not None and np.array_equal(last[0], xs) and \
+                    np.array_equal(last[1], ys, equal_nan=True):
+                continue
+            self._dotted[key] = (xs, ys)
+            self.dots[key].setData(xs, ys)
+        self._set_undefined(w, i0, i1, grid_step(hi - lo, box.width(), UNDEFINED_CELL))
 
     def _follow(self, x: np.ndarray, w: dict[str, np.ndarray], baseline: Any) -> None:
         """Scroll x to the data (unless frozen); move y ranges only when the data leaves them.
@@ -616,7 +727,9 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             for plot in self.plots.values():
                 axis = plot.getAxis("bottom")
                 axis.setTickSpacing(1, 1) if whole else axis.setTickSpacing()
+        self._draw()
         self._fit_y(x, w, baseline)
+        self._draw_marks()
 
     def _fit_y(self, x: np.ndarray, w: dict[str, np.ndarray], baseline: Any,
                force: bool = False) -> None:
@@ -665,19 +778,24 @@ class MetricPlots(pg.GraphicsLayoutWidget):
                 self._yrange[key] = new
                 plot.setYRange(new[0], new[1], padding=0)
 
-    def _set_undefined(self, w: dict[str, np.ndarray]) -> None:
-        """Grey triangles at the t of windows whose P is undefined (NaN, not calibration)."""
+    def _set_undefined(self, w: dict[str, np.ndarray], i0: int, i1: int, dx: float) -> None:
+        """Grey triangles at the t of windows whose P is undefined (NaN, not calibration).
+
+        The latest :data:`MAX_UNDEFINED` of them, those in rows ``i0:i1`` (in view), one a
+        cell ``dx`` wide.
+        """
         p = w["P"]
         # Windows without a verdict yet still have a defined P; NaN P is the only signal.
         idx = np.flatnonzero(np.isnan(p) & np.isfinite(w["t"]))[-MAX_UNDEFINED:]
+        if idx.size and not self._seen_undefined:
+            self._seen_undefined = True
+            self._update_legend()
+        idx = cell_rows(idx[(idx >= i0) & (idx < i1)], w["t"], dx)
         yr = self.plots["P"].viewRange()[1]
         key = (tuple(w["t"][idx].tolist()), tuple(yr))
         if key == self._undefined_key:
             return
         self._undefined_key = key
-        if idx.size and not self._seen_undefined:
-            self._seen_undefined = True
-            self._update_legend()
         y = yr[0] + 0.06 * (yr[1] - yr[0])
         ts = w["t"][idx].tolist()
         # Reasons of windows already marked are kept, not recomputed every frame.
@@ -702,6 +820,10 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         same_shape = len(key) == len(self._periods_key) and all(
             a[0] == b[0] and a[2:] == b[2:] for a, b in zip(key, self._periods_key, strict=True))
         self._periods_key = key
+        spans = [(t0, t1, self._brushes[kind], self._label(name, params))
+                 for t0, t1, kind, name, params in periods]
+        for shades in self._shades.values():
+            shades.set_marks(spans)
         if same_shape and len(self._regions) == len(periods):
             # Only open periods grew: move their ends instead of rebuilding the items.
             for (t0, t1, *_), items in zip(periods, self._regions, strict=True):
@@ -709,25 +831,18 @@ class MetricPlots(pg.GraphicsLayoutWidget):
                     r.setRegion((t0, t1))
             return
         for items in self._regions:
-            for plot, item in zip(self.plots.values(), items, strict=True):
-                plot.removeItem(item)
+            for item in items:
+                self.plots["P"].removeItem(item)
         self._regions = []
         for t0, t1, kind, name, params in periods:
-            color = _PERTURB if kind == "perturbation" else _MODULATE
-            items = []
-            for key_, plot in self.plots.items():
-                r = pg.LinearRegionItem((t0, t1), movable=False, brush=pg.mkBrush(*color),
-                                        pen=pg.mkPen(None))
-                r.setZValue(-30)
-                r.setToolTip(self._label(name, params))  # its name, shown or not
-                if key_ == "P":
-                    # The name at the top of the band, on the top plot only.
-                    pg.InfLineLabel(r.lines[0], text=self._label(name, params),
-                                    position=_LABEL_ROWS[0], anchors=[(0, 0.5), (0, 0.5)],
-                                    color=_TEXT[kind], fill=(255, 255, 255, 190))
-                plot.addItem(r, ignoreBounds=True)
-                items.append(r)
-            self._regions.append(tuple(items))
+            r = _Anchor(t0, t1, self._label(name, params))  # its name, shown or not
+            r.setZValue(-30)
+            # The name at the top of the band, on the top plot only.
+            _Label(r, text=self._label(name, params), position=_LABEL_ROWS[0],
+                   anchors=[(0, 0.5), (0, 0.5)], color=_TEXT[kind],
+                   fill=(255, 255, 255, 190))
+            self.plots["P"].addItem(r, ignoreBounds=True)
+            self._regions.append((r,))
         self._stack_labels(force=True)
 
     def _label(self, name: str, params: tuple[tuple[str, Any], ...]) -> str:
@@ -745,24 +860,20 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         if key == self._pulses_key:
             return
         self._pulses_key = key
+        marks = [(t, self.names.get(name, name)) for t, name in pulses]
+        for lines in self._lines.values():
+            lines.set_marks(lines=marks)
         for items in self._pulses:
-            for plot, item in zip(self.plots.values(), items, strict=True):
-                plot.removeItem(item)
+            for item in items:
+                self.plots["P"].removeItem(item)
         self._pulses = []
-        pen = pg.mkPen(_PULSE, width=1, style=Qt.PenStyle.DashDotLine)
-        for t, name in pulses:
-            items = []
-            for key_, plot in self.plots.items():
-                line = pg.InfiniteLine(pos=t, angle=90, movable=False, pen=pen)
-                line.setZValue(-10)
-                line.setToolTip(self.names.get(name, name))
-                if key_ == "P":
-                    pg.InfLineLabel(line, text=self.names.get(name, name),
-                                    position=_LABEL_ROWS[0], anchors=[(0, 0.5), (0, 0.5)],
-                                    color=_TEXT["pulse"], fill=(255, 255, 255, 190))
-                plot.addItem(line, ignoreBounds=True)
-                items.append(line)
-            self._pulses.append(tuple(items))
+        for t, text in marks:
+            line = _Anchor(t, tip=text)
+            line.setZValue(-10)
+            _Label(line, text=text, position=_LABEL_ROWS[0], anchors=[(0, 0.5), (0, 0.5)],
+                   color=_TEXT["pulse"], fill=(255, 255, 255, 190))
+            self.plots["P"].addItem(line, ignoreBounds=True)
+            self._pulses.append((line,))
         self._stack_labels(force=True)
 
     def _stack_labels(self, force: bool = False) -> None:
@@ -790,7 +901,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         height_px = max(box.height(), 1.0)
         labels = []
         for items in (*self._regions, *self._pulses):
-            line = items[0].lines[0] if isinstance(items[0], pg.LinearRegionItem) else items[0]
+            line = items[0]
             for child in line.childItems():
                 if isinstance(child, pg.InfLineLabel):
                     labels.append((line.value(), child))
@@ -861,11 +972,149 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         shown = [line for line in self.cursor_lines.values() if line.isVisible()]
         for line in shown:
             line.setVisible(False)
+        # The curves as fine as the figure's pixels (an SVG is scaled up: 4 a pixel).
+        self._px_scale = 4.0 if str(path).lower().endswith(".svg") else max(scale, 1.0)
+        self._draw()
         try:
             save_figure(self, path, scale, title)
         finally:
+            self._px_scale = 1.0
+            self._draw()
             for line in shown:
                 line.setVisible(True)
+
+
+class _Marks(pg.GraphicsObject):
+    """All the shaded periods (or all the impulse lines) of one plot, painted by one item.
+
+    An item a period and plot (a LinearRegionItem and its two lines, or an InfiniteLine) made
+    a long session's 40 periods and 40 impulses about 900 items, each bounded again, hovered
+    and painted every frame: most of a frame. On hover the tooltip names the periods and
+    impulses under the pointer, as each item's did; the names on P are :class:`_Anchor`'s.
+    """
+
+    def __init__(self, pen: Any = None) -> None:
+        super().__init__()
+        self.pen = pen
+        #: (start, end, brush, name) of each shaded period.
+        self.spans: list[tuple[float, float, Any, str]] = []
+        #: (t, name) of each impulse line.
+        self.lines: list[tuple[float, str]] = []
+        self.setAcceptedMouseButtons(Qt.MouseButton.NoButton)
+
+    def set_marks(self, spans: list | None = None, lines: list | None = None) -> None:
+        """What to paint: the periods (``spans``) or the impulses (``lines``)."""
+        self.spans = list(spans or [])
+        self.lines = list(lines or [])
+        self.update()
+
+    def boundingRect(self) -> QRectF:
+        vr = self.viewRect()
+        return QRectF() if vr is None else QRectF(vr)
+
+    def viewTransformChanged(self) -> None:
+        super().viewTransformChanged()
+        self.prepareGeometryChange()
+
+    def paint(self, p: Any, *_args: Any) -> None:
+        vr = self.viewRect()
+        if vr is None:
+            return
+        top, bottom = vr.top(), vr.bottom()
+        for t0, t1, brush, _name in self.spans:
+            if t1 >= vr.left() and t0 <= vr.right():
+                p.fillRect(QRectF(t0, top, t1 - t0, bottom - top), brush)
+        if self.lines:
+            p.setPen(self.pen)
+            for t, _name in self.lines:
+                if vr.left() <= t <= vr.right():
+                    # From the top down, as an InfiniteLine draws (the dashes start there).
+                    p.drawLine(QPointF(t, top), QPointF(t, bottom))
+
+    def names_at(self, x: float, tolerance: float = 0.0) -> str:
+        """The names of the periods over ``x`` and of the impulses within ``tolerance``."""
+        names = [name for t0, t1, _b, name in self.spans if t0 <= x <= t1]
+        names += [name for t, name in self.lines if abs(t - x) <= tolerance]
+        return "\n".join(dict.fromkeys(names))
+
+    def hoverEvent(self, ev: Any) -> None:
+        """The tooltip: the names under the pointer (an impulse's within 3 pixels)."""
+        if ev.isExit():
+            self.setToolTip("")
+            return
+        self.setToolTip(self.names_at(ev.pos().x(), 3 * (self.pixelWidth() or 0.0)))
+
+
+class _Anchor(pg.InfiniteLine):
+    """Where a shaded period starts, or an impulse stands, on the P plot: it carries the name.
+
+    The band and the line are the plot's :class:`_Marks`; this has no area of its own. As a
+    LinearRegionItem and its lines (or an InfiniteLine) each of a long session's 80 marks
+    recomputed its bounding rectangle from the view's pixel vectors on every move of the
+    view. ``lines`` and :meth:`getRegion` answer as a region's do.
+    """
+
+    def __init__(self, t: float, end: float | None = None, tip: str = "") -> None:
+        super().__init__(pos=t, angle=90, movable=False, pen=pg.mkPen(None))
+        self._end = t if end is None else float(end)
+        self.setToolTip(tip)
+        self.setFlag(self.GraphicsItemFlag.ItemHasNoContents, True)
+
+    @property
+    def lines(self) -> list[_Anchor]:
+        """The period's start line (this), as ``LinearRegionItem.lines[0]``."""
+        return [self]
+
+    def getRegion(self) -> tuple[float, float]:
+        return (float(self.value()), self._end)
+
+    def setRegion(self, rgn: tuple[float, float]) -> None:
+        self._end = float(rgn[1])
+        if rgn[0] != self.value():
+            self.setValue(rgn[0])
+
+    def boundingRect(self) -> QRectF:
+        return QRectF()
+
+    def paint(self, *_args: Any) -> None:
+        pass
+
+
+class _Label(pg.InfLineLabel):
+    """A period's or an impulse's name on the P plot, placed at less cost every frame.
+
+    pyqtgraph's label places itself again on every move of the view, hidden or not, from its
+    line's bounding rectangle (recomputed from the view's pixel vectors): with 40 names
+    most of what the periods cost a frame. Along its vertical line a name's place depends on
+    the y range alone (its side is :meth:`MetricPlots._stack_labels`' choice, one anchor for
+    both), so it is placed again only when that changed, from the view's rectangle, and not
+    while hidden (names with no room are; shown again, a label places itself).
+    """
+
+    _placed_for: tuple = ()
+
+    def getEndpoints(self) -> tuple[Any, Any]:
+        if self._endpoints[0] is None:
+            view = self.line.getViewBox()
+            if not isinstance(view, pg.ViewBox):
+                return (None, None)
+            vr = self.line.mapRectFromView(view.viewRect()).normalized()
+            self._endpoints = (pg.Point(vr.left(), 0), pg.Point(vr.right(), 0))
+        return self._endpoints
+
+    def viewTransformChanged(self) -> None:
+        pg.GraphicsObject.viewTransformChanged(self)
+        if not self.isVisible():
+            self._endpoints, self._placed_for = (None, None), ()
+            return
+        view = self.line.getViewBox()
+        # (While the line is being added to a plot, its view is not a ViewBox yet.)
+        key = (tuple(view.viewRange()[1]), view.height()) \
+            if isinstance(view, pg.ViewBox) else ()
+        if not key or key != self._placed_for or self.anchors[0] != self.anchors[1]:
+            self._placed_for = key
+            self.updatePosition()
+        pg.TextItem.viewTransformChanged(self)
 
 
 #: Axis labels without their units, for short plots.
