@@ -68,13 +68,13 @@ def shown(text: object, limit: int = 500) -> str:
 
 
 def say(text: object = "", file: Any = None) -> None:
-    """Print ``text`` to a terminal, each of its lines :func:`shown`.
+    """Print ``text`` to a terminal as one line, :func:`shown`.
 
     What a recording holds (a perturbation's name, an error, a caveat) never reaches the
-    terminal raw. ``file``: where to (default standard output, looked up at the call).
+    terminal raw: not a control sequence, nor a newline that would forge a line of output.
+    ``file``: where to (default standard output, looked up at the call).
     """
-    for line in str(text).split("\n"):
-        print(shown(line, 100_000), file=sys.stdout if file is None else file)
+    print(shown(text, 100_000), file=sys.stdout if file is None else file)
 
 
 def duration_text(seconds: float) -> str:

@@ -299,3 +299,177 @@ def test_a_log_written_before_checksums_loads_and_says_it_cannot_be_verified(blo
     assert rec.notes == ["transitions.arrows: 6 of its 6 blocks carry no checksum (written "
                          "before checksums): they cannot be verified"]
     np.testing.assert_array_equal(rec.transitions.to_numpy(), clean.to_numpy())
+
+
+# -- crafted files: one line each, at every entry point, never a hang ----------------------
+
+def _blank_lines(d: Path) -> None:
+    (d / "status.json").unlink()
+    with (d / "events.jsonl").open("ab") as f:
+        f.write(b"\n" * (64 << 20))
+
+
+def _many_events(d: Path) -> None:
+    line = json.dumps({"kind": "note", "i": 10, "t": 0.01, "text": "x"}).encode() + b"\n"
+    with (d / "events.jsonl").open("ab") as f:
+        f.write(line * 300_000)
+
+
+def _fifo(name: str):
+    def go(d: Path) -> None:
+        (d / name).unlink()
+        os.mkfifo(d / name)
+    return go
+
+
+def _deep(name: str):
+    def go(d: Path) -> None:
+        if name == "config.json":
+            raw = (d / name).read_text().rstrip().rstrip("}")
+            (d / name).write_text(raw + ', "deep": ' + "[" * 100_000 + "]" * 100_000 + "}")
+        else:
+            with (d / name).open("a") as f:
+                f.write('{"kind": "note", "x": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    return go
+
+
+def _sparse(name: str):
+    def go(d: Path) -> None:
+        with (d / name).open("r+b") as f:
+            f.truncate(4 << 30)  # 4 GiB, nearly all of it a hole: no disk used
+    return go
+
+
+def _bomb(d: Path) -> None:
+    """The first block's first buffer claims 8 GiB decompressed (its checksum rewritten to
+    match, as a crafter would)."""
+    from idt_desk.recordings import arrows
+
+    data = bytearray((d / "transitions.arrows").read_bytes())
+    frames = arrows.Frames("x")
+    frames.feed(bytes(data[:1]))
+    start = len(frames.schema_bytes) if frames.schema_bytes else 0
+    probe = arrows.Frames("x")
+    probe.feed(bytes(data))
+    start = len(probe.schema_bytes)
+    length = int.from_bytes(data[start + 4:start + 8], "little")
+    info = arrows._message_info(bytes(data[start + 8:start + 8 + length]))
+    offset = next(o for o, size in info[3] if size >= 8)
+    body = start + 8 + length
+    data[body + offset:body + offset + 8] = (8 << 30).to_bytes(8, "little")
+    end = body + info[1]
+    message = bytearray(data[start:end])
+    at = arrows._crc_at(message)
+    message[at:at + 8] = b"%08x" % arrows._crc(message, at)
+    data[start:end] = message
+    (d / "transitions.arrows").write_bytes(bytes(data))
+
+
+CRAFTED = {
+    "config.json a FIFO": _fifo("config.json"),
+    "events.jsonl a FIFO": _fifo("events.jsonl"),
+    "windows.csv a FIFO": _fifo("windows.csv"),
+    "config.json nested 100,000 deep": _deep("config.json"),
+    "an event nested 100,000 deep": _deep("events.jsonl"),
+    "config.json a 4 GiB hole": _sparse("config.json"),
+    "windows.csv a 4 GiB hole": _sparse("windows.csv"),
+    "events.jsonl 64 MiB of blank lines": _blank_lines,
+    "300,000 events": _many_events,
+    "a block claiming 8 GiB": _bomb,
+}
+
+
+@pytest.fixture(scope="module")
+def crafted_base(tmp_path_factory):
+    return _recording(tmp_path_factory.mktemp("crafted") / "rec")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", list(CRAFTED))
+def test_a_crafted_recording_is_one_line_at_every_entry_point(case, crafted_base, tmp_path):
+    import shutil
+
+    d = tmp_path / "rec"
+    shutil.copytree(crafted_base, d)
+    CRAFTED[case](d)
+    try:
+        rec = idt_desk.load_recording(d)
+        assert rec.warnings or rec.complete
+    except idt_desk.RecordingError as exc:
+        assert "\n" not in str(exc)
+    entries = {
+        "replay": ["run", "--source", "replay", "--set", f"path={d}", "--speed", "max"],
+        "export": ["export", str(d), "--out", str(tmp_path / "out"), "--format", "csv"],
+        "runs": ["runs", str(tmp_path)],
+    }
+    if "FIFO" not in case:  # a follower waits for a FIFO's writer: it refuses it by name
+        entries["follow"] = ["run", "--source", "replay", "--set", f"path={d}", "--set",
+                             "follow=true", "--set", "silence=1", "--set", "wait=1",
+                             "--speed", "max"]
+    for entry, argv in entries.items():
+        rc, err = _call(argv)
+        assert "Traceback" not in err, (entry, err)
+        if rc != 0:
+            lines = [x for x in err.strip().splitlines() if x.startswith("idt-desk")]
+            assert len(lines) == 1, (entry, err)
+
+
+def test_a_bomb_is_refused_before_it_is_decompressed(crafted_base, tmp_path):
+    """The crafted block claims 8 GiB: refused by its claim, in a process capped at 2.5 GB
+    of address space (decompressing it would fail there with MemoryError, or worse)."""
+    import shutil
+    import subprocess
+
+    d = tmp_path / "rec"
+    shutil.copytree(crafted_base, d)
+    _bomb(d)
+    code = ("import resource, sys, idt_desk\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (2_500_000_000, 2_500_000_000))\n"
+            "rec = idt_desk.load_recording(sys.argv[1])\n"
+            "print(len(rec.transitions), rec.warnings)\n")
+    got = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True,
+                         timeout=120)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.startswith("0 ") and "claiming 8,589,934,592 bytes" in got.stdout
+
+
+def test_recorded_text_reaches_the_terminal_escaped(tmp_path):
+    """A crafted perturbation name cleared the screen, coloured the text and forged a line."""
+    x = np.cumsum(np.random.default_rng(0).normal(size=(2001, 2)), axis=0)
+    path = tmp_path / "rec"
+    with idt_desk.Recorder(path, ["x", "v"], ["u"], window=20, stride=5,
+                           calibration_windows=2, baseline_windows=5) as rec:
+        rec.add(x[:1000], np.zeros((1000, 1)), x[1:1001])
+        rec.perturb("wind\x1b[2J\x1b[31m\nforged: all clear")
+        rec.add(x[1000:2000], np.zeros((1000, 1)), x[1001:2001])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        main(["run", "--source", "replay", "--set", f"path={path}", "--speed", "max"])
+    text = out.getvalue()
+    assert "\x1b" not in text and "\nforged" not in text
+    assert "wind\\x1b[2J\\x1b[31m\\nforged: all clear" in text
+
+
+def test_a_closed_pipe_ends_a_listing_without_a_traceback(tmp_path):
+    import subprocess
+
+    for j in range(30):
+        _recording(tmp_path / f"run-{j:02d}")
+    got = subprocess.run(f"{sys.executable} -m idt_desk.cli runs {tmp_path} | head -1",
+                         shell=True, capture_output=True, text=True, timeout=120)
+    assert got.stdout.count("\n") == 1 and "Traceback" not in got.stderr, got.stderr
+
+
+def test_an_image_observation_space_is_refused_in_one_line():
+    """IDTMonitor around a 64×64×3 observation space hung at 5.9 GB."""
+    import gymnasium as gym
+
+    from idt_desk.gym import IDTMonitor
+
+    class Camera(gym.Env):
+        observation_space = gym.spaces.Box(0, 255, (64, 64, 3), np.uint8)
+        action_space = gym.spaces.Discrete(2)
+
+    with pytest.raises(ValueError, match=r"12,288 variables, more than the 1,024") as exc:
+        IDTMonitor(Camera())
+    assert "\n" not in str(exc.value)
