@@ -473,3 +473,49 @@ def test_an_image_observation_space_is_refused_in_one_line():
     with pytest.raises(ValueError, match=r"12,288 variables, more than the 1,024") as exc:
         IDTMonitor(Camera())
     assert "\n" not in str(exc.value)
+
+
+def test_no_read_opens_a_file_outside_the_root_while_a_folder_is_swapped_for_a_link(tmp_path):
+    """A run folder swapped over and over for a link to an outside folder: 10 of 20,000
+    listings returned the outside status.json (a folder on the way swapped between the
+    check and the open). 20,000 reads here, the swap racing them on a thread."""
+    import threading
+
+    from idt_desk.recordings.fs import LocalFiles
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "run").mkdir(parents=True)
+    (outside / "run").mkdir(parents=True)
+    (root / "run" / "status.json").write_text('{"mine": 1}')
+    (outside / "run" / "status.json").write_text('{"outside": 1}')
+    files = LocalFiles(root)
+    stop = threading.Event()
+
+    def swap() -> None:
+        real, link, aside = root / "run", root / "run-link", root / "run-aside"
+        link.symlink_to(outside / "run", target_is_directory=True)
+        while not stop.is_set():
+            os.rename(real, aside)
+            os.rename(link, real)  # the run is now the link to the outside
+            os.rename(real, link)
+            os.rename(aside, real)
+
+    t = threading.Thread(target=swap, daemon=True)
+    t.start()
+    seen = {"mine": 0, "refused": 0, "gone": 0}
+    try:
+        for _ in range(20_000):
+            try:
+                data = files.read(str(root / "run" / "status.json"))
+            except FileNotFoundError:
+                seen["gone"] += 1
+                continue
+            except OSError:  # refused: outside the root
+                seen["refused"] += 1
+                continue
+            assert b"outside" not in data
+            seen["mine"] += 1
+    finally:
+        stop.set()
+        t.join(10)
+    assert seen["mine"] > 0 and sum(seen.values()) == 20_000
