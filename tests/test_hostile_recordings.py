@@ -519,3 +519,39 @@ def test_no_read_opens_a_file_outside_the_root_while_a_folder_is_swapped_for_a_l
         stop.set()
         t.join(10)
     assert seen["mine"] > 0 and sum(seen.values()) == 20_000
+
+
+#: Paths opened while a test listens (an audit hook cannot be removed: it listens only while
+#: this list is set).
+_OPENED: list[str] | None = None
+
+
+def _listen(event: str, args: tuple) -> None:
+    if _OPENED is not None and event == "open" and args and isinstance(args[0], str | Path):
+        _OPENED.append(os.fspath(args[0]))
+
+
+sys.addaudithook(_listen)
+
+
+def test_watching_a_folder_never_follows_or_opens_a_link_leading_outside_it(tmp_path):
+    """``idt-desk watch X``, X holding a link to a run outside X, followed that run: an
+    audit hook saw its config, events and log opened."""
+    global _OPENED
+    from idt_desk.recordings import newest_recording, runs_by_start
+
+    watched, outside = tmp_path / "watched", tmp_path / "outside"
+    watched.mkdir()
+    _recording(watched / "mine")
+    _recording(outside / "theirs")  # started later: the newest, if it were followed
+    (watched / "zz-link").symlink_to(outside / "theirs", target_is_directory=True)
+    skipped: list[str] = []
+    _OPENED = []
+    try:
+        newest = newest_recording(watched, skipped)
+        runs = runs_by_start(watched)
+    finally:
+        opened, _OPENED = _OPENED, None
+    assert newest == watched / "mine" and [d for _t, d in runs] == [watched / "mine"]
+    assert skipped == ["zz-link"]
+    assert not [p for p in opened if "theirs" in p or "zz-link" in p], opened

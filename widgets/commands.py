@@ -97,13 +97,14 @@ def _watch_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run_watch(args: argparse.Namespace) -> int:
-    import json
     import time
 
     from idt_desk_widgets.app import run_gui
 
-    from idt_desk.recordings import newest_recording, runs_by_start
+    from idt_desk.recordings import RecordingError, newest_recording, runs_by_start
+    from idt_desk.recordings.checks import read_config
     from idt_desk.recordings.runs import RunIndex, root_problem
+    from idt_desk.words import shown
 
     check_float("--silence", args.silence, 0.5)
     check_float("--wait", args.wait, 0.0)
@@ -138,29 +139,34 @@ def _run_watch(args: argparse.Namespace) -> int:
         finally:
             index.close()
     args.path = path
-    run = newest_recording(args.path)
+    outside: list[str] = []
+    run = newest_recording(args.path, outside)
+    if outside:  # as `idt-desk runs` says it: a watched folder is that folder
+        n = len(outside)
+        print(f"idt-desk watch: {n} link{'s' if n != 1 else ''} leading outside "
+              f"{shown(args.path)} not followed", file=sys.stderr)
     if run is None:
         # The window opens at once and waits there (it follows the first run that starts).
-        print(f"idt-desk watch: no recording in {args.path} yet; the window waits for one",
-              file=sys.stderr)
+        print(f"idt-desk watch: no recording in {shown(args.path)} yet; the window waits for "
+              "one", file=sys.stderr)
         return run_gui(source="replay", settings={"path": "", **follow},
                        start=False, speed=None, watch_folder=args.path, **window)
     folder = None if run == args.path else args.path
     if folder is not None:
         runs = runs_by_start(folder)
-        print(f"idt-desk watch: {len(runs)} run{'s' if len(runs) != 1 else ''} in {folder} "
-              "(by start, the latest last):", file=sys.stderr)
+        print(f"idt-desk watch: {len(runs)} run{'s' if len(runs) != 1 else ''} in "
+              f"{shown(folder)} (by start, the latest last):", file=sys.stderr)
         for started, d in runs:
-            try:
-                done = bool(json.loads((d / "config.json").read_bytes()).get("complete"))
-            except (OSError, ValueError, AttributeError):
+            try:  # the reader's checked way to a config (bounded, regular files only)
+                done = read_config(d).get("complete") is True
+            except RecordingError:
                 done = False
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
-            print(f"  {d.name}  started {when}  "
+            print(f"  {shown(d.name)}  started {when}  "
                   f"{'ended' if done else 'open (being written, or its writer died)'}",
                   file=sys.stderr)
-    print(f"idt-desk watch: following {run}"
-          + (f"; a run that starts in {folder} later is followed in its turn"
+    print(f"idt-desk watch: following {shown(run)}"
+          + (f"; a run that starts in {shown(folder)} later is followed in its turn"
              if folder is not None else ""), file=sys.stderr)
     return run_gui(source="replay", settings={"path": str(run), **follow},
                    start=True, speed=None, watch_folder=folder, **window)

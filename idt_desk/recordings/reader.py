@@ -31,7 +31,7 @@ from idt_desk.recordings.files import (
     read_csv,
     read_json_lines,
 )
-from idt_desk.recordings.fs import CONFIG_BYTES, LocalFiles
+from idt_desk.recordings.fs import CONFIG_BYTES, LocalFiles, within
 
 __all__ = ["Recording", "load_recording", "newest_recording", "recording_size",
            "runs_by_start"]
@@ -287,8 +287,11 @@ def recording_size(path: str | Path) -> tuple[int, str]:
     return total, f"{total:,} bytes"  # not reached
 
 
-def newest_recording(path: str | Path) -> Path | None:
+def newest_recording(path: str | Path, outside: list[str] | None = None) -> Path | None:
     """The recording to follow at ``path``: itself, or the run inside it that started last.
+
+    ``outside`` takes the names of links leading outside ``path``, never followed
+    (:func:`runs_by_start`).
 
     ``path`` itself if its config.json is there, else the recording directly inside it that
     started last, else None (nothing written yet). Runs are ordered by when they started,
@@ -299,7 +302,7 @@ def newest_recording(path: str | Path) -> Path | None:
     path = Path(path)
     if (path / "config.json").is_file():
         return path
-    runs = runs_by_start(path)
+    runs = runs_by_start(path, outside)
     return runs[-1][1] if runs else None
 
 
@@ -308,20 +311,28 @@ def newest_recording(path: str | Path) -> Path | None:
 _STARTED: dict[tuple[str, int, int], float] = {}
 
 
-def runs_by_start(folder: str | Path) -> list[tuple[float, Path]]:
+def runs_by_start(folder: str | Path, outside: list[str] | None = None
+                  ) -> list[tuple[float, Path]]:
     """The recordings directly inside ``folder`` as (start time, path), the latest last.
 
     The start time is the wall-clock time of the first event in events.jsonl (a writer logs
     ``recording_start`` as it opens the recording; exact, and written once). Until that line
     is out, config.json's ``created`` (whole seconds), else config.json's modification time.
+    A link leading outside ``folder`` is not followed, nor anything in it opened (its name
+    goes into ``outside``), as ``idt-desk runs`` does: watching a folder watches that folder.
     """
     folder = Path(folder)
     try:
         entries = list(folder.iterdir())
+        real = os.path.realpath(folder)
     except OSError:
         return []
     runs = []
     for d in entries:
+        if d.is_symlink() and not within(os.path.realpath(d), real):
+            if outside is not None:
+                outside.append(d.name)
+            continue
         config = d / "config.json"
         try:
             if not config.is_file():
