@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from idt_desk_widgets.history import PlotHistory
+from idt_desk_widgets.history import PixelColumns, PlotHistory, cell_rows, grid_step, peak_rows
 
 
 def _windows(n: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -93,3 +93,99 @@ def test_windows_the_snapshots_never_held_are_counted_missing():
 def test_capacity_is_checked():
     with pytest.raises(ValueError, match="multiple of 8"):
         PlotHistory(100)
+
+
+def _brute_rows(x, y, lo, hi, columns):
+    """PixelColumns.rows written out column by column: what it must pick."""
+    i0 = max(int(np.searchsorted(x, lo)) - 1, 0)
+    i1 = min(int(np.searchsorted(x, hi, "right")) + 1, len(x))
+    if i1 - i0 <= 2 * columns:
+        return np.arange(i0, i1)
+    col = np.clip(np.floor((x[i0:i1] - lo) * columns / (hi - lo)), -1, columns)
+    out = set()
+    for c in np.unique(col):
+        idx = i0 + np.flatnonzero(col == c)
+        v = y[idx]
+        ok = ~np.isnan(v)
+        if ok.any():
+            out |= {idx[ok][np.argmin(v[ok])], idx[ok][np.argmax(v[ok])]}
+            if (~ok).any():
+                out.add(idx[~ok][0])
+        else:
+            out.add(idx[0])
+    return np.array(sorted(out))
+
+
+@pytest.mark.parametrize("view", [(0.0, 1500.0), (300.0, 700.0), (-10.0, 1600.0),
+                                  (1490.0, 2000.0)])
+def test_a_curve_gets_each_pixel_columns_lowest_and_highest_rows(view):
+    rng = np.random.default_rng(5)
+    n = 20_000
+    x = np.sort(rng.random(n)) * 1500
+    y = rng.normal(size=n)
+    y[rng.random(n) < 0.05] = np.nan  # undefined windows
+    y[8000:8400] = np.nan  # a long gap
+    lo, hi = view
+    rows = peak_rows(x, y, lo, hi, 400)
+    np.testing.assert_array_equal(rows, _brute_rows(x, y, lo, hi, 400))
+    # Bounded by the width, not the history: two rows a column and a NaN where a column
+    # has one, and one row beyond each edge.
+    assert len(rows) <= 3 * 400 + 2
+    inside = (x >= lo) & (x <= hi)
+    if inside.sum() > 800:
+        assert len(rows) < inside.sum()
+        # The view's peak and dip are drawn, and the gap stays one.
+        assert np.nanmax(y[rows]) == np.nanmax(y[inside])
+        assert np.nanmin(y[rows]) == np.nanmin(y[inside])
+    if lo < x[8200] < hi:
+        assert np.isnan(y[rows][(x[rows] > x[8000]) & (x[rows] < x[8399])]).all()
+
+
+def test_a_curve_with_few_rows_in_view_is_drawn_as_it_is():
+    x = np.arange(100.0)
+    y = np.sin(x)
+    np.testing.assert_array_equal(peak_rows(x, y, 0, 99, 400), np.arange(100))
+    # The rows in view and one on each side, so the line runs on to the edges.
+    np.testing.assert_array_equal(peak_rows(x, y, 10.5, 20.5, 400), np.arange(10, 22))
+    cols = PixelColumns(x, 10.5, 20.5, 400)
+    assert cols.whole and (cols.i0, cols.i1) == (10, 22)
+
+
+def test_markers_keep_one_a_grid_cell():
+    rng = np.random.default_rng(2)
+    x = np.sort(rng.random(5000)) * 100
+    y = rng.normal(size=5000)
+    rows = np.flatnonzero(rng.random(5000) < 0.5)
+    dx, dy = grid_step(100, 500, 1.5), grid_step(6, 100, 1.5)
+    assert 1.5 <= dx * 500 / 100 < 3.0 and 1.5 <= dy * 100 / 6 < 3.0
+    kept = cell_rows(rows, x, dx, y, dy)
+    cells = {(int(np.floor(x[j] / dx)), int(np.floor(y[j] / dy))) for j in rows}
+    # One a cell: each kept row the first of its cell, every cell of a row kept once.
+    assert len(kept) == len(cells) < len(rows)
+    assert np.all(np.diff(kept) > 0) and set(kept) <= set(rows)
+    first = {}
+    for j in rows:
+        first.setdefault((int(np.floor(x[j] / dx)), int(np.floor(y[j] / dy))), j)
+    assert set(kept) == set(first.values())
+    # Along x only (the undefined windows' marks): the first row of each column of cells.
+    along = cell_rows(rows, x, 0.5)
+    assert len(along) == len({int(np.floor(x[j] / 0.5)) for j in rows})
+
+
+def test_the_grid_holds_while_the_view_grows():
+    """A view that grows with the data keeps its cells until its span doubles."""
+    assert grid_step(1000.0, 800, 1.5) == grid_step(1050.0, 800, 1.5) == 2.0
+    assert grid_step(1050.0 * 2, 800, 1.5) == 4.0
+    assert grid_step(0.0, 800, 1.5) == grid_step(float("nan"), 800, 1.5) == 1.0
+
+
+def test_the_version_changes_with_the_rows():
+    w = _windows(300)
+    hist = PlotHistory(64)
+    v0 = hist.version
+    _feed(hist, w, [100], held=100)
+    v1 = hist.version
+    hist.update({c: v[:100] for c, v in w.items()}, 100)  # nothing new
+    assert v1 != v0 and hist.version == v1
+    _feed(hist, w, [100, 100], held=300)
+    assert hist.version != v1
