@@ -431,11 +431,17 @@ class ReplaySource(Source):
                 f"idle for {idle:.0f} s, still running" if silent < 2.0 else \
                 f"no new data for {silent:.0f} s"
         else:
-            writer = "ended the run" if tail.finished else "stopped responding"
+            try:
+                writer = "ended the run" if tail.finished else "stopped responding"
+            except RecordingError:
+                writer = "its config.json was replaced by garbage"
         return {"following": str(tail.path), "writer": writer}
 
     #: Following: how long a step waits for new data before it hands over an empty batch.
     FOLLOW_POLL = 0.05
+    #: Following over ssh://: seconds a lost server is waited for before the follow ends
+    #: (after the keepalive found it gone: about 6 s; a reconnection tries for 5 s).
+    LOST_GRACE = 4.0
 
     def _follow(self, need: int) -> list[dict[str, Any]]:
         """Read what the writer added until ``need`` transitions are at hand.
@@ -461,18 +467,32 @@ class ReplaySource(Source):
                          f"following on from transition {self._n_rows:,}"}]
             if self._n_rows >= need:
                 return []
-            if tail.finished:
+            try:
+                finished = tail.finished
+            except RecordingError as exc:
+                self._ended = True
+                return [{"kind": "note", "text": f"following stopped: {exc}"}]
+            if finished:
                 self._ended = True  # the writer closed it and every row has been read
                 return []
             if tail.connection_problem is not None:
-                # The server, not the writer, went away: the follow waits for it, however
-                # long, trying again twice a second (the writer's silence is not counted).
+                # The server, not the writer, went away: a blip (a dropped connection, the
+                # server back at once) is waited out, trying again twice a second; a server
+                # still gone after LOST_GRACE s (stopped, killed) ends the follow, its rows
+                # kept, within the keepalive's time and a reconnection's.
                 said = self._lost
                 self._lost = tail.connection_problem
+                lost_since = tail.lost_since or time.monotonic()
+                if time.monotonic() - lost_since > self.LOST_GRACE:
+                    self._ended = True
+                    return [{"kind": "note", "text": (
+                        f"following stopped: {tail.connection_problem}; still gone after "
+                        f"{self.LOST_GRACE:g} s: the {self._n_rows:,} transitions read are "
+                        "kept")}]
                 time.sleep(0.5)
                 return [] if said else [{"kind": "note", "text": (
-                    f"{tail.connection_problem}: the follow waits for the server and goes "
-                    "on when it is back")}]
+                    f"{tail.connection_problem}: the follow waits {self.LOST_GRACE:g} s for "
+                    "the server and goes on if it is back")}]
             if tail.silent_for() > float(self.config["silence"]):
                 self._ended = True
                 return [{"kind": "note", "text": (

@@ -303,3 +303,76 @@ def test_a_folder_not_yet_on_the_server_is_waited_for(sshd, ssh_home, tmp_path, 
     with pytest.raises(Exception, match="not a folder on the server"):
         SFTPFiles(f"ssh://127.0.0.1:{sshd.port}{tmp_path}/file", missing_ok=True,
                   **sshd.options)
+
+
+@pytest.mark.parametrize("how", ["stopped", "killed"])
+def test_a_follow_of_a_stopped_or_killed_server_ends_within_15_s_keeping_its_rows(
+        sshd, ssh_home, proxy, tmp_path, how):
+    """A follow whose server was stopped (SIGSTOP: it accepts and never answers) or killed
+    after rows were read said "the connection to the server was lost" and was still running
+    150 s later."""
+    from idt_desk_sources.replay import ReplaySource
+
+    from idt_desk.live.session import Session, SessionConfig
+
+    home_known = os.path.join(os.environ["HOME"], ".ssh", "known_hosts")
+    with open(home_known, "a") as f:
+        f.write(f"[127.0.0.1]:{proxy.port} {sshd.public}")
+    run = tmp_path / "live"
+    writer = subprocess.Popen([sys.executable, "-m", "tests.loop_writer", str(run), "100000",
+                               "500", "0.5"], cwd=Path(__file__).resolve().parents[1])
+    try:
+        deadline = time.monotonic() + 30
+        while not (run / "events.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        source = ReplaySource(path=f"ssh://127.0.0.1:{proxy.port}{run}", follow=True,
+                              silence=600.0, wait=30.0)
+        session = Session(SessionConfig(speed=None), source=source)
+        session.start()
+        deadline = time.monotonic() + 30
+        while session.n_transitions < 500 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        read = session.n_transitions
+        assert read >= 500
+        proxy.freeze() if how == "stopped" else proxy.drop()
+        t0 = time.monotonic()
+        while session.running and time.monotonic() - t0 < 30:
+            time.sleep(0.1)
+        took = time.monotonic() - t0
+        assert not session.running and took < 15, took
+        assert session.n_transitions >= read  # what was read is kept
+        notes = [e.get("text", "") for e in session.events_since(0) if e["kind"] == "note"]
+        assert any(t.startswith("following stopped:") and "transitions read are kept" in t
+                   for t in notes), notes
+        session.close()
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+def test_a_server_frozen_mid_listing_of_many_runs_is_one_line_and_nothing_else(
+        proxy, tree, template, capfd):
+    """``idt-desk runs ssh://…`` on a server frozen with SIGSTOP printed its line, then 64
+    "Task exception was never retrieved" tracebacks: 577 lines of stderr."""
+    import gc
+
+    root, _outside = tree
+    for j in range(80):
+        shutil.copytree(template, root / f"run-{j:02d}")
+    files = SFTPFiles(f"ssh://127.0.0.1:{proxy.port}{root}", **proxy.options)
+    try:
+        index = RunIndex(files)
+        assert len(index.refresh()) == 81
+        for j in range(80):  # every status changed: the next refresh reads all of them
+            (root / f"run-{j:02d}" / STATUS_FILE).touch()
+        capfd.readouterr()
+        proxy.freeze()
+        with pytest.raises(ConnectionError) as caught:
+            index.refresh()
+        assert "\n" not in str(caught.value)
+    finally:
+        files.close()
+    gc.collect()  # an unretrieved task's exception is said when the task is collected
+    time.sleep(0.5)
+    _out, err = capfd.readouterr()
+    assert "never retrieved" not in err and "Traceback" not in err, err[:2000]

@@ -29,6 +29,7 @@ import os
 import posixpath
 import stat as stat_mod
 import threading
+import time
 from collections.abc import Hashable
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
@@ -41,6 +42,13 @@ __all__ = ["SFTPFiles", "parse_ssh_url"]
 
 #: Seconds to connect (TCP, key exchange, authentication) before giving up.
 CONNECT_TIMEOUT = 15.0
+
+#: Seconds a reconnection (after a lost connection) tries before it gives up: a server that
+#: accepts but never answers (stopped) holds each look no longer than this.
+RECONNECT_TIMEOUT = 5.0
+
+#: Seconds after a failed reconnection before the next is tried.
+RETRY_S = 2.0
 
 #: Seconds between keepalive requests to the server, and how many may go unanswered before
 #: the connection counts as lost (a server frozen mid-listing is found out in about 6 s).
@@ -121,6 +129,15 @@ class _LostWrites(logging.Filter):
 logging.getLogger("asyncio").addFilter(_LostWrites())
 
 
+class _Failed:
+    """A path's own error, returned among a batch's results (not raised)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: OSError) -> None:
+        self.error = error
+
+
 class Interrupted(ConnectionError):
     """A call ended by :meth:`SFTPFiles.interrupt` or :meth:`SFTPFiles.close`."""
 
@@ -174,6 +191,8 @@ class SFTPFiles:
         self._host, self._kw = host, kw
         #: Why the connection was lost (None: it is up); the next call connects again.
         self._lost: str | None = None
+        #: No reconnection is tried before this (monotonic): a failed one waits RETRY_S.
+        self._retry_at = 0.0
         try:
             self._conn, self._sftp = asyncio.run_coroutine_threadsafe(
                 self._connect(host, kw), self._loop).result()
@@ -237,10 +256,19 @@ class SFTPFiles:
             coro.close()
             raise Interrupted("the read was interrupted (the session stopped)")
         if self._lost is not None:
+            if time.monotonic() < self._retry_at:  # tried a moment ago: not again yet
+                coro.close()
+                raise ConnectionError(f"the connection to the server was lost ({self._lost})")
             try:
-                self._conn, self._sftp = self._wait(self._connect(self._host, self._kw))
+                self._conn, self._sftp = self._wait(self._connect(
+                    self._host, {**self._kw, "connect_timeout": min(
+                        RECONNECT_TIMEOUT, float(self._kw.get("connect_timeout",
+                                                              RECONNECT_TIMEOUT)))}))
             except (OSError, self._asyncssh.Error, TimeoutError) as exc:
                 coro.close()
+                # One try a RETRY_S at most: a poll's several reads (and a status line's)
+                # must not each wait out a reconnection to a server that is gone.
+                self._retry_at = time.monotonic() + RETRY_S
                 raise ConnectionError(f"the connection to the server was lost ({self._lost}); "
                                       f"connecting again failed: {_reason(exc)}") from None
             self._lost = None
@@ -316,9 +344,16 @@ class SFTPFiles:
                 except ConnectionError:
                     raise  # the whole batch fails: the connection is gone
                 except OSError as exc:
-                    return exc
+                    return _Failed(exc)  # this path's own error, returned as its result
 
-        return list(await asyncio.gather(*(one(p) for p in paths)))
+        # Every request's outcome is retrieved, raised ones too: a frozen server failed 64
+        # of them at once, and each unretrieved one printed "Task exception was never
+        # retrieved" with its traceback after the listing's one line.
+        results = await asyncio.gather(*(one(p) for p in paths), return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return [r.error if isinstance(r, _Failed) else r for r in results]
 
     async def _listdir(self, path: str) -> list[Entry]:
         a = self._asyncssh

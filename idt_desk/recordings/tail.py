@@ -99,6 +99,8 @@ class RecordingTail:
         self._n_events = 0  # events lines read (to name a bad one)
         #: Why a server's files could not be read at the last poll (None: they could).
         self.connection_problem: str | None = None
+        #: When the connection was found lost (monotonic), None while it is up.
+        self.lost_since: float | None = None
 
     def ready(self) -> bool:
         """Whether config.json and the transitions' header are there (the writer started).
@@ -181,11 +183,11 @@ class RecordingTail:
         start = self._offset[name] - len(before)
         try:
             raw = self.files.read(self._file(name), start, POLL_BYTES + len(before))
-            self.connection_problem = None
+            self.connection_problem = self.lost_since = None
         except ConnectionError as exc:
             # A server's connection went away: nothing new this poll; the next connects
-            # again, and a silence long enough ends the follower (saying why).
-            self.connection_problem = str(exc)
+            # again (the follower ends if it stays gone: ReplaySource.LOST_GRACE).
+            self._lost(exc)
             return b""
         except FileNotFoundError:
             raise RecordingError(f"{shown(self.path)}: {name} is gone (deleted or moved while "
@@ -280,12 +282,20 @@ class RecordingTail:
             return False
         if self._promised is None:
             try:
-                config = json.loads(self.files.read(self._file("config.json"), 0,
-                                                    CONFIG_BYTES))
-            except (OSError, ValueError, RecursionError):
-                return False  # being rewritten: ask again at the next poll
+                raw = self.files.read(self._file("config.json"), 0, CONFIG_BYTES)
+            except OSError:
+                return False  # not there for a moment (a server's): ask again at the next poll
+            try:
+                config = json.loads(raw)
+            except (ValueError, RecursionError):
+                config = None
             if not isinstance(config, dict):
-                return False
+                # A writer replaces config.json whole (a new file renamed over it), so what
+                # is read is never half of one: garbage is garbage, said at once (a follower
+                # waited out its silence on it).
+                raise RecordingError(f"{shown(self.path)}/config.json: replaced by something "
+                                     "that is not a recording's config while followed; the "
+                                     f"{self.n_read:,} transitions read are kept")
             if not config.get("complete") or not isinstance(config.get("n_transitions"), int):
                 return False
             self._promised = int(config["n_transitions"])
@@ -296,7 +306,7 @@ class RecordingTail:
         try:
             st = self.files.stat(self._file(self.table))
         except ConnectionError as exc:
-            self.connection_problem = str(exc)
+            self._lost(exc)
             return
         if st is None:
             return
@@ -305,6 +315,11 @@ class RecordingTail:
             if self._mtime is not None:
                 self.last_beat = time.monotonic()
             self._mtime = mtime
+
+    def _lost(self, exc: ConnectionError) -> None:
+        self.connection_problem = str(exc)
+        if self.lost_since is None:
+            self.lost_since = time.monotonic()
 
     def silent_for(self) -> float:
         """Seconds since the writer was last seen alive: new bytes or its heartbeat."""
