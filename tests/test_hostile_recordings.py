@@ -555,3 +555,56 @@ def test_watching_a_folder_never_follows_or_opens_a_link_leading_outside_it(tmp_
     assert newest == watched / "mine" and [d for _t, d in runs] == [watched / "mine"]
     assert skipped == ["zz-link"]
     assert not [p for p in opened if "theirs" in p or "zz-link" in p], opened
+
+
+def test_the_recorder_refuses_what_would_write_a_recording_that_is_then_refused(tmp_path):
+    """``Recorder.perturb(5)`` was accepted and its recording refused whole later;
+    ``Recorder(state_names="xy")`` made two variables."""
+    with pytest.raises(TypeError, match="the string 'xy'"):
+        idt_desk.Recorder(tmp_path / "a", "xy")
+    with pytest.raises(TypeError, match="the string 'u'"):
+        idt_desk.Recorder(tmp_path / "b", ["x"], "u")
+    rec = idt_desk.Recorder(tmp_path / "c", ["x"], window=20, stride=5, calibration_windows=2,
+                            baseline_windows=5)
+    try:
+        for bad in (5, "", None):
+            with pytest.raises(TypeError, match="the name must be a non-empty string"):
+                rec.perturb(bad)
+        rec.add(np.zeros((50, 1)), None, np.zeros((50, 1)))
+        rec.perturb("wind")
+    finally:
+        rec.close()
+    assert idt_desk.load_recording(tmp_path / "c").complete
+
+
+def test_a_path_too_long_to_look_at_is_one_line(tmp_path):
+    with pytest.raises(idt_desk.RecordingError, match="cannot be read") as exc:
+        idt_desk.load_recording(str(tmp_path / ("a" * 5000)))
+    assert "\n" not in str(exc.value) and len(str(exc.value)) < 500
+
+
+@pytest.mark.parametrize("damage", ["deep JSON", "4 GiB hole", "garbage evidence"])
+def test_a_crafted_trials_file_is_one_line_for_the_pool(tmp_path, damage):
+    """``reproduce … --pool`` on deeply nested JSON: a RecursionError traceback; on a 4 GiB
+    sparse trials.csv it grew past 24 GB until the kernel killed it."""
+    from idt_desk_sources.gym.reproduce.read import REQUIRED
+
+    run = tmp_path / "run"
+    run.mkdir()
+    header = [*REQUIRED, "returns_pre", "twin_evidence_x"]
+    row = ["1"] * len(REQUIRED) + ["[" * 50_000 + "]" * 50_000, '{"z": 1}']
+    if damage == "4 GiB hole":
+        with (run / "trials.csv").open("wb") as f:
+            f.truncate(4 << 30)
+    else:
+        if damage == "garbage evidence":
+            row[-2] = "[1.0]"
+            row[REQUIRED.index("error")] = ""  # a trial that ran: its evidence is read
+        import csv
+
+        with (run / "trials.csv").open("w", newline="") as f:
+            csv.writer(f).writerows([header, row])
+    rc, err = _call(["reproduce", "cheetah", "--pool", str(run), "--out",
+                     str(tmp_path / "out")])
+    assert rc != 0 and "Traceback" not in err, err
+    assert len([x for x in err.strip().splitlines() if x.startswith("idt-desk")]) == 1, err

@@ -276,6 +276,10 @@ class Recorder:
 
         if not str(path).strip():  # Path("") is the working directory: never meant
             raise ValueError("path: a recording needs a folder's name (got an empty one)")
+        for what, names in (("state_names", state_names), ("action_names", action_names)):
+            if isinstance(names, str | bytes):  # "xy" made two variables, x and y
+                raise TypeError(f"{what} must be a sequence of names (a list of strings), "
+                                f"got the string {names!r}; give [{names!r}] for one")
         if not list(state_names):
             raise ValueError("state_names: a loop needs at least one state variable")
         check_limit("rate", rate)  # the settings table's words, as every front end's
@@ -423,6 +427,10 @@ class Recorder:
         """Queue an event at the next transition; refused here if JSON cannot hold it."""
         if self.closed:
             raise ValueError(f"{self.path}: the recorder is closed")
+        name = fields.get("name", "")
+        if kind != "note" and (not isinstance(name, str) or not name.strip()):
+            # A recording whose event had a name of 5 was written, then refused whole.
+            raise TypeError(f"{kind}: the name must be a non-empty string, got {name!r}")
         what = " ".join(str(x) for x in (kind, fields.get("name")) if x)
         try:
             json_line(fields)

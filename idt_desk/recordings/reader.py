@@ -32,6 +32,7 @@ from idt_desk.recordings.files import (
     read_json_lines,
 )
 from idt_desk.recordings.fs import CONFIG_BYTES, LocalFiles, within
+from idt_desk.words import shown
 
 __all__ = ["Recording", "load_recording", "newest_recording", "recording_size",
            "runs_by_start"]
@@ -109,8 +110,13 @@ def load_recording(path: str | Path) -> Recording:
         non-numeric cells (the message names the file and the line).
     """
     path = Path(path)
-    if not path.exists():
-        raise RecordingError(f"{path}: no such recording")
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        raise RecordingError(f"{shown(path, 300)}: no such recording") from None
+    except OSError as exc:  # a name too long, a folder not to be looked in
+        raise RecordingError(f"{shown(path, 300)}: cannot be read "
+                             f"({exc.strerror or exc})") from None
     if not path.is_dir():
         raise RecordingError(f"{path}: a recording is a directory holding config.json, "
                              f"{TRANSITIONS[FORMAT_VERSION]}, windows.csv and events.jsonl")

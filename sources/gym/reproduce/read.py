@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -86,11 +87,22 @@ def read_trials(run: Any, flag: str) -> Any:
     ``detected_*`` booleans; text stays text, blanks NaN.
     """
     import pandas as pd
+    import psutil
 
     path = Path(run) / "trials.csv"
     where = f"{flag} {path}"
     if not path.is_file():
         raise InputError(f"{flag} {run}: no trials.csv (a finished run's --out)")
+    # Looked at before it is read: a 4 GiB hole grew a reader past 24 GB until the kernel
+    # killed it (a table of text takes several times its size once parsed).
+    with open(path, "rb") as f:
+        head, size = f.read(1 << 20), os.fstat(f.fileno()).st_size
+    if b"\x00" in head:
+        raise InputError(f"{where}: holds NUL bytes: not a table of trials")
+    free = psutil.virtual_memory().available
+    if size > free // 8:
+        raise InputError(f"{where}: {size / 2**30:.1f} GiB, more than an eighth of the memory "
+                         f"available ({free / 2**30:.1f} GiB): too large to read")
     try:
         rows = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
     except pd.errors.EmptyDataError:
@@ -157,7 +169,7 @@ def _returns(cell: str, where: str) -> None:
     """A JSON list of finite returns, at least one."""
     try:
         value = json.loads(cell)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep to read
         raise InputError(f"{where}: {cell[:60]!r} is not a JSON list of returns") from None
     if not (isinstance(value, list) and value and all(
             isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
@@ -170,7 +182,7 @@ def _records(cell: str, where: str) -> None:
     """A detector's records: a JSON list of [window, statistic] pairs of numbers."""
     try:
         value = json.loads(cell)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep to read
         value = None
     if not (isinstance(value, list) and all(
             isinstance(r, list) and len(r) == 2 and all(

@@ -56,9 +56,15 @@ def _named(rows: Any, col: str) -> Any:
     if key not in rows:
         return named
     out = []
-    for was, js in zip(named, rows[key], strict=True):
-        ev = json.loads(js) if isinstance(js, str) and js.strip() else None
-        out.append(attribute(TwinEvidence.from_dict(ev))["attribution"] if ev else was)
+    for k, (was, js) in enumerate(zip(named, rows[key], strict=True)):
+        try:
+            ev = json.loads(js) if isinstance(js, str) and js.strip() else None
+            out.append(attribute(TwinEvidence.from_dict(ev))["attribution"] if ev else was)
+        except (ValueError, RecursionError, KeyError, TypeError, IndexError):
+            from idt_desk.plugin import InputError
+
+            raise InputError(f"trials.csv, line {k + 2}, {key}: not a twin's evidence (JSON "
+                             "of z, ratio, bias, t)") from None
     return type(named)(out, index=named.index)
 
 
