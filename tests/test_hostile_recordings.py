@@ -591,8 +591,8 @@ def test_a_crafted_trials_file_is_one_line_for_the_pool(tmp_path, damage):
 
     run = tmp_path / "run"
     run.mkdir()
-    header = [*REQUIRED, "returns_pre", "twin_evidence_x"]
-    row = ["1"] * len(REQUIRED) + ["[" * 50_000 + "]" * 50_000, '{"z": 1}']
+    header = [*REQUIRED, "returns_pre", "attribution_x", "twin_evidence_x"]
+    row = ["1"] * len(REQUIRED) + ["[" * 50_000 + "]" * 50_000, "sensor", '{"z": 1}']
     if damage == "4 GiB hole":
         with (run / "trials.csv").open("wb") as f:
             f.truncate(4 << 30)
