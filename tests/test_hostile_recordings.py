@@ -583,7 +583,7 @@ def test_a_path_too_long_to_look_at_is_one_line(tmp_path):
     assert "\n" not in str(exc.value) and len(str(exc.value)) < 500
 
 
-@pytest.mark.parametrize("damage", ["deep JSON", "4 GiB hole", "garbage evidence"])
+@pytest.mark.parametrize("damage", ["deep JSON", "4 GiB hole"])
 def test_a_crafted_trials_file_is_one_line_for_the_pool(tmp_path, damage):
     """``reproduce … --pool`` on deeply nested JSON: a RecursionError traceback; on a 4 GiB
     sparse trials.csv it grew past 24 GB until the kernel killed it."""
@@ -591,15 +591,12 @@ def test_a_crafted_trials_file_is_one_line_for_the_pool(tmp_path, damage):
 
     run = tmp_path / "run"
     run.mkdir()
-    header = [*REQUIRED, "returns_pre", "attribution_x", "twin_evidence_x"]
-    row = ["1"] * len(REQUIRED) + ["[" * 50_000 + "]" * 50_000, "sensor", '{"z": 1}']
+    header = [*REQUIRED, "returns_pre"]
+    row = ["1"] * len(REQUIRED) + ["[" * 50_000 + "]" * 50_000]
     if damage == "4 GiB hole":
         with (run / "trials.csv").open("wb") as f:
             f.truncate(4 << 30)
     else:
-        if damage == "garbage evidence":
-            row[-2] = "[1.0]"
-            row[REQUIRED.index("error")] = ""  # a trial that ran: its evidence is read
         import csv
 
         with (run / "trials.csv").open("w", newline="") as f:
