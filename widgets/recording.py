@@ -32,13 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from idt_desk.live.session import Session
-from idt_desk.recordings import (
-    RecordingError,
-    export_recording,
-    load_recording,
-    newest_recording,
-    recording_size,
-)
+from idt_desk.recordings import RecordingError, newest_recording, recording_size
 
 __all__ = ["FolderWatch", "RecordPanel", "figure_title"]
 
@@ -339,8 +333,14 @@ class RecordPanel(QGroupBox):
 
             return target, lambda: session.export_session(target, fmt), done
         recording = self.last_recording
-        return (target, lambda: export_recording(load_recording(recording), target, fmt),
-                lambda paths: f"exported {len(paths)} files into {target}")
+
+        def write() -> list[Path]:
+            # pandas and pyarrow are imported by the first export, not by the window's start.
+            from idt_desk.recordings import export_recording, load_recording
+
+            return export_recording(load_recording(recording), target, fmt)
+
+        return target, write, lambda paths: f"exported {len(paths)} files into {target}"
 
     def ask_export_path(self, session: Session | None, fmt: str) -> Path | None:
         """Ask where the export goes (a new folder; the default proposed), None: cancelled."""

@@ -7,10 +7,9 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from idt_desk.recordings.arrows import read_transitions, transition_columns
 from idt_desk.recordings.checks import (
@@ -33,6 +32,9 @@ from idt_desk.recordings.files import (
 )
 from idt_desk.recordings.fs import CONFIG_BYTES, LocalFiles, within
 from idt_desk.words import shown
+
+if TYPE_CHECKING:  # imported where a recording is loaded: following a folder needs none
+    import pandas as pd
 
 __all__ = ["Recording", "load_recording", "newest_recording", "recording_size",
            "runs_by_start"]
@@ -165,6 +167,8 @@ def load_recording(path: str | Path) -> Recording:
                                     "whole number (the column is kept as read)")
             else:
                 table[col] = x.astype(np.int64)
+    import pandas as pd
+
     events = pd.DataFrame(in_transition_order(read_json_lines(
         path / "events.jsonl", issues["events.jsonl"], "kind", "a JSON event", check_event)))
     turns = None
