@@ -4,6 +4,7 @@ long file without a reason."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,19 @@ def test_importing_the_core_loads_no_qt():
         "print(bad); sys.exit(1 if bad else 0)"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_window_starts_without_the_tables_libraries():
+    """pandas and pyarrow cost the window's start a second on a loaded 2-core machine and it
+    needs neither before a recording is loaded or exported."""
+    code = (
+        "import sys, idt_desk_widgets.main_window; "
+        "bad = [m for m in ('pandas', 'pyarrow') if m in sys.modules]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
     assert r.returncode == 0, r.stdout + r.stderr
 
 
