@@ -6,12 +6,12 @@ import time
 
 import numpy as np
 
-from idt_desk.recordings import Recorder
+from idt_desk.recordings import RecordingWriter
 
 
 def alarmed_run(path, alarms: int = 0) -> None:
     """An ended run at ``path``: 100 transitions, a session start, ``alarms`` IDT alarms."""
-    rec = Recorder(path, {"session": {}}, ["x"], ["u"], ["start", "end", "P"])
+    rec = RecordingWriter(path, {"session": {}}, ["x"], ["u"], ["start", "end", "P"])
     rec.add_event({"kind": "session_start", "i": 0, "t": 0.0, "wall": time.time(),
                    "pipeline": {"calibration_windows": 2, "baseline_windows": 5}})
     z = np.zeros((100, 1))

@@ -313,3 +313,21 @@ def test_load_recording_takes_about_the_recordings_size_in_memory(rec_dir):
         tracemalloc.stop()
     assert len(rec.transitions) == len(big)
     assert peak < 1.5 * size, f"{peak / size:.2f}x the recording's size"
+
+
+def test_one_class_per_name_the_writer_is_recording_writer_and_the_old_name_warns():
+    """Two public classes were named Recorder: idt_desk.Recorder (a loop's) and the writer."""
+    import warnings
+
+    import idt_desk
+    import idt_desk.recordings as recordings
+    from idt_desk.live.recorder import Recorder as LoopRecorder
+    from idt_desk.recordings.writer import RecordingWriter
+
+    assert idt_desk.Recorder is LoopRecorder and recordings.RecordingWriter is RecordingWriter
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert recordings.Recorder is RecordingWriter
+    assert [w.category for w in caught] == [DeprecationWarning]
+    assert "RecordingWriter" in str(caught[0].message)
+    assert "Recorder" not in recordings.__all__

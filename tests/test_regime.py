@@ -11,7 +11,7 @@ import pytest
 from idt_desk.gym import IDTMonitor
 from idt_desk.metrics.engine import sliding_metrics
 from idt_desk.metrics.regime import REGIMES, regime, regime_text
-from idt_desk.recordings import Recorder
+from idt_desk.recordings import RecordingWriter
 from idt_desk.recordings.runs import RunIndex, row_line
 from idt_desk.recordings.status import STATUS_FILE, RunStatus
 
@@ -66,7 +66,7 @@ def test_info_idt_says_the_regime_and_what_to_do():
 
 
 def test_a_runs_status_carries_the_latest_windows_regime(tmp_path):
-    rec = Recorder(tmp_path / "run", {"session": {}}, ["x"], ["u"],
+    rec = RecordingWriter(tmp_path / "run", {"session": {}}, ["x"], ["u"],
                    ["start", "end", "P", "H_f", "unique_frac"])
     rec.add_windows({"start": np.arange(3.0), "end": np.arange(3.0) + 300,
                      "H_f": np.array([0.5, 0.4, 0.6]),

@@ -12,17 +12,17 @@ import pytest
 
 from idt_desk.cli.main import main
 from idt_desk.errors import InputError
-from idt_desk.recordings import Recorder
+from idt_desk.recordings import RecordingWriter
 from idt_desk.recordings.fs import LocalFiles
 from idt_desk.recordings.runs import COLUMNS, RunIndex
 from idt_desk.recordings.status import STATUS_FILE, RunStatus
 
 
-def _recorder(path, **kw) -> Recorder:
-    return Recorder(path, {"session": {}}, ["x"], ["u"], ["start", "end", "P"], **kw)
+def _recorder(path, **kw) -> RecordingWriter:
+    return RecordingWriter(path, {"session": {}}, ["x"], ["u"], ["start", "end", "P"], **kw)
 
 
-def _events(rec: Recorder, alarms: int = 0) -> None:
+def _events(rec: RecordingWriter, alarms: int = 0) -> None:
     rec.add_event({"kind": "session_start", "i": 0, "t": 0.0, "wall": time.time(),
                    "pipeline": {"calibration_windows": 2, "baseline_windows": 5}})
     z = np.zeros((100, 1))

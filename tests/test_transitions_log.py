@@ -13,9 +13,9 @@ import pytest
 from idt_desk.live.config import WINDOW_COLUMNS
 from idt_desk.live.session import Session, SessionConfig, run_headless
 from idt_desk.recordings import (
-    Recorder,
     RecordingError,
     RecordingTail,
+    RecordingWriter,
     arrows,
     load_recording,
     recording_size,
@@ -37,7 +37,7 @@ def _loop(n: int, episode: int, rng: np.random.Generator):
 
 
 def _record(path, s, a, s_next, ep, chunk: int = 700, **kw) -> None:
-    rec = Recorder(path, {"session": {}}, ["x", "y", "z"], ["u", "v"], WINDOW_COLUMNS, **kw)
+    rec = RecordingWriter(path, {"session": {}}, ["x", "y", "z"], ["u", "v"], WINDOW_COLUMNS, **kw)
     for lo in range(0, len(s), chunk):
         hi = min(lo + chunk, len(s))
         rec.add_transitions(lo, np.arange(lo, hi) * 0.05, s[lo:hi], a[lo:hi], s_next[lo:hi],

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from idt_desk.recordings import Recorder, newest_recording
+from idt_desk.recordings import RecordingWriter, newest_recording
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _open_run(path: Path) -> Recorder:
+def _open_run(path: Path) -> RecordingWriter:
     """A recording opened as a session opens one (its first event: recording_start)."""
-    rec = Recorder(path, {}, ["x"], [], ["start", "end"])
+    rec = RecordingWriter(path, {}, ["x"], [], ["start", "end"])
     rec.add_event({"kind": "recording_start", "i": 0, "wall": time.time()})
     rec.flush()
     return rec

@@ -12,24 +12,30 @@ import numpy as np
 import pytest
 
 from idt_desk.live.config import WINDOW_COLUMNS
-from idt_desk.recordings import Recorder, RecordingError, RecordingTail, files, load_recording
+from idt_desk.recordings import (
+    RecordingError,
+    RecordingTail,
+    RecordingWriter,
+    files,
+    load_recording,
+)
 
 from .cli_call import call
 from .layouts import disk_rows, transitions_path
 from .polling import rows_on_disk, until
 
 
-def _writer(path, **kw) -> Recorder:
-    return Recorder(path, {"session": {}}, ["x", "v"], ["u"], WINDOW_COLUMNS, **kw)
+def _writer(path, **kw) -> RecordingWriter:
+    return RecordingWriter(path, {"session": {}}, ["x", "v"], ["u"], WINDOW_COLUMNS, **kw)
 
 
-def _add(rec: Recorder, i0: int, n: int) -> np.ndarray:
+def _add(rec: RecordingWriter, i0: int, n: int) -> np.ndarray:
     s = np.arange(i0, i0 + n, dtype=np.float64)[:, None] * np.array([[1.0, 0.5]])
     rec.add_transitions(i0, s[:, 0] / 10, s, s[:, :1], s + 1, None, None)
     return s
 
 
-def _close(rec: Recorder) -> None:
+def _close(rec: RecordingWriter) -> None:
     rec.add_event({"kind": "session_end", "i": rec.n_transitions})
     rec.close()
 
@@ -192,7 +198,7 @@ def test_two_writers_cannot_share_a_path(tmp_path, monkeypatch):
         t.start()
     for t in threads:
         t.join(20)
-    writers = [g for g in got if isinstance(g, Recorder)]
+    writers = [g for g in got if isinstance(g, RecordingWriter)]
     errors = [g for g in got if isinstance(g, RecordingError)]
     for w in writers:
         w.close()

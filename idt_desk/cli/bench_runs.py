@@ -24,9 +24,9 @@ __all__ = ["bench_runs", "fleets"]
 
 
 def _template(path: Path) -> None:
-    from idt_desk.recordings import Recorder
+    from idt_desk.recordings import RecordingWriter
 
-    rec = Recorder(path, {"session": {}}, ["x"], ["u"], ["start", "end", "P"])
+    rec = RecordingWriter(path, {"session": {}}, ["x"], ["u"], ["start", "end", "P"])
     z = np.zeros((1000, 1))
     rec.add_event({"kind": "session_start", "i": 0, "t": 0.0, "wall": time.time(),
                    "pipeline": {"calibration_windows": 20, "baseline_windows": 800}})
@@ -43,7 +43,7 @@ def fleets(counts: tuple[int, ...], ssh: str | None = None
     ``count`` ended runs in 10 sweeps and 3 more open and beating, in a temporary folder, read
     locally, then over ``ssh``. The folder and its open runs last while its entries are used.
     """
-    from idt_desk.recordings import Recorder
+    from idt_desk.recordings import RecordingWriter
 
     for n in counts:
         with tempfile.TemporaryDirectory() as tmp:
@@ -51,7 +51,7 @@ def fleets(counts: tuple[int, ...], ssh: str | None = None
             _template(Path(tmp) / "template")
             for j in range(n):
                 shutil.copytree(Path(tmp) / "template", root / f"sweep{j % 10}" / f"r{j:05d}")
-            live = [Recorder(root / "live" / f"r{j}", {"session": {}}, ["x"], ["u"],
+            live = [RecordingWriter(root / "live" / f"r{j}", {"session": {}}, ["x"], ["u"],
                              ["start", "end"]) for j in range(3)]
             try:
                 for where in ("local", *(["ssh"] if ssh else [])):

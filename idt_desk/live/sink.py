@@ -1,6 +1,6 @@
 """A session's recording sink: the recording it writes, its header, and export.
 
-:class:`Sink` owns the session's recording writer (:class:`~idt_desk.recordings.Recorder`):
+:class:`Sink` owns the session's recording writer (:class:`~idt_desk.recordings.RecordingWriter`):
 it opens it with what the recording says about the session (its configuration, source,
 preset, library versions, and for a dialogue the tokenizer and the structural baselines),
 takes every transition, window and event, and closes it. :func:`export_session` writes what
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from idt_desk.live.config import SessionConfig, versions, window_columns
 from idt_desk.metrics import embeddings
-from idt_desk.recordings import Recorder, RecordingError
+from idt_desk.recordings import RecordingError, RecordingWriter
 
 if TYPE_CHECKING:
     import numpy as np
@@ -36,7 +36,7 @@ class Sink:
 
     def __init__(self, pending: str | Path | None = None) -> None:
         #: The latest recording writer (open, or closed: its error stays readable).
-        self.recorder: Recorder | None = None
+        self.recorder: RecordingWriter | None = None
         #: The latest recording this session wrote (open or closed), or None.
         self.path: Path | None = None
         #: Transitions went by while no recording was open (Record pressed mid-session, or
@@ -81,7 +81,7 @@ class Sink:
                                  "model": embeddings.EMBEDDER} if host.config.baselines
                                 else None)
         self.path = Path(path)
-        self.recorder = Recorder(path, cfg, src.state_names, src.action_names,
+        self.recorder = RecordingWriter(path, cfg, src.state_names, src.action_names,
                                  window_columns(turns is not None), turns=turns is not None)
         if turns is not None and turns.log:
             # Started mid-dialogue: the turns later contexts still hold, so a replay can

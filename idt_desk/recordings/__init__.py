@@ -28,7 +28,7 @@ _WHERE = {
     **dict.fromkeys(("Recording", "load_recording", "newest_recording", "recorded_speed",
                      "recording_size", "runs_by_start"), "idt_desk.recordings.reader"),
     "RecordingTail": "idt_desk.recordings.tail",
-    "Recorder": "idt_desk.recordings.writer",
+    "RecordingWriter": "idt_desk.recordings.writer",
 }
 
 if TYPE_CHECKING:
@@ -43,12 +43,40 @@ if TYPE_CHECKING:
         runs_by_start,
     )
     from idt_desk.recordings.tail import RecordingTail
-    from idt_desk.recordings.writer import Recorder
+    from idt_desk.recordings.writer import RecordingWriter
 
 
-__getattr__, __dir__ = lazy_names(__name__, _WHERE, globals())
+_lazy, __dir__ = lazy_names(__name__, _WHERE, globals())
 
 
-__all__ = ["FORMAT_VERSION", "WINDOW_EVENTS", "Recorder", "Recording", "RecordingError",
-           "RecordingTail", "export_recording", "load_recording", "newest_recording",
-           "recorded_speed", "recording_size", "runs_by_start"]
+def __getattr__(name: str) -> object:
+    """A name of :data:`_WHERE`, imported on first use.
+
+    ``Recorder``, the writer's old name, comes with a DeprecationWarning: two public
+    classes were called ``Recorder``, this writer and ``idt_desk.Recorder`` (which records a
+    loop).
+    """
+    if name == "Recorder":
+        import warnings
+
+        warnings.warn("idt_desk.recordings.Recorder is now idt_desk.recordings.RecordingWriter "
+                      "(the file writer); idt_desk.Recorder records a Python loop",
+                      DeprecationWarning, stacklevel=2)
+        return _lazy("RecordingWriter")
+    return _lazy(name)
+
+
+__all__ = [
+    "FORMAT_VERSION",
+    "WINDOW_EVENTS",
+    "Recording",
+    "RecordingError",
+    "RecordingTail",
+    "RecordingWriter",
+    "export_recording",
+    "load_recording",
+    "newest_recording",
+    "recorded_speed",
+    "recording_size",
+    "runs_by_start",
+]

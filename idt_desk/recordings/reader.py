@@ -184,7 +184,7 @@ def load_recording(path: str | Path) -> Recording:
                     f"holds {got:,} turns but config.json promises {promised:,}")
     closed = bool(config.get("complete", False))
     if closed:
-        # What the closing Recorder promised: the row counts, and the session's last event.
+        # What the closing writer promised: the row counts, and the session's last event.
         for file, table, key, what in (
             (name, transitions, "n_transitions", "rows"),
             ("windows.csv", windows, "n_windows", "rows"),
@@ -192,7 +192,7 @@ def load_recording(path: str | Path) -> Recording:
         ):
             promised = config.get(key)
             if not isinstance(promised, int) or isinstance(promised, bool):
-                if key != "n_events":  # written by a Recorder that did not count events
+                if key != "n_events":  # written by a writer that did not count events
                     issues[file].append(f"config.json gives no {key}")
             elif len(table) != promised:
                 issues[file].append(

@@ -1,6 +1,6 @@
 """A run's state in one small file: what ``idt-desk runs`` and the fleet view read.
 
-Each writer (:class:`~idt_desk.recordings.Recorder`: the dashboard's recordings,
+Each writer (:class:`~idt_desk.recordings.RecordingWriter`: the dashboard's recordings,
 ``idt_desk.Recorder``, ``IDTMonitor``/``IDTCallback`` with ``record=``) keeps ``status.json``
 beside its files and replaces it whole (write a temporary file, then rename: a reader sees the
 old or the new one, never half of one) when its rows are flushed and once a second while it is

@@ -9,7 +9,7 @@ once its oldest unwritten rows are ``flush_seconds`` old: what a kill can lose, 
 stop must still write, stay bounded instead of growing with the run (at twice that, a
 max-speed session's Stop took 1.6-2.1 s to write its backlog; now about 0.5 s). A write
 that fails (a full disk) keeps the whole lines that fit, cuts the file back to the last of
-them, and tries the rest again at the next flush; :attr:`Recorder.error` says what failed
+them, and tries the rest again at the next flush; :attr:`RecordingWriter.error` says what failed
 meanwhile.
 """
 
@@ -42,7 +42,7 @@ from idt_desk.recordings.files import (
 )
 from idt_desk.recordings.status import RunStatus, write_status
 
-__all__ = ["Recorder"]
+__all__ = ["RecordingWriter"]
 
 #: Seconds without a write after which the flusher touches the transitions file (a heartbeat).
 HEARTBEAT_SECONDS = 1.0
@@ -52,7 +52,7 @@ HEARTBEAT_SECONDS = 1.0
 TRANSITIONS_LAYOUT = "arrows"
 
 
-class Recorder:
+class RecordingWriter:
     """Writes a recording while a session runs.
 
     Rows handed to the ``add_*`` methods are on disk within ``flush_seconds``: a flusher
