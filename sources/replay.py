@@ -103,6 +103,8 @@ class ReplaySource(Source):
         self.has_reward = bool(src.get("has_reward", False))
         self.rate = float(src.get("rate") or 1000.0)
         self.episode_steps = src.get("episode_steps") or None
+        # A Discrete space's values, each its own bin, as the recorded loop declared them.
+        self.state_bins, self.action_bins = src.get("state_bins"), src.get("action_bins")
         #: The recorded source's name (its declarations label the replayed switches).
         self.recorded_source: str | None = src.get("name")
         #: The recorded source's settings and what it said of itself (its twin is built

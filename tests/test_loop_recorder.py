@@ -106,7 +106,11 @@ def test_a_passive_loop_without_a_rate_counts_steps_and_budgets_windows(tmp_path
     assert got.complete and got.action_names == []
     assert got.transitions["t"].iloc[-1] == 3000.0  # the step count
     cfg = json.loads((tmp_path / "p" / "config.json").read_text())
-    assert cfg["session"]["false_alarms"] == "1/1000windows"
+    # The one budget of a loop without a rate, the wrapper's as the Recorder's (it was
+    # 1/1000windows here and 1/10000windows there).
+    from idt_desk.detection.spec import NO_RATE_BUDGET
+
+    assert cfg["session"]["false_alarms"] == NO_RATE_BUDGET == "1/10000windows"
 
 
 def test_bad_input_is_refused_with_what_was_expected(tmp_path):

@@ -23,6 +23,8 @@ __all__ = [
     "DEFAULT_BASELINE_WINDOWS",
     "DEFAULT_BUDGET",
     "DEFAULT_DETECTOR",
+    "EPISODE_BUDGET",
+    "NO_RATE_BUDGET",
     "TOO_SHORT_INFLATION",
     "Budget",
     "DetectorSpec",
@@ -49,9 +51,13 @@ CONTROL_DETECTOR = "mewma"
 CONTROL_BUDGET = "1/10h"
 #: The false-alarm budget of a loop that declares none (a source's ``default_budget``).
 DEFAULT_BUDGET = "1/h"
-#: The budget of a finished trajectory's analysis (``idt-desk analyze``): it has no loop time
-#: unless given a rate, so its windows are the unit.
-ANALYZE_BUDGET = "1/10000windows"
+#: The budget of a loop that has no loop time (no rate: its time is its step count), so its
+#: windows are the unit: a finished trajectory's analysis (``idt-desk analyze``), a wrapped env
+#: without ``dt``, a Python loop recorded without a rate. One for all of them.
+NO_RATE_BUDGET = "1/10000windows"
+#: The same for such a loop with a time limit (its episodes are the unit).
+EPISODE_BUDGET = "1/100episodes"
+ANALYZE_BUDGET = NO_RATE_BUDGET
 #: Baseline windows by default (a windows path: W 300, stride 50-75). A calibrated detector
 #: needs its baseline long enough that the baseline's finite size raises its thresholds by
 #: at most 25 % (``detectors.TOO_SHORT_INFLATION``): with windows overlapping 4-6 times that

@@ -37,7 +37,14 @@ from typing import Any
 
 import numpy as np
 
-from idt_desk.detection.detectors import DEFAULT_BUDGET
+from idt_desk.detection.spec import (
+    CONTROL_BASELINE_WINDOWS,
+    CONTROL_BUDGET,
+    CONTROL_DETECTOR,
+    DEFAULT_BUDGET,
+    EPISODE_BUDGET,
+    NO_RATE_BUDGET,
+)
 from idt_desk.live.source import Batch, Source
 from idt_desk.metrics.twin import Twin
 from idt_desk.recordings import RecordingError
@@ -68,7 +75,9 @@ class LoopSource(Source):
 
     def __init__(self, state_names: Sequence[str], action_names: Sequence[str],
                  rate: float | None, has_reward: bool, episode_steps: int | None = None,
-                 twin: Twin | None = None) -> None:
+                 twin: Twin | None = None, *, control: bool = False,
+                 state_bins: int | None = None, action_bins: int | None = None,
+                 value_ranges: Mapping[str, tuple[float, float]] | None = None) -> None:
         super().__init__()
         #: The loop's twin, where the caller gave one (``Source.twin``).
         self._twin = twin
@@ -76,9 +85,20 @@ class LoopSource(Source):
         self.state_names = tuple(str(n) for n in state_names)
         self.action_names = tuple(str(n) for n in action_names)
         self.has_reward = bool(has_reward)
-        # Without a rate the loop's time is its step count and budgets count windows.
+        self.state_bins, self.action_bins = state_bins, action_bins
+        self._ranges = dict(value_ranges or {})
+        # Without a rate the loop's time is its step count and budgets count windows (its
+        # episodes, with a time limit): one fallback for every loop (NO_RATE_BUDGET).
         self.rate = float(rate) if rate else 1.0
-        self.default_budget = DEFAULT_BUDGET if rate else "1/1000windows"
+        if control:  # a policy acting in an environment: the gym source's defaults
+            self.default_detector = CONTROL_DETECTOR
+            self.default_baseline = CONTROL_BASELINE_WINDOWS
+        self.default_budget = (CONTROL_BUDGET if control else DEFAULT_BUDGET) if rate else \
+            EPISODE_BUDGET if episode_steps else NO_RATE_BUDGET
+
+    def value_ranges(self) -> dict[str, tuple[float, float]]:
+        """The ranges the caller declared (a Discrete space's values), by variable name."""
+        return dict(self._ranges)
 
     def describe(self) -> dict[str, Any]:
         """The loop's twin, where it is a MuJoCo env's copy: a replay rebuilds it from this."""
@@ -215,7 +235,8 @@ class Recorder:
     rate
         Transitions per second of the loop's own time (a MuJoCo env's ``1 / dt``): times
         and false-alarm budgets per hour follow it. None: the time is the step count and the
-        budget counts windows (1 false alarm per 1000 windows).
+        budget counts windows (``NO_RATE_BUDGET``: 1 false alarm per 10,000 windows) or, with
+        ``episode_steps``, episodes (``EPISODE_BUDGET``: 1 per 100), as the wrapper's.
     reward
         Whether ``add`` is given rewards (a reward plot and alarm).
     episode_steps

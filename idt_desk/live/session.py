@@ -385,6 +385,7 @@ class Session:
             self.pipeline = Pipeline(
                 self.preset, self.monitor, state_names=self.source.state_names,
                 action_names=None if self.source.passive else self.source.action_names,
+                state_bins=self.source.state_bins, action_bins=self.source.action_bins,
                 calibration_windows=c.calibration_windows, correction=c.correction,
                 twin=twin)
         self.engine = self.pipeline.engine

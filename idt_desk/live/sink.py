@@ -70,6 +70,7 @@ class Sink:
                        "episode_steps": getattr(src, "episode_steps", None),
                        "has_reward": src.has_reward,
                        "passive": src.passive, "view": src.view,
+                       "state_bins": src.state_bins, "action_bins": src.action_bins,
                        "details": src.describe()},
             "preset": preset_record(host),
             "versions": versions(),

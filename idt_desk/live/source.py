@@ -299,6 +299,11 @@ class Source(ABC):
     default_detector: str = DEFAULT_DETECTOR
     #: Steps of an episode, for false-alarm budgets per episode (None: no episodes).
     episode_steps: int | None = None
+    #: Bins of every state / action variable, where the loop's values are categories (a
+    #: Gymnasium Discrete space: each of its n values its own symbol), overriding the preset's
+    #: (None: the preset's bins). Recorded with the source (a replay declares the same).
+    state_bins: int | None = None
+    action_bins: int | None = None
     #: A replay: the name of the source whose recording it plays (its switches' names).
     recorded_source: str | None = None
     #: A warning about the data to say once before a session runs (a replay of an

@@ -22,6 +22,7 @@ from idt_desk.recordings.files import (
     read_lines,
 )
 from idt_desk.settings import (
+    LIMITS,
     PIPELINE_KEYS,
     check_limit,
     check_pipeline,
@@ -108,6 +109,10 @@ def check_config(config: Any, where: str) -> dict[str, Any]:
         raise bad("source.rate", "a positive number of transitions per second")
     if src.get("episode_steps") is not None and not _int(src["episode_steps"], 1):
         raise bad("source.episode_steps", "a positive integer")
+    for key in ("state_bins", "action_bins"):  # a Discrete space's values, each its own bin
+        most = LIMITS["bins"][1]
+        if src.get(key) is not None and not (_int(src[key], 1) and src[key] <= most):
+            raise bad(f"source.{key}", f"an integer from 1 to {most:,}")
     for key, kind, want in (("has_reward", bool, "true or false"),
                             ("passive", bool, "true or false"), ("name", str, "a name"),
                             ("view", str, "text"), ("settings", dict, "a JSON object")):
