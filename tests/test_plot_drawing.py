@@ -58,7 +58,7 @@ def _snap(w: dict[str, np.ndarray], total: int, held: int = 2000) -> SimpleNames
     t_end = float(w["t"][total - 1])
     return SimpleNamespace(windows={c: v[lo:total] for c, v in w.items()}, n_windows=total,
                            baseline=None, sim_time=t_end, state="running", error=None,
-                           switches=[e for e in _switches(float(w["t"][-1]))
+                           switches=[e for e in _switches(0.3 + DT * (len(w["t"]) // 1000 * 1000))
                                      if e["t"] <= t_end])
 
 
@@ -212,3 +212,47 @@ def test_a_periods_name_shows_on_hover_on_every_plot(plots, qtbot):
     kick = plots._pulses_key[0][0]
     assert plots._lines["dH"].names_at(kick, tolerance=1e-6) == "kick"
     assert plots._lines["dH"].names_at(t1) == ""
+
+
+def _grown(w: dict[str, np.ndarray], k: int, **values: float) -> dict[str, np.ndarray]:
+    """``w`` and ``k`` more windows like its last, ``DT`` apart (``values`` overriding)."""
+    out = {}
+    for c, v in w.items():
+        extra = np.full(k, values.get(c, v[-1]))
+        if c == "t":
+            extra = v[-1] + DT * np.arange(1, k + 1)
+        out[c] = np.concatenate([v, extra])
+    return out
+
+
+def test_a_window_that_changes_no_pixel_is_not_drawn_again(plots):
+    """With 20,000 windows in Whole history a new one moves the view by 0.03 pixel: the
+    plots are drawn again once what is seen would change, a spike at once."""
+    w = _session()
+    _run(plots, w)
+    drawn = plots.curves["H_f"].getData()[0]
+    w = _grown(w, 1)
+    plots.update_snapshot(_snap(w, N + 1))
+    assert plots.curves["H_f"].getData()[0] is drawn  # not handed over again
+    assert plots._last[0][-1] == w["t"][-1]  # but the cursor reads it
+    plots.show_cursor(float(w["t"][-1]))
+    assert f"t = {w['t'][-1]:,.2f} s" in plots.cursor_text
+    # A spike in the newest window is drawn at once.
+    w = _grown(w, 1, H_f=50.0)
+    plots.update_snapshot(_snap(w, N + 2))
+    x, y = plots.curves["H_f"].getData()
+    assert x[-1] == w["t"][-1] and y[-1] == 50.0
+    # Quiet windows: drawn again before the view has moved by half a pixel.
+    total = N + 2
+    redrawn = []
+    for _ in range(60):
+        w = _grown(w, 1, H_f=float(w["H_f"][-2]))
+        total += 1
+        before = plots.curves["H_f"].getData()[0]
+        plots.update_snapshot(_snap(w, total))
+        redrawn.append(plots.curves["H_f"].getData()[0] is not before)
+        lo, hi = plots.x_range()
+        pixel = (hi - lo) / plots.plots["P"].getViewBox().width()
+        pad = 0.01 * (w["t"][-1] - w["t"][0])
+        assert abs(w["t"][-1] + pad - hi) < 0.5 * pixel
+    assert any(redrawn) and redrawn.count(False) > len(redrawn) // 2

@@ -254,9 +254,9 @@ def _bench_gui_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record", action="store_true",
                    help="record in the window and headless alike (into a temporary folder)")
     p.add_argument("--history", type=int, default=0, metavar="N",
-                   help="also the frame rate at real time after a session of N windows "
-                        "(made at maximum speed, with perturbations), against a fresh "
-                        "session's in the same run (issue 78: try 20000)")
+                   help="instead: the frame rate at real time of a session of N windows "
+                        "(made at maximum speed, with perturbations) against a fresh "
+                        "session's, the two drawing in turns (issue 78: try 20000)")
 
 
 def _bench_storm_arguments(p: argparse.ArgumentParser) -> None:

@@ -130,6 +130,10 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         #: What was drawn last (see _draw): redrawn only when the rows or the view change.
         self._drawn: tuple = ()
         self._dotted: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._dot_grid: dict[str, tuple[float, float]] = {}
+        self._undefined_dx = 1.0
+        #: The right end of the frame last drawn in Whole history (_settle, _unchanged).
+        self._still: dict[str, Any] | None = None
         #: Pixel columns per screen pixel for the curves (a figure saved at 2x: 2).
         self._px_scale = 1.0
         first = None
@@ -473,6 +477,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
     def _x_changed(self, *_args: Any) -> None:
         """A move not made by _follow (by hand, centre_on): y fits the data now in view."""
         if not self._setting_x and self._last is not None:
+            self._still = None
             self._draw()
             self._fit_y(*self._last, force=True)
             self._draw_marks()
@@ -480,6 +485,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
                 self._stack_labels()
 
     def _resized(self, *_args: Any) -> None:
+        self._still = None  # other pixels
         if self._last is not None:
             self._draw()
             self._draw_marks()
@@ -546,6 +552,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
             curve.setData([], [])
         self._drawn = ()
         self._dotted = {}
+        self._still = None
         self._twin_rel, self._twin_for = {}, (-1, None)
         for key in SHOWN_WHEN_DEFINED:
             self.set_structural_visible(False, key)
@@ -601,8 +608,12 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         if self.x_label == "turn":
             switches = [{**ev, "t": event_x(ev, turns=True)} if "i" in ev else ev
                         for ev in switches]
-        self._set_periods(periods_of(switches, now))
-        self._set_pulses(pulses_of(switches))
+        periods, pulses = periods_of(switches, now), pulses_of(switches)
+        if self._unchanged(x, w, b, periods, pulses):
+            self._last = (x, w, b)  # the cursor reads every window
+            return
+        self._set_periods(periods)
+        self._set_pulses(pulses)
         self._follow(x, w, snap.baseline)
         if self._regions or self._pulses:
             self._stack_labels()
@@ -612,10 +623,115 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         # now, one paint draws the frame.
         for plot in self.plots.values():
             plot.getViewBox().updateMatrix()
+        self._settle()
 
-    def _series(self) -> list[tuple[pg.PlotDataItem, np.ndarray]]:
-        """Every curve to draw now, with its values (all the history's rows)."""
-        x, w, _b = self._last
+    #: Data units a pixel may move before a frame of *Whole history* is drawn again (half).
+    STILL_PX = 0.5
+
+    def _settle(self) -> None:
+        """Remember the right end of what was just drawn in *Whole history* (_unchanged).
+
+        Its last pixel column: each curve's lowest and highest value there, half a pixel
+        wider (and whether it has a gap), the grid cells of the dots and undefined marks
+        about it.
+        """
+        self._still = None
+        if self.frozen or self.follow != "all" or self._last is None:
+            return
+        x, w, b = self._last
+        lo, hi = self.x_range()
+        box = self.plots["P"].getViewBox()
+        unit = (hi - lo) / max(box.width(), 1.0)
+        if len(x) < 2 or not unit > 0 or len(x) < (x[-1] - x[0]) / unit:
+            return  # fewer windows than pixels: each new one shows
+        start = lo + math.floor((x[-1] - lo) / unit) * unit
+        i = int(np.searchsorted(x, start, "left"))
+        series = self._series(x, w)
+        ends = []
+        for curve, y in series:
+            end = y[i:]
+            ok = end[~np.isnan(end)]
+            # Half a pixel of the curve's plot: a value beyond its column's by less is not seen.
+            view = curve.getViewBox()
+            ylo, yhi = view.viewRange()[1]
+            tol = self.STILL_PX * (yhi - ylo) / max(view.height(), 1.0)
+            ends.append((float(ok.min()) - tol if ok.size else math.inf,
+                         float(ok.max()) + tol if ok.size else -math.inf,
+                         bool(ok.size < end.size)))
+        dots = {}
+        for key, (xs, ys) in self._dotted.items():
+            if not self.plots[key].isVisible():
+                continue
+            dx, dy = self._dot_grid.get(key, (0.0, 0.0))
+            near = xs >= start - dx
+            dots[key] = (dx, dy, set(zip(np.floor(xs[near] / dx).tolist(),
+                                         np.floor(ys[near] / dy).tolist(), strict=True))
+                         if dx > 0 and dy > 0 else set())
+        marks = self.undefined.data["x"] if len(self.undefined.data) else np.empty(0)
+        self._still = {"total": self.history.total, "missed": self.history.missed,
+                       "baseline": b, "lo": lo, "hi": hi, "unit": unit,
+                       "curves": [id(c) for c, _y in series], "ends": ends, "dots": dots,
+                       "marks": set(np.floor(marks / self._undefined_dx).tolist())}
+
+    def _unchanged(self, x: np.ndarray, w: dict[str, np.ndarray], b: Any,
+                   periods: list, pulses: list) -> bool:
+        """Whether the new windows would change no pixel of *Whole history*: not drawn again.
+
+        With more windows than pixels a new one moves the view by a fraction of a pixel, and
+        the data's end stays where it was on the screen (in *Whole history* it is always the
+        same fraction of the width): drawn again, the new window would land in the last
+        pixel column, mostly within its values, and change nothing seen (the plots were
+        drawn again for it every frame, at a high speed many times a second). So the frame is
+        skipped while the view has moved less than :attr:`STILL_PX` pixel since it was
+        drawn, no new window leaves the last column's range on any curve (by half a pixel)
+        or opens a gap there, needs a dot or an undefined mark in a grid cell without one,
+        and no period or impulse changed but an open period's end by as little. A spike, an
+        alarm or an event is drawn at once.
+        """
+        st = self._still
+        k = self.history.total - st["total"] if st is not None else 0
+        if st is None or k <= 0 or k > len(x) or self.frozen or self.follow != "all" or \
+                b is not st["baseline"] or self.history.missed != st["missed"]:
+            return False
+        periods, pulses = periods[-MAX_PERIODS:], pulses[-MAX_PULSES:]
+        if pulses != list(self._pulses_key) or len(periods) != len(self._periods_key):
+            return False
+        x0, x1 = float(x[0]), float(x[-1])
+        pad = 0.01 * (x1 - x0)  # _follow's padding
+        moved = max(abs(x0 - pad - st["lo"]), abs(x1 + pad - st["hi"])) / st["unit"]
+        if moved >= self.STILL_PX:
+            return False
+        for (t0, t1, *rest), (u0, u1, *was) in zip(periods, self._periods_key, strict=True):
+            if t0 != u0 or rest != was or abs(t1 - u1) >= self.STILL_PX * st["unit"]:
+                return False
+        series = self._series(x, w)
+        if [id(c) for c, _y in series] != st["curves"]:
+            return False
+        new = slice(len(x) - k, len(x))
+        for (_c, y), (low, high, gap) in zip(series, st["ends"], strict=True):
+            v = y[new]
+            nan = np.isnan(v)
+            if (nan.any() and not gap) or (v[~nan] < low).any() or (v[~nan] > high).any():
+                return False
+        for key, (dx, dy, cells) in st["dots"].items():
+            flag = w.get("x_twin" if key == "R_spread_pos" else f"x_{key}")
+            if key == "R_spread_pos" and len(self._twin_rel.get(key, ())) != len(x):
+                return False
+            hit = np.flatnonzero(flag[new] == 1.0) if flag is not None else []
+            for j in hit:
+                jj = len(x) - k + j
+                y = (np.nanmax([self._twin_rel[c][jj] for c, _t, _c in TWIN])
+                     if key == "R_spread_pos" else w[key][jj])
+                if not (dx > 0 and dy > 0) or (math.floor(x[jj] / dx),
+                                               math.floor(y / dy)) not in cells:
+                    return False
+        undefined = np.flatnonzero(np.isnan(w["P"][new]))
+        return all(math.floor(x[len(x) - k + j] / self._undefined_dx) in st["marks"]
+                   for j in undefined)
+
+    def _series(self, x: np.ndarray, w: dict[str, np.ndarray]
+                ) -> list[tuple[pg.PlotDataItem, np.ndarray]]:
+        """Every curve to draw now, with its values (all the history's rows ``x``, ``w``)."""
         out = []
         for key, _label, _color in METRICS:
             if not self.plots[key].isVisible():
@@ -642,10 +758,10 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         """
         if self._last is None:
             return
-        x = self._last[0]
+        x, w, _b = self._last
         lo, hi = self.x_range()
         columns = max(round(self.plots["P"].getViewBox().width() * self._px_scale), 1)
-        series = self._series()
+        series = self._series(x, w)
         key = (self.history.version, len(x), lo, hi, columns, self._twin_n,
                tuple(id(c) for c, _y in series))
         if key == self._drawn:
@@ -691,6 +807,7 @@ class MetricPlots(pg.GraphicsLayoutWidget):
                 y = w[key]
             ylo, yhi = plot.viewRange()[1]
             dy = grid_step(yhi - ylo, plot.getViewBox().height(), DOT_CELL)
+            self._dot_grid[key] = (dx, dy)
             rows = cell_rows(rows, x, dx, y, dy)
             xs, ys = x[rows], y[rows]
             last = self._dotted.get(key)
@@ -699,7 +816,8 @@ class MetricPlots(pg.GraphicsLayoutWidget):
                 continue
             self._dotted[key] = (xs, ys)
             self.dots[key].setData(xs, ys)
-        self._set_undefined(w, i0, i1, grid_step(hi - lo, box.width(), UNDEFINED_CELL))
+        self._undefined_dx = grid_step(hi - lo, box.width(), UNDEFINED_CELL)
+        self._set_undefined(w, i0, i1, self._undefined_dx)
 
     def _follow(self, x: np.ndarray, w: dict[str, np.ndarray], baseline: Any) -> None:
         """Scroll x to the data (unless frozen); move y ranges only when the data leaves them.
