@@ -1106,8 +1106,8 @@ class _Marks(pg.GraphicsObject):
     """All the shaded periods (or all the impulse lines) of one plot, painted by one item.
 
     An item a period and plot (a LinearRegionItem and its two lines, or an InfiniteLine) made
-    a long session's 40 periods and 40 impulses about 900 items, each bounded again, hovered
-    and painted every frame: most of a frame. On hover the tooltip names the periods and
+    a long session's 40 periods and 40 impulses 1,280 items, each bounded again, hovered and
+    painted every frame: most of a frame. On hover the tooltip names the periods and
     impulses under the pointer, as each item's did; the names on P are :class:`_Anchor`'s.
     """
 
