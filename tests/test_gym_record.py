@@ -157,16 +157,18 @@ def test_a_discrete_space_keeps_one_symbol_per_value_though_calibration_misses_o
     _same_windows(_replayed(tmp_path / "walk", tmp_path / "again").windows, mine)
 
 
-def test_a_budget_per_episode_is_recorded_as_the_same_windows(tmp_path):
-    # CartPole's time limit is 500 steps: a budget of 1 per 2 episodes is 2 * 500 / 10
-    # windows, which the recording (a loop that knows no time limit) states as such.
+def test_a_budget_per_episode_is_recorded_as_given(tmp_path):
+    # The recording is the wrapper's own session's, whose loop knows CartPole's time limit:
+    # a budget per episode is recorded as it was given (it was turned into windows for the
+    # second session a recorded wrapper ran).
     env = IDTMonitor(gym.make("CartPole-v1"), record=tmp_path / "w",
                      false_alarms="1/2episodes", **PIPE)
     _run(env, 1500, seed=2, switch=1000)
     mine = env.windows
     env.close()
     rec = _load(tmp_path / "w")
-    assert rec.config["session"]["false_alarms"] == "1.0/100.0windows"
+    assert rec.config["session"]["false_alarms"] == "1/2episodes"
+    assert rec.config["source"]["episode_steps"] == 500
     assert env.monitor.budget.unit == "episodes"
     assert np.nansum(mine["x_IDT"]) > 0
     _same_windows(rec.windows, mine)
@@ -183,20 +185,30 @@ def test_an_exception_leaving_the_with_block_closes_the_recording_as_an_error(tm
     assert len(rec.transitions) == 100
 
 
-def test_a_preset_object_is_recorded_by_name_or_refused(tmp_path):
+def test_a_preset_object_is_recorded_by_value_and_replays_to_it(tmp_path):
+    """A preset of the user's, with groups, is recorded as it is (it was refused: the
+    recording's second session took a preset by name only)."""
+    from idt_desk_sources.replay import ReplaySource
+
+    from idt_desk.live.session import Session, SessionConfig, run_headless
+
     plain = Preset("mine", "no groups", bins=4, window=50, stride=10)
-    env = IDTMonitor(gym.make("CartPole-v1"), plain, record=tmp_path / "p",
-                     calibration_windows=5, baseline_windows=20, detector="paper")
-    _run(env, 400, seed=3)
-    mine = env.windows
-    env.close()
-    rec = _load(tmp_path / "p")
-    assert rec.config["preset"]["bins"] == 4 and rec.config["preset"]["state_groups"] is None
-    _same_windows(rec.windows, mine)
     grouped = Preset("pairs", "two groups", bins=3, window=50, stride=10,
                      state_groups=((0, 1), (2, 3)))
-    with pytest.raises(ValueError, match="takes a preset by name"):
-        IDTMonitor(gym.make("CartPole-v1"), grouped, record=tmp_path / "g")
+    for name, preset in (("p", plain), ("g", grouped)):
+        env = IDTMonitor(gym.make("CartPole-v1"), preset, record=tmp_path / name,
+                         calibration_windows=5, baseline_windows=20, detector="paper")
+        _run(env, 400, seed=3)
+        mine = env.windows
+        env.close()
+        rec = _load(tmp_path / name)
+        assert rec.config["preset"]["bins"] == preset.bins
+        assert rec.config["preset"]["state_groups"] == (
+            None if preset.state_groups is None else [list(g) for g in preset.state_groups])
+        _same_windows(rec.windows, mine)
+        run_headless(Session(SessionConfig(speed=None), record=tmp_path / f"{name}-again",
+                             source=ReplaySource(path=str(tmp_path / name))))
+        _same_windows(_load(tmp_path / f"{name}-again").windows, mine)
 
 
 def test_bad_record_input_is_refused_at_construction(tmp_path):
@@ -207,14 +219,34 @@ def test_bad_record_input_is_refused_at_construction(tmp_path):
         IDTMonitor(gym.make("CartPole-v1"), record=str(tmp_path / "taken"), **PIPE)
     with pytest.raises(TypeError, match="record must be a path"):
         IDTMonitor(gym.make("CartPole-v1"), record=1)
-    with pytest.raises(ValueError, match=r"persist=3.*cannot be recorded"):
-        IDTMonitor(gym.make("CartPole-v1"), record=tmp_path / "a", persist=3)
-    with pytest.raises(ValueError, match=r"correction='miller-madow'"):
-        IDTMonitor(gym.make("CartPole-v1"), record=tmp_path / "a", correction="miller-madow")
-    with pytest.raises(ValueError, match=r"Discrete\(3.*bins=2.*bins >= 3"):
-        IDTMonitor(_Walk(), record=tmp_path / "a", bins=2)
+    with pytest.raises(ValueError, match="persist"):
+        IDTMonitor(gym.make("CartPole-v1"), record=tmp_path / "a", persist=0)
     assert not (tmp_path / "a").exists()  # nothing written for a refused wrapper
-    assert IDTMonitor(_Walk(), bins=2).recorder is None  # without record, bins=2 is fine
+    assert IDTMonitor(_Walk(), bins=2).recorder is None
+
+
+def test_what_the_recorders_second_session_refused_is_recorded_and_replays(tmp_path):
+    """persist, k, an entropy correction and a Discrete space of more values than bins were
+    refused with record= (its second session ran the defaults and bins alike); the wrapper's
+    own session records them now, and the replay gives its windows."""
+    from idt_desk_sources.replay import ReplaySource
+
+    from idt_desk.live.session import Session, SessionConfig, run_headless
+
+    for name, make, kw in (("persist", lambda: gym.make("CartPole-v1"), {"persist": 3}),
+                           ("k", lambda: gym.make("CartPole-v1"), {"k": 2.5}),
+                           ("mm", lambda: gym.make("CartPole-v1"),
+                            {"correction": "miller-madow"}),
+                           ("walk", _Walk, {"bins": 2})):
+        opts = {**PIPE, "detector": "persistence", **kw}
+        env = IDTMonitor(make(), record=tmp_path / name, **opts)
+        _run(env, 800, seed=4)
+        mine = env.windows
+        env.close()
+        _same_windows(_load(tmp_path / name).windows, mine)
+        run_headless(Session(SessionConfig(speed=None), record=tmp_path / f"{name}-again",
+                             source=ReplaySource(path=str(tmp_path / name))))
+        _same_windows(_load(tmp_path / f"{name}-again").windows, mine)
 
 
 # -------------------------------------------------------------------------------------------
@@ -280,5 +312,5 @@ def test_callback_with_one_env_records_at_the_path_and_refuses_a_taken_one(tmp_p
     _same_windows(rec.windows, callback.windows(0))
     with pytest.raises(RecordingError, match="already holds a recording"):
         IDTCallback(record=tmp_path / "one")
-    with pytest.raises(ValueError, match=r"k=2\.0 cannot be recorded"):
-        IDTCallback(record=tmp_path / "new", k=2.0)
+    with pytest.raises(ValueError, match="k"):
+        IDTCallback(record=tmp_path / "new", k=-1.0)

@@ -294,6 +294,6 @@ def test_the_wrapper_judges_against_the_episode_phase_when_asked(tmp_path):
     default = IDTMonitor(gym.make("Pendulum-v1"))
     assert not default.monitor.phased  # off unless asked
     default.close()
-    with pytest.raises(ValueError, match="no time limit"):
+    with pytest.raises(ValueError, match="no episodes of a set length"):
         IDTMonitor(gym.make("Pendulum-v1", max_episode_steps=None).unwrapped,
                    phase_baseline=True)

@@ -20,22 +20,16 @@ from idt_desk.metrics.twin import Twin
 if TYPE_CHECKING:
     import pandas as pd
 
-    from idt_desk.live.recorder import Recorder
-
 from idt_desk.gym.stream import (
     ALARM_DEFAULTS,
     IDT_COLUMNS,
     LOGGED_METRICS,
     SpaceCodec,
     Stream,
-    alarm_monitor,
-    check_options,
-    check_recordable,
+    StreamMarks,
     check_settings,
-    flat,
     frame,
     loop_rate,
-    open_recording,
     record_path,
     resolve_preset,
     resolve_twin,
@@ -131,13 +125,18 @@ class _IDTCallbackImpl:
         record: str | os.PathLike | None = None,
         phase_baseline: bool = False,
         twin: bool | Twin = True,
+        ewma_lambda: float = ALARM_DEFAULTS["ewma_lambda"],
+        drift: float = ALARM_DEFAULTS["drift"],
     ) -> None:
         super().__init__(verbose)  # BaseCallback's (see _callback_class)
-        check_settings({"preset": preset, "bins": bins, "window": window, "stride": stride,
-                        "calibration_windows": calibration_windows, "correction": correction,
-                        "block": block, "detector": detector, "false_alarms": false_alarms,
-                        "baseline_windows": baseline_windows, "persist": persist, "k": k,
-                        "phase_baseline": phase_baseline})
+        #: The pipeline's settings, the settings table's (each stream's session reads them).
+        self._settings = {"preset": preset, "bins": bins, "window": window, "stride": stride,
+                          "calibration_windows": calibration_windows, "correction": correction,
+                          "detector": detector, "false_alarms": false_alarms,
+                          "baseline_windows": baseline_windows, "persist": persist, "k": k,
+                          "phase_baseline": phase_baseline, "ewma_lambda": ewma_lambda,
+                          "drift": drift}
+        check_settings({**self._settings, "block": block})
         self._record = record_path(record)
         bad = [m for m in metrics if m not in IDT_COLUMNS]
         if bad:
@@ -145,17 +144,9 @@ class _IDTCallbackImpl:
         if every is not None and (isinstance(every, bool) or int(every) != every or every < 1):
             raise ValueError(f"every must be None or an integer >= 1, got {every!r}")
         self._options = {"preset": preset, "bins": bins, "window": window, "stride": stride}
-        self._calibration_windows = calibration_windows
-        self._correction = correction
         self._block = block
-        self._alarm = {"detector": detector, "false_alarms": false_alarms,
-                       "baseline_windows": baseline_windows, "persist": persist, "k": k,
-                       "phase_baseline": bool(phase_baseline)}
-        if self._record is not None:
-            # What does not depend on the env, refused now rather than when training starts.
-            check_options(correction, self._alarm)
         self._twin = twin
-        self._recorders: list[Recorder] = []
+        self._recorders: list[StreamMarks] = []
         self._recording_ended = False
         self.every = every
         self.metrics = tuple(metrics)
@@ -179,14 +170,21 @@ class _IDTCallbackImpl:
         return [None if s.latest is None else dict(s.latest) for s in self._streams]
 
     @property
-    def recorders(self) -> list[Recorder]:
-        """The :class:`~idt_desk.Recorder` of each training env (empty without ``record``).
+    def recorders(self) -> list[StreamMarks]:
+        """What marks each training env's recording (empty without ``record``).
 
-        Their ``perturb``, ``note``, ... mark what the training does itself; after an
-        exception in ``learn`` (SB3 then skips the end of training) ``close(error=...)``
-        ends each recording as an error.
+        Their ``perturb``, ``note``, ... mark what the training does itself
+        (:class:`~idt_desk.live.loop.Marks`); after an exception in ``learn`` (SB3 then
+        skips the end of training) :meth:`close_recordings` with the error ends each
+        recording as an error.
         """
         return list(self._recorders)
+
+    def close_recordings(self, error: str | None = None) -> None:
+        """End every env's recording (complete; with ``error``: as an error)."""
+        if not self._recording_ended:
+            self._recording_ended = True
+            _close_all(self._streams, error)
 
     def alarms(self, env: int = 0) -> list[dict]:
         """Each IDT alarm of training env ``env``: ``end``, ``attribution``, ``evidence``."""
@@ -212,20 +210,27 @@ class _IDTCallbackImpl:
             rate = None if first is None else loop_rate(first)
             state = SpaceCodec(venv.observation_space, "observation")
             action = SpaceCodec(venv.action_space, "action")
-            streams = []
-            for j in range(venv.num_envs):  # a twin each: its copy of the env steps apart
-                env = venv.envs[j] if hasattr(venv, "envs") else None
-                model, note = resolve_twin(self._twin if env is not None else False, env)
-                if env is None and self._twin is not False:
-                    note = ("the training envs run in other processes: no twin here, no "
-                            "class of change")
-                streams.append(Stream(
-                    self.preset, state, action, self._calibration_windows, self._correction,
-                    self._block, alarm_monitor(self._alarm, self.preset, rate, steps,
-                                               twin=model is not None), model, note))
+            n = venv.num_envs
+            paths = [None] * n if self._record is None else [self._record] if n == 1 else \
+                [self._record / f"env-{i}" for i in range(n)]
+            for path in paths:
+                record_path(path)  # refused before any is created
+            streams: list[Stream] = []
+            try:
+                for j in range(n):  # a twin each: its copy of the env steps apart
+                    env = venv.envs[j] if hasattr(venv, "envs") else None
+                    model, note = resolve_twin(self._twin if env is not None else False, env)
+                    if env is None and self._twin is not False:
+                        note = ("the training envs run in other processes: no twin here, no "
+                                "class of change")
+                    streams.append(Stream(self.preset, state, action, self._settings,
+                                          rate=rate, episode_steps=steps, block=self._block,
+                                          twin=model, twin_note=note, record=paths[j]))
+            except BaseException as exc:
+                _close_all(streams, f"{type(exc).__name__}: {exc}")
+                raise
             if self._record is not None:
-                self._recorders = self._open_recordings(venv.num_envs, state, action, rate,
-                                                        steps)
+                self._recorders = [StreamMarks(st) for st in streams]
             self._streams = streams
             self._episodes = [0] * venv.num_envs
         elif self._recording_ended and self._recorders:
@@ -264,10 +269,6 @@ class _IDTCallbackImpl:
                 else:
                     s_next = new_obs[i]
                 table = stream.add(prev[i], actions[i], s_next, rewards[i], self._episodes[i])
-                if self._recorders:
-                    self._recorders[i].add(flat(prev[i]), flat(actions[i]), flat(s_next),
-                                           reward=float(rewards[i]),
-                                           episode=self._episodes[i])
                 if dones[i]:
                     self._episodes[i] += 1
                 if table is not None:
@@ -281,30 +282,8 @@ class _IDTCallbackImpl:
 
     def _on_training_end(self) -> None:
         """Close the recordings (complete); a later ``learn`` is no longer recorded."""
-        if self._recorders and not self._recording_ended:
-            self._recording_ended = True
-            _close_all(self._recorders)
-
-    def _open_recordings(self, n: int, state: SpaceCodec, action: SpaceCodec,
-                         rate: float | None, steps: int | None) -> list[Recorder]:
-        assert self._record is not None and self.preset is not None
-        check_recordable(self.preset, state, action, self._correction, self._alarm)
-        paths = [self._record] if n == 1 else [self._record / f"env-{i}" for i in range(n)]
-        for path in paths:
-            record_path(path)  # refused before any is created
-        opened: list[Recorder] = []
-        try:
-            envs = getattr(self.training_env, "envs", None) or [None] * n
-            for path, env in zip(paths, envs, strict=True):
-                # A twin of its own each: the recorder's pipeline runs in its own thread.
-                twin = resolve_twin(self._twin if env is not None else False, env)[0]
-                opened.append(open_recording(path, self._options["preset"], self.preset,
-                                              state, action, self._calibration_windows,
-                                              self._alarm, rate, steps, twin))
-        except BaseException as exc:
-            _close_all(opened, f"{type(exc).__name__}: {exc}")
-            raise
-        return opened
+        if self._recorders:
+            self.close_recordings()
 
     def _log(self, table: Mapping[str, np.ndarray]) -> None:
         for m in self.metrics:
@@ -315,12 +294,15 @@ class _IDTCallbackImpl:
         self.logger.record("idt/windows", self._n_windows)
 
 
-def _close_all(recorders: Sequence[Recorder], error: str | None = None) -> None:
-    """Close every recorder, even when one of them fails (the first failure is raised)."""
+def _close_all(streams: Sequence[Stream], error: str | None = None) -> None:
+    """End every stream's recording, even when one of them fails (the first failure raised).
+
+    The streams go on (a later ``learn`` is followed): only their recordings end.
+    """
     failed: BaseException | None = None
-    for rec in recorders:
+    for stream in streams:
         try:
-            rec.close(error)
+            stream.end_recording(error)
         except BaseException as exc:  # the others still close
             failed = failed or exc
     if failed is not None:

@@ -18,19 +18,15 @@ from idt_desk.metrics.twin import Twin
 if TYPE_CHECKING:
     import pandas as pd
 
-    from idt_desk.live.recorder import Recorder
 
 from idt_desk.gym.stream import (
     ALARM_DEFAULTS,
     SpaceCodec,
     Stream,
-    alarm_monitor,
-    check_recordable,
+    StreamMarks,
     check_settings,
-    flat,
     frame,
     loop_rate,
-    open_recording,
     record_path,
     resolve_preset,
     resolve_twin,
@@ -181,49 +177,47 @@ class IDTMonitor(gymnasium.Wrapper):
         record: str | os.PathLike | None = None,
         phase_baseline: bool = False,
         twin: bool | Twin = True,
+        ewma_lambda: float = ALARM_DEFAULTS["ewma_lambda"],
+        drift: float = ALARM_DEFAULTS["drift"],
     ) -> None:
         super().__init__(env)
-        check_settings({"preset": preset, "bins": bins, "window": window, "stride": stride,
-                        "calibration_windows": calibration_windows, "correction": correction,
-                        "block": block, "detector": detector, "false_alarms": false_alarms,
-                        "baseline_windows": baseline_windows, "persist": persist, "k": k,
-                        "phase_baseline": phase_baseline})
-        self._recorder: Recorder | None = None
+        settings = {"preset": preset, "bins": bins, "window": window, "stride": stride,
+                    "calibration_windows": calibration_windows, "correction": correction,
+                    "detector": detector, "false_alarms": false_alarms,
+                    "baseline_windows": baseline_windows, "persist": persist, "k": k,
+                    "phase_baseline": phase_baseline, "ewma_lambda": ewma_lambda,
+                    "drift": drift}
+        check_settings({**settings, "block": block})
         path = record_path(record)
         self.preset = resolve_preset(preset, env.observation_space, env.action_space,
                                      bins, window, stride)
         spec = getattr(env, "spec", None)
-        alarm = {"detector": detector, "false_alarms": false_alarms,
-                 "baseline_windows": baseline_windows, "persist": persist, "k": k,
-                 "phase_baseline": bool(phase_baseline)}
         rate, steps = loop_rate(env), getattr(spec, "max_episode_steps", None)
-        #: The alarm's monitor (None without a detector): its ``describe()`` and calibration.
         model, note = resolve_twin(twin, env)
-        self.monitor = alarm_monitor(alarm, self.preset, rate, steps, twin=model is not None)
         state = SpaceCodec(env.observation_space, "observation")
         action = SpaceCodec(env.action_space, "action")
-        self._stream = Stream(self.preset, state, action, calibration_windows, correction,
-                               block, self.monitor, model, note)
-        if path is not None:
-            check_recordable(self.preset, state, action, correction, alarm)
-            # A twin of its own: the recorder's pipeline runs in its own thread.
-            self._recorder = open_recording(path, preset, self.preset, state, action,
-                                             calibration_windows, alarm, rate, steps,
-                                             resolve_twin(twin, env)[0] if model else None)
+        # One computation: the stream's session writes the recording too (record=).
+        self._stream = Stream(self.preset, state, action, settings, rate=rate,
+                               episode_steps=steps, block=block, twin=model, twin_note=note,
+                               record=path)
+        #: The alarm's monitor: its ``describe()`` and calibration (the session's; with
+        #: ``detector=None`` it judges for the recording only).
+        self.monitor = self._stream.monitor if self._stream.alarmed else None
+        self._marks = StreamMarks(self._stream) if path is not None else None
         self._obs: Any = None
         self._done = False
         #: Episode index of the current episode (0 after the first ``reset``).
         self.episode = -1
 
     @property
-    def recorder(self) -> Recorder | None:
-        """The :class:`~idt_desk.Recorder` writing ``record`` (None without ``record``).
+    def recorder(self) -> StreamMarks | None:
+        """What marks the recording ``record`` writes (None without ``record``).
 
         Its ``perturb``, ``impulse``, ``modulate`` and ``note`` mark what the loop does
-        itself, at the next transition; ``close`` does not need calling (``close`` of the
-        wrapper does it).
+        itself, at the next transition (:class:`~idt_desk.live.loop.Marks`); the
+        wrapper's :meth:`close` completes the recording.
         """
-        return self._recorder
+        return self._marks
 
     @property
     def n_transitions(self) -> int:
@@ -279,9 +273,6 @@ class IDTMonitor(gymnasium.Wrapper):
             self.episode += 1  # the env reset itself: this obs starts a new episode
         else:
             self._stream.add(self._obs, action, obs, reward, self.episode)
-            if self._recorder is not None:
-                self._recorder.add(flat(self._obs), flat(action), flat(obs),
-                                   reward=float(reward), episode=self.episode)
         self._obs = np.array(obs)
         self._done = bool(terminated or truncated)
         if self._stream.latest is not None:
@@ -291,8 +282,7 @@ class IDTMonitor(gymnasium.Wrapper):
     def close(self) -> None:
         """Close the recording (if ``record`` was given: complete) and the env."""
         try:
-            if self._recorder is not None:
-                self._recorder.close()
+            self._stream.close()
         finally:
             super().close()
 
@@ -301,8 +291,8 @@ class IDTMonitor(gymnasium.Wrapper):
 
         The recording's ``session_end`` then has state ``error`` and the exception.
         """
-        if exc is not None and self._recorder is not None:
-            self._recorder.close(f"{type(exc).__name__}: {exc}")
+        if exc is not None:
+            self._stream.close(f"{type(exc).__name__}: {exc}")
         self.close()
         return False
 

@@ -1,47 +1,39 @@
-"""The wrapper's and the callback's shared parts: spaces, presets, the stream, recording.
+"""The wrapper's and the callback's shared parts: the stream of one env, and its options.
 
-A Gymnasium space becomes symbol-ready columns (:class:`SpaceCodec`), a preset is chosen
-for the env (:func:`resolve_preset`), and :class:`Stream` buffers one env's transitions
-into blocks for the :class:`~idt_desk.pipeline.Pipeline`. See :mod:`idt_desk.gym`.
+:class:`Stream` buffers one env's transitions into blocks for a session (the one path from
+a loop to an alarm: its pipeline, twin, attribution and recording), the spaces and presets
+come from :mod:`idt_desk.gym.spaces`, and the options are checked against the settings
+table. See :mod:`idt_desk.gym`.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import gymnasium
 import numpy as np
-from gymnasium import spaces
 
-from idt_desk.detection.attribution import attribute
 from idt_desk.detection.detectors import (
     CONTROL_BASELINE_WINDOWS,
-    CONTROL_BUDGET,
     CONTROL_DETECTOR,
     DetectorSpec,
-    parse_budget,
 )
-from idt_desk.detection.monitor import IDT_METRICS, Monitor
+from idt_desk.gym.spaces import GENERIC_PRESET, SpaceCodec, resolve_preset
+from idt_desk.live.loop import Marks
 from idt_desk.metrics.engine import WINDOW_KEYS
-from idt_desk.metrics.presets import PRESETS, Preset
+from idt_desk.metrics.presets import Preset
 from idt_desk.metrics.regime import regime, regime_text
-from idt_desk.metrics.twin import TWIN_COLUMNS, TWIN_METRICS, Twin
-from idt_desk.pipeline import Pipeline, build_monitor
+from idt_desk.metrics.twin import TWIN_COLUMNS, Twin
 from idt_desk.settings import SETTINGS, PipelineSettings, check_finite, check_limit
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from idt_desk.live.recorder import Recorder
-
 __all__ = ["ALARM_DEFAULTS", "GENERIC_PRESET", "IDT_COLUMNS", "LOGGED_METRICS", "SpaceCodec",
-           "Stream", "alarm_monitor", "check_options", "check_recordable", "flat", "frame",
-           "loop_rate", "open_recording", "record_path", "resolve_preset", "resolve_twin"]
+           "Stream", "StreamMarks", "check_settings", "frame", "loop_rate",
+           "record_path", "resolve_preset", "resolve_twin"]
 
 #: Keys of a window, in order (``info["idt"]``, the rows of ``windows``): ``start`` and
 #: ``end`` (first transition and one past the last: the number of transitions seen when the
@@ -58,140 +50,6 @@ _INT_COLUMNS = frozenset({"start", "end", "episode", "K_S", "K_A", "K_S_next", "
 
 #: What the SB3 callback logs (as ``idt/<key>``) by default.
 LOGGED_METRICS = ("P", "H_f", "H_b", "dH", "unique_frac")
-
-#: The preset used when none is given (``"auto"``): W = 300, stride 50 (the paper's
-#: HalfCheetah numbers) and the view that resolves the calibration windows, 3 bins a
-#: variable first (:mod:`idt_desk.metrics.views`). ``bins`` given fixes the view.
-GENERIC_PRESET = PRESETS["auto"]
-
-
-# ---------------------------------------------------------------------------------------------
-# Spaces and presets
-# ---------------------------------------------------------------------------------------------
-
-
-#: Most variables a space may have (an observation's or an action's): a robot's state has
-#: tens; more is an image or a sensor array, which the IDT's bins do not describe.
-MAX_VARIABLES = 1024
-
-
-class SpaceCodec:
-    """How one Gymnasium space becomes a row of variables."""
-
-    def __init__(self, space: gymnasium.Space, role: str) -> None:
-        self.space = space
-        self.discrete_n: int | None = None
-        self.ranges: dict[int, tuple[float, float]] = {}
-        if isinstance(space, spaces.Discrete):
-            n, start = int(space.n), int(space.start)
-            self.shape: tuple[int, ...] = ()
-            self.dim = 1
-            self.discrete_n = n
-            self.ranges = {0: (float(start), float(start + n - 1))}
-        elif isinstance(space, spaces.Box):
-            self.shape = tuple(int(d) for d in space.shape)
-            self.dim = math.prod(self.shape)
-            if self.dim < 1:
-                raise ValueError(f"the {role} space {space} has no variables")
-            if self.dim > MAX_VARIABLES:
-                # An image (64×64×3: 12,288 variables) grew the wrapper past 5.9 GB: each
-                # variable is binned and kept; the IDT reads a state, not pixels.
-                raise ValueError(
-                    f"the {role} space {space} has {self.dim:,} variables, more than the "
-                    f"{MAX_VARIABLES:,} the IDT symbolises: give it a state (a feature "
-                    "extractor's output, a projection such as gymnasium.wrappers."
-                    "ResizeObservation and FlattenObservation to a few numbers, or the "
-                    "simulator's own state)")
-        else:
-            hint = ("flatten it first (gymnasium.wrappers.FlattenObservation)"
-                    if role == "observation" else "wrap the env to act through one")
-            raise ValueError(f"IDT metrics need a Box or Discrete {role} space, got {space}; "
-                             f"{hint}")
-
-    def bins(self, preset_bins: int) -> int:
-        """Bins per variable: a Discrete space's n values are each their own bin."""
-        return self.discrete_n if self.discrete_n is not None else preset_bins
-
-    def buffer(self, capacity: int) -> np.ndarray:
-        """An empty float64 store of ``capacity`` rows of this space."""
-        return np.empty((capacity, *self.shape), dtype=np.float64)
-
-
-def resolve_preset(
-    preset: str | Preset | None,
-    observation_space: gymnasium.Space,
-    action_space: gymnasium.Space,
-    bins: int | None = None,
-    window: int | None = None,
-    stride: int | None = None,
-) -> Preset:
-    """The preset to use on these spaces, with overrides applied and checked.
-
-    Parameters
-    ----------
-    preset
-        A name in :data:`~idt_desk.PRESETS`, a :class:`~idt_desk.Preset`, or None for
-        :data:`GENERIC_PRESET` (each variable its own group).
-    observation_space, action_space
-        The env's spaces (Box or Discrete).
-    bins, window, stride
-        Overrides of the preset's values.
-
-    Returns
-    -------
-    Preset
-        With ``n_state`` / ``n_action`` set to the spaces' variable counts.
-
-    Raises
-    ------
-    ValueError
-        Unknown preset name, an unsupported space, bad overrides, or a preset whose
-        ``n_state`` / ``n_action`` or groups do not fit the spaces.
-
-    """
-    obs = SpaceCodec(observation_space, "observation")
-    act = SpaceCodec(action_space, "action")
-    if preset is None:
-        base = GENERIC_PRESET
-    elif isinstance(preset, str):
-        if preset not in PRESETS:
-            raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
-        base = PRESETS[preset]
-    elif isinstance(preset, Preset):
-        base = preset
-    else:
-        raise TypeError(f"preset must be a name, a Preset or None, got {type(preset).__name__}")
-    changes = {k: v for k, v in (("bins", bins), ("window", window), ("stride", stride))
-               if v is not None}
-    for key, value in changes.items():
-        if isinstance(value, bool) or int(value) != value:
-            raise ValueError(f"{key} must be an integer, got {value!r}")
-    p = replace(base, **{k: int(v) for k, v in changes.items()})
-    if "bins" in changes and p.auto_view:  # the user's bins: the view is theirs, not chosen
-        p = replace(PRESETS["gym"], bins=p.bins, window=p.window, stride=p.stride)
-    if p.bins < 1 or p.window < 2 or p.stride < 1:
-        raise ValueError(f"need bins >= 1, window >= 2, stride >= 1; got bins={p.bins}, "
-                         f"window={p.window}, stride={p.stride}")
-    if (p.n_state is not None and p.n_state != obs.dim) or (
-            p.n_action is not None and p.n_action != act.dim):
-        want_s = "any number of" if p.n_state is None else str(p.n_state)
-        want_a = "any number of" if p.n_action is None else str(p.n_action)
-        raise ValueError(
-            f"preset {p.name!r} expects {want_s} state variables and {want_a} action "
-            f"variables; the env has {obs.dim} observation variables ({observation_space}) "
-            f"and {act.dim} action variables ({action_space})"
-        )
-    for what, groups, dim in (("state", p.state_groups, obs.dim),
-                              ("action", p.action_groups, act.dim)):
-        flat = [j for g in groups or () for j in g]
-        if flat and (min(flat) < 0 or max(flat) >= dim):
-            raise ValueError(f"preset {p.name!r}: {what} groups use variable {max(flat)}, "
-                             f"but the env has {dim} {what} variables")
-    if p.angle_mode == "wrap" and p.angles and max(p.angles) >= obs.dim:
-        raise ValueError(f"preset {p.name!r}: angle variable {max(p.angles)} out of range for "
-                         f"{obs.dim} observation variables")
-    return replace(p, n_state=obs.dim, n_action=act.dim)
-
 
 # ---------------------------------------------------------------------------------------------
 # The stream: shared by the wrapper and the callback
@@ -223,13 +81,39 @@ class _Columns:
 
 
 class Stream:
-    """One (S, A, S') stream: a buffer before the window stage and its monitor.
+    """One (S, A, S') stream: buffered into blocks for a session, its windows kept.
 
-    :meth:`add` copies a transition into a buffer; when the buffer completes the calibration
-    or a window, the block goes through the same :class:`~idt_desk.pipeline.Pipeline` as a
-    live session's, and the windows it finished are returned. With a ``twin`` every IDT
-    alarm is attributed as a session's are (:attr:`alarms`; ``twin_note`` says why not
-    without one).
+    The stream is a :class:`~idt_desk.live.session.Session` around the loop (an
+    :class:`~idt_desk.live.loop.LoopSource` declaring its names, rate, episodes, twin,
+    a Discrete space's own bins and the control defaults), driven block by block from the
+    caller's thread: its pipeline, monitor, twin, attribution and, with ``record``, its
+    recording are the session's, built in one place and computed once, as the dashboard's
+    and :class:`idt_desk.Recorder`'s are. :meth:`add` copies a transition into a buffer;
+    when the buffer completes the calibration or a window, the block goes to the session
+    and the windows it finished are returned (and kept: :meth:`windows`). Every IDT alarm
+    is attributed as a session's are (:attr:`alarms`; ``twin_note`` says why not without a
+    twin).
+
+    Parameters
+    ----------
+    preset
+        The resolved preset (:func:`resolve_preset`).
+    state, action
+        The spaces' codecs.
+    settings
+        The pipeline settings of the settings table (``idt_desk.settings.SETTINGS``):
+        ``calibration_windows``, ``correction``, ``detector`` (None: windows only, no
+        flags), ``false_alarms``, ``baseline_windows``, ``persist``, ``k``, ``drift``,
+        ``ewma_lambda``, ``phase_baseline``; unset ones take the control defaults.
+    rate, episode_steps
+        The loop's transitions per second of its own time (None: the step count) and its
+        time limit (None: none).
+    block
+        Transitions at least per block (None: the stride).
+    twin, twin_note
+        The loop's nominal model, or None and why not.
+    record
+        A new folder to record the stream into (None: none).
     """
 
     def __init__(
@@ -237,41 +121,65 @@ class Stream:
         preset: Preset,
         state: SpaceCodec,
         action: SpaceCodec,
-        calibration_windows: int = 20,
-        correction: str | None = None,
+        settings: Mapping[str, Any] | None = None,
+        *,
+        rate: float | None = None,
+        episode_steps: int | None = None,
         block: int | None = None,
-        monitor: Monitor | None = None,
         twin: Twin | None = None,
         twin_note: str = "",
+        record: Path | None = None,
     ) -> None:
-        cw = calibration_windows
-        if isinstance(cw, bool) or int(cw) != cw or cw < 1:
-            raise ValueError(f"calibration_windows must be an integer >= 1, "
-                             f"got {calibration_windows!r}")
+        from idt_desk.live.config import SessionConfig
+        from idt_desk.live.loop import LoopSource
+        from idt_desk.live.session import Session
+
+        given = dict(settings or {})
+        cw = given.get("calibration_windows", 20)
+        if isinstance(cw, bool) or not isinstance(cw, int | np.integer) or cw < 1:
+            raise ValueError(f"calibration_windows must be an integer >= 1, got {cw!r}")
+        #: Whether the wrapper asked for an alarm (detector None: windows without flags; the
+        #: session still judges them, as its recording does).
+        self.alarmed = given.get("detector", CONTROL_DETECTOR) is not None
+        if not self.alarmed:
+            given["detector"] = None
         self.preset = preset
         self._state, self._action = state, action
         self._names = ([f"obs_{j}" for j in range(state.dim)],
                        [f"act_{j}" for j in range(action.dim)])
-        self.pipeline = Pipeline(
-            preset, monitor, state_names=self._names[0], action_names=self._names[1],
-            state_bins=state.discrete_n, action_bins=action.discrete_n,
-            calibration_windows=int(calibration_windows), correction=correction,
-            mean_columns=("reward",), end_columns=("episode",), twin=twin)
+        ranges = {f"{prefix}_0": codec.ranges[0]
+                  for prefix, codec in (("obs", state), ("act", action))
+                  if codec.discrete_n is not None}
+        #: The loop as the session sees it.
+        self.source = LoopSource(self._names[0], self._names[1], rate, True, episode_steps,
+                                 twin, control=True, state_bins=state.discrete_n,
+                                 action_bins=action.discrete_n, value_ranges=ranges)
+        if twin is None:
+            self.source.twin_note = twin_note or self.source.twin_note
+        config = SessionConfig(
+            source="loop", speed=None, preset_spec=preset.to_dict(), twin=twin is not None,
+            history=1, **{k: v for k, v in given.items() if k in _SESSION_KEYS})
+        #: The session the blocks go to (its pipeline, monitor, twin, alarms, recording).
+        self.session = Session(config, source=self.source, record=record)
         #: Why alarms are not attributed ("" with a twin).
-        self.twin_note = twin_note
-        #: Each IDT alarm: ``end`` of its first window, ``attribution`` and ``evidence`` (named
-        #: a window length less a stride after it).
+        self.twin_note = "" if twin is not None else self.source.twin_note
+        #: Each IDT alarm: ``end`` of its first window, ``attribution`` and ``evidence`` (the
+        #: session's ``attributed`` event, a window length less a stride after it).
         self.alarms: list[dict[str, Any]] = []
         self._alarmed = False
-        self._naming: list[tuple[int, int]] = []  # (window to name it at, the alarm's end)
+        self._marks: list[dict[str, Any]] = []
+        self._got: list[dict[str, np.ndarray]] = []
+        self.session.add_window_listener(lambda w: self._got.append(w))
+        self.session.add_event_listener(self._event)
+        self.pipeline = self.session.pipeline
         self.engine = self.pipeline.engine
-        self.monitor = monitor
-        self.calibration_windows = int(calibration_windows)
+        self.monitor = self.session.monitor
+        self.calibration_windows = int(cw)
         #: Transitions the symbols are calibrated on.
         self.calibration_transitions = self.pipeline.calibration_transitions
         if block is not None:
             check_limit("block", block)
-        #: At least this many transitions per symbolise + push (blocks end at window ends).
+        #: At least this many transitions per block handed on (blocks end at window ends).
         self.block = preset.stride if block is None else int(block)
         cap = max(self.calibration_transitions, self.block + preset.stride)
         self._s, self._n = state.buffer(cap), state.buffer(cap)
@@ -283,8 +191,14 @@ class Stream:
         self._ep = np.empty(cap)
         self._k = 0  # rows buffered
         self._due = self.calibration_transitions  # rows that complete the next block
+        # Each handed-on row's episode, from the first row a window to come may end at
+        # (the calibration's rows are judged at once, when it completes).
+        self._episodes = np.empty(0)
+        self._episodes_from = 0
         self._windows = _Columns()
         self.latest: dict[str, float | int] | None = None
+        self.closed = False
+        self.session.begin()
 
     @property
     def calibrated(self) -> bool:
@@ -294,7 +208,7 @@ class Stream:
     @property
     def n_transitions(self) -> int:
         """Transitions added so far."""
-        return self.engine.n_seen + self._k
+        return self.session.n_transitions + self._k
 
     def add(self, s: Any, a: Any, s_next: Any, reward: float, episode: int
             ) -> dict[str, np.ndarray] | None:
@@ -317,6 +231,10 @@ class Stream:
             return None
         return self._flush()
 
+    def mark(self, kind: str, **fields: Any) -> None:
+        """An event of the loop's own at the next transition (a perturbation it applies)."""
+        self._marks.append({"kind": kind, **fields, "row": -1})
+
     def _wrong_shape(self, s: Any, a: Any, s_next: Any) -> None:
         """Raise, naming the value whose size is not its space's (off the per-step path)."""
         for what, value, width in zip(("observation", "action", "next observation"),
@@ -327,30 +245,65 @@ class Stream:
                                  f"space has {width} variable(s)")
 
     def flush(self) -> dict[str, np.ndarray] | None:
-        """Symbolise and push what is buffered (after calibration); return new windows."""
+        """Hand on what is buffered (after calibration); return the new windows."""
         if not self.calibrated or self._k == 0:
             return None
         return self._flush()
 
+    def _hand_marks(self) -> None:
+        """Marks after the last transition: logged now, at that transition."""
+        if self._marks:
+            from idt_desk.live.source import Batch
+
+            marks, self._marks = self._marks, []
+            width = self._s.shape[1:] if self._s.ndim > 1 else ()
+            empty = np.empty((0, int(np.prod(width))))
+            self.session.advance(Batch(s=empty, s_next=empty, events=marks))
+
     def _flush(self) -> dict[str, np.ndarray] | None:
+        from idt_desk.live.source import Batch
+
         k, self._k = self._k, 0
         s = self._s[:k].reshape(k, -1)
         a = self._a[:k].reshape(k, -1)
         n = self._n[:k].reshape(k, -1)
-        w = self.pipeline.push(s, a, n, {"reward": self._r[:k], "episode": self._ep[:k]},
-                               ranges=(self._state.ranges, self._action.ranges)).windows
+        ep = self._ep[:k].copy()
+        self._episodes = np.concatenate([self._episodes, ep])
+        i = 0
+        while i < k:  # cut where the session says (the calibration's end)
+            m = self.session.plan(k - i)
+            sl = slice(i, i + m)
+            marks, self._marks = (self._marks, []) if i == 0 else ([], self._marks)
+            self.session.advance(Batch(s=s[sl], a=a[sl], s_next=n[sl], reward=self._r[sl],
+                                       episode=ep[sl], events=marks))
+            i += m
         W, stride = self.preset.window, self.preset.stride
         # The next block ends at the first window end at least `block` transitions away.
         due = self.engine.next_window_start + W - self.engine.n_seen
         self._due = due + max(0, -(-(self.block - due) // stride)) * stride
-        if w is None:
+        got, self._got = self._got, []
+        if not got:
+            self._forget_episodes()
             return None
+        w = {c: np.concatenate([g[c] for g in got]) for c in got[0]}
         m = len(w["start"])
-        table = dict(w)
-        table["episode"] = table["episode"].astype(np.int64)
-        table = {c: table[c] if c in table else np.full(m, np.nan) for c in IDT_COLUMNS}
+        table: dict[str, np.ndarray] = {}
+        for c in IDT_COLUMNS:
+            if c == "episode":
+                at = w["end"].astype(np.int64) - 1 - self._episodes_from
+                table[c] = self._episodes[at].astype(np.int64)
+            elif c in w:
+                table[c] = np.asarray(w[c])
+            else:
+                table[c] = np.full(m, np.nan)
+        if not self.alarmed:  # no alarm asked for: no verdicts said
+            for c in FLAG_COLUMNS:
+                table[c] = np.full(m, np.nan)
+        self._forget_episodes()
         self._windows.extend(table, m)
-        self._attribute(table["x_IDT"], table["end"])
+        flags = table["x_IDT"]
+        if np.isfinite(flags).any():
+            self._alarmed = bool(flags[np.isfinite(flags)][-1] == 1.0)
         self.latest = {c: v[-1].item() for c, v in table.items()}
         # The estimator's regime of this window, and what it means (never silent when blind).
         name = regime(self.latest["unique_frac"], self.latest["H_f"], self.latest["motion"])
@@ -362,39 +315,91 @@ class Stream:
             self.latest.update({k: self.alarms[-1][k] for k in ("attribution", "evidence")})
         return table
 
-    def _attribute(self, flags: np.ndarray, ends: np.ndarray) -> None:
-        """Each rising IDT alarm, attributed from the twin (or said why not) as a session does.
+    def _forget_episodes(self) -> None:
+        """Let go of the episodes of rows no window to come can end at.
 
-        A window length less a stride after the alarm's first window (the first that holds
-        only what followed the change): an alarm is listed in :attr:`alarms` then.
+        The next window ends at the engine's next start + W; the calibration's rows wait for
+        its windows.
         """
-        W, stride = self.preset.window, self.preset.stride
-        after = max(-(-W // stride) - 1, 0)
-        first = self.pipeline.n_windows - len(flags)  # the block's first window's index
-        for j, f in enumerate(flags):
-            on = bool(f == 1.0)
-            if on and not self._alarmed:
-                self._naming.append((first + j + after, int(ends[j])))
-            if np.isfinite(f):
-                self._alarmed = on
-        while self._naming and self._naming[0][0] < first + len(flags):
-            due, end = self._naming.pop(0)
-            got = attribute(self.pipeline.evidence(due - first), passive=False,
-                            note=self.twin_note)
-            self.alarms.append({"end": end, "attribution": got["attribution"],
-                                "evidence": got["evidence"]})
+        if not self.calibrated:
+            return
+        first = self.engine.next_window_start + self.preset.window - 1
+        drop = min(max(first - self._episodes_from, 0), len(self._episodes))
+        if drop:
+            self._episodes = self._episodes[drop:]
+            self._episodes_from += drop
+
+    def _event(self, ev: Mapping[str, Any]) -> None:
+        """An alarm's class, as the session named it (the one attribution of every loop)."""
+        if ev.get("kind") == "attributed" and not ev.get("during_alarm") and self.alarmed:
+            self.alarms.append({"end": int(ev["alarm_i"]), "attribution": ev["attribution"],
+                                "evidence": ev.get("evidence", "")})
 
     def windows(self) -> dict[str, np.ndarray]:
         """Every window finished so far (buffered transitions flushed), as columns (copies)."""
         self.flush()
         return self._windows.arrays()
 
+    def close(self, error: str | None = None) -> None:
+        """End the stream: the session's end.
 
-#: The alarm's options of the wrapper and the callback, with the gym source's defaults.
-ALARM_DEFAULTS: dict[str, Any] = {"detector": CONTROL_DETECTOR, "false_alarms": None,
-                                  "baseline_windows": CONTROL_BASELINE_WINDOWS,
-                                  "persist": DetectorSpec.m, "k": SETTINGS["k"].default,
-                                  "phase_baseline": False}
+        Its recording, if any, is closed complete (with ``error``: as an error).
+        """
+        if self.closed:
+            return
+        self.closed = True
+        self.flush()
+        self._hand_marks()
+        self.session.loop_state.finish(error)
+        self.session.end()
+
+    def end_recording(self, error: str | None = None) -> None:
+        """End the recording (complete; with ``error``: as an error); the stream goes on.
+
+        What is buffered is handed on first, so the recording holds every transition added.
+        """
+        sink = self.session.sink
+        if not sink.recording:
+            return
+        self.flush()
+        self._hand_marks()
+        self.session.event("recording_stop", **({"error": error} if error else {}))
+        sink.close(final_state="error" if error else "stopped", error=error)
+
+    @property
+    def recording(self) -> Path | None:
+        """The folder the stream records into (None: none)."""
+        return self.session.recording_path
+
+
+#: The settings a stream takes from the settings table (those a session's pipeline reads).
+_SESSION_KEYS = frozenset({"calibration_windows", "correction", "detector", "false_alarms",
+                           "baseline_windows", "persist", "k", "drift", "ewma_lambda",
+                           "phase_baseline"})
+#: A window's flag columns (``x_P`` … ``x_IDT`` and the twin's).
+FLAG_COLUMNS = tuple(c for c in IDT_COLUMNS if c.startswith("x_"))
+
+
+#: The wrapper's and the callback's defaults: the settings table's, but for what a policy
+#: acting in an environment has of its own (the detector, the baseline), which are the loop
+#: source's control defaults (``LoopSource(control=True)``, the gym source's too); the
+#: budget is left to the loop (1/10h of its time, else per episodes or windows).
+ALARM_DEFAULTS: dict[str, Any] = {
+    **{key: SETTINGS[key].default for key in ("k", "ewma_lambda", "drift", "phase_baseline")},
+    "detector": CONTROL_DETECTOR, "false_alarms": None,
+    "baseline_windows": CONTROL_BASELINE_WINDOWS, "persist": DetectorSpec.m}
+
+
+class StreamMarks(Marks):
+    """A stream's marks of what its loop does itself (the wrapper's ``recorder``)."""
+
+    def __init__(self, stream: Stream) -> None:
+        self._stream = stream
+
+    def _queue_mark(self, kind: str, fields: dict[str, Any]) -> None:
+        if self._stream.closed:
+            raise ValueError(f"{self._stream.recording}: the recording is closed")
+        self._stream.mark(kind, **fields)
 
 
 def check_settings(given: Mapping[str, Any]) -> None:
@@ -423,23 +428,6 @@ def loop_rate(env: Any) -> float | None:
     return float(fps) if isinstance(fps, int | float) and fps > 0 else None
 
 
-def alarm_monitor(options: Mapping[str, Any], preset: Preset, rate: float | None,
-                   episode_steps: int | None, twin: bool = False) -> Monitor | None:
-    """A session's monitor for a wrapped stream (``detector`` None: windows only).
-
-    ``twin``: the stream has one; its channels are a group of their own.
-    """
-    if options["detector"] is None:
-        return None
-    return build_monitor(
-        (*IDT_METRICS, *(TWIN_METRICS if twin else ())),
-        baseline_windows=options["baseline_windows"],
-        detector=options["detector"], false_alarms=_budget(options, rate, episode_steps),
-        k=options["k"], persist=options["persist"], rate=rate, stride=preset.stride,
-        window=preset.window, episode_steps=episode_steps, what="this env",
-        phased=_phased(options, episode_steps))
-
-
 def resolve_twin(twin: Any, env: Any) -> tuple[Twin | None, str]:
     """The wrapper's and the callback's ``twin=``: the twin and, without one, why not.
 
@@ -457,20 +445,6 @@ def resolve_twin(twin: Any, env: Any) -> tuple[Twin | None, str]:
         raise TypeError(f"twin must be True, False or an idt_desk.Twin (predict, hypotheses, "
                         f"kinds, description), got {type(twin).__name__}")
     return twin, ""
-
-
-def _phased(options: Mapping[str, Any], episode_steps: int | None) -> bool:
-    """``phase_baseline`` asked for, checked: the env needs a time limit to have phases."""
-    if options.get("phase_baseline") and not episode_steps:
-        raise ValueError("phase_baseline=True: the env has no time limit (max_episode_steps) "
-                         "to take an episode's phase from")
-    return bool(options.get("phase_baseline"))
-
-
-def _budget(options: Mapping[str, Any], rate: float | None, episode_steps: int | None) -> str:
-    """The false-alarm budget: the one given, else ``CONTROL_BUDGET``, per episodes or windows."""
-    return options["false_alarms"] or (CONTROL_BUDGET if rate else
-                                       "1/100episodes" if episode_steps else "1/10000windows")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -494,111 +468,6 @@ def record_path(record: Any) -> Path | None:
         raise RecordingError(f"record={str(record)!r}: {path} already holds a recording; "
                              f"choose a new path")
     return path
-
-
-def check_options(correction: str | None, alarm: Mapping[str, Any]) -> None:
-    """Refuse options :class:`~idt_desk.Recorder` does not take (it runs their defaults)."""
-    fixed = [f"{key}={alarm[key]!r}" for key in ("persist", "k")
-             if alarm[key] != ALARM_DEFAULTS[key]]
-    if correction is not None:
-        fixed.append(f"correction={correction!r}")
-    if fixed:
-        raise ValueError(f"record= writes through idt_desk.Recorder, which runs persist=5, "
-                         f"k=3.0 and no entropy correction; {', '.join(fixed)} cannot be "
-                         f"recorded: leave it at its default or drop record=")
-
-
-def check_recordable(preset: Preset, state: SpaceCodec, action: SpaceCodec,
-                      correction: str | None, alarm: Mapping[str, Any]) -> None:
-    """Refuse what :class:`~idt_desk.Recorder`'s pipeline cannot reproduce exactly."""
-    check_options(correction, alarm)
-    for role, codec in (("observation", state), ("action", action)):
-        n = codec.discrete_n
-        if n is not None and n > preset.bins:
-            raise ValueError(
-                f"record=: the {role} space {codec.space} has {n} values but bins={preset.bins}; "
-                f"a recording bins every variable alike, so it needs bins >= {n} to keep "
-                f"each value its own symbol (pass bins={n} or more, or drop record=)")
-
-
-def _recorder_preset(given: str | Preset | None, preset: Preset, state: SpaceCodec) -> str:
-    """The preset name :class:`~idt_desk.Recorder` takes for the resolved ``preset``.
-
-    The recording states its preset by name (with ``bins``, ``window`` and ``stride`` given
-    apart): a name, None (the generic preset, registered as ``"gym"``), or a
-    :class:`~idt_desk.Preset` whose symbols are those of a registered preset of its name
-    or, without groups and wrapped angles, of ``"gym"``.
-    """
-    if isinstance(given, str):
-        return given
-    if given is None:
-        return preset.name
-
-    def symbols(p: Preset) -> tuple:
-        return (p.state_groups, p.action_groups, p.angles if p.angle_mode == "wrap" else ())
-
-    same = PRESETS.get(preset.name)
-    if same is not None and symbols(same) == symbols(preset) and \
-            same.n_state in (None, state.dim):
-        return preset.name
-    if symbols(preset) == symbols(PRESETS["gym"]):
-        return "gym"
-    raise ValueError(
-        f"record=: preset {preset.name!r} is not a registered preset and has groups or "
-        f"wrapped angles; idt_desk.Recorder takes a preset by name, so pass a name from "
-        f"idt_desk.PRESETS (or a Preset without groups and wrapped angles), or drop record=")
-
-
-def open_recording(
-    path: Path,
-    given: str | Preset | None,
-    preset: Preset,
-    state: SpaceCodec,
-    action: SpaceCodec,
-    calibration_windows: int,
-    alarm: Mapping[str, Any],
-    rate: float | None,
-    episode_steps: int | None,
-    twin: Twin | None = None,
-) -> Recorder:
-    """An :class:`~idt_desk.Recorder` at ``path`` running the stream's own pipeline.
-
-    Its windows equal the stream's: the same preset, calibration, baseline, detector,
-    twin and budget (a budget per episode is handed over in windows, which the recorder's
-    loop has no episodes for), and a Discrete space's value range declared to the
-    calibration, so that each of its values keeps a bin of its own (``bins`` >= its n,
-    checked before).
-    """
-    from idt_desk.live.recorder import Recorder
-
-    budget = _budget(alarm, rate, episode_steps)
-    parsed = parse_budget(budget)
-    if parsed.unit == "episodes" and episode_steps:
-        # build_monitor's windows per episode, in the same float operations.
-        per = parsed.per * (float(episode_steps) / preset.stride)
-        budget = f"{parsed.alarms!r}/{per!r}windows"
-    rec = Recorder(
-        path, [f"obs_{j}" for j in range(state.dim)], [f"act_{j}" for j in range(action.dim)],
-        rate=rate, reward=True, preset=_recorder_preset(given, preset, state),
-        bins=preset.bins, window=preset.window, stride=preset.stride,
-        calibration_windows=int(calibration_windows),
-        baseline_windows=int(alarm["baseline_windows"]),
-        detector=alarm["detector"] or ALARM_DEFAULTS["detector"], false_alarms=budget,
-        twin=twin, **({"episode_steps": episode_steps, "phase_baseline": True}
-                      if _phased(alarm, episode_steps) else {}))
-    ranges = {f"{prefix}_0": codec.ranges[0] for prefix, codec in (("obs", state),
-                                                                    ("act", action))
-              if codec.discrete_n is not None}
-    if ranges:
-        # The loop's source declares them as any source does (asked at calibration and
-        # written to the ``calibrated`` event, which a replay reads back).
-        rec.source.value_ranges = lambda: dict(ranges)  # type: ignore[method-assign]
-    return rec
-
-
-def flat(x: Any) -> np.ndarray:
-    """One observation or action as a flat row of floats (a recording's variables)."""
-    return np.asarray(x, dtype=np.float64).reshape(-1)
 
 
 def frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:

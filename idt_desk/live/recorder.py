@@ -30,25 +30,17 @@ import contextlib
 import threading
 import weakref
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from idt_desk.detection.spec import (
-    CONTROL_BASELINE_WINDOWS,
-    CONTROL_BUDGET,
-    CONTROL_DETECTOR,
-    DEFAULT_BUDGET,
-    EPISODE_BUDGET,
-    NO_RATE_BUDGET,
-)
-from idt_desk.live.source import Batch, Source
+from idt_desk.live.loop import LoopSource, Marks
+from idt_desk.live.source import Batch
 from idt_desk.metrics.twin import Twin
 from idt_desk.recordings import RecordingError
-from idt_desk.recordings.files import json_line
 from idt_desk.settings import check_finite, check_limit
 
 __all__ = ["Recorder"]
@@ -60,77 +52,6 @@ def _close_at_exit(ref: weakref.ref) -> None:
     if rec is not None and not rec.closed:
         with contextlib.suppress(Exception):  # said in the recording; the exit goes on
             rec.close()
-
-
-class LoopSource(Source):
-    """The recorded loop as the session sees it: fed by :class:`Recorder`, never stepped.
-
-    Any perturbation or modulation name is accepted: they are the loop's own (its code
-    applies them; the recording marks when).
-    """
-
-    name = "loop"
-    label = "Your loop"
-    description = "Transitions a Python loop hands to idt_desk.Recorder."
-
-    def __init__(self, state_names: Sequence[str], action_names: Sequence[str],
-                 rate: float | None, has_reward: bool, episode_steps: int | None = None,
-                 twin: Twin | None = None, *, control: bool = False,
-                 state_bins: int | None = None, action_bins: int | None = None,
-                 value_ranges: Mapping[str, tuple[float, float]] | None = None) -> None:
-        super().__init__()
-        #: The loop's twin, where the caller gave one (``Source.twin``).
-        self._twin = twin
-        self.episode_steps = episode_steps
-        self.state_names = tuple(str(n) for n in state_names)
-        self.action_names = tuple(str(n) for n in action_names)
-        self.has_reward = bool(has_reward)
-        self.state_bins, self.action_bins = state_bins, action_bins
-        self._ranges = dict(value_ranges or {})
-        # Without a rate the loop's time is its step count and budgets count windows (its
-        # episodes, with a time limit): one fallback for every loop (NO_RATE_BUDGET).
-        self.rate = float(rate) if rate else 1.0
-        if control:  # a policy acting in an environment: the gym source's defaults
-            self.default_detector = CONTROL_DETECTOR
-            self.default_baseline = CONTROL_BASELINE_WINDOWS
-        self.default_budget = (CONTROL_BUDGET if control else DEFAULT_BUDGET) if rate else \
-            EPISODE_BUDGET if episode_steps else NO_RATE_BUDGET
-
-    def value_ranges(self) -> dict[str, tuple[float, float]]:
-        """The ranges the caller declared (a Discrete space's values), by variable name."""
-        return dict(self._ranges)
-
-    def describe(self) -> dict[str, Any]:
-        """The loop's twin, where it is a MuJoCo env's copy: a replay rebuilds it from this."""
-        env_id = getattr(self._twin, "env_id", None)
-        if env_id is None or getattr(self._twin, "mismatch", 0.0):
-            return {}
-        return {"twin": {"env_id": str(env_id)}}
-
-    def reset(self, seed: int | None = None) -> None:
-        """Nothing to reset: the loop runs elsewhere."""
-
-    def step(self, n: int) -> Batch:
-        """Never called: :class:`Recorder` hands the session its batches."""
-        raise RuntimeError("a loop's transitions come from Recorder.add, not from step")
-
-    def set_perturbation(self, name: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
-        """Mark the loop's own perturbation on (params) or off (None)."""
-        return _switch(self.active_perturbations, name, params)
-
-    def set_modulation(self, name: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
-        """Mark the loop's own modulation on (params) or off (None)."""
-        return _switch(self.active_modulations, name, params)
-
-
-def _switch(active: dict[str, dict[str, Any]], name: str,
-            params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Record ``name`` as on (with ``params``) or off (None) in ``active``."""
-    if params is None:
-        active.pop(name, None)
-        return {}
-    active[name] = dict(params)
-    return dict(params)
 
 
 def _floats(x: Any, what: str) -> np.ndarray:
@@ -169,19 +90,6 @@ def _floats(x: Any, what: str) -> np.ndarray:
         raise ValueError(f"{what}: not an array of numbers") from None
 
 
-def _finite_fields(fields: Any, where: str) -> None:
-    """Refuse NaN and infinities in a mark's fields: JSON would hold them as null."""
-    if isinstance(fields, Mapping):
-        for k, v in fields.items():
-            _finite_fields(v, f"{where}.{k}" if where else str(k))
-    elif isinstance(fields, list | tuple):
-        for j, v in enumerate(fields):
-            _finite_fields(v, f"{where}[{j}]")
-    elif isinstance(fields, float | np.floating) and not np.isfinite(fields):
-        raise ValueError(f"{where} {fields}: not a finite number (a recording holds numbers, "
-                         "text, lists and dicts; NaN would be stored as null)")
-
-
 def _rows(x: Any, width: int, what: str) -> np.ndarray:
     """One transition (a vector) or a batch (rows) as a 2-D float array of ``width`` columns.
 
@@ -204,7 +112,7 @@ def _column(x: Any, k: int, what: str) -> np.ndarray:
     return np.array(np.broadcast_to(arr, (k,)))
 
 
-class Recorder:
+class Recorder(Marks):
     """Write a loop's transitions as a recording, with the dashboard's metrics and alarms.
 
     Use it as a context manager (the ``with`` block closes it, an exception as an error):
@@ -423,41 +331,9 @@ class Recorder:
             if self._queued >= self.chunk:
                 self._cond.notify_all()
 
-    def perturb(self, name: str, on: bool = True, **params: Any) -> None:
-        """Mark the loop's own perturbation ``name`` on (with parameters) or off.
-
-        It acts from the next transition on: a shaded band, and latency measured from it.
-        """
-        self._mark("perturbation_on" if on else "perturbation_off", name=name,
-                   **({"params": params} if on else {}))
-
-    def impulse(self, name: str, **params: Any) -> None:
-        """Mark a one-shot perturbation (a kick) at the next transition."""
-        self._mark("perturbation_pulse", name=name, params=params)
-
-    def modulate(self, name: str, on: bool = True, **params: Any) -> None:
-        """Mark the loop's own modulation ``name`` engaged (with parameters) or released."""
-        self._mark("modulation_on" if on else "modulation_off", name=name, auto=False,
-                   **({"params": params} if on else {}))
-
-    def note(self, text: str) -> None:
-        """A remark at the next transition (a *note* event)."""
-        self._mark("note", text=str(text))
-
-    def _mark(self, kind: str, **fields: Any) -> None:
-        """Queue an event at the next transition; refused here if JSON cannot hold it."""
+    def _queue_mark(self, kind: str, fields: dict[str, Any]) -> None:
         if self.closed:
             raise ValueError(f"{self.path}: the recorder is closed")
-        name = fields.get("name", "")
-        if kind != "note" and (not isinstance(name, str) or not name.strip()):
-            # A recording whose event had a name of 5 was written, then refused whole.
-            raise TypeError(f"{kind}: the name must be a non-empty string, got {name!r}")
-        what = " ".join(str(x) for x in (kind, fields.get("name")) if x)
-        try:
-            json_line(fields)
-        except TypeError as exc:
-            raise TypeError(f"{what}: {exc}; give numbers, text, lists or dicts") from None
-        _finite_fields(fields, what)
         with self._cond:
             self._check()
             self._queue.append(("mark", {"kind": kind, **fields}))

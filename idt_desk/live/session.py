@@ -145,6 +145,7 @@ class Session:
         self._agency: dict[str, Any] | None = None
         self._window_events: list[tuple[int, str, dict[str, Any]]] = []
         self._listeners: list[Callable[[], None]] = []
+        self._window_listeners: list[Callable[[dict[str, np.ndarray]], None]] = []
         self._known_ranges: dict[str, Any] = {}
         self._detector: dict[str, Any] | None = None
         #: A failed write (a full disk) ends the session (True), or the caller holds its
@@ -174,6 +175,16 @@ class Session:
     def add_listener(self, fn: Callable[[], None]) -> None:
         """Call ``fn()`` (from the worker thread, data-less) when new windows arrive."""
         self._listeners.append(fn)
+
+    def add_window_listener(self, fn: Callable[[dict[str, np.ndarray]], None]) -> None:
+        """Call ``fn(windows)`` (the loop's thread) with every new block of windows, judged.
+
+        All the pipeline's columns (the engine's, the twin's, the flags, the window's mean
+        and end columns), ``start`` and ``end`` counted from the session's first transition,
+        after the events of those windows were logged: what a wrapper around a loop hands
+        on (``idt_desk.gym``), computed once.
+        """
+        self._window_listeners.append(fn)
 
     def add_event_listener(self, fn: Callable[[dict[str, Any]], None]) -> None:
         """Call ``fn(event)`` with every event as logged (a snapshot's are bounded)."""
@@ -460,6 +471,10 @@ class Session:
         if not self.source.has_reward:
             table.pop("reward", None)
         self._emit(table, len(w["start"]), step)
+        if self._window_listeners:
+            full = {**w, "start": table["start"], "end": table["end"]}
+            for fn in self._window_listeners:
+                fn(full)
 
     def _value_ranges(self) -> tuple[dict[int, tuple[float, float]], ...]:
         """The source's value ranges when the symbols are fitted, by state/action column."""

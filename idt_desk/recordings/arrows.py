@@ -512,13 +512,16 @@ def read_transitions(path: Path, columns: Sequence[str] | None, issues: list[str
     frames = Frames(where)
     chunks = []
     with open(path, "rb") as f:  # a chunk at a time: garbage is refused where it starts
-        while chunk := f.read(_CHUNK):
+        while frames.broken is None and (chunk := f.read(_CHUNK)):
             chunks.append(frames.feed(chunk))
             if frames.rows * max(len(columns or ()), 64) * 8 > free // 2:
                 raise RecordingError(f"{where}: claims {frames.rows:,} rows, more than the "
                                      "memory available holds")
     if not frames.schema_bytes:
         raise RecordingError(f"{where}: empty (not even its schema)")
+    if frames.broken is not None and not frames.rows:
+        # Nothing whole before the damage: refused, naming it (a log of zeros after its schema).
+        raise RecordingError(f"{where}: {frames.broken.split(': the ', 1)[0]}")
     if frames.broken is not None:
         issues.append(frames.broken)
     elif frames.partial:
