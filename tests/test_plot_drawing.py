@@ -256,3 +256,36 @@ def test_a_window_that_changes_no_pixel_is_not_drawn_again(plots):
         pad = 0.01 * (w["t"][-1] - w["t"][0])
         assert abs(w["t"][-1] + pad - hi) < 0.5 * pixel
     assert any(redrawn) and redrawn.count(False) > len(redrawn) // 2
+
+
+def test_the_p_curve_stays_below_the_names_of_periods_and_impulses(plots, qtbot):
+    """At 1366×768 the perturbations' names overprinted the P curve: its range now keeps the
+    rows its names take free."""
+    import pyqtgraph as pg
+
+    w = _session(4000)
+    plots.update_snapshot(_snap(w, 4000))
+    labels = [c for items in (*plots._regions, *plots._pulses) for c in items[0].childItems()
+              if isinstance(c, pg.InfLineLabel) and c.isVisible()]
+    assert labels and plots._label_floor < 1.0
+    lo, hi = plots.plots["P"].viewRange()[1]
+    x0, x1 = plots.x_range()
+    seen = (w["t"][:4000] >= x0) & (w["t"][:4000] <= x1)
+    p = w["P"][:4000][seen]
+    p = p[np.isfinite(p)]
+    # The data's top sits under the lowest name's row (rows are fractions of the height).
+    lowest = min(label.orthoPos for label in labels)
+    del labels  # the items go with the next snapshot's periods: hold none of them
+    assert (p.max() - lo) / (hi - lo) < lowest - 0.04
+    # Without names the data takes the plot's height again.
+    plots.update_snapshot(SimpleNamespace(**{**vars(_snap(w, 4000)), "switches": []}))
+    assert plots._label_floor == 1.0
+    lo, hi = plots.plots["P"].viewRange()[1]
+    assert (p.max() - lo) / (hi - lo) > 0.8
+
+
+def test_each_metric_axis_says_what_its_metric_is(plots):
+    tip = plots.plots["P"].getAxis("left").toolTip()
+    assert tip.startswith("P, bi-predictability: how tightly state, action and outcome")
+    assert "forward uncertainty" in plots.plots["H_f"].getAxis("left").toolTip()
+    assert "H_f − H_b" in plots.plots["dH"].getAxis("left").toolTip()

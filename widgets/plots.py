@@ -27,6 +27,7 @@ from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import QLabel
 
 from idt_desk.live.session import Snapshot, undefined_reason
+from idt_desk.words import METRIC_WORDS
 
 __all__ = ["METRICS", "NON_NEGATIVE", "SHOWN_WHEN_DEFINED", "STRUCTURAL", "TWIN", "MetricPlots"]
 
@@ -140,6 +141,9 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         for row, (key, label, color) in enumerate(METRICS, start=1):
             p = self.addPlot(row=row, col=0)
             p.setLabel("left", label)
+            if key in METRIC_WORDS:  # the axis names a metric by its symbol: say what it is
+                name, meaning = METRIC_WORDS[key]
+                p.getAxis("left").setToolTip(f"{label.split(' (')[0]}, {name}: {meaning}")
             # No clipToView or auto-downsampling: the curves get only their rows in view, a
             # pixel column's lowest and highest (_draw); pyqtgraph's own would walk and copy
             # the whole history every frame, and a NaN in it takes its slow path.
@@ -190,7 +194,10 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         self.plots["P"].addItem(self.undefined, ignoreBounds=True)
         self._undefined_key: tuple = ()
         self._reasons: dict[float, str] = {}
-        self._yrange: dict[str, tuple[float, float, float]] = {}
+        #: Each plot's y range as set: (bottom, top, when, the share of it the data may take).
+        self._yrange: dict[str, tuple[float, float, float, float]] = {}
+        #: The share of the P plot's height below its names' lowest row (1: no names).
+        self._label_floor = 1.0
         #: The name-carrying items on P of each shaded period, of each impulse.
         self._regions: list[tuple[_Anchor, ...]] = []
         self._periods_key: tuple = ()
@@ -884,15 +891,20 @@ class MetricPlots(pg.GraphicsLayoutWidget):
                     lo = max(lo, 0.0)
                 hi = lo + MIN_SPAN
             span = max(hi - lo, 1e-6 * max(abs(lo), abs(hi)))
+            # The P plot keeps its top for the periods' and impulses' names (their rows): the
+            # data stays below the lowest row in use, never under a name.
+            floor = self._label_floor if key == "P" else 1.0
             cur = self._yrange.get(key)
-            outside = cur is None or lo < cur[0] or hi > cur[1]
-            loose = cur is not None and (cur[1] - cur[0]) > 3.0 * span and \
+            outside = cur is None or lo < cur[0] or \
+                hi > cur[0] + (cur[1] - cur[0]) * cur[3] or cur[3] != floor
+            loose = cur is not None and (cur[1] - cur[0]) * cur[3] > 3.0 * span and \
                 (force or now - cur[2] > 0.5)
             if outside or loose:
                 bottom = lo - 0.1 * span
                 if key in NON_NEGATIVE and lo >= 0:
                     bottom = max(bottom, -0.03 * span)  # no empty negative bits below 0
-                new = (bottom, hi + 0.1 * span, now)
+                top = bottom + (hi + 0.1 * span - bottom) / floor
+                new = (bottom, top, now, floor)
                 self._yrange[key] = new
                 plot.setYRange(new[0], new[1], padding=0)
 
@@ -1064,8 +1076,10 @@ class MetricPlots(pg.GraphicsLayoutWidget):
                 label.setText(text)
             placed.append((t - w if flip else t, t if flip else t + w, flip, label))
         ends = [-np.inf] * len(rows)
+        used = 0
         for start, end, flip, label in sorted(placed, key=lambda x: x[0]):
             row = next((k for k, e in enumerate(ends) if start >= e), None)
+            used = max(used, 0 if row is None else row + 1)
             # No free row (a narrow plot, many events): the marker stays, its name hides
             # rather than overwrite another's.
             label.setVisible(row is not None)
@@ -1078,6 +1092,13 @@ class MetricPlots(pg.GraphicsLayoutWidget):
                 label.updatePosition()
             if label.orthoPos != rows[row]:
                 label.setPosition(rows[row])
+        # Where the P curve must stay below: the lowest row in use, less half a row (its
+        # text is centred on it) and a margin; the whole height without names.
+        floor = 1.0 if not used else max(rows[used - 1] - 0.6 * step, 0.3)
+        if floor != self._label_floor:
+            self._label_floor = floor
+            if self._last is not None:
+                self._fit_y(*self._last, force=True)
 
     def export(self, path: str, scale: float = 1.0, title: str | None = None) -> None:
         """Save the plots as PNG or SVG (by the file's extension).
