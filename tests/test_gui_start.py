@@ -376,3 +376,26 @@ def test_the_side_column_grows_to_its_panels_instead_of_cutting_them(qtbot, wind
     assert all(lights[k].width() > 40 for k in ("P", "H_f", "H_b"))
     wide.deleteLater()
     qtbot.waitUntil(lambda: side.minimumWidth() == side.MIN_WIDTH, timeout=5000)
+
+
+def test_the_startup_times_are_measured_to_the_first_plotted_window(tmp_path):
+    """What the README's start-up figures are measured with: the window shown, then its
+    first window plotted, in seconds after the command started; then it quits."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "XDG_CONFIG_HOME": str(tmp_path)}
+    got = subprocess.run([sys.executable, "-m", "idt_desk.cli", "gui", "--start",
+                          "--startup-times"], env=env, capture_output=True, text=True,
+                         timeout=180)
+    assert got.returncode == 0, got.stderr
+    m = re.search(r"window shown ([\d.]+) s and its first window plotted ([\d.]+) s after "
+                  r"the command started", got.stderr)
+    assert m is not None, got.stderr
+    shown, plotted = float(m.group(1)), float(m.group(2))
+    assert 0 < shown < plotted
+    refused = subprocess.run([sys.executable, "-m", "idt_desk.cli", "gui", "--startup-times"],
+                             env=env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "needs --start" in refused.stderr

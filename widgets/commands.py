@@ -45,6 +45,9 @@ def _gui_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --start, schedule a perturbation: NAME[:k=v,...]@START[-END] (s)")
     p.add_argument("--modulate", action="append", default=[], metavar="SPEC",
                    help="with --start, schedule a modulation: NAME[:k=v,...]@START[-END] (s)")
+    p.add_argument("--startup-times", action="store_true",
+                   help="with --start: say when the window was shown and its first window "
+                        "plotted (seconds after the command started), then quit")
     _add_window_args(p)
 
 
@@ -185,6 +188,8 @@ def _run_gui(args: argparse.Namespace) -> int:
         if specs and not args.start:
             raise InputError(f"{option} {specs[0]}: needs --start (scheduled times count "
                              "from the session's start)")
+    if args.startup_times and not args.start:
+        raise InputError("--startup-times: needs --start (it times the first plotted window)")
     cls, values = source_class(args.source, args.set)
     if args.speed is None and cls.replays and values.get("path"):
         from idt_desk.recordings import RecordingError, recorded_speed
@@ -207,7 +212,7 @@ def _run_gui(args: argparse.Namespace) -> int:
         return run_gui(
             source=cls.name, settings=values, start=args.start, speed=speed,
             screenshot=args.screenshot, quit_after=args.quit_after, record=args.record,
-            schedule=schedule, size=size,
+            schedule=schedule, size=size, startup_times=args.startup_times,
         )
     source = build_source(args.source, args.set)
     try:
@@ -219,7 +224,7 @@ def _run_gui(args: argparse.Namespace) -> int:
     return run_gui(
         source=source.name, settings=settings, start=args.start, speed=speed,
         screenshot=args.screenshot, quit_after=args.quit_after, record=args.record,
-        schedule=schedule, size=size,
+        schedule=schedule, size=size, startup_times=args.startup_times,
     )
 
 
