@@ -144,3 +144,58 @@ def test_the_wrapper_refuses_a_wrong_type_naming_the_setting():
     for bad in ({"rate": True}, {"rate": "100"}, {"episode_steps": True}):
         with pytest.raises(SettingError, match=f"^{next(iter(bad))} "):
             Recorder("unused-never-created", ["x"], **bad)
+
+
+#: What every loop's front end takes of the settings table (the wrapper's, the callback's,
+#: idt_desk.Recorder's and a session's), under the table's names.
+FRONT_KEYS = ("preset", "bins", "window", "stride", "calibration_windows", "baseline_windows",
+              "correction", "k", "detector", "false_alarms", "persist", "drift",
+              "ewma_lambda")
+
+
+def _bad(setting):
+    if setting.choices:
+        return "no-such-choice"
+    if setting.kind is int:
+        return int(setting.hi) + 1
+    if setting.kind is float:
+        return -1.0 if setting.lo is not None and setting.lo >= 0 else float("inf")
+    return 12345  # text where a name belongs
+
+
+@pytest.mark.parametrize("key", FRONT_KEYS)
+def test_a_refused_setting_is_the_same_line_from_every_front_end(key, tmp_path):
+    """The wrapper and the callback spelt their settings out by hand, twice each, and took no
+    λ or drift: each front end now takes the table's settings and refuses alike."""
+    gym = pytest.importorskip("gymnasium")
+    pytest.importorskip("stable_baselines3")
+    import idt_desk
+    from idt_desk.gym import IDTCallback, IDTMonitor
+    from idt_desk.live.session import Session, SessionConfig
+    from idt_desk.settings import SETTINGS
+
+    bad = {key: _bad(SETTINGS[key])}
+    said = {}
+    for name, make in (
+            ("session", lambda: Session(SessionConfig(source="pendulum", speed=None, **bad))),
+            ("Recorder", lambda: idt_desk.Recorder(tmp_path / "r", ["x"], **bad)),
+            ("IDTMonitor", lambda: IDTMonitor(gym.make("CartPole-v1"), **bad)),
+            ("IDTCallback", lambda: IDTCallback(**bad))):
+        with pytest.raises(ValueError) as caught:
+            make()
+        said[name] = str(caught.value)
+    assert len(set(said.values())) == 1, said
+    line = said["session"]
+    assert "\n" not in line and key.split("_")[0] in line  # it names the setting
+    assert not (tmp_path / "r").exists()
+
+
+def test_every_front_end_takes_ewma_lambda():
+    gym = pytest.importorskip("gymnasium")
+    pytest.importorskip("stable_baselines3")
+    from idt_desk.gym import IDTCallback, IDTMonitor
+
+    env = IDTMonitor(gym.make("CartPole-v1"), detector="ewma", ewma_lambda=0.1)
+    assert env.monitor.spec.lam == 0.1 and "λ = 0.1" in env.monitor.describe()
+    env.close()
+    assert IDTCallback(detector="ewma", ewma_lambda=0.1)._settings["ewma_lambda"] == 0.1

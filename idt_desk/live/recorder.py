@@ -41,7 +41,7 @@ from idt_desk.live.loop import LoopSource, Marks
 from idt_desk.live.source import Batch
 from idt_desk.metrics.twin import Twin
 from idt_desk.recordings import RecordingError
-from idt_desk.settings import check_finite, check_limit
+from idt_desk.settings import DEFAULTS, PipelineSettings, check_finite, check_limit
 
 __all__ = ["Recorder"]
 
@@ -154,9 +154,10 @@ class Recorder(Marks):
         With ``episode_steps``: judge each window against the baseline at the same phase of
         the episode (``idt_desk.detection.phase``).
     preset, bins, window, stride, calibration_windows, baseline_windows, detector,
-    false_alarms
-        The pipeline, as ``idt-desk run`` takes it (``idt_desk.live.session.SessionConfig``),
-        checked against the same limits; ``detector`` None is persistence.
+    false_alarms, persist, k, ewma_lambda, drift, correction
+        The pipeline, as ``idt-desk run`` takes it (``idt_desk.live.session.SessionConfig``):
+        every setting of the settings table (``idt_desk.settings.SETTINGS``) under the same
+        name and range as every front end, checked there; ``detector`` None is persistence.
     chunk
         Transitions gathered before the pipeline's thread takes them (it takes what there
         is at least every ``flush_seconds`` all the same).
@@ -196,6 +197,11 @@ class Recorder(Marks):
         baseline_windows: int | None = None,
         detector: str | None = None,
         false_alarms: str | None = None,
+        persist: int | None = None,
+        k: float = DEFAULTS["k"],
+        ewma_lambda: float = DEFAULTS["ewma_lambda"],
+        drift: float = DEFAULTS["drift"],
+        correction: str | None = None,
         chunk: int = 1000,
         flush_seconds: float = 0.25,
         max_queued: int | None = None,
@@ -234,11 +240,15 @@ class Recorder(Marks):
                             f"description) or None, got {type(twin).__name__}")
         self.source = LoopSource(state_names, action_names, rate, reward,
                                  None if episode_steps is None else int(episode_steps), twin)
-        config = SessionConfig(source="loop", speed=None, preset=preset, bins=bins,
-                               window=window, stride=stride,
-                               calibration_windows=calibration_windows,
-                               baseline_windows=baseline_windows, detector=detector,
-                               false_alarms=false_alarms, phase_baseline=bool(phase_baseline))
+        settings = {"preset": preset, "bins": bins, "window": window, "stride": stride,
+                    "calibration_windows": calibration_windows,
+                    "baseline_windows": baseline_windows, "detector": detector,
+                    "false_alarms": false_alarms, "phase_baseline": phase_baseline,
+                    "persist": persist, "k": k, "ewma_lambda": ewma_lambda, "drift": drift,
+                    "correction": correction}
+        PipelineSettings.parse(settings, strict=True)  # one line naming the field, as all
+        config = SessionConfig(source="loop", speed=None, **{
+            key: bool(v) if key == "phase_baseline" else v for key, v in settings.items()})
         self.session = Session(config, source=self.source, record=self.path)
         self.session.stop_on_write_error = False  # refused until there is room: see _work
         self.flush_seconds = float(flush_seconds)
