@@ -314,3 +314,15 @@ def test_callback_with_one_env_records_at_the_path_and_refuses_a_taken_one(tmp_p
         IDTCallback(record=tmp_path / "one")
     with pytest.raises(ValueError, match="k"):
         IDTCallback(record=tmp_path / "new", k=-1.0)
+
+
+def test_bench_wrapper_reports_the_ratio_and_the_same_windows(capsys):
+    from idt_desk.cli.main import main
+
+    assert main(["bench", "wrapper", "--env-id", "Pendulum-v1", "--steps", "1200",
+                 "--rounds", "1", "--baseline-windows", "20"]) == 0
+    out = capsys.readouterr().out
+    ratio = [ln for ln in out.splitlines() if ln.startswith("recording costs")]
+    assert len(ratio) == 1 and ratio[0].endswith("the same bit for bit: yes"), out
+    assert float(ratio[0].split()[2].rstrip("x")) > 0
+    assert "IDTMonitor(record=):" in out and "Pendulum-v1 alone:" in out

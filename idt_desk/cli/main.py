@@ -69,6 +69,14 @@ def _add_bench(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
                      help="loop time of each case times this (default 1: 600 s of the "
                      "pendulum, 300 s of the RL agent)")
     rec.set_defaults(func=_run_bench_recording)
+    wr = bsub.add_parser("wrapper", help="IDTMonitor(record=) against IDTMonitor: steps/s and "
+                         "the same windows bit for bit")
+    wr.add_argument("--env-id", default="HalfCheetah-v5")
+    wr.add_argument("--steps", type=int, default=16_000, help="steps a round (default 16,000)")
+    wr.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    wr.add_argument("--baseline-windows", type=int, default=None,
+                    help="the wrapper's baseline (default its own: 2,200 windows)")
+    wr.set_defaults(func=_run_bench_wrapper)
     r = bsub.add_parser("runs", help="listing and refreshing 10, 100, 1,000 runs vs reading "
                         "every events.jsonl whole")
     r.add_argument("--ssh", metavar="URL", default=None,
@@ -76,6 +84,16 @@ def _add_bench(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
                    "path is appended; your ~/.ssh setup is used)")
     r.set_defaults(func=_run_bench_runs)
     return bsub
+
+
+def _run_bench_wrapper(args: argparse.Namespace) -> int:
+    from idt_desk.cli.bench_wrapper import bench_wrapper
+
+    options = {} if args.baseline_windows is None else {
+        "baseline_windows": check_int("--baseline-windows", args.baseline_windows, 2, 10_000)}
+    bench_wrapper(args.env_id, n=check_int("--steps", args.steps, 1, 10**8),
+                  rounds=check_int("--rounds", args.rounds, 1, 100), **options)
+    return 0
 
 
 def _run_bench_recording(args: argparse.Namespace) -> int:
