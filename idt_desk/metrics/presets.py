@@ -148,8 +148,8 @@ PRESETS: dict[str, Preset] = {
             bins=2, window=1000, stride=50, state_groups=_CHEETAH_S, action_groups=_CHEETAH_A,
             n_state=17, n_action=6, parts=CHEETAH_PARTS, range_margin=0.5, detector="ewma",
             caveat="its alarm went off more often than its budget allows on unperturbed "
-            "held-out runs (14 of 120 alarmed at 1 per 10 h, where about 6 were expected): "
-            "an alarm here may be a rare clean episode (assets/docs/rl-estimator.md)",
+            "held-out runs: an alarm here may be a rare clean episode (the counts: "
+            "assets/docs/rl-estimator.md)",
         ),
         Preset(
             "gym",
