@@ -19,8 +19,11 @@ per hour of loop time"), into thresholds:
 - ``mewma``: the multivariate EWMA (Lowry et al. 1992) of a group's standardised components
   after whitening them with the baseline's own correlation matrix (u = z W, W the inverse
   square root on its non-null eigenvectors: ΔH = H_f − H_b makes the IDT's four components
-  rank three), ``M = λ u + (1 − λ) M``, alarm while ``T² = |M|² > h``: one statistic for the
-  whole group, so a shift that moves several components a little each adds up. Its group
+  rank three; the twin's channels, which have a resolution, their covariance with each
+  resolution's variance added, so that no combination of them reads a change under every
+  resolution as one of several σ), ``M = λ u + (1 − λ) M``, alarm while ``T² = |M|² > h``:
+  one statistic for the whole group, so a shift that moves several components a little
+  each adds up. Its group
   alarm (``IDT``) is T²'s; each component's own flag (the panel's lights) is its univariate
   EWMA, calibrated as ``ewma``.
 
@@ -70,7 +73,7 @@ applied to a stream.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -141,16 +144,29 @@ def joint_statistic(lam: float, u: np.ndarray, state: np.ndarray | None = None
     return kernels.mewma(u, float(lam), state), state
 
 
-def whitening(z: np.ndarray, rtol: float = 1e-8) -> np.ndarray:
+def whitening(z: np.ndarray, rtol: float = 1e-8,
+              resolution: np.ndarray | None = None) -> np.ndarray:
     """W (c × r) such that ``z @ W`` is uncorrelated with unit variance.
 
     ``z`` holds standardised components (n × c); W is the inverse square root of their
     correlation on its non-null eigenvectors (rows with a NaN left out; a component that is
     a combination of others, as ΔH = H_f − H_b, adds no direction).
+
+    ``resolution`` (c, in the units of ``z``): each component's resolution, whose variance
+    is added to the covariance's diagonal before it is inverted. No combination of the
+    components is then scaled beyond what their resolutions allow: a change smaller than
+    every component's resolution moves ``z @ W`` by at most √c, and ``z @ W`` has at most
+    unit variance in every direction (the null's, so its threshold stays conservative).
+    Without it, a covariance that one rare event made nearly singular (channels that sit on
+    a floor and leave it together) is inverted as it is, and a direction of almost no
+    variance reads a sub-resolution offset of the typical window from the baseline's mean
+    (pulled off the floor by the event) as tens of σ, in every window (issue 78).
     """
     ok = np.isfinite(z).all(axis=1)
     x = z[ok] - z[ok].mean(axis=0)
     cov = x.T @ x / max(len(x) - 1, 1)
+    if resolution is not None:
+        cov = cov + np.diag(np.asarray(resolution, dtype=np.float64) ** 2)
     w, v = np.linalg.eigh(cov)
     keep = w > rtol * max(float(w.max()), 1e-300)
     return v[:, keep] / np.sqrt(w[keep])
@@ -343,9 +359,13 @@ def calibrate(
         tasks[c] = partial(_fit_component, spec, rho, arl_c, seed + 7919 * j, max_samples,
                            n_eff[c], x.size / n_eff[c])
     if spec.detector.joint and len(comps) > 1:
+        # A component with a resolution (min_std; not on a phase's residuals, already in
+        # units of their phase's σ): its resolution in σ of its baseline, for the whitening.
+        res = None if standardised or not min_std else [
+            float(min_std.get(c, 0.0)) / std[c] if std[c] > 0 else 0.0 for c in comps]
         tasks[""] = partial(_calibrate_joint, spec, baseline, comps, mean, std,
                             float(arl_windows), max_lag, overlap, seed,
-                            standardised or bool(min_std))
+                            standardised or bool(min_std), res)
     # The components are independent fits of compiled kernels and numpy that release the
     # GIL: two at a time, one per core of a small machine.
     try:
@@ -378,7 +398,8 @@ def _fit_component(spec: DetectorSpec, rho: np.ndarray, arl: float, seed: int,
 def _calibrate_joint(spec: DetectorSpec, baseline: dict[str, np.ndarray],
                      comps: tuple[str, ...], mean: dict[str, float], std: dict[str, float],
                      arl: float, max_lag: int, overlap: float, seed: int,
-                     standardised: bool = False) -> dict[str, Any]:
+                     standardised: bool = False,
+                     resolution: Sequence[float] | None = None) -> dict[str, Any]:
     """The MEWMA's whitening and T² threshold for the group's whole budget (module doc).
 
     ``standardised``: the components are unit-variance residuals whose sample variance may
@@ -388,10 +409,23 @@ def _calibrate_joint(spec: DetectorSpec, baseline: dict[str, np.ndarray],
     sample covariance instead would scale the quiet phases up to the loud ones' variance and
     the loud ones beyond it: measured on a synthetic episodic loop, 7 of 40 unperturbed
     streams alarmed where 0.8 were allowed.
+
+    ``resolution``: each component's resolution in σ of its baseline (the twin's channels,
+    not on a phase's residuals): their covariance is whitened with each resolution's
+    variance added (:func:`whitening`). The twin of a clean MuJoCo loop sits on its
+    channels' floor but for rare windows that one transition lifts off it (a residual of
+    1e-7 where the others' are 1e-12: 0.3 % of the windows of the shipped SAC 2 on
+    HalfCheetah, six in a row); whitened as it was, the correlation those
+    few windows made nearly singular put weights of 1,000-4,700 on a direction in which the
+    floor's windows sit a quarter of a resolution from the baseline's mean: 12-95 σ in every
+    window, so the twin alarmed within three windows of arming on 7 of 40 controls (20
+    windows allowed 0.03) and stayed on (issue 78).
     """
     z = np.column_stack([standardise(np.asarray(baseline[c], dtype=np.float64),
                                      mean[c], std[c]) for c in comps])
-    if standardised:
+    if resolution is not None:
+        w = whitening(z, resolution=np.asarray(resolution, dtype=np.float64))
+    elif standardised:
         sd = np.nanstd(z, axis=0, ddof=1)
         w = whitening(z / np.where(sd > 0, sd, 1.0))  # the correlation's, applied to z
     else:
