@@ -12,6 +12,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pyqtgraph as pg
 import pytest
 from idt_desk_widgets.plots import DOT_CELL, MAX_UNDEFINED, TWIN, UNDEFINED_CELL, MetricPlots
 from PySide6.QtCore import QEvent, QObject, QPointF
@@ -289,3 +290,27 @@ def test_each_metric_axis_says_what_its_metric_is(plots):
     assert tip.startswith("P, bi-predictability: how tightly state, action and outcome")
     assert "forward uncertainty" in plots.plots["H_f"].getAxis("left").toolTip()
     assert "H_f − H_b" in plots.plots["dH"].getAxis("left").toolTip()
+
+
+def test_the_residuals_curves_stay_below_their_legend(plots, qtbot):
+    """At 1366×768 the residual plot's legend (one row of four names) lay over the curves'
+    peaks: the plot's range keeps the legend's rows free, whatever its height."""
+    w = _session(4000)
+    for height in (640, 900):
+        plots.resize(700, height)
+        QApplication.processEvents()
+        plots.update_snapshot(_snap(w, 4000))
+        QApplication.processEvents()  # laid out: the range fits the height it is given
+        plot = plots.plots["R_spread_pos"]
+        assert plot.isVisible()
+        box = plot.getViewBox()
+        lo, hi = plot.viewRange()[1]
+        top = max(float(np.nanmax(c.getData()[1])) for c in
+                  (plots.curves["R_spread_pos"],
+                   *(plots.extra[k] for k, _t, _c in TWIN if k != "R_spread_pos")))
+        # Where the highest point is drawn, in pixels from the plot's top, and the legend's
+        # bottom in the same pixels.
+        data_y = box.mapViewToScene(pg.Point(0.0, top)).y() - box.sceneBoundingRect().top()
+        legend = plot.legend.sceneBoundingRect()
+        legend_bottom = legend.bottom() - box.sceneBoundingRect().top()
+        assert lo < top < hi and data_y > legend_bottom, (height, data_y, legend_bottom)

@@ -278,6 +278,10 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         self.plots["P"].getViewBox().sigXRangeChanged.connect(self._x_changed)
         # Other pixels: other columns (a wider window draws more of the history).
         self.plots["P"].getViewBox().sigResized.connect(self._resized)
+        # A plot with a legend of its own keeps the legend's rows free: its height decides
+        # how much of it the data may take (it is laid out after its first data shows it).
+        for key in ("cos_sim", "R_spread_pos"):
+            self.plots[key].getViewBox().sigResized.connect(self._legend_plot_resized)
         self._layout_rows()
         self._update_legend()
 
@@ -496,6 +500,10 @@ class MetricPlots(pg.GraphicsLayoutWidget):
         if self._last is not None:
             self._draw()
             self._draw_marks()
+
+    def _legend_plot_resized(self, *_args: Any) -> None:
+        if self._last is not None:
+            self._fit_y(*self._last)  # re-fits a plot whose legend's share changed
 
     def _mouse_moved(self, pos: QPointF) -> None:
         """A dotted line at the pointer's time on every plot; the nearest window's values."""
@@ -891,9 +899,10 @@ class MetricPlots(pg.GraphicsLayoutWidget):
                     lo = max(lo, 0.0)
                 hi = lo + MIN_SPAN
             span = max(hi - lo, 1e-6 * max(abs(lo), abs(hi)))
-            # The P plot keeps its top for the periods' and impulses' names (their rows): the
-            # data stays below the lowest row in use, never under a name.
-            floor = self._label_floor if key == "P" else 1.0
+            # The P plot keeps its top for the periods' and impulses' names (their rows), a
+            # plot with a legend of its own for the legend: the data stays below, never under
+            # a name.
+            floor = self._label_floor if key == "P" else _legend_floor(plot)
             cur = self._yrange.get(key)
             outside = cur is None or lo < cur[0] or \
                 hi > cur[0] + (cur[1] - cur[0]) * cur[3] or cur[3] != floor
@@ -1277,6 +1286,19 @@ def _against_baseline(w: dict[str, np.ndarray], b: Any) -> dict[str, np.ndarray]
             ref = float(finite[0]) if finite.size else 0.0
         out[key] = y - ref
     return out
+
+
+def _legend_floor(plot: pg.PlotItem) -> float:
+    """The share of ``plot``'s height its data may take below its legend (1: no legend).
+
+    In steps of 0.05 (a resize re-fits the range only when the step changes), at least 0.4.
+    """
+    legend = getattr(plot, "legend", None)
+    height = plot.getViewBox().height()
+    if legend is None or not legend.isVisible() or height <= 0:
+        return 1.0
+    free = 1.0 - (legend.boundingRect().height() + 4.0) / height
+    return max(0.4, float(np.floor(free / 0.05)) * 0.05)
 
 
 def _band(b: Any, key: str) -> tuple[float, float] | None:
