@@ -323,3 +323,70 @@ def test_a_wrapped_mujoco_envs_recording_keeps_its_twin_and_replays_it_exactly(t
     for col in ("x_twin", "x_IDT"):
         np.testing.assert_array_equal(again[col].to_numpy(), live[col].to_numpy())
     assert (live["x_twin"].to_numpy()[-3:] == 1.0).all()  # the heavier gravity, seen
+
+
+def _plain_wrapper(env):
+    import gymnasium as gym
+
+    class Fault(gym.Wrapper):
+        def __init__(self, env, gain):
+            super().__init__(env)
+            self.gain = gain
+
+        def step(self, action):
+            return self.env.step(self.gain * action)
+
+    return Fault(env, 1.0)
+
+
+def _env_rows(env, n: int, seed: int):
+    obs, _ = env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    s, a, s2 = [], [], []
+    for _ in range(n):
+        u = rng.uniform(-1, 1, env.action_space.shape)
+        nxt, _, term, trunc, _ = env.step(u)
+        s.append(obs), a.append(u), s2.append(nxt)
+        obs = env.reset()[0] if term or trunc else nxt
+    return tuple(np.array(x) for x in (s, a, s2))
+
+
+def test_the_twin_is_the_users_own_env_copied_under_any_wrappers_and_any_xml(tmp_path):
+    """The twin copies the model of the env instance given: a plain user wrapper (which
+    gymnasium.make(env.spec) refused), an unregistered env of a custom XML (a heavier torso),
+    and a change to the env's model after the copy leaves the twin as it was."""
+    import gymnasium as gym
+    from gymnasium.envs.mujoco.half_cheetah_v5 import HalfCheetahEnv
+
+    from idt_desk.gym import IDTMonitor
+    from idt_desk.gym.twin import MujocoTwin
+
+    env = _plain_wrapper(gym.make("HalfCheetah-v5"))
+    with pytest.raises(Exception):  # noqa: B017 - what the twin used to be built from
+        gym.make(env.spec)
+    mon = IDTMonitor(env, window=100, stride=50)
+    twin = mon._stream.pipeline.twin_stage.twin
+    s, a, s2 = _env_rows(env, 100, seed=3)
+    assert np.abs(twin.predict(s, a) - s2).max() < 1e-8
+    # A custom XML: the torso twice as heavy (its geom's density), no registry entry.
+    import re
+    from pathlib import Path
+
+    import gymnasium.envs.mujoco as mj
+
+    xml = (Path(mj.__file__).parent / "assets" / "half_cheetah.xml").read_text()
+    heavy = re.sub(r'(<geom fromto="-\.5 0 0 \.5 0 0" name="torso" size="0\.046" type="capsule")',
+                   r'\1 density="2000"', xml)
+    assert heavy != xml
+    path = tmp_path / "heavy_cheetah.xml"
+    path.write_text(heavy)
+    custom = HalfCheetahEnv(xml_file=str(path))
+    s, a, s2 = _env_rows(custom, 100, seed=4)
+    own = MujocoTwin(custom)
+    assert np.abs(own.predict(s, a) - s2).max() < 1e-8
+    assert np.abs(MujocoTwin("HalfCheetah-v5").predict(s, a) - s2).max() > 1e-4
+    # The env's model changed after the copy (a fault): the twin keeps the model it copied.
+    custom.unwrapped.model.body_mass[1] *= 1.5
+    assert np.abs(own.predict(s, a) - s2).max() < 1e-8
+    own.close()
+    custom.step(custom.action_space.sample())  # the user's env still works

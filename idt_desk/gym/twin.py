@@ -8,6 +8,8 @@ confirms (an older env without it, HalfCheetah-v4, is read off its sizes and che
 same way). Each row's S is set into the copy's ``qpos``/``qvel``, A into ``ctrl``, the copy is
 stepped ``frame_skip`` times (Gymnasium's ``do_simulation``) and its own observation
 function gives the predicted S'. On clean HalfCheetah transitions this predicts S' to 1e-11.
+The copy is of the env instance given, under whatever wrappers (its MuJoCo model copied when
+the twin is built: a custom XML, an unregistered env), or of a registered id made afresh.
 
 Its hypotheses (:class:`~idt_desk.metrics.twin.Hypothesis`) are what a change of each class
 would do to the same rows, simulated by the same copy: a horizontal external force on the
@@ -84,16 +86,36 @@ def registered_id(env_id: Any) -> str:
 
 
 def _make(env: Any) -> Any:
-    """A fresh, unwrapped copy of ``env`` (a Gymnasium env, or a registered id)."""
+    """An unwrapped copy of ``env`` with a model of its own.
+
+    A registered id is made afresh; an env instance is copied as it is now, under any stack
+    of wrappers. The instance's MuJoCo model is copied (``copy.deepcopy`` of its ``MjModel``, a new
+    ``MjData``): a custom XML, an unregistered env and an env wrapped by the user's own
+    wrappers (which ``gymnasium.make(env.spec)`` cannot rebuild) all get their twin, and a
+    fault that later changes the env's model leaves the copy as it was when it was taken.
+    """
     import gymnasium as gym
 
     route_mujoco_warnings()
     if isinstance(env, str):
         return gym.make(registered_id(env)).unwrapped
-    spec = getattr(env, "spec", None)
-    if spec is None:
-        raise TwinUnavailable("the env has no spec (gymnasium.make) to build a copy from")
-    return gym.make(spec).unwrapped
+    base = getattr(env, "unwrapped", env)
+    if not hasattr(base, "model") or not hasattr(base, "data"):
+        return base  # not a MuJoCo env: refused by name, nothing copied
+    import copy
+
+    import mujoco
+
+    twin = copy.copy(base)  # the env's observation function and layout, on a model of its own
+    twin.spec = getattr(base, "spec", None)  # its id, what a recording states of the twin
+    twin.model = copy.deepcopy(base.model)
+    twin.data = mujoco.MjData(twin.model)
+    # Nothing of the env's own is touched through the copy: no renderer, no random stream.
+    for name in ("mujoco_renderer", "_np_random"):
+        if name in vars(twin):
+            setattr(twin, name, None)
+    twin.close = lambda: None  # closing the twin must not close the user's renderer
+    return twin
 
 
 class MujocoTwin:
@@ -102,7 +124,8 @@ class MujocoTwin:
     Parameters
     ----------
     env
-        The env (a Gymnasium env made with ``gymnasium.make``) or its id.
+        The env instance (any MuJoCo Gymnasium env, registered or not, under any wrappers:
+        its model is copied as it is now) or a registered id (made afresh).
     mismatch
         0 for an exact copy; 0.1 for masses and inertias ×1.1 and friction ×0.9.
 
@@ -168,7 +191,9 @@ class MujocoTwin:
     def _check_layout(self) -> None:
         """The observation is (qpos[skip:], qvel): checked at a state set by hand."""
         env, model = self._env, self.model
-        env.reset(seed=0)
+        import mujoco
+
+        mujoco.mj_resetData(model, self.data)
         rng = np.random.default_rng(0)
         qpos = env.init_qpos + rng.uniform(-0.1, 0.1, model.nq)
         qvel = rng.uniform(-1.0, 1.0, model.nv)
