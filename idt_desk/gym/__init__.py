@@ -9,9 +9,10 @@ For researchers who never open the dashboard:
   ``idt/unique_frac`` to the model's logger.
 
 Both feed the same internal stream (symbolisers + :class:`~idt_desk.MetricEngine`). With
-``record=`` either also writes its stream as an ordinary IDT Desk recording (through
-:class:`~idt_desk.Recorder`, the dashboard's own pipeline), which ``idt-desk watch`` follows
-while the env runs and replay reads afterwards, with the same windows and flags.
+``record=`` either also writes its stream as an ordinary IDT Desk recording (its stream is a
+session around the loop, and the recording is that session's: each window computed once),
+which ``idt-desk watch`` follows while the env runs and replay reads afterwards, with the same
+windows and flags.
 
 The transition
 --------------
