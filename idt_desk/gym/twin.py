@@ -55,6 +55,9 @@ def route_mujoco_warnings() -> None:
 
 #: Gravity's factor under the dynamics hypothesis.
 GRAVITY_FACTOR = 1.1
+#: The bank's simulated change of a factor (mass, friction, damping, gravity): ×1.1, read
+#: linearly (its fitted size is a multiple of it).
+_STEP = 0.1
 
 
 class TwinUnavailable(ValueError):
@@ -253,6 +256,111 @@ class MujocoTwin:
         if np.abs(delta).max() > 1e-9:  # a loop in a horizontal plane (a swimmer)
             out.append(Hypothesis("gravity", "dynamics", "gravity (a heavier load)", delta,
                                   size=GRAVITY_FACTOR - 1.0, base=1.0, unit="×{:.3g}"))
+        return out
+
+
+    def bank(self, s: np.ndarray, a: np.ndarray | None) -> list[Hypothesis]:
+        """Every physical change the copy can simulate, each on these rows' S'.
+
+        A force of 1 N on each body along each world axis it moves along; each body's mass
+        and inertia ×1.1; every geom's sliding friction ×1.1; every joint's damping ×1.1
+        (where the joints are damped); gravity ×1.1. Each simulated by the copy on the rows,
+        its effect the change of S' (the isolation's bank, :mod:`idt_desk.detection.isolation`,
+        adds the sensors and the actuators).
+        """
+        import mujoco
+
+        base = self.predict(s, a)
+        model, data = self.model, self.data
+        out: list[Hypothesis] = []
+
+        def effect() -> np.ndarray:
+            return self.predict(s, a) - base
+
+        def keep(h: Hypothesis) -> None:
+            if np.abs(h.delta).max() > 1e-9:  # a change the rows do not feel is no hypothesis
+                out.append(h)
+
+        def force(b: int, axis: int) -> Any:
+            def sim(k: float) -> np.ndarray:
+                data.xfrc_applied[:] = 0.0
+                data.xfrc_applied[b, axis] = k
+                try:
+                    return effect()
+                finally:
+                    data.xfrc_applied[:] = 0.0
+            return sim
+
+        def factor(array: np.ndarray, index: Any) -> Any:
+            def sim(k: float) -> np.ndarray:
+                saved = array[index].copy()
+                array[index] = saved * max(1.0 + k * _STEP, 1e-3)
+                try:
+                    return effect()
+                finally:
+                    array[index] = saved
+            return sim
+
+        def gravity(k: float) -> np.ndarray:
+            model.opt.gravity[:] = self.gravity * (1.0 + k * _STEP)
+            try:
+                return effect()
+            finally:
+                model.opt.gravity[:] = self.gravity
+
+        for b in range(1, model.nbody):
+            name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, b) or f"body_{b}"
+            for axis, ax in enumerate("xyz"):
+                data.xfrc_applied[:] = 0.0
+                data.xfrc_applied[b, axis] = 1.0
+                try:
+                    delta = effect()
+                finally:
+                    data.xfrc_applied[:] = 0.0
+                keep(Hypothesis(f"force:{name}:{ax}", "force", f"force on {name} along {ax}",
+                                delta, unit="{:+.3g} N", component=name,
+                                simulate=force(b, axis)))
+            mass, inertia = model.body_mass[b].copy(), model.body_inertia[b].copy()
+            model.body_mass[b] = mass * (1.0 + _STEP)
+            model.body_inertia[b] = inertia * (1.0 + _STEP)
+            try:
+                delta = effect()
+            finally:
+                model.body_mass[b], model.body_inertia[b] = mass, inertia
+            mass_of = factor(model.body_mass, b)
+            inertia_of = factor(model.body_inertia, b)
+
+            def both(k: float, mass_of: Any = mass_of, inertia_of: Any = inertia_of,
+                     b: int = b) -> np.ndarray:
+                saved = model.body_inertia[b].copy()
+                model.body_inertia[b] = saved * max(1.0 + k * _STEP, 1e-3)
+                try:
+                    return mass_of(k)
+                finally:
+                    model.body_inertia[b] = saved
+            keep(Hypothesis(f"mass:{name}", "dynamics", f"mass of {name}", delta, size=_STEP,
+                            base=1.0, unit="×{:.3g}", component=name, simulate=both))
+        for what, array, col in (("friction", model.geom_friction, 0),
+                                 ("damping", model.dof_damping, None)):
+            saved = array.copy()
+            if col is None:
+                array[:] = saved * (1.0 + _STEP)
+            else:
+                array[:, col] = saved[:, col] * (1.0 + _STEP)
+            try:
+                delta = effect()
+            finally:
+                array[:] = saved
+            index = (slice(None), col) if col is not None else slice(None)
+            keep(Hypothesis(what, "dynamics", what, delta, size=_STEP, base=1.0,
+                            unit="×{:.3g}", simulate=factor(array, index)))
+        model.opt.gravity[:] = self.gravity * (1.0 + _STEP)
+        try:
+            delta = effect()
+        finally:
+            model.opt.gravity[:] = self.gravity
+        keep(Hypothesis("gravity", "dynamics", "gravity", delta, size=_STEP, base=1.0,
+                        unit="×{:.3g}", simulate=gravity))
         return out
 
 

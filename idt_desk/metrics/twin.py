@@ -70,7 +70,7 @@ class Hypothesis:
     name
         Short name (``force_x``, ``gravity``).
     cls
-        The class of change it stands for: ``force`` or ``dynamics``.
+        The class of change it stands for: ``sensor``, ``actuator``, ``force`` or ``dynamics``.
     words
         What it is, without a size, for an alarm's evidence ("an external force on torso
         along x", "gravity").
@@ -82,6 +82,18 @@ class Hypothesis:
         The parameter's nominal value (0 for an added force, 1 for a factor).
     unit
         How a value of it reads: ``"{:+.3g} N"``, ``"×{:.3g}"`` (a format of the value).
+    component
+        The part it acts on (a sensor's variable, an actuator, a body; None: the whole
+        model, as gravity).
+    spread
+        A zero-mean change (noise): ``delta`` is then, per row, the directions it spreads S'
+        along per unit of its σ (rows × state variables × k), not a mean.
+    simulate
+        The change of S' over the same rows simulated exactly (None: only ``delta``'s linear
+        effect is known): for a mean, ``simulate(k)`` at ``k`` times the simulated change; for
+        a spread, ``simulate(c)`` with ``c`` each row's coefficients along its directions.
+        The isolation refines its best candidates with it (a change far from linear: a
+        stuck sensor, a mass ×1.5).
 
     """
 
@@ -92,6 +104,9 @@ class Hypothesis:
     size: float = 1.0
     base: float = 0.0
     unit: str = "{:+.3g}"
+    component: str | None = None
+    spread: bool = False
+    simulate: Any = field(default=None, compare=False, repr=False)
 
     def value(self, k: float) -> str:
         """The parameter's value in words at ``k`` times the simulated change."""
