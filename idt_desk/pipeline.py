@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from idt_desk.detection import nulls
+from idt_desk.detection import isolation, nulls
 from idt_desk.detection.detectors import DEFAULT_BUDGET, Budget, DetectorSpec, parse_budget
 from idt_desk.detection.monitor import ADJUSTED_METRICS, IDT_METRICS, Monitor, base_metric
 from idt_desk.detection.phase import episode_steps, window_phase
@@ -485,7 +485,7 @@ class Pipeline:
         self.monitor = monitor
         #: The twin's residual channels (None: no twin).
         self.twin_stage = None if twin is None or turns else TwinStage(
-            twin, preset.window, state_names)
+            twin, preset.window, state_names, () if action_names is None else action_names)
         #: What :meth:`warm` builds its copy from.
         self._shape = dict(state_names=tuple(state_names), action_names=None if action_names
                            is None else tuple(action_names), state_bins=state_bins,
@@ -671,7 +671,11 @@ class Pipeline:
 
         See :meth:`idt_desk.metrics.twin.TwinStage.evidence`.
         """
-        return None if self.twin_stage is None else self.twin_stage.evidence(row, hypotheses)
+        if self.twin_stage is None:
+            return None
+        if not hypotheses:
+            return self.twin_stage.evidence(row, False)
+        return isolation.evidence(self.twin_stage, row)
 
     def judge(self, table: dict[str, np.ndarray]) -> Step:
         """Judge rows made elsewhere (the turn path's): flags and the baseline's row."""

@@ -292,8 +292,9 @@ def test_a_detection_is_logged_with_its_latency():
     verdicts = _verdicts(session)
     assert len(verdicts) == 1 and verdicts[0]["kind"] == "detected"
     # Detected at window 40 (start 400, end 440), told with its class (the toy has no twin:
-    # unknown, and why) a window length less a stride later: window 43, ending at 470.
-    assert verdicts[0]["latency"] == 3 and verdicts[0]["i"] == 470
+    # unknown, and why) a window length later (the first window holding none of the alarm
+    # window's rows, which may end at the change itself): window 44, ending at 480.
+    assert verdicts[0]["latency"] == 3 and verdicts[0]["i"] == 480
     assert verdicts[0]["attribution"] == "unknown" and "no model" in verdicts[0]["evidence"]
     assert verdicts[0]["onset_i"] == 400 and verdicts[0]["unit"] == "window"
     kinds = [e["kind"] for e in session.events_since(0)]

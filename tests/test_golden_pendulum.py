@@ -19,7 +19,15 @@ nothing else, and no window. Then when a hypothesis's size came to be fitted: gr
 two evidence texts say "gravity (×1.3)" where they said the template's "gravity ×1.1", and
 their ``twin`` numbers gained ``size`` (1.3); nothing else, and no window. Then when the
 windows gained ``motion`` (how far S moved, in bins: ``idt_desk.metrics.regime``'s ``still``):
-that column's hash added; every other column and every event the same."""
+that column's hash added; every other column and every event the same. Then when the alarm's
+class came from a bank of fault hypotheses (``idt_desk.detection.isolation``) and was named a
+window length after the alarm's first window (not a stride earlier): each ``attributed`` and
+``detected`` event gained ``component`` and ``twin.isolation`` (the best and runner-up fits);
+their ``i`` and ``t`` moved one stride later (a window ending 75 transitions on), so the
+twin's numbers are those of that window; gravity ×1.3 is still dynamics at ×1.3; the sensor
+noise's evidence names the bank's fit (noise on omega1, σ 0.263, in the plain script; noise
+on every sensor in the recorded one) where it said "noise in what is measured"; no window
+changed."""
 
 from __future__ import annotations
 

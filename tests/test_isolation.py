@@ -116,7 +116,10 @@ def test_a_mean_fit_is_least_squares_on_the_whitened_residual():
     got = isolate(y, [h], whiten=w).best
     assert got.k == pytest.approx(want, rel=1e-10)
     rss = np.sum(((y - want * hyps[0].delta) @ w.T) ** 2)
-    assert got.share == pytest.approx(1 - rss / np.sum((y @ w.T) ** 2), rel=1e-9)
+    rss0 = np.sum((y @ w.T) ** 2)
+    # The share of the excess over what a baseline's rows hold (n d in whitened units).
+    excess = max(rss0 - y.size, 3 * np.sqrt(2 * y.size))
+    assert got.share == pytest.approx(min((rss0 - rss) / excess, 1.0), rel=1e-9)
 
 
 def test_a_change_no_hypothesis_simulates_is_unknown():
@@ -176,3 +179,38 @@ def test_halfcheetah_faults_the_monitor_is_not_told_of_are_named(kind, component
     best = iso.best
     assert best.hypothesis.words == words, best.words()
     assert iso.named and abs(best.size - size) <= 0.1 * abs(size), best.words()
+
+
+@pytest.mark.parametrize(("fault", "cls", "component"), [
+    (("actuator_gain", "fshin", 0.4), "actuator", "fshin"),
+    (("force", "torso", 12.0), "force", "torso"),
+    (("sensor_offset", "bthigh", 0.3), "sensor", "bthigh")])
+def test_the_wrapper_names_class_component_and_size_around_a_plain_fault_wrapper(fault, cls,
+                                                                               component):
+    """IDTMonitor around the user's own (plain) wrapper: its twin is the env copied, and an
+    alarm carries the class, the component and the size the bank fitted."""
+    import gymnasium as gym
+
+    from idt_desk.gym import IDTMonitor
+    from idt_desk.gym.faults import Fault, FaultWrapper
+
+    kind, part, size = fault
+    env = IDTMonitor(FaultWrapper(gym.make("HalfCheetah-v5"),
+                                  Fault(kind, part, size, onset=6600)),
+                     window=100, stride=50, baseline_windows=120, calibration_windows=2)
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    named = None
+    for t in range(7400):
+        _, _, term, trunc, info = env.step(0.3 * rng.uniform(-1, 1, 6))
+        idt = info.get("idt") or {}
+        if named is None and t > 6600 and idt.get("attribution"):
+            named = idt
+        if term or trunc:
+            env.reset()
+    after = [a for a in env.alarms if a["end"] >= 6600]
+    assert after, "no alarm after the fault"
+    first = after[0]
+    assert first["attribution"] == cls, first["evidence"]
+    assert first["component"] == component and named["component"] == component
+    assert abs(first["size"] - size) <= 0.15 * abs(size), first["evidence"]

@@ -119,6 +119,16 @@ def attribute(ev: TwinEvidence | None, *, passive: bool = False, note: str = "",
     raw = np.nan_to_num(np.asarray(ev.bias, dtype=np.float64))
     k = float(d @ raw) / float(d @ d) if d is not None and float(d @ d) > 0 else float("nan")
     moved = f"a bias on {name} ({_sd(b)})"
+    intact = abs(b) < rule.bias and max(sp_pos, sp_vel, ev.z.get("R_shift_pos", 0.0),
+                                        ev.z.get("R_shift_vel", 0.0)) < rule.spread
+    iso = ev.isolation
+    if iso is not None and iso.best is not None and not intact and (
+            iso.named or abs(b) >= rule.bias or sp_pos < rule.spread):
+        return _isolated(iso, numbers)
+    if iso is not None:
+        # No hypothesis named, and the positions' residual spreads with no bias: noise in
+        # what is measured, spread over the variables alike (no structure for the bank).
+        numbers["isolation"] = iso.to_dict()
     if abs(b) >= rule.bias and hyp is not None and fit >= rule.match:
         what = "an external force" if hyp.cls == "force" else "the dynamics changed"
         size = f" ({hyp.value(k)})" if np.isfinite(k) else ""
@@ -143,6 +153,28 @@ def attribute(ev: TwinEvidence | None, *, passive: bool = False, note: str = "",
         else:
             cls, words = "actuator", f"{seen}: the action given the state changed"
     return {"attribution": cls, "evidence": words, "twin": numbers}
+
+
+def _isolated(iso: Any, numbers: dict[str, Any]) -> dict[str, Any]:
+    """The class, the component and the size the bank of fault hypotheses named.
+
+    "unknown" where its best explains under :data:`~idt_desk.detection.isolation.MIN_SHARE`
+    of the twin's residual.
+    """
+    best, runner = iso.best, iso.runner_up
+    numbers = {**numbers, "isolation": iso.to_dict()}
+    next_ = f"; next: {runner.words()} ({runner.share:.0%})" if runner is not None else ""
+    if iso.named:
+        h = best.hypothesis
+        numbers.update(size=float(f"{best.size:.4g}"), component=h.component,
+                       hypothesis=h.name)
+        return {"attribution": h.cls, "component": h.component,
+                "evidence": f"{best.words()}, which explains {best.share:.0%} of the twin's "
+                            f"residual{next_}", "twin": numbers}
+    return {"attribution": UNKNOWN,
+            "evidence": f"no change the twin can simulate explains its residual (the best, "
+                        f"{best.words()}, {max(best.share, 0.0):.0%}{next_})",
+            "twin": numbers}
 
 
 def twin_attribution(evidence: Callable[[int], TwinEvidence | None], *, passive: bool,

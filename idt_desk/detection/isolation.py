@@ -47,7 +47,8 @@ import numpy as np
 
 from idt_desk.metrics.twin import Hypothesis
 
-__all__ = ["MIN_SHARE", "ROWS", "Fit", "Isolation", "isolate", "signal_hypotheses", "whitener"]
+__all__ = ["MIN_SHARE", "ROWS", "Fit", "Isolation", "evidence", "isolate", "isolate_window",
+           "signal_hypotheses", "whitener"]
 
 #: The rows of the alarm window the derivatives and the physical hypotheses are simulated on
 #: (evenly spaced; a parameter: the cost of an alarm is about (d + m + hypotheses) × ROWS twin
@@ -201,6 +202,18 @@ def signal_hypotheses(twin: Any, s: np.ndarray, a: np.ndarray | None, base: np.n
                                        axis=2),
                               unit="{:.3g}", component=name, spread=True,
                               simulate=sensor_spread(j)))
+    # Every sensor at once (an observation's noise on all its variables), σ a share of each
+    # variable's spread: what a noisy bus or a shaken camera does.
+    cols_all = []
+    for j in range(d):
+        h = _STEP * spread[j]
+        moved = s.copy()
+        moved[:, j] -= h
+        cols_all.append((base - predict(moved, a)) / h * spread[j])
+    u_all = np.concatenate([np.broadcast_to(np.diag(spread), (len(s), d, d)),
+                            np.stack(cols_all, axis=2)], axis=2)
+    out.append(Hypothesis("sensor_noise:all", "sensor", "every sensor: noise, share of spread",
+                          u_all, unit="{:.3g}", component=None, spread=True))
     if a is None:
         return out
     a = np.asarray(a, dtype=np.float64)
@@ -222,6 +235,7 @@ def signal_hypotheses(twin: Any, s: np.ndarray, a: np.ndarray | None, base: np.n
             return predict(s, moved) - base
         return sim
 
+    act_cols = []
     for k in range(m):
         h = _STEP * rng[k]
         moved = a.copy()
@@ -237,6 +251,12 @@ def signal_hypotheses(twin: Any, s: np.ndarray, a: np.ndarray | None, base: np.n
         out.append(Hypothesis(f"actuator_noise:{name}", "actuator",
                               f"actuator {name}: noise σ", col[:, :, None], unit="{:.3g}",
                               component=name, spread=True, simulate=actuator_spread(k)))
+        act_cols.append(col * rng[k])
+    # Every actuator at once (an action's noise on all its torques), σ a share of each one's
+    # scale.
+    out.append(Hypothesis("actuator_noise:all", "actuator",
+                          "every actuator: noise, share of scale", np.stack(act_cols, axis=2),
+                          unit="{:.3g}", component=None, spread=True))
     return out
 
 
@@ -339,7 +359,7 @@ def isolate(y: np.ndarray, hypotheses: Sequence[Hypothesis],
             if not np.all(np.isfinite(u)):
                 continue
             gain, s2, sigma2 = _spread_fit(yw, u)
-            share = 1.0 - s2 * n * d / rss0
+            share = _share(s2 * n * d, rss0, n, d)
             fits.append(Fit(h, float(gain), float(share), float(np.sqrt(sigma2))))
         else:
             g = (delta / sc) @ w.T
@@ -347,7 +367,7 @@ def isolate(y: np.ndarray, hypotheses: Sequence[Hypothesis],
                 continue
             theta, rss = _mean_fit(yw, g, rss0)
             gain = -0.5 * n * d * np.log(_floored(rss, rss0) / rss0)
-            fits.append(Fit(h, float(gain), float(1.0 - rss / rss0), theta))
+            fits.append(Fit(h, float(gain), _share(rss, rss0, n, d), theta))
     fits.sort(key=lambda f: -f.loglik)
     # The best candidates by their linear effect, refined by simulating them exactly: a
     # stuck sensor's or a heavy body's effect is far from linear, and the sizes said are the
@@ -355,13 +375,15 @@ def isolate(y: np.ndarray, hypotheses: Sequence[Hypothesis],
     # Each class's best few too, and every sensor's offset: a position read off moves the
     # contacts (a foot read into the floor is pushed out of it), so its linear fit says
     # little, and can rank below every other class's.
-    top = [f for k, f in enumerate(fits) if f.hypothesis.simulate is not None and (
-        k < REFINE or f.hypothesis.name.startswith("sensor_offset:")
-        or sum(g.hypothesis.cls == f.hypothesis.cls for g in fits[:k]) < PER_CLASS)]
-    refined = sorted((_refine(f, yw, w, sc, rss0) for f in top), key=lambda f: -f.loglik)
+    top = [f for k, f in enumerate(fits) if
+           k < REFINE or f.hypothesis.name.startswith("sensor_offset:")
+           or sum(g.hypothesis.cls == f.hypothesis.cls for g in fits[:k]) < PER_CLASS]
+    refined = sorted((_refine(f, yw, w, sc, rss0) if f.hypothesis.simulate is not None else f
+                      for f in top), key=lambda f: -f.loglik)
     # The leaders still far from their residual searched about their size (a contact made or
     # lost puts the linear size off by a factor).
-    lead = [_refine(f, yw, w, sc, rss0, search=True) if f.share < 0.9 else f
+    lead = [_refine(f, yw, w, sc, rss0, search=True)
+            if f.share < 0.9 and f.hypothesis.simulate is not None else f
             for f in refined[:SEARCH]]
     refined = sorted(lead + refined[SEARCH:], key=lambda f: -f.loglik)
     rest = [f for f in fits if f not in top]
@@ -406,13 +428,24 @@ def _refine(fit: Fit, yw: np.ndarray, w: np.ndarray, sc: np.ndarray, rss0: float
                 for step in (1.4, 1.15, 1.05):  # a pattern search about the best multiple
                     best_rss, best_k = min((best_rss, best_k), *((at(best_k * m), best_k * m)
                                                                  for m in (1 / step, step)))
-                k, rss = newton(best_k, 1)
-                if not rss <= best_rss:
-                    k, rss = best_k, best_rss
+                k, rss = best_k, best_rss
+                for _ in range(4):  # Gauss-Newton on the size, its derivative by a secant
+                    if k == 0.0:
+                        break
+                    now = seen(h.simulate(k))
+                    jac = (seen(h.simulate(k * (1.0 + 1e-4))) - now) / (k * 1e-4)
+                    jj = float(np.sum(jac * jac))
+                    if not jj > 0:
+                        break
+                    k_new = k + float(np.sum(jac * (yw - now))) / jj
+                    r_new = at(k_new)
+                    if not r_new < rss:
+                        break
+                    k, rss = k_new, r_new
             if not np.isfinite(rss):
                 return fit
             return Fit(h, float(-0.5 * n * d * np.log(_floored(rss, rss0) / rss0)),
-                       float(1.0 - rss / rss0), float(k))
+                       _share(rss, rss0, n, d), float(k))
         u = np.einsum("ed,ndk->nek", w, np.asarray(h.delta, dtype=np.float64) / sc[None, :, None])
         c = _coefficients(u, yw)
         for _ in range(2):
@@ -431,7 +464,7 @@ def _refine(fit: Fit, yw: np.ndarray, w: np.ndarray, sc: np.ndarray, rss0: float
         q = np.einsum("ndk,ndl->nkl", u, u)
         logdet = float(np.sum(np.linalg.slogdet(np.eye(kk)[None] + (sigma2 / s2) * q)[1]))
         ll = -0.5 * n * d * np.log(s2 * n * d / rss0) - 0.5 * n * kk - 0.5 * logdet
-        return Fit(h, float(ll), float(1.0 - rss / rss0), float(np.sqrt(sigma2)))
+        return Fit(h, float(ll), _share(rss, rss0, n, d), float(np.sqrt(sigma2)))
     except (FloatingPointError, ValueError, np.linalg.LinAlgError):
         return fit
 
@@ -443,9 +476,65 @@ def _coefficients(u: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.stack([np.linalg.lstsq(q[t], b[t], rcond=1e-10)[0] for t in range(len(q))])
 
 
+def _share(rss: float, rss0: float, n: int, d: int) -> float:
+    """The share of the residual's excess over the baseline a fit explains.
+
+    Whitened by the baseline, a window's rows hold ``n d`` of power with no change at all:
+    the excess is what a change put there, and it counts only above its own sampling spread
+    (three standard deviations of a χ² of ``n d`` degrees of freedom). A twin exact to
+    rounding has no such floor worth the name: the share is then ``1 − rss / rss0``.
+    """
+    excess = max(rss0 - n * d, 3.0 * np.sqrt(2.0 * n * d))
+    return float(min((rss0 - rss) / excess, 1.0))
+
+
 def _floored(rss: float, rss0: float) -> float:
     """A misfit never below 1e-12 of the residual's power: its rounding.
 
     For every hypothesis alike: an exact fit would otherwise be infinitely likely.
     """
     return max(rss, 1e-12 * rss0)
+
+
+def isolate_window(stage: Any, row: int) -> Isolation | None:
+    """The bank fitted to window ``row`` of a twin stage's latest block (None: no baseline rows).
+
+    Over a sample of the window's rows (:data:`ROWS`), against the baseline rows' residual
+    mean and covariance (``TwinStage.row_mean``, ``row_cov``); the bank: every sensor's and
+    actuator's hypotheses (:func:`signal_hypotheses`) and the twin's own physical ones (its
+    ``bank``, else its ``hypotheses``).
+    """
+    if stage.row_cov is None or stage.row_mean is None:
+        return None
+    z, s, a = stage.rows(stage.window_rows(row))
+    pick = sample_rows(len(z))
+    z, s = z[pick], s[pick]
+    a = None if a is None else a[pick]
+    keep = np.all(np.isfinite(z), axis=1) & np.all(np.isfinite(s), axis=1)
+    if a is not None:
+        keep &= np.all(np.isfinite(a), axis=1)
+    z, s = z[keep], s[keep]
+    a = None if a is None else a[keep]
+    if len(z) < 2:
+        return None
+    twin = stage.twin
+    base = np.asarray(twin.predict(s, a), dtype=np.float64)
+    # The twin's own names where it has them (a MuJoCo model's joints and actuators), else
+    # the loop's.
+    names = tuple(getattr(twin, "state_names", None) or stage.names)
+    acts = tuple(getattr(twin, "action_names", None) or stage.action_names)
+    if len(names) != len(stage.names):
+        names = stage.names
+    bank = signal_hypotheses(twin, s, a, base, names, acts, spread=stage.spread,
+                             action_range=stage.action_spread)
+    own = getattr(twin, "bank", None)
+    bank += list(own(s, a) if callable(own) else twin.hypotheses(s, a))
+    return isolate(z - stage.row_mean, bank, whiten=whitener(stage.row_cov), scale=stage.scale)
+
+
+def evidence(stage: Any, row: int) -> Any:
+    """What the twin saw in window ``row`` (``TwinStage.evidence``), the bank's fit included."""
+    ev = stage.evidence(row)
+    if ev is not None:
+        ev.isolation = isolate_window(stage, row)
+    return ev

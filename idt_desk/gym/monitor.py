@@ -104,11 +104,13 @@ class IDTMonitor(gymnasium.Wrapper):
         (``idt_desk.detection.phase``; the env needs a time limit). Off by default.
     twin
         The loop's nominal model (``idt_desk.metrics.twin``): True (the default) for the
-        env's own where it has one — an unperturbed copy of a MuJoCo env whose observation
-        is its state (:class:`~idt_desk.gym.twin.MujocoTwin`) — False for none, or your
-        own :class:`~idt_desk.metrics.twin.Twin`. Each window then gets the residual of the
-        physics (``R_*`` keys, ``x_twin``), and every IDT alarm the class of change, in
-        :attr:`alarms` and, while it is on, ``info["idt"]["attribution"]`` and
+        env's own where it has one — a copy of this MuJoCo env, under whatever wrappers,
+        taken now, whose observation is its state (:class:`~idt_desk.gym.twin.MujocoTwin`)
+        — False for none, or your own :class:`~idt_desk.metrics.twin.Twin`. Each window
+        then gets the residual of the physics (``R_*`` keys, ``x_twin``), and every IDT
+        alarm the class of change, the component and the size a bank of fault hypotheses
+        fitted to it (:mod:`idt_desk.detection.isolation`), in :attr:`alarms` and, while it
+        is on, ``info["idt"]["attribution"]``, ``["component"]``, ``["size"]`` and
         ``["evidence"]``; without a twin the class is ``unknown`` and the evidence says why.
         The twin is stepped from the observation as the wrapper sees it: wrap observation
         normalisers outside this wrapper, or pass ``twin=False``.
@@ -226,7 +228,8 @@ class IDTMonitor(gymnasium.Wrapper):
 
     @property
     def alarms(self) -> list[dict[str, Any]]:
-        """Each IDT alarm so far: its window's ``end``, ``attribution`` and ``evidence``."""
+        """Each IDT alarm so far: its window's ``end``, ``attribution``, ``component``, ``size``,
+        ``evidence`` and ``isolation`` (the bank's best and runner-up fits, None without one)."""
         return [dict(a) for a in self._stream.alarms]
 
     @property

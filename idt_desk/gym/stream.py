@@ -163,8 +163,9 @@ class Stream:
         self.session = Session(config, source=self.source, record=record)
         #: Why alarms are not attributed ("" with a twin).
         self.twin_note = "" if twin is not None else self.source.twin_note
-        #: Each IDT alarm: ``end`` of its first window, ``attribution`` and ``evidence`` (the
-        #: session's ``attributed`` event, a window length less a stride after it).
+        #: Each IDT alarm: ``end`` of its first window, ``attribution``, ``component``,
+        #: ``size``, ``evidence`` and ``isolation`` (the session's ``attributed`` event, a
+        #: window length after it).
         self.alarms: list[dict[str, Any]] = []
         self._alarmed = False
         self._marks: list[dict[str, Any]] = []
@@ -312,7 +313,8 @@ class Stream:
         if self.pipeline.view:  # an auto preset's choice, made on the calibration windows
             self.latest["view"] = self.pipeline.view
         if self._alarmed and self.alarms:  # the alarm in force says what changed
-            self.latest.update({k: self.alarms[-1][k] for k in ("attribution", "evidence")})
+            self.latest.update({k: self.alarms[-1][k]
+                                for k in ("attribution", "component", "size", "evidence")})
         return table
 
     def _forget_episodes(self) -> None:
@@ -332,8 +334,11 @@ class Stream:
     def _event(self, ev: Mapping[str, Any]) -> None:
         """An alarm's class, as the session named it (the one attribution of every loop)."""
         if ev.get("kind") == "attributed" and not ev.get("during_alarm") and self.alarmed:
+            twin = ev.get("twin") or {}
             self.alarms.append({"end": int(ev["alarm_i"]), "attribution": ev["attribution"],
-                                "evidence": ev.get("evidence", "")})
+                                "component": ev.get("component"), "size": twin.get("size"),
+                                "evidence": ev.get("evidence", ""),
+                                "isolation": twin.get("isolation")})
 
     def windows(self) -> dict[str, np.ndarray]:
         """Every window finished so far (buffered transitions flushed), as columns (copies)."""

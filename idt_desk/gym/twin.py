@@ -183,6 +183,12 @@ class MujocoTwin:
         self.root_name = root_name
         off = f", masses ×{1 + self.mismatch:g} and friction ×{1 - self.mismatch:g}" \
             if self.mismatch else ""
+        #: The observation's variables and the actuators by their names in the model (what
+        #: an alarm's component is called: "fshin", not "act_4").
+        from idt_desk.gym.faults import component_names
+
+        names = component_names(copy)
+        self.state_names, self.action_names = names["sensor"], names["actuator"]
         #: The env's id: what a recording states of this twin, so that a replay rebuilds it.
         self.env_id = self._name()
         self.description = f"an unperturbed copy of {self.env_id} (MuJoCo){off}"

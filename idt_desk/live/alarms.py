@@ -90,8 +90,8 @@ class Alarms:
         self.later = later
         self.attribute = attribute
         #: An alarm's class of change is named this many windows after its first (a window
-        #: length less a stride: the first window that holds only what followed the change,
-        #: whose first effects raised the alarm), in an ``attributed`` event; the detection of
+        #: length: the first window that holds none of the alarm window's rows, which may
+        #: end at the change itself), in an ``attributed`` event; the detection of
         #: an onset is told then too (``detected``, with its latency as of the alarm). 0 (the
         #: turn path): at the alarm itself.
         self.attribute_after = int(attribute_after)

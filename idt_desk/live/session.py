@@ -403,9 +403,11 @@ class Session:
         self.alarms.attribute = twin_attribution(self.pipeline.evidence,
                                                  passive=self.source.passive,
                                                  note=self.source.twin_note)
-        # A class is named once a window holds only what followed the change (windows path).
+        # A class is named once a window holds only what followed the change (windows path):
+        # a window length after the alarm's first window, which may end at the change itself
+        # (a twin sees a sensor's first wrong reading at once).
         self.alarms.attribute_after = 0 if self.turns is not None else max(
-            -(-self.preset.window // self.preset.stride) - 1, 0)
+            -(-self.preset.window // self.preset.stride), 0)
 
     def _time_at(self, i: int) -> float:
         """Loop time at the moment ``i`` transitions have been processed."""

@@ -168,6 +168,9 @@ class TwinEvidence:
     t: np.ndarray
     hypotheses: list[tuple[Hypothesis, np.ndarray]] = field(default_factory=list)
     names: tuple[str, ...] = ()
+    #: What the bank of fault hypotheses said of the window
+    #: (:class:`idt_desk.detection.isolation.Isolation`; None: not asked, or no baseline rows).
+    isolation: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         """The numbers, JSON-able (a trial's record, for a rule judged afresh)."""
@@ -177,7 +180,8 @@ class TwinEvidence:
                 "t": [float(f"{x:.6g}") for x in self.t], "names": list(self.names),
                 "hypotheses": {h.name: [h.cls, h.words, [float(f"{x:.6g}") for x in d],
                                         h.size, h.base, h.unit]
-                               for h, d in self.hypotheses}}
+                               for h, d in self.hypotheses},
+                **({} if self.isolation is None else {"isolation": self.isolation.to_dict()})}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> TwinEvidence:
@@ -226,10 +230,12 @@ class TwinStage:
     True
     """
 
-    def __init__(self, twin: Twin, window: int, state_names: Sequence[str]) -> None:
+    def __init__(self, twin: Twin, window: int, state_names: Sequence[str],
+                 action_names: Sequence[str] = ()) -> None:
         self.twin = twin
         self.window = int(window)
         self.names = tuple(state_names)
+        self.action_names = tuple(action_names)
         kinds = tuple(twin.kinds)
         if len(kinds) != len(self.names) or any(k not in KINDS for k in kinds):
             raise ValueError(f"twin {twin.description!r}: give each of the {len(self.names)} "
@@ -250,6 +256,19 @@ class TwinStage:
         # The baseline windows' channels and shifts, gathered; their statistics once frozen.
         self._gathered: dict[str, list[np.ndarray]] = {}
         self._base: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
+        # The baseline's residual rows (each once): their sums, for the isolation's mean and
+        # covariance; the row they reach.
+        self._rows_sum = np.zeros(d)
+        self._rows_outer = np.zeros((d, d))
+        self._rows_n = 0
+        self._rows_upto = 0
+        #: The baseline rows' residual mean and covariance (the stage's units), once frozen.
+        self.row_mean: np.ndarray | None = None
+        self.row_cov: np.ndarray | None = None
+        #: Each variable's spread and each action's over the calibration rows (the isolation's
+        #: finite differences' scale).
+        self.spread: np.ndarray | None = None
+        self.action_spread: np.ndarray | None = None
 
     def residual(self, s: np.ndarray, a: np.ndarray | None, s_next: np.ndarray
                  ) -> np.ndarray:
@@ -266,6 +285,8 @@ class TwinStage:
         spread = np.asarray(s, dtype=np.float64).std(axis=0)
         rms = np.sqrt(np.mean(r ** 2, axis=0))
         self.scale = np.maximum(np.maximum(rms, FLOOR * spread), 1e-12)
+        self.spread = spread
+        self.action_spread = None if a is None else np.asarray(a, dtype=np.float64).std(axis=0)
 
     def push(self, s: np.ndarray, a: np.ndarray | None, s_next: np.ndarray,
              ends: np.ndarray) -> dict[str, np.ndarray]:
@@ -309,8 +330,24 @@ class TwinStage:
         """The latest block's ``rows`` are baseline windows (``restart``: a new baseline)."""
         if restart or self._base is not None:
             self._gathered, self._base = {}, None
+            d = len(self.names)
+            self._rows_sum, self._rows_outer, self._rows_n = np.zeros(d), np.zeros((d, d)), 0
+            self._rows_upto = 0
         for key, col in (*self._block.items(), ("shift", self._block_shift)):
             self._gathered.setdefault(key, []).append(np.asarray(col)[rows])
+        ends = self._block_ends[rows]
+        if len(ends):
+            # Every row of these windows once: from where the last gathering stopped.
+            first = self.n_seen - len(self._z)
+            lo = max(int(ends[0]) - self.window, self._rows_upto, first)
+            hi = int(ends[-1])
+            if hi > lo:
+                z = self._z[lo - first:hi - first]
+                z = z[np.all(np.isfinite(z), axis=1)]
+                self._rows_sum += z.sum(axis=0)
+                self._rows_outer += z.T @ z
+                self._rows_n += len(z)
+                self._rows_upto = hi
 
     def freeze(self) -> None:
         """The baseline is complete: its statistics, every later window is read against."""
@@ -320,6 +357,13 @@ class TwinStage:
             with np.errstate(invalid="ignore"):
                 stats[key] = (np.nanmean(x, axis=0), np.nanstd(x, axis=0, ddof=1))
         self._base, self._gathered = stats, {}
+        n = self._rows_n
+        if n > len(self.names):
+            mean = self._rows_sum / n
+            self.row_mean = mean
+            self.row_cov = (self._rows_outer - n * np.outer(mean, mean)) / (n - 1)
+        else:
+            self.row_mean = self.row_cov = None
 
     @property
     def has_baseline(self) -> bool:
@@ -351,13 +395,22 @@ class TwinStage:
         t = change / np.sqrt((self._block_var[row] + CHANNEL_FLOOR) / self.window)
         ev = TwinEvidence(z, ratio, bias, t, names=self.names)
         if hypotheses:
-            end = int(self._block_ends[row]) - (self.n_seen - len(self._s))
-            rows = slice(max(end - self.window, 0), end)
+            rows = self.window_rows(row)
             s = self._s[rows]
             a = None if self._a is None else self._a[rows]
             for h in self.twin.hypotheses(s, a):
                 ev.hypotheses.append((h, np.mean(h.delta / self.scale, axis=0) / sd))
         return ev
+
+    def window_rows(self, row: int) -> slice:
+        """The rows of window ``row`` of the latest block, in the tail (``_z``, ``_s``, ``_a``)."""
+        end = int(self._block_ends[row]) - (self.n_seen - len(self._s))
+        return slice(max(end - self.window, 0), end)
+
+    def rows(self, rows: slice) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """The tail's residual (in the stage's units), S and A over ``rows`` (copies)."""
+        a = None if self._a is None else self._a[rows].copy()
+        return self._z[rows].copy(), self._s[rows].copy(), a
 
     def kinds_of(self) -> Mapping[str, np.ndarray]:
         """The state's columns by kind (``pos``, ``vel``)."""
@@ -366,7 +419,8 @@ class TwinStage:
 
 def twin_over(twin: Twin, window: int, names: Sequence[str], s: np.ndarray,
               a: np.ndarray | None, s_next: np.ndarray, ends: np.ndarray, *, fit: slice,
-              baseline: slice) -> tuple[TwinStage, dict[str, np.ndarray]]:
+              baseline: slice, action_names: Sequence[str] = ()
+              ) -> tuple[TwinStage, dict[str, np.ndarray]]:
     """A finished run's rows through a :class:`TwinStage` in one block, as a session would.
 
     The scale fitted on rows ``fit`` (the symbols' calibration rows), the channels of the
@@ -374,7 +428,7 @@ def twin_over(twin: Twin, window: int, names: Sequence[str], s: np.ndarray,
     the twin saw in any of those windows (:meth:`TwinStage.evidence`). For analyses of
     recorded runs (``reproduce cheetah``, ``reproduce cheetah-live``).
     """
-    stage = TwinStage(twin, window, names)
+    stage = TwinStage(twin, window, names, action_names)
     stage.fit(s[fit], None if a is None else a[fit], s_next[fit])
     channels = stage.push(s, a, s_next, ends)
     stage.gather(baseline, restart=True)

@@ -136,8 +136,8 @@ def judge_twin(w: Mapping[str, Any], s: np.ndarray, a: np.ndarray, s_next: np.nd
             if lat is None or math.isnan(lat):
                 out[f"attribution{key}"], out[f"evidence{key}"] = "", ""
                 continue
-            # Named as a session names it: a window length less a stride after the alarm.
-            after = max(-(-preset.window // preset.stride) - 1, 0)
+            # Named as a session names it: a window length after the alarm.
+            after = -(-preset.window // preset.stride)
             ev = stage.evidence(min(j0 + int(lat) + after, len(ends) - 1))
             got = attribute(ev)
             out[f"attribution{key}"], out[f"evidence{key}"] = got["attribution"], got["evidence"]
