@@ -21,7 +21,8 @@ The names, by what a plugin does with them:
   modulations HOLD, INPUT_FILTER, DIM_REDUCTION, ACTION_SMOOTHING, OBS_HOLD; its twin (its
   nominal model: Twin, Hypothesis, KINDS, TwinStage, TwinEvidence, twin_over, TWIN_METRICS; a
   MuJoCo env's, MujocoTwin and mujoco_twin; route_mujoco_warnings: MuJoCo's warnings to
-  logging); its presets (PRESETS, Preset, get_preset) and data shipped with the product (assets);
+  logging); faults in a MuJoCo loop (Fault, FaultWrapper, component_names, CLASS_OF:
+  ``idt_desk.gym.faults``); its presets (PRESETS, Preset, get_preset) and data shipped with the product (assets);
 - **run sessions** (a reproduction, a benchmark): Session, SessionConfig, run_headless,
   MAX_SPEED_CHUNKS, load_source, SourceLoadError, load_recording, RecordingError,
   RecordingTail, Trajectory, TRANSITIONS and row_place (a recording's transitions file, and
@@ -71,6 +72,8 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(("MujocoTwin", "mujoco_twin", "route_mujoco_warnings"),
                     "idt_desk.gym.twin"),
     "IDTMonitor": "idt_desk.gym.monitor",
+    **dict.fromkeys(("CLASS_OF", "Fault", "FaultWrapper", "component_names"),
+                    "idt_desk.gym.faults"),
     **dict.fromkeys(("Hypothesis", "KINDS", "TWIN_METRICS", "Twin", "TwinEvidence", "TwinStage",
                      "twin_over"), "idt_desk.metrics.twin"),
     **dict.fromkeys(("SETTINGS", "DEFAULTS", "PIPELINE_KEYS", "source_defaults"),
