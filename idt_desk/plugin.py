@@ -22,7 +22,8 @@ The names, by what a plugin does with them:
   nominal model: Twin, Hypothesis, KINDS, TwinStage, TwinEvidence, twin_over, TWIN_METRICS; a
   MuJoCo env's, MujocoTwin and mujoco_twin; route_mujoco_warnings: MuJoCo's warnings to
   logging); faults in a MuJoCo loop (Fault, FaultWrapper, component_names, CLASS_OF:
-  ``idt_desk.gym.faults``); its presets (PRESETS, Preset, get_preset) and data shipped with the product (assets);
+  ``idt_desk.gym.faults``); its presets (PRESETS, Preset, get_preset) and data shipped with
+  the product (assets);
 - **run sessions** (a reproduction, a benchmark): Session, SessionConfig, run_headless,
   MAX_SPEED_CHUNKS, load_source, SourceLoadError, load_recording, RecordingError,
   RecordingTail, Trajectory, TRANSITIONS and row_place (a recording's transitions file, and

@@ -214,3 +214,46 @@ def test_the_wrapper_names_class_component_and_size_around_a_plain_fault_wrapper
     assert first["attribution"] == cls, first["evidence"]
     assert first["component"] == component and named["component"] == component
     assert abs(first["size"] - size) <= 0.15 * abs(size), first["evidence"]
+
+
+def test_a_twin_a_tenth_off_is_kept_apart_from_the_alarm():
+    """A twin that is not exact (masses ×1.1, friction ×0.9): its clean residual is far above
+    rounding, so its alarm is kept apart from the IDT's (each its whole budget), and the
+    session says so; an exact twin's joins it."""
+    import gymnasium as gym
+
+    from idt_desk.gym import IDTMonitor
+    from idt_desk.gym.faults import Fault, FaultWrapper
+    from idt_desk.gym.twin import MujocoTwin
+
+    def run(mismatch):
+        inner = FaultWrapper(gym.make("HalfCheetah-v5"),
+                             Fault("sensor_offset", "bthigh", 0.3, onset=6600))
+        env = IDTMonitor(inner, twin=MujocoTwin(inner, mismatch=mismatch), window=100,
+                         stride=50, baseline_windows=120, calibration_windows=2)
+        env.reset(seed=0)
+        rng = np.random.default_rng(0)
+        for _ in range(7400):
+            _, _, term, trunc, _ = env.step(0.3 * rng.uniform(-1, 1, 6))
+            if term or trunc:
+                env.reset()
+        return env
+
+    exact, off = run(0.0), run(0.1)
+    stage_exact = exact._stream.session.pipeline.twin_stage
+    stage_off = off._stream.session.pipeline.twin_stage
+    assert stage_exact.exact and stage_exact.misfit < 1e-12
+    assert not stage_off.exact and stage_off.misfit > 1e-3
+    assert exact.monitor.apart == set() and "shared with its twin" in exact.monitor.describe()
+    assert off.monitor.apart == {"twin"} and "twin apart (not exact)" in off.monitor.describe()
+    cal = [e for e in off._stream.session.events_since(0) if e["kind"] == "calibrated"]
+    assert cal and "not exact" in cal[0]["twin"]["said"]
+    assert "twin" not in next(e for e in exact._stream.session.events_since(0)
+                              if e["kind"] == "calibrated")
+    # Apart: the twin's alarm is its own light, not the IDT's; joined, the IDT's holds it.
+    for env, joined in ((exact, True), (off, False)):
+        w = env.windows
+        armed = w["x_IDT"].notna()
+        twin_on = armed & (w["x_twin"] == 1)
+        assert twin_on.any()  # the offset moves either twin's residual
+        assert (w["x_IDT"][twin_on] == 1).all() == joined

@@ -396,3 +396,35 @@ def test_the_twin_is_the_users_own_env_copied_under_any_wrappers_and_any_xml(tmp
     assert np.abs(own.predict(s, a) - s2).max() < 1e-8
     own.close()
     custom.step(custom.action_space.sample())  # the user's env still works
+
+
+def test_a_velocity_read_at_the_observations_clip_is_a_row_the_twin_cannot_predict():
+    """Hopper-v5 clips the velocities it observes to ±10: a row read at the clip does not say
+    the state, so the twin gives it NaN, and the stage's scale and channels leave it out (the
+    clean residual stays at rounding: the twin is exact)."""
+    import gymnasium as gym
+
+    from idt_desk.gym.twin import MujocoTwin
+    from idt_desk.metrics.twin import TwinStage
+
+    env = gym.make("Hopper-v5")
+    twin = MujocoTwin(env)
+    assert twin.clip == 10.0 and "velocity clip (±10)" in twin.description
+    assert MujocoTwin(gym.make("HalfCheetah-v5")).clip is None
+    obs, _ = env.reset(seed=1)
+    rng = np.random.default_rng(1)
+    s, a, s2 = [], [], []
+    for _ in range(400):
+        u = rng.uniform(-1, 1, 3)
+        nxt, _, term, trunc, _ = env.step(u)
+        s.append(obs), a.append(u), s2.append(nxt)
+        obs = env.reset()[0] if term or trunc else nxt
+    s, a, s2 = (np.array(v) for v in (s, a, s2))
+    s[7, 6] = 10.0  # as a fast hop reads it
+    pred = twin.predict(s, a)
+    assert np.isnan(pred[7]).all() and np.isfinite(np.delete(pred, 7, axis=0)).all()
+    stage = TwinStage(twin, 100, twin.state_names)
+    stage.fit(s, a, s2)
+    assert stage.exact and stage.misfit < 1e-12
+    ch = stage.push(s, a, s2, np.array([100, 200, 400]))
+    assert all(np.isfinite(v).all() for v in ch.values())

@@ -64,7 +64,10 @@ _STEP = 0.05
 REFINE = 8
 #: And each class's best this many.
 PER_CLASS = 3
-#: The refined leaders searched about their size when they still explain under 90 %.
+#: Of those (each simulated once at its linear size), the best this many refined by
+#: Gauss-Newton steps.
+DEEP = 6
+#: The refined leaders searched about their size when the best still explains under 90 %.
 SEARCH = 3
 
 
@@ -184,6 +187,7 @@ def signal_hypotheses(twin: Any, s: np.ndarray, a: np.ndarray | None, base: np.n
             return c[:, :1] * eye[j] + (predict(moved, a) - base)
         return sim
 
+    near = []  # each variable's secant at a noise's size
     for j in range(d):
         name = names[j] if j < len(names) else f"obs_{j}"
         # Two secants back from the state as read: at a noise's size (the spread's columns)
@@ -194,6 +198,7 @@ def signal_hypotheses(twin: Any, s: np.ndarray, a: np.ndarray | None, base: np.n
             moved = s.copy()
             moved[:, j] -= h
             cols.append((base - predict(moved, a)) / h)  # ∂S'/∂S_j, backwards
+        near.append(cols[0])
         out.append(Hypothesis(f"sensor_offset:{name}", "sensor", f"sensor {name}: offset",
                               eye[j] - cols[1], unit="{:+.3g}", component=name,
                               simulate=sensor_offset(j)))
@@ -204,12 +209,7 @@ def signal_hypotheses(twin: Any, s: np.ndarray, a: np.ndarray | None, base: np.n
                               simulate=sensor_spread(j)))
     # Every sensor at once (an observation's noise on all its variables), σ a share of each
     # variable's spread: what a noisy bus or a shaken camera does.
-    cols_all = []
-    for j in range(d):
-        h = _STEP * spread[j]
-        moved = s.copy()
-        moved[:, j] -= h
-        cols_all.append((base - predict(moved, a)) / h * spread[j])
+    cols_all = [near[j] * spread[j] for j in range(d)]
     u_all = np.concatenate([np.broadcast_to(np.diag(spread), (len(s), d, d)),
                             np.stack(cols_all, axis=2)], axis=2)
     out.append(Hypothesis("sensor_noise:all", "sensor", "every sensor: noise, share of spread",
@@ -333,16 +333,31 @@ def _spread_fit(y: np.ndarray, u: np.ndarray) -> tuple[float, float, float]:
 
 
 def isolate(y: np.ndarray, hypotheses: Sequence[Hypothesis],
-            whiten: np.ndarray | None = None, scale: np.ndarray | None = None) -> Isolation:
+            whiten: np.ndarray | None = None, scale: np.ndarray | None = None,
+            always: Sequence[str] | None = None) -> Isolation:
     """Fit every hypothesis to the residual rows ``y`` (already less the baseline's mean).
 
     ``y``: (n, d), in the twin stage's units; each hypothesis's ``delta`` over the same rows
     (a mean: (n, d); a spread: (n, d, k)) in S' units, turned into the same units by
     ``scale`` (each variable's) and both whitened by ``whiten`` (:func:`whitener`). A
     spread's σ is said in the component's own units (its factor is per unit of it).
+    ``always``: the hypotheses simulated exactly whatever their linear fit (default: every
+    sensor's offset; :func:`isolate_window` names the positions' only).
     """
     y = np.asarray(y, dtype=np.float64)
     n, d = y.shape
+    # The rows every hypothesis can be simulated on (a twin gives NaN where it cannot read
+    # the state: a velocity at the observation's clip).
+    ok = np.all(np.isfinite(y), axis=1)
+    for h in hypotheses:
+        delta = np.asarray(h.delta, dtype=np.float64)
+        if len(delta) == n:
+            ok &= np.all(np.isfinite(delta.reshape(n, -1)), axis=1)
+    if ok.sum() < 2:
+        return Isolation([], n)
+    keep = None if ok.all() else ok
+    if keep is not None:
+        y = y[keep]
     sc = np.ones(d) if scale is None else np.asarray(scale, dtype=np.float64)
     w = np.eye(d) if whiten is None else np.asarray(whiten, dtype=np.float64)
     yw = y @ w.T
@@ -354,6 +369,8 @@ def isolate(y: np.ndarray, hypotheses: Sequence[Hypothesis],
         delta = np.asarray(h.delta, dtype=np.float64)
         if len(delta) != n:
             raise ValueError(f"hypothesis {h.name}: {len(delta)} rows for a residual of {n}")
+        if keep is not None:
+            delta = delta[keep]
         if h.spread:
             u = np.einsum("ed,ndk->nek", w, delta / sc[None, :, None])
             if not np.all(np.isfinite(u)):
@@ -375,15 +392,28 @@ def isolate(y: np.ndarray, hypotheses: Sequence[Hypothesis],
     # Each class's best few too, and every sensor's offset: a position read off moves the
     # contacts (a foot read into the floor is pushed out of it), so its linear fit says
     # little, and can rank below every other class's.
+    always_ = set(always) if always is not None else {
+        h.name for h in hypotheses if h.name.startswith("sensor_offset:")}
     top = [f for k, f in enumerate(fits) if
-           k < REFINE or f.hypothesis.name.startswith("sensor_offset:")
+           k < REFINE or f.hypothesis.name in always_
            or sum(g.hypothesis.cls == f.hypothesis.cls for g in fits[:k]) < PER_CLASS]
-    refined = sorted((_refine(f, yw, w, sc, rss0) if f.hypothesis.simulate is not None else f
-                      for f in top), key=lambda f: -f.loglik)
+    # Each simulated once at its linear size first; the best few of those then refined.
+    quick = sorted((_refine(f, yw, w, sc, rss0, keep, steps=0)
+                    if f.hypothesis.simulate is not None
+                    else f for f in top), key=lambda f: -f.loglik)
+    deep = {f.hypothesis.name for f in quick[:DEEP]}
+    refined = sorted((_refine(f, yw, w, sc, rss0, keep) for f in top
+                      if f.hypothesis.name in deep
+                      and f.hypothesis.simulate is not None), key=lambda f: -f.loglik)
+    done = {f.hypothesis.name for f in refined}
+    refined = sorted(refined + [f for f in quick if f.hypothesis.name not in done],
+                     key=lambda f: -f.loglik)
     # The leaders still far from their residual searched about their size (a contact made or
     # lost puts the linear size off by a factor).
-    lead = [_refine(f, yw, w, sc, rss0, search=True)
-            if f.share < 0.9 and f.hypothesis.simulate is not None else f
+    # (None where the best already explains 90 %: no other can pass it by much.)
+    far = bool(refined) and refined[0].share < 0.9
+    lead = [_refine(f, yw, w, sc, rss0, keep, search=True)
+            if far and f.share < 0.9 and f.hypothesis.simulate is not None else f
             for f in refined[:SEARCH]]
     refined = sorted(lead + refined[SEARCH:], key=lambda f: -f.loglik)
     rest = [f for f in fits if f not in top]
@@ -391,16 +421,28 @@ def isolate(y: np.ndarray, hypotheses: Sequence[Hypothesis],
 
 
 def _refine(fit: Fit, yw: np.ndarray, w: np.ndarray, sc: np.ndarray, rss0: float,
-            search: bool = False) -> Fit:
-    """``fit`` with its change simulated exactly at its size, by Gauss-Newton steps.
+            keep: np.ndarray | None = None, search: bool = False, steps: int = 2) -> Fit:
+    """``fit`` with its change simulated exactly at its size, by ``steps`` Gauss-Newton steps.
 
-    ``search``: a mean's also at multiples of its size first.
+    ``steps`` 0: simulated at its linear size only; ``keep``: which rows are fitted (a mask;
+    None: all); ``search``: a mean's also at multiples of its size first.
     """
     h = fit.hypothesis
     n, d = yw.shape
 
+    def rows(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        return x if keep is None else x[keep]
+
     def seen(delta: np.ndarray) -> np.ndarray:  # a change of S' in the residual's units
-        return (np.asarray(delta, dtype=np.float64) / sc) @ w.T
+        return (rows(delta) / sc) @ w.T
+
+    def every(c: np.ndarray) -> np.ndarray:  # a spread's coefficients on every sampled row
+        if keep is None:
+            return c
+        out = np.zeros((len(keep), c.shape[1]))
+        out[keep] = c
+        return out
 
     try:
         if not h.spread:
@@ -415,7 +457,7 @@ def _refine(fit: Fit, yw: np.ndarray, w: np.ndarray, sc: np.ndarray, rss0: float
                     k *= float(np.sum(g * yw)) / gg  # along the simulated change, re-scaled
                 return k, float(np.sum((yw - seen(h.simulate(k))) ** 2))
 
-            k, rss = newton(fit.k, 2)
+            k, rss = newton(fit.k, steps)
             if search and np.isfinite(rss) and k != 0.0:
                 # Still far: the linear size may be off by a factor (a contact made or lost);
                 # the simulated change at a few multiples of it, then Newton again.
@@ -446,12 +488,12 @@ def _refine(fit: Fit, yw: np.ndarray, w: np.ndarray, sc: np.ndarray, rss0: float
                 return fit
             return Fit(h, float(-0.5 * n * d * np.log(_floored(rss, rss0) / rss0)),
                        _share(rss, rss0, n, d), float(k))
-        u = np.einsum("ed,ndk->nek", w, np.asarray(h.delta, dtype=np.float64) / sc[None, :, None])
+        u = np.einsum("ed,ndk->nek", w, rows(h.delta) / sc[None, :, None])
         c = _coefficients(u, yw)
-        for _ in range(2):
-            left = yw - seen(h.simulate(c))
+        for _ in range(steps):
+            left = yw - seen(h.simulate(every(c)))
             c = c + _coefficients(u, left)
-        left = yw - seen(h.simulate(c))
+        left = yw - seen(h.simulate(every(c)))
         rss = float(np.sum(left ** 2))
         if not np.isfinite(rss):
             return fit
@@ -529,7 +571,12 @@ def isolate_window(stage: Any, row: int) -> Isolation | None:
                              action_range=stage.action_spread)
     own = getattr(twin, "bank", None)
     bank += list(own(s, a) if callable(own) else twin.hypotheses(s, a))
-    return isolate(z - stage.row_mean, bank, whiten=whitener(stage.row_cov), scale=stage.scale)
+    # A position read off moves the contacts: its offset always simulated; a velocity's acts
+    # through the integration, near linearly.
+    pos = stage.kinds_of().get("pos", range(len(names)))
+    always = [f"sensor_offset:{names[j]}" for j in pos]
+    return isolate(z - stage.row_mean, bank, whiten=whitener(stage.row_cov), scale=stage.scale,
+                   always=always)
 
 
 def evidence(stage: Any, row: int) -> Any:

@@ -375,6 +375,9 @@ class Monitor:
         self._joint_flags: dict[str, np.ndarray] = {}
         self._pending: dict[str, list[float]] = {m: [] for m in self.metrics}
         self._pending_phase: list[int] = []
+        #: Groups whose alarm does not join the one :data:`JOINS` names ("twin": a twin that is
+        #: not exact): each keeps its whole budget and its own light; set before the baseline.
+        self.apart: set[str] = set()
 
     def recalibrate(self, n_baseline: int | None = None) -> None:
         """Drop the baseline and gather a new one from the next windows."""
@@ -407,7 +410,8 @@ class Monitor:
         if not self.spec.calibrated:
             return self.spec.describe() + phase
         groups = metric_groups(self.metrics)
-        joined = "".join(f", shared with its {g} (half each)" for g, into in JOINS.items()
+        joined = "".join(f", shared with its {g} (half each)" if g not in self.apart else
+                         f"; its {g} apart (not exact)" for g, into in JOINS.items()
                          if groups.get(g) and groups.get(into))
         return f"{self.spec.describe()}, {self.budget}{joined}{phase}"
 
@@ -441,7 +445,7 @@ class Monitor:
         groups = metric_groups(self.metrics)
         # A group whose alarm another joins shares its budget with it: half each.
         share = {g: 2.0 for j, into in JOINS.items() if groups.get(j) and groups.get(into)
-                 for g in (j, into)}
+                 and j not in self.apart for g in (j, into)}
         for g, comps in groups.items():
             # A component with fewer than 3 defined windows (P undefined all along) cannot
             # be judged: it never alarms, and the budget is shared by the others.
@@ -540,6 +544,6 @@ class Monitor:
                 if g in flags:
                     flags[g][i:] = f
             for g, into in JOINS.items():
-                if g in flags and into in flags:
+                if g in flags and into in flags and g not in self.apart:
                     flags[into][i:] |= flags[g][i:]
         return flags

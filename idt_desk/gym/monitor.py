@@ -112,6 +112,9 @@ class IDTMonitor(gymnasium.Wrapper):
         fitted to it (:mod:`idt_desk.detection.isolation`), in :attr:`alarms` and, while it
         is on, ``info["idt"]["attribution"]``, ``["component"]``, ``["size"]`` and
         ``["evidence"]``; without a twin the class is ``unknown`` and the evidence says why.
+        A twin that is not exact (its clean residual above rounding on the calibration rows:
+        your own model, or ``MujocoTwin(env, mismatch=0.1)``) names the class but its alarm
+        is kept apart from the IDT's (``monitor.apart``; the ``calibrated`` event says so).
         The twin is stepped from the observation as the wrapper sees it: wrap observation
         normalisers outside this wrapper, or pass ``twin=False``.
     record
@@ -228,8 +231,11 @@ class IDTMonitor(gymnasium.Wrapper):
 
     @property
     def alarms(self) -> list[dict[str, Any]]:
-        """Each IDT alarm so far: its window's ``end``, ``attribution``, ``component``, ``size``,
-        ``evidence`` and ``isolation`` (the bank's best and runner-up fits, None without one)."""
+        """Each IDT alarm so far, a dict each.
+
+        Its window's ``end``, ``attribution``, ``component``, ``size``, ``evidence`` and
+        ``isolation`` (the bank's best and runner-up fits, None without one).
+        """
         return [dict(a) for a in self._stream.alarms]
 
     @property

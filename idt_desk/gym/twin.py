@@ -166,6 +166,7 @@ class MujocoTwin:
             raise TwinUnavailable(f"{self._name()}'s observation is not its state (joint "
                                   "positions and velocities): no twin")
         self._check_layout()
+        self.clip = self._velocity_clip()
         import mujoco
 
         self._mj_step = mujoco.mj_step  # per row of every window: looked up once
@@ -191,7 +192,9 @@ class MujocoTwin:
         self.state_names, self.action_names = names["sensor"], names["actuator"]
         #: The env's id: what a recording states of this twin, so that a replay rebuilds it.
         self.env_id = self._name()
-        self.description = f"an unperturbed copy of {self.env_id} (MuJoCo){off}"
+        clip = "" if self.clip is None else \
+            f"; rows read at its velocity clip (±{self.clip:g}) hold no state and are skipped"
+        self.description = f"an unperturbed copy of {self.env_id} (MuJoCo){off}{clip}"
 
     def _name(self) -> str:
         spec = getattr(self._env, "spec", None)
@@ -211,6 +214,22 @@ class MujocoTwin:
         if not np.allclose(self._env._get_obs(), want, atol=1e-12):
             raise TwinUnavailable(f"{self._name()}'s observation is not (qpos, qvel) as its "
                                   "observation_structure says: no twin")
+
+    def _velocity_clip(self) -> float | None:
+        """The bound the observation clips velocities to (Hopper-v5, Walker2d-v5: ±10), or None.
+
+        A row whose S reads a velocity at that bound does not say the state: the twin set to
+        it predicts another S' (Hopper's clean residual then reaches 4 % of a variable's
+        spread, not rounding), so :meth:`predict` gives such rows NaN.
+        """
+        data = self.data
+        saved = data.qvel.copy()
+        try:
+            data.qvel[:] = 1e6
+            got = np.abs(np.asarray(self._env._get_obs(), dtype=np.float64)[-self.model.nv:])
+        finally:
+            data.qvel[:] = saved
+        return float(got.max()) if self.model.nv and got.max() < 1e6 else None
 
     def close(self) -> None:
         """Close the copy."""
@@ -236,6 +255,8 @@ class MujocoTwin:
         out = np.empty_like(s)
         for k in range(len(s)):
             self._step(s[k], a[k], out, k)
+        if self.clip is not None:  # a velocity read at the clip: the state is not known
+            out[np.any(np.abs(s[:, self.npos:]) >= self.clip, axis=1)] = np.nan
         return out
 
     def hypotheses(self, s: np.ndarray, a: np.ndarray | None) -> list[Hypothesis]:
@@ -264,6 +285,26 @@ class MujocoTwin:
                                   size=GRAVITY_FACTOR - 1.0, base=1.0, unit="×{:.3g}"))
         return out
 
+    def _moves(self, s0: np.ndarray) -> np.ndarray:
+        """(nbody, 3): whether each body's centre of mass can move along each world axis.
+
+        At state ``s0``, its translational Jacobian's row is not zero: a force along an axis
+        it cannot move along does nothing, and is not simulated.
+        """
+        import mujoco
+
+        model, data = self.model, self.data
+        data.qpos[:self.skip] = 0.0
+        data.qpos[self.skip:] = s0[:self.npos]
+        data.qvel[:] = s0[self.npos:]
+        mujoco.mj_kinematics(model, data)
+        mujoco.mj_comPos(model, data)
+        jacp = np.zeros((3, model.nv))
+        out = np.zeros((model.nbody, 3), dtype=bool)
+        for b in range(1, model.nbody):
+            mujoco.mj_jacBodyCom(model, data, jacp, None, b)
+            out[b] = np.abs(jacp).max(axis=1) > 1e-12
+        return out
 
     def bank(self, s: np.ndarray, a: np.ndarray | None) -> list[Hypothesis]:
         """Every physical change the copy can simulate, each on these rows' S'.
@@ -314,9 +355,12 @@ class MujocoTwin:
             finally:
                 model.opt.gravity[:] = self.gravity
 
+        moves = self._moves(s[0])
         for b in range(1, model.nbody):
             name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, b) or f"body_{b}"
             for axis, ax in enumerate("xyz"):
+                if not moves[b, axis]:  # a planar walker's bodies never move along y
+                    continue
                 data.xfrc_applied[:] = 0.0
                 data.xfrc_applied[b, axis] = 1.0
                 try:

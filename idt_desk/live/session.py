@@ -459,7 +459,8 @@ class Session:
                         transitions=cal["transitions"], value_ranges=self._known_ranges,
                         symbolizer=cal["symbolizer"],
                         action_symbolizer=cal["action_symbolizer"],
-                        **({"view": cal["view"]["view"]} if "view" in cal else {}))
+                        **({"view": cal["view"]["view"]} if "view" in cal else {}),
+                        **({"twin": cal["twin"]} if "twin" in cal else {}))
             if "view" in cal:  # what the symbols are, said where the preset is shown
                 self._preset_dict = {**self.preset.to_dict(), "view": cal["view"]["view"]}
         if step.windows is not None:

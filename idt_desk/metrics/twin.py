@@ -28,6 +28,7 @@ attribution` reads them, with each variable's shift and the hypotheses, at every
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -269,6 +270,12 @@ class TwinStage:
         #: finite differences' scale).
         self.spread: np.ndarray | None = None
         self.action_spread: np.ndarray | None = None
+        #: The clean residual's largest share of its variable's spread over the calibration
+        #: rows, and whether that is rounding (≤ :data:`FLOOR`): an exact twin. An inexact
+        #: one's residual moves with the gait, and its alarm is kept apart from the IDT's
+        #: (``Monitor.apart``); it still names the class.
+        self.misfit = 0.0
+        self.exact = True
 
     def residual(self, s: np.ndarray, a: np.ndarray | None, s_next: np.ndarray
                  ) -> np.ndarray:
@@ -283,9 +290,17 @@ class TwinStage:
         """Each variable's residual scale from these rows (the symbols' calibration rows)."""
         r = self.residual(s, a, s_next)
         spread = np.asarray(s, dtype=np.float64).std(axis=0)
-        rms = np.sqrt(np.mean(r ** 2, axis=0))
+        # Rows the twin cannot predict (NaN: a state it cannot read) are left out.
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            rms = np.nan_to_num(np.sqrt(np.nanmean(r ** 2, axis=0)))
         self.scale = np.maximum(np.maximum(rms, FLOOR * spread), 1e-12)
         self.spread = spread
+        # Exact: every variable's clean residual at rounding (an exact copy's is 1e-15 of the
+        # spread on MuJoCo; one 1 % off, 1e-3 to 1e-2).
+        moving = spread > 0
+        self.misfit = float(np.max(rms[moving] / spread[moving])) if moving.any() else 0.0
+        self.exact = bool(self.misfit <= FLOOR)
         self.action_spread = None if a is None else np.asarray(a, dtype=np.float64).std(axis=0)
 
     def push(self, s: np.ndarray, a: np.ndarray | None, s_next: np.ndarray,
@@ -310,8 +325,14 @@ class TwinStage:
         # Each window's rows as they are (two passes, no running sums): residuals at rounding
         # beside noise a million times larger keep their digits, whatever the blocks.
         rows = np.lib.stride_tricks.sliding_window_view(self._z, W, axis=0)[ends - W - first]
-        mean = rows.mean(axis=2)
-        var = ((rows - mean[:, :, None]) ** 2).mean(axis=2)
+        if np.isnan(rows).any():  # rows the twin could not predict: the others' statistics
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = np.nanmean(rows, axis=2)
+                var = np.nanmean((rows - mean[:, :, None]) ** 2, axis=2)
+        else:
+            mean = rows.mean(axis=2)
+            var = ((rows - mean[:, :, None]) ** 2).mean(axis=2)
         out = {}
         for kind, cols in self._idx.items():
             if cols.size:
