@@ -12,7 +12,6 @@ from idt_desk_sources.gym.isolation_study import (
     MONITOR,
     draw_fault,
     run_trial,
-    study,
     summarize,
     tasks_for,
 )
@@ -77,6 +76,7 @@ def test_the_summary_counts_what_each_alarm_named_against_the_fault():
                                           "dynamics": 1, "unknown": 0, "none": 0}
     assert s["confusion"]["force"]["none"] == 1
     assert (s["component_right"], s["component_judged"]) == (1, 1)
+    assert s["components"] == {"sensor": {"rootz": {"rootz": 1}}}
     assert (s["size_within_30pct"], s["size_judged"]) == (1, 2)
     assert s["latency_median_windows"] == 0.5  # 1, 0, 0, 5
     assert s["controls_alarmed"] == [1] and s["control_alarm_windows"] == 2
@@ -131,3 +131,20 @@ def test_the_command_refuses_what_it_cannot_run(tmp_path, capsys, flag, value, s
                  *(["--policies", SETTLED] if flag != "--policies" else [])])
     assert code != 0 and said in capsys.readouterr().err
     assert not (tmp_path / "trials").exists()
+
+
+def test_bench_isolation_times_the_naming_of_an_alarm_beside_a_window(capsys):
+    """``idt-desk bench isolation``'s smoke test: the alarm is named (a reading's offset: a
+    sensor) and both seconds are measured in the run; no figure is asserted."""
+    assert main(["bench", "isolation", "--policy", SETTLED, "--kinds", "sensor_offset",
+                 "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    row = next(x for x in out.splitlines() if x.strip().startswith("sensor_offset"))
+    *_, sec, win, ratio = row.split()
+    assert float(sec) > 0 and float(win) > 0 and float(ratio) > 0
+    assert " sensor " in row and "attribution: median" in out
+    # A bad setting is one line, not a traceback.
+    assert main(["bench", "isolation", "--policy", SETTLED, "--repeats", "0"]) == 2
+    assert "--repeats" in capsys.readouterr().err
+    assert main(["bench", "isolation", "--policy", SETTLED, "--kinds", "sensor_wobble"]) == 2
+    assert "not a fault kind" in capsys.readouterr().err

@@ -184,6 +184,7 @@ def test_the_built_in_commands_come_from_the_entry_points():
         "bench.pendulum": "idt_desk_sources.pendulum.bench",
         "bench.reproduce": "idt_desk_sources.gym.bench_reproduce",
         "bench.rl": "idt_desk_sources.gym.bench",
+        "bench.isolation": "idt_desk_sources.gym.bench_isolation",
         "reproduce.cheetah": "idt_desk_sources.gym.reproduce",
         "reproduce.cheetah-estimator": "idt_desk_sources.gym.estimator_study",
         "reproduce.wrapper-views": "idt_desk_sources.gym.view_study",
@@ -205,6 +206,7 @@ def test_the_built_in_commands_come_from_the_entry_points():
                          (["bench", "rl"], "--rounds"), (["bench", "pendulum"], "--seconds"),
                          (["reproduce", "cheetah"], "--perturbations"),
                          (["bench", "reproduce"], "--trials"),
+                         (["bench", "isolation"], "--repeats"),
                          (["reproduce", "dialogue"], "--report-only"),
                          (["reproduce", "pendulum-alarms"], "--false-alarms"),
                          (["bench", "dialogue"], "--judge")):

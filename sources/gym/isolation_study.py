@@ -20,11 +20,12 @@ Each trial records the first alarm after the onset (its latency in windows), the
 component and the size the bank of fault hypotheses named (:mod:`idt_desk.detection.isolation`),
 and the seconds its attribution took; a control records every alarm once armed. The table:
 detection, latency, controls alarmed (their count and seeds), the confusion of true × named
-class for each twin, and the component and the size of the class-right sensor, actuator,
-force and mass faults.
+class for each twin, and the component (true × named, per class) and the size of the
+class-right sensor, actuator, force and mass faults.
 
 The env seeds are ``--seed`` × 1,000 + the trial's index (faults) and + 500 + the control's
-index (controls): the default ``--seed 71`` was never used to choose anything in the bank.
+index (controls). ``--seed 71`` was the tuning run (what it showed chose the bank's costs
+and kept an inexact twin apart); the default ``--seed 72`` was never used to choose anything.
 """
 
 from __future__ import annotations
@@ -297,6 +298,7 @@ def summarize(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
             clean = [r for r in rows if r["fault"] is None]
             conf = {c: {n: 0 for n in (*CLASSES, "unknown", "none")} for c in CLASSES}
             kinds: dict[str, dict[str, int]] = {}
+            components: dict[str, dict[str, dict[str, int]]] = {}
             latency, comp_ok, comp_n, size_ok, size_n, secs = [], 0, 0, 0, 0, []
             detected = 0
             for r in faulted:
@@ -318,6 +320,10 @@ def summarize(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
                     if f["kind"] in COMPONENT_KINDS:
                         comp_n += 1
                         comp_ok += named.get("component") == f["component"]
+                        # True component × named, per class (None: the bank named them all).
+                        row = components.setdefault(cls, {}).setdefault(f["component"], {})
+                        said = str(named.get("component"))
+                        row[said] = row.get(said, 0) + 1
                     if f["kind"] in SIZED_KINDS and named.get("size") is not None:
                         size_n += 1
                         size_ok += _size_right(f, named)
@@ -337,7 +343,7 @@ def summarize(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
                                              for r in clean),
                 "attribution_seconds_median": float(np.median(secs)) if secs else None,
                 "attribution_seconds_max": float(np.max(secs)) if secs else None,
-                "confusion": conf, "kinds": kinds}
+                "confusion": conf, "kinds": kinds, "components": components}
         out[agent] = per
     return out
 
@@ -358,10 +364,15 @@ def _size_right(fault: dict[str, Any], named: dict[str, Any]) -> bool:
     return abs(got - size) <= 0.3 * abs(size)
 
 
+def _secs(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
 def report(summary: dict[str, Any]) -> list[str]:
     """The summary as Markdown: a headline table, then each agent's confusion tables."""
     lines = ["| Agent | Twin | Detected | Latency (windows, median) | Class right | "
-             "Component right | Size within 30 % | Controls alarmed | Attribution (s, median / max) |",
+             "Component right | Size within 30 % | Controls alarmed | "
+             "Attribution (s, median / max) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for agent, per in summary.items():
         for twin in ("exact", "off"):
@@ -374,7 +385,8 @@ def report(summary: dict[str, Any]) -> list[str]:
                 f"{s['size_within_30pct']}/{s['size_judged']} | "
                 f"{len(s['controls_alarmed'])}/{s['controls']} "
                 f"({s['control_alarm_windows']} of {s['control_armed_windows']} windows) | "
-                f"{s['attribution_seconds_median']} / {s['attribution_seconds_max']} |")
+                f"{_secs(s['attribution_seconds_median'])} / "
+                f"{_secs(s['attribution_seconds_max'])} |")
     for agent, per in summary.items():
         for twin in ("exact", "off"):
             s = per[twin]
@@ -387,6 +399,14 @@ def report(summary: dict[str, Any]) -> list[str]:
             lines += ["", "| Kind | Trials | Detected | Class right |", "|---|---|---|---|"]
             for kind, k in sorted(s["kinds"].items()):
                 lines.append(f"| {kind} | {k['trials']} | {k['detected']} | {k['class_right']} |")
+            lines += ["", "| Class | Component right | Named another (true → named: count) |",
+                      "|---|---|---|"]
+            for cls, rows in s.get("components", {}).items():
+                right = sum(r.get(c, 0) for c, r in rows.items())
+                total = sum(sum(r.values()) for r in rows.values())
+                wrong = ", ".join(f"{c} → {n}: {k}" for c, r in sorted(rows.items())
+                                  for n, k in sorted(r.items()) if n != c)
+                lines.append(f"| {cls} | {right}/{total} | {wrong or '–'} |")
     return lines
 
 
@@ -400,7 +420,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "and the Hopper agent)")
     parser.add_argument("--faults", type=int, default=200, help="faulted trials per agent")
     parser.add_argument("--controls", type=int, default=40, help="clean runs per agent")
-    parser.add_argument("--seed", type=int, default=71,
+    parser.add_argument("--seed", type=int, default=72,
                         help="the draws' seed; env seeds are SEED×1000 + the trial's index")
     parser.add_argument("--mismatch", type=float, default=0.1,
                         help="the off twin's masses ×(1+m) and friction ×(1−m)")
