@@ -136,15 +136,14 @@ def test_the_command_refuses_what_it_cannot_run(tmp_path, capsys, flag, value, s
 def test_bench_isolation_times_the_naming_of_an_alarm_beside_a_window(capsys):
     """``idt-desk bench isolation``'s smoke test: the alarm is named (a reading's offset: a
     sensor) and both seconds are measured in the run; no figure is asserted."""
-    assert main(["bench", "isolation", "--policy", SETTLED, "--kinds", "sensor_offset",
-                 "--repeats", "1"]) == 0
+    assert main(["bench", "isolation", "--policy", SETTLED, "--kinds", "sensor_offset"]) == 0
     out = capsys.readouterr().out
     row = next(x for x in out.splitlines() if x.strip().startswith("sensor_offset"))
     *_, sec, win, ratio = row.split()
     assert float(sec) > 0 and float(win) > 0 and float(ratio) > 0
     assert " sensor " in row and "attribution: median" in out
     # A bad setting is one line, not a traceback.
-    assert main(["bench", "isolation", "--policy", SETTLED, "--repeats", "0"]) == 2
-    assert "--repeats" in capsys.readouterr().err
+    assert main(["bench", "isolation", "--policy", SETTLED, "--seed", "-1"]) == 2
+    assert "--seed" in capsys.readouterr().err
     assert main(["bench", "isolation", "--policy", SETTLED, "--kinds", "sensor_wobble"]) == 2
     assert "not a fault kind" in capsys.readouterr().err

@@ -206,7 +206,7 @@ def test_the_built_in_commands_come_from_the_entry_points():
                          (["bench", "rl"], "--rounds"), (["bench", "pendulum"], "--seconds"),
                          (["reproduce", "cheetah"], "--perturbations"),
                          (["bench", "reproduce"], "--trials"),
-                         (["bench", "isolation"], "--repeats"),
+                         (["bench", "isolation"], "--kinds"),
                          (["reproduce", "dialogue"], "--report-only"),
                          (["reproduce", "pendulum-alarms"], "--false-alarms"),
                          (["bench", "dialogue"], "--judge")):
