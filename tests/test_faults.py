@@ -35,6 +35,15 @@ def test_the_components_are_named_from_the_model():
     assert names["sensor"][8] == "rootx_vel" and len(names["sensor"]) == 17
     assert names["actuator"] == ("bthigh", "bshin", "bfoot", "fthigh", "fshin", "ffoot")
     assert "torso" in names["body"] and "bshin" in names["joint"]
+    # Hopper's actuators have no names in its XML: each is named by the joint it drives, and
+    # a fault on one drives that joint.
+    hopper = gym.make("Hopper-v5")
+    assert component_names(hopper)["actuator"] == ("thigh_joint", "leg_joint", "foot_joint")
+    env = FaultWrapper(hopper, Fault("actuator_offset", "leg_joint", 0.5, onset=0))
+    env.reset(seed=0)
+    env.step(np.zeros(3, dtype=np.float32))
+    np.testing.assert_allclose(env.unwrapped.data.ctrl, [0.0, 0.5, 0.0])
+    env.close()
 
 
 @pytest.mark.parametrize("kind", ["sensor_offset", "sensor_stuck", "sensor_noise",

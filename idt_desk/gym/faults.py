@@ -143,7 +143,9 @@ def component_names(env: Any) -> dict[str, tuple[str, ...]]:
 
     Observation variables are named from the model's joints where the observation is the
     state (``qpos`` less the first ``skipped_qpos``, then ``qvel`` as ``<joint>_vel``), else
-    ``obs_0``, ``obs_1``, …; actuators, bodies and joints by their MuJoCo names.
+    ``obs_0``, ``obs_1``, …; actuators, bodies and joints by their MuJoCo names, an unnamed
+    actuator by the joint it drives (Hopper's, Walker2d's, Ant's: ``thigh_joint``, as
+    HalfCheetah names its own), else ``act_<i>``.
     """
     base = getattr(env, "unwrapped", env)
     n_obs = int(np.prod(base.observation_space.shape))
@@ -159,9 +161,17 @@ def component_names(env: Any) -> dict[str, tuple[str, ...]]:
     def names(kind: Any, n: int, prefix: str) -> tuple[str, ...]:
         return tuple(mujoco.mj_id2name(model, kind, i) or f"{prefix}_{i}" for i in range(n))
 
-    out["actuator"] = names(mujoco.mjtObj.mjOBJ_ACTUATOR, model.nu, "act")
     out["body"] = names(mujoco.mjtObj.mjOBJ_BODY, model.nbody, "body")
     out["joint"] = joints = names(mujoco.mjtObj.mjOBJ_JOINT, model.njnt, "joint")
+    acts = []
+    for i in range(model.nu):
+        name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, i)
+        if not name and int(model.actuator_trntype[i]) == int(mujoco.mjtTrn.mjTRN_JOINT):
+            name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT,
+                                     int(model.actuator_trnid[i, 0]))
+        acts.append(name or f"act_{i}")
+    # Names stay unique (a fault names its actuator): a repeated one is its index's.
+    out["actuator"] = tuple(n if acts.count(n) == 1 else f"act_{i}" for i, n in enumerate(acts))
     pos, vel = [], []
     for j in range(model.njnt):
         nq = {0: 7, 1: 4}.get(int(model.jnt_type[j]), 1)  # free, ball, slide/hinge
