@@ -620,16 +620,16 @@ class Pipeline:
             if self.twin_stage is not None:  # on the same rows, however the loop was cut
                 need = self.calibration_transitions
                 self.twin_stage.fit(s[:need], None if a is None else a[:need], s_next[:need])
-                if not self.twin_stage.exact:  # its residual moves with the gait: apart
-                    if self.monitor is not None:
-                        self.monitor.apart.add("twin")
+            inexact = self.twin_stage is not None and not self.twin_stage.exact
+            if inexact and self.monitor is not None:  # its residual moves with the gait: apart
+                self.monitor.apart.add("twin")
             step.calibrated = {
                 "transitions": self.calibration_transitions,
                 "symbolizer": self.sym_s.to_dict(),
                 "action_symbolizer": None if self.sym_a is None else self.sym_a.to_dict()}
             if view is not None:
                 step.calibrated["view"] = view
-            if self.twin_stage is not None and not self.twin_stage.exact:
+            if inexact:
                 step.calibrated["twin"] = {
                     "exact": False, "misfit": float(f"{self.twin_stage.misfit:.3g}"),
                     "said": f"the twin is not exact (its clean residual reaches "

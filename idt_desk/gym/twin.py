@@ -235,11 +235,16 @@ class MujocoTwin:
         """Close the copy."""
         self._env.close()
 
-    def _step(self, s: np.ndarray, a: np.ndarray, out: np.ndarray, k: int) -> None:
+    def _set_state(self, s: np.ndarray) -> None:
+        """The copy's state set to the observation ``s`` (its positions, then velocities)."""
         data = self.data
         data.qpos[:self.skip] = 0.0  # the dynamics ignore them (x of a planar walker)
         data.qpos[self.skip:] = s[:self.npos]
         data.qvel[:] = s[self.npos:]
+
+    def _step(self, s: np.ndarray, a: np.ndarray, out: np.ndarray, k: int) -> None:
+        data = self.data
+        self._set_state(s)
         data.ctrl[:] = a
         # No warm start from the row before: each prediction is a function of (S, A) alone,
         # so a replay's are the session's whatever ran on the copy first (a kernel warm-up,
@@ -294,9 +299,7 @@ class MujocoTwin:
         import mujoco
 
         model, data = self.model, self.data
-        data.qpos[:self.skip] = 0.0
-        data.qpos[self.skip:] = s0[:self.npos]
-        data.qvel[:] = s0[self.npos:]
+        self._set_state(s0)
         mujoco.mj_kinematics(model, data)
         mujoco.mj_comPos(model, data)
         jacp = np.zeros((3, model.nv))

@@ -29,8 +29,7 @@ HELP = ("the seconds the bank of fault hypotheses takes to name an alarm, per fa
 def _one(task: dict[str, Any]) -> dict[str, Any]:
     """One trial to its first named alarm after the onset: the seconds of the step naming it."""
     import gymnasium as gym
-    from idt_desk_sources.gym._policy import FrozenPolicy
-    from idt_desk_sources.gym.isolation_study import MONITOR
+    from idt_desk_sources.gym.isolation_study import ARMED, MONITOR, actor
 
     from idt_desk.plugin import Fault, FaultWrapper, IDTMonitor, MujocoTwin, route_mujoco_warnings
 
@@ -39,20 +38,16 @@ def _one(task: dict[str, Any]) -> dict[str, Any]:
     base = gym.make(task["env_id"])
     env = FaultWrapper(base, fault)
     monitor = IDTMonitor(env, twin=MujocoTwin(env), **MONITOR)
-    space = base.action_space
-    policy = FrozenPolicy(task["policy"], base.observation_space.shape, space.low, space.high)
-    rng = np.random.default_rng(0)
-    armed = MONITOR["window"] + (MONITOR["calibration_windows"]
-                                 + MONITOR["baseline_windows"]) * MONITOR["stride"]
+    act = actor(task["policy"], base)
     clean, t_clean, named, seconds = 0, 0.0, None, None
     try:
         obs, _ = monitor.reset(seed=task["env_seed"])
         for t in range(task["steps"]):
-            a = policy.act(obs, rng, True)
+            a = act(obs)
             t0 = time.perf_counter()
             obs, _, term, trunc, _ = monitor.step(a)
             took = time.perf_counter() - t0
-            if armed <= t < fault.onset:  # the armed loop between alarms
+            if ARMED <= t < fault.onset:  # the armed loop between alarms
                 clean += 1
                 t_clean += took
             if term or trunc:

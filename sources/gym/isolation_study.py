@@ -40,7 +40,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["HELP", "add_arguments", "draw_fault", "run", "run_trial", "study", "summarize"]
+__all__ = ["ARMED", "HELP", "actor", "add_arguments", "draw_fault", "run", "run_trial", "study",
+           "summarize"]
 
 #: ``idt-desk reproduce isolation``'s one-line help.
 HELP = ("isolation in a user's loop: random faults the monitor is not told of, the class, "
@@ -52,6 +53,10 @@ AGENTS = ("policies/halfcheetah-v5-sac-seed3.zip", "policies/halfcheetah-v5-sac-
 #: The monitors' settings: the RL default's window and stride, a short baseline (so that a
 #: trial is minutes, not hours: the same baseline for the exact and the off twin).
 MONITOR = {"window": 100, "stride": 50, "calibration_windows": 2, "baseline_windows": 120}
+#: The step a monitor of those settings is armed at (its first window, then the calibration's
+#: and the baseline's strides).
+ARMED = MONITOR["window"] + (MONITOR["calibration_windows"]
+                             + MONITOR["baseline_windows"]) * MONITOR["stride"]
 #: Windows after the onset a faulted trial runs at most (it stops once its alarm is named).
 AFTER = 30
 #: The classes, in the tables' order.
@@ -121,7 +126,7 @@ def scout(policy: str, env_id: str, seed: int, steps: int = 3_000) -> dict[str, 
 
     route_mujoco_warnings()
     env = gym.make(env_id)
-    act = _actor(policy, env)
+    act = actor(policy, env)
     obs, _ = env.reset(seed=seed)
     rows = []
     for _ in range(steps):
@@ -137,7 +142,8 @@ def scout(policy: str, env_id: str, seed: int, steps: int = 3_000) -> dict[str, 
     return out
 
 
-def _actor(policy: str, env: Any) -> Callable[[np.ndarray], np.ndarray]:
+def actor(policy: str, env: Any) -> Callable[[np.ndarray], np.ndarray]:
+    """The frozen policy ``policy`` acting deterministically on ``env``'s observations."""
     from idt_desk_sources.gym._policy import FrozenPolicy
 
     space = env.action_space
@@ -168,7 +174,7 @@ def run_trial(task: dict[str, Any]) -> dict[str, Any]:
     monitors = {"exact": exact, "off": off}
     seen = {"exact": 0, "off": 0}
     cost: dict[str, list[float]] = {"exact": [], "off": []}
-    act = _actor(task["policy"], base)
+    act = actor(task["policy"], base)
     obs, _ = off.reset(seed=task["env_seed"])
     steps = task["steps"]
     t0 = time.perf_counter()
@@ -235,8 +241,7 @@ def tasks_for(policy: str, index: int, seed: int, faults: int, controls: int,
     env_id = (_json.loads(card.read_text()).get("env_id") if card.is_file() else None) \
         or "HalfCheetah-v5"
     sc = scout(policy, env_id, seed=seed * 1_000 + 999)
-    W, S = MONITOR["window"], MONITOR["stride"]
-    armed = W + (MONITOR["calibration_windows"] + MONITOR["baseline_windows"]) * S
+    S, armed = MONITOR["stride"], ARMED
     rng = np.random.default_rng([seed, index])
     lo, hi = onset_windows
     tasks = []
