@@ -122,6 +122,27 @@ def test_a_mean_fit_is_least_squares_on_the_whitened_residual():
     assert got.share == pytest.approx(min((rss0 - rss) / excess, 1.0), rel=1e-9)
 
 
+def test_an_alarm_simulates_each_hypothesis_at_each_size_once():
+    """A twin prediction is the alarm's cost: a deep candidate's first Gauss-Newton step and a
+    search's best multiple are sizes already simulated, and are not simulated again."""
+    from dataclasses import replace
+
+    twin, s, a, s2 = _loop("sensor_noise", 0.05)  # a spread and a far fit: every stage runs
+    base = twin.predict(s, a)
+    hyps = signal_hypotheses(twin, s, a, base, NAMES, ACTS, spread=s.std(axis=0))
+    calls: list[tuple[str, bytes]] = []
+
+    def counted(h):
+        def sim(x):
+            calls.append((h.name, np.asarray(x, dtype=np.float64).tobytes()))
+            return h.simulate(x)
+        return replace(h, simulate=sim)
+
+    iso = isolate(s2 - base, [h if h.simulate is None else counted(h) for h in hyps])
+    assert calls and len(calls) == len(set(calls)), len(calls) - len(set(calls))
+    assert iso.best.hypothesis.name == "sensor_noise:x1"
+
+
 def test_a_change_no_hypothesis_simulates_is_unknown():
     """The loop's F changed (no sensor, no actuator): no hypothesis of the bank explains it."""
     twin, s, a, _s2 = _loop("none", 0.0)

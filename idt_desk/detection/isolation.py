@@ -398,11 +398,14 @@ def isolate(y: np.ndarray, hypotheses: Sequence[Hypothesis],
            k < REFINE or f.hypothesis.name in always_
            or sum(g.hypothesis.cls == f.hypothesis.cls for g in fits[:k]) < PER_CLASS]
     # Each simulated once at its linear size first; the best few of those then refined.
-    quick = sorted((_refine(f, yw, w, sc, rss0, keep, steps=0)
+    # Every simulation of one alarm's fits kept by (hypothesis, size): a deep candidate's
+    # first Gauss-Newton step, a search's best multiple, are simulated once.
+    memo: dict[tuple[int, bytes], np.ndarray] = {}
+    quick = sorted((_refine(f, yw, w, sc, rss0, keep, steps=0, memo=memo)
                     if f.hypothesis.simulate is not None
                     else f for f in top), key=lambda f: -f.loglik)
     deep = {f.hypothesis.name for f in quick[:DEEP]}
-    refined = sorted((_refine(f, yw, w, sc, rss0, keep) for f in top
+    refined = sorted((_refine(f, yw, w, sc, rss0, keep, memo=memo) for f in top
                       if f.hypothesis.name in deep
                       and f.hypothesis.simulate is not None), key=lambda f: -f.loglik)
     done = {f.hypothesis.name for f in refined}
@@ -412,7 +415,7 @@ def isolate(y: np.ndarray, hypotheses: Sequence[Hypothesis],
     # lost puts the linear size off by a factor).
     # (None where the best already explains 90 %: no other can pass it by much.)
     far = bool(refined) and refined[0].share < 0.9
-    lead = [_refine(f, yw, w, sc, rss0, keep, search=True)
+    lead = [_refine(f, yw, w, sc, rss0, keep, search=True, memo=memo)
             if far and f.share < 0.9 and f.hypothesis.simulate is not None else f
             for f in refined[:SEARCH]]
     refined = sorted(lead + refined[SEARCH:], key=lambda f: -f.loglik)
@@ -421,14 +424,24 @@ def isolate(y: np.ndarray, hypotheses: Sequence[Hypothesis],
 
 
 def _refine(fit: Fit, yw: np.ndarray, w: np.ndarray, sc: np.ndarray, rss0: float,
-            keep: np.ndarray | None = None, search: bool = False, steps: int = 2) -> Fit:
+            keep: np.ndarray | None = None, search: bool = False, steps: int = 2,
+            memo: dict[tuple[int, bytes], np.ndarray] | None = None) -> Fit:
     """``fit`` with its change simulated exactly at its size, by ``steps`` Gauss-Newton steps.
 
     ``steps`` 0: simulated at its linear size only; ``keep``: which rows are fitted (a mask;
-    None: all); ``search``: a mean's also at multiples of its size first.
+    None: all); ``search``: a mean's also at multiples of its size first; ``memo``: the
+    simulations already run, by (hypothesis, size), shared by one alarm's calls.
     """
     h = fit.hypothesis
     n, d = yw.shape
+    memo = {} if memo is None else memo
+
+    def simulate(x: Any) -> np.ndarray:  # a twin prediction over every row: run once each
+        key = (id(h), np.asarray(x, dtype=np.float64).tobytes())
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = h.simulate(x)
+        return got
 
     def rows(x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=np.float64)
@@ -450,19 +463,19 @@ def _refine(fit: Fit, yw: np.ndarray, w: np.ndarray, sc: np.ndarray, rss0: float
                 for _ in range(steps):
                     if k == 0.0 or not np.isfinite(k):
                         break
-                    g = seen(h.simulate(k))
+                    g = seen(simulate(k))
                     gg = float(np.sum(g * g))
                     if gg <= 0:
                         break
                     k *= float(np.sum(g * yw)) / gg  # along the simulated change, re-scaled
-                return k, float(np.sum((yw - seen(h.simulate(k))) ** 2))
+                return k, float(np.sum((yw - seen(simulate(k))) ** 2))
 
             k, rss = newton(fit.k, steps)
             if search and np.isfinite(rss) and k != 0.0:
                 # Still far: the linear size may be off by a factor (a contact made or lost);
                 # the simulated change at a few multiples of it, then Newton again.
                 def at(x: float) -> float:
-                    r = float(np.sum((yw - seen(h.simulate(x))) ** 2))
+                    r = float(np.sum((yw - seen(simulate(x))) ** 2))
                     return r if np.isfinite(r) else np.inf
 
                 best_rss, best_k = min([(rss, k), *((at(m * k), m * k)
@@ -474,8 +487,8 @@ def _refine(fit: Fit, yw: np.ndarray, w: np.ndarray, sc: np.ndarray, rss0: float
                 for _ in range(4):  # Gauss-Newton on the size, its derivative by a secant
                     if k == 0.0:
                         break
-                    now = seen(h.simulate(k))
-                    jac = (seen(h.simulate(k * (1.0 + 1e-4))) - now) / (k * 1e-4)
+                    now = seen(simulate(k))
+                    jac = (seen(simulate(k * (1.0 + 1e-4))) - now) / (k * 1e-4)
                     jj = float(np.sum(jac * jac))
                     if not jj > 0:
                         break
@@ -491,9 +504,9 @@ def _refine(fit: Fit, yw: np.ndarray, w: np.ndarray, sc: np.ndarray, rss0: float
         u = np.einsum("ed,ndk->nek", w, rows(h.delta) / sc[None, :, None])
         c = _coefficients(u, yw)
         for _ in range(steps):
-            left = yw - seen(h.simulate(every(c)))
+            left = yw - seen(simulate(every(c)))
             c = c + _coefficients(u, left)
-        left = yw - seen(h.simulate(every(c)))
+        left = yw - seen(simulate(every(c)))
         rss = float(np.sum(left ** 2))
         if not np.isfinite(rss):
             return fit
@@ -544,7 +557,7 @@ def isolate_window(stage: Any, row: int) -> Isolation | None:
     Over a sample of the window's rows (:data:`ROWS`), against the baseline rows' residual
     mean and covariance (``TwinStage.row_mean``, ``row_cov``); the bank: every sensor's and
     actuator's hypotheses (:func:`signal_hypotheses`) and the twin's own physical ones (its
-    ``bank``, else its ``hypotheses``).
+    ``bank(s, a, base=)``, else its ``hypotheses``).
     """
     if stage.row_cov is None or stage.row_mean is None:
         return None
@@ -570,7 +583,7 @@ def isolate_window(stage: Any, row: int) -> Isolation | None:
     bank = signal_hypotheses(twin, s, a, base, names, acts, spread=stage.spread,
                              action_range=stage.action_spread)
     own = getattr(twin, "bank", None)
-    bank += list(own(s, a) if callable(own) else twin.hypotheses(s, a))
+    bank += list(own(s, a, base=base) if callable(own) else twin.hypotheses(s, a))
     # A position read off moves the contacts: its offset always simulated; a velocity's acts
     # through the integration, near linearly.
     pos = stage.kinds_of().get("pos", range(len(names)))

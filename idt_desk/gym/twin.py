@@ -309,18 +309,20 @@ class MujocoTwin:
             out[b] = np.abs(jacp).max(axis=1) > 1e-12
         return out
 
-    def bank(self, s: np.ndarray, a: np.ndarray | None) -> list[Hypothesis]:
+    def bank(self, s: np.ndarray, a: np.ndarray | None,
+             base: np.ndarray | None = None) -> list[Hypothesis]:
         """Every physical change the copy can simulate, each on these rows' S'.
 
         A force of 1 N on each body along each world axis it moves along; each body's mass
         and inertia ×1.1; every geom's sliding friction ×1.1; every joint's damping ×1.1
         (where the joints are damped); gravity ×1.1. Each simulated by the copy on the rows,
         its effect the change of S' (the isolation's bank, :mod:`idt_desk.detection.isolation`,
-        adds the sensors and the actuators).
+        adds the sensors and the actuators). ``base``: the rows' prediction where the caller
+        has it (a prediction is a function of (S, A) alone: the same, bit for bit).
         """
         import mujoco
 
-        base = self.predict(s, a)
+        base = self.predict(s, a) if base is None else base
         model, data = self.model, self.data
         out: list[Hypothesis] = []
 
