@@ -581,6 +581,79 @@ class Pipeline:
             self.twin_stage.twin.predict(s[:2], None if a is None else a[:2])
         copy.push(s[:-1], a, s[1:], columns)
 
+    def fitted(self) -> dict[str, Any]:
+        """What this pipeline fitted before it judged a window.
+
+        The symbols (and the view chosen), the twin's residual scales and baseline, the
+        monitor's baseline and thresholds. JSON-able but for NaN; :meth:`load_fitted` takes it.
+
+        Raises
+        ------
+        ValueError
+            The symbols or the baseline are not fitted yet (the baseline's progress said).
+        """
+        if self.monitor is None:
+            raise ValueError("this pipeline has no monitor: nothing to judge against")
+        if self.turns:  # token counts: no symbols, no twin
+            return {"symbols": None, "twin": None, "monitor": self.monitor.fitted()}
+        if not self.calibrated:
+            raise ValueError(f"the symbols are not calibrated yet: {self.n_buffered:,} of "
+                             f"{self.calibration_transitions:,} transitions")
+        monitor = self.monitor.fitted()
+        twin = self.twin_stage
+        return {"symbols": {"state": self.sym_s.to_dict(), "action": None if self.sym_a is None
+                            else self.sym_a.to_dict(), "view": self.view},
+                "twin": None if twin is None else twin.fitted(), "monitor": monitor}
+
+    def load_fitted(self, d: Mapping[str, Any]) -> None:
+        """Judge from the first window on against what another stream fitted (:meth:`fitted`).
+
+        The symbols, the twin's scales and baseline and the monitor's are taken whole: no
+        calibration, no baseline to gather, the first complete window is judged.
+
+        Raises
+        ------
+        ValueError
+            Symbols of other variables, a twin where this pipeline has none (or none where it
+            has one), another detector or other metrics: named in one line.
+        """
+        if self.monitor is None:
+            raise ValueError("this pipeline has no monitor: nothing to judge against")
+        if self.turns or d.get("symbols") is None:
+            if not self.turns:
+                raise ValueError("the baseline was fitted on a dialogue's turns (no symbols)")
+            if d.get("symbols") is not None:
+                raise ValueError("the baseline was fitted on symbols; a dialogue's turn path "
+                                 "has none")
+            self.monitor.load_fitted(d.get("monitor") or {})
+            return
+        sym = d["symbols"]
+        try:
+            sym_s = Symbolizer.from_dict(sym["state"])
+            sym_a = None if sym.get("action") is None else Symbolizer.from_dict(sym["action"])
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise ValueError(f"the symbols: {type(exc).__name__}: {exc}") from None
+        names = self._shape["state_names"]
+        if tuple(sym_s.names or ()) != names or not sym_s.calibrated:
+            raise ValueError("the symbols were fitted on other state variables")
+        acts = self._shape["action_names"]
+        if (sym_a is None) != (acts is None) or (
+                sym_a is not None and (tuple(sym_a.names or ()) != acts or not sym_a.calibrated)):
+            raise ValueError("the symbols were fitted on other action variables")
+        twin = d.get("twin")
+        if (twin is None) != (self.twin_stage is None):
+            raise ValueError("the baseline judges the twin's residual; this loop has no twin"
+                             if twin is not None else "the baseline was fitted without a twin")
+        if self.twin_stage is not None:
+            self.twin_stage.load_fitted(twin)
+        self.monitor.load_fitted(d.get("monitor") or {})
+        self.sym_s, self.sym_a = sym_s, sym_a
+        self.stage.sym_s, self.stage.sym_a = sym_s, sym_a
+        self.view = str(sym.get("view") or "")
+        self._buffer, self.n_buffered = [], 0
+        self.calibration_windows = 0
+        self.calibration_transitions = self.stage.calibration_transitions = 0
+
     @property
     def calibrated(self) -> bool:
         """Whether the symbols are fitted (always, on the turn path)."""

@@ -28,7 +28,8 @@ The names, by what a plugin does with them:
   MAX_SPEED_CHUNKS, load_source, SourceLoadError, load_recording, RecordingError,
   RecordingTail, Trajectory, TRANSITIONS and row_place (a recording's transitions file, and
   where its row k is), the settings table (SETTINGS, DEFAULTS, PIPELINE_KEYS,
-  source_defaults: what a source fills in);
+  source_defaults: what a source fills in), baseline profiles (Profile, ProfileError,
+  save_baseline, fit_profile: a baseline fitted once, every later session armed at once);
 - **add a detector** (``idt_desk.detection.registry``): Detector, register_detector,
   DETECTORS;
 - **judge windows** (the detection layer, its defaults): Pipeline, build_monitor, judge,
@@ -68,6 +69,8 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(("RecordingError", "RecordingTail", "load_recording"),
                     "idt_desk.recordings"),
     "Trajectory": "idt_desk.recordings.trajectory",
+    **dict.fromkeys(("Profile", "ProfileError", "save_baseline"), "idt_desk.recordings.profile"),
+    "fit_profile": "idt_desk.live.fit",
     "TRANSITIONS": "idt_desk.recordings.files",
     "row_place": "idt_desk.recordings.reader",
     **dict.fromkeys(("MujocoTwin", "mujoco_twin", "route_mujoco_warnings"),

@@ -35,7 +35,8 @@ from idt_desk.detection.spec import (
 from idt_desk.metrics.presets import ANGLE_MODES, PRESETS
 from idt_desk.metrics.tokens import BASELINE_TURNS
 
-__all__ = ["BUFFER_CAP", "DEFAULTS", "LIMITS", "PIPELINE_KEYS", "SETTINGS", "PipelineSettings",
+__all__ = ["BUFFER_CAP", "BY_VALUE", "DEFAULTS", "LIMITS", "PIPELINE_KEYS", "SETTINGS",
+           "PipelineSettings",
            "Setting", "SettingError", "check_buffers", "check_finite", "check_limit",
            "check_pipeline", "check_preset_spec", "is_int", "is_number", "source_defaults"]
 
@@ -293,6 +294,10 @@ class PipelineSettings:
     phase_baseline: bool = SETTINGS["phase_baseline"].default
     #: Step the source's twin (``Source.twin``) beside the IDT.
     twin: bool = SETTINGS["twin"].default
+    #: A baseline profile (``idt_desk.recordings.profile``) by value, as a recording holds it:
+    #: ``{"path", "digest", "document"}``; checked whole when the pipeline is built. None:
+    #: the session fits its own symbols and baseline.
+    profile: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         # Read once (parse checked it): the monitor takes it as it is.
@@ -324,8 +329,14 @@ class PipelineSettings:
             raise SettingError(bad[0], p[bad[0]], "", f"unknown pipeline setting {bad[0]!r}; "
                                f"known: {', '.join(PIPELINE_KEYS)}")
         for key in PIPELINE_KEYS:
-            if key != "preset_spec" and p.get(key) is not None:  # None: the default
+            if key not in BY_VALUE and p.get(key) is not None:  # None: the default
                 SETTINGS[key].check(p[key])
+        prof = p.get("profile")
+        if prof is not None and not (isinstance(prof, Mapping) and
+                                     isinstance(prof.get("document"), Mapping)):
+            raise SettingError("profile", "…", "", "profile: a baseline profile by value "
+                               "({'path', 'digest', 'document'}); give a profile's path to "
+                               "the front end (--baseline, baseline=)")
         window, stride = p.get("window"), p.get("stride")
         if window is not None and stride is not None and stride > window:
             raise SettingError("stride", stride, f"is longer than the window ({window}): the "
@@ -347,6 +358,9 @@ class PipelineSettings:
         """The settings as a recording states them."""
         return asdict(self)
 
+
+#: Pipeline settings given by value (a preset, a baseline profile), not in the settings table.
+BY_VALUE = ("preset_spec", "profile")
 
 #: The pipeline settings' defaults: the one table every front end's defaults come from.
 DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(PipelineSettings)}

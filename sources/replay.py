@@ -356,6 +356,12 @@ class ReplaySource(Source):
         except SourceLoadError:
             return None
 
+    @property
+    def env_id(self) -> str | None:
+        """The recorded loop's env id, where it had one (a baseline profile is checked by it)."""
+        got = self._details.get("env_id") or self._recorded_settings.get("env_id")
+        return str(got) if got else None
+
     def twin(self) -> Any:
         """The recorded loop's twin, built from its recorded settings (None: it has none)."""
         if not hasattr(self, "_twin"):

@@ -189,6 +189,7 @@ def test_the_built_in_commands_come_from_the_entry_points():
         "reproduce.cheetah-estimator": "idt_desk_sources.gym.estimator_study",
         "reproduce.wrapper-views": "idt_desk_sources.gym.view_study",
         "reproduce.isolation": "idt_desk_sources.gym.isolation_study",
+        "reproduce.profile": "idt_desk_sources.gym.profile_study",
         "reproduce.cheetah-live": "idt_desk_sources.gym.live_study",
         "reproduce.dialogue": "idt_desk_sources.dialogue.reproduce",
         "reproduce.pendulum": "idt_desk_sources.pendulum.reproduce",

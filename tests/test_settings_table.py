@@ -16,7 +16,7 @@ from idt_desk.cli import main
 from idt_desk.cli.run import SESSION_OPTIONS, _add_session_options, _check_pipeline
 from idt_desk.errors import InputError
 from idt_desk.gym import IDTMonitor
-from idt_desk.settings import PIPELINE_KEYS, SETTINGS, PipelineSettings, SettingError
+from idt_desk.settings import BY_VALUE, PIPELINE_KEYS, SETTINGS, PipelineSettings, SettingError
 
 pytest.importorskip("pytestqt")
 
@@ -105,7 +105,7 @@ def test_the_wrapper_and_the_recorder_refuse_what_the_table_refuses(tmp_path_fac
 
 
 def test_every_pipeline_setting_and_every_option_is_in_the_table():
-    assert set(PIPELINE_KEYS) - {"preset_spec"} <= set(SETTINGS)
+    assert set(PIPELINE_KEYS) - set(BY_VALUE) <= set(SETTINGS)
     assert set(SESSION_OPTIONS) <= set(SETTINGS)
     for key, s in SETTINGS.items():
         assert s.label and s.help and s.flag == "--" + key.replace("_", "-"), key

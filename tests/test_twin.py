@@ -315,7 +315,8 @@ def test_a_wrapped_mujoco_envs_recording_keeps_its_twin_and_replays_it_exactly(t
     live = env.windows
     env.close()
     rec = load_recording(tmp_path / "rec")
-    assert rec.config["source"]["details"] == {"twin": {"env_id": "HalfCheetah-v5"}}
+    assert rec.config["source"]["details"] == {"env_id": "HalfCheetah-v5",
+                                               "twin": {"env_id": "HalfCheetah-v5"}}
     for col in ("R_spread_vel", "x_twin", "x_IDT"):
         np.testing.assert_array_equal(rec.windows[col].to_numpy(), live[col].to_numpy())
     replay = Session(SessionConfig(speed=None), source=ReplaySource(path=str(tmp_path / "rec")),

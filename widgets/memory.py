@@ -94,8 +94,7 @@ class Collector(QObject):
         self.timer.start(max(0, int(wait * 1000)))
 
     def stop(self) -> None:
-        """Collect nothing more here: automatic collection is on again (the window shuts
-        down)."""
+        """Collect nothing more here: automatic collection is on again (the window shuts down)."""
         self.timer.stop()
         self.ticker.stop()
         _release(self._key)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from idt_desk.cli.analyze import add_analyze
+from idt_desk.cli.fit import add_fit
 from idt_desk.cli.run import add_run
 from idt_desk.cli.runs import add_runs
 from idt_desk.cli.validate import (
@@ -325,6 +326,7 @@ def build_parser(wanted: str | None = "*") -> argparse.ArgumentParser:
     add_analyze(sub)
     _add_export(sub)
     add_runs(sub)
+    add_fit(sub)
     parents = {"reproduce": _add_reproduce(sub)}
     sources = _add_sources(sub)
     parents["bench"] = _add_bench(sub)

@@ -45,6 +45,19 @@ def _add_session_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
                    help="set a declared source setting (repeatable)")
     add_settings(p, SESSION_OPTIONS)
+    p.add_argument("--baseline", type=path_arg, metavar="PROFILE",
+                   help="a baseline profile (idt-desk fit RUN... --out PROFILE): its symbols, "
+                   "twin and detectors, so the first window is judged; the options left unset "
+                   "are the profile's")
+
+
+def baseline_setting(path: Path | None) -> dict[str, Any] | None:
+    """``--baseline PROFILE`` read and checked (one line if it cannot be used), as a setting."""
+    if path is None:
+        return None
+    from idt_desk.recordings.profile import Profile
+
+    return Profile.read(path).setting()
 
 
 def _pipeline_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -112,9 +125,11 @@ def _build_session(args: argparse.Namespace, source, speed: float | None,
             f"{source.name} has {n_state}; its presets: {', '.join(source.presets) or 'none'}"
         )
     config = SessionConfig(source=args.source, **_pipeline_args(args), speed=speed,
-                           seed=args.seed, auto=auto)
+                           seed=args.seed, auto=auto, profile=baseline_setting(args.baseline))
     try:
         return Session(config, source=source, record=record)
+    except InputError:  # a baseline profile that does not fit: its one line, as it is
+        raise
     except SettingError as exc:  # what only the source decides (its preset, its units)
         # Blame an option only if it was given; else say where the value came from.
         given = _pipeline_args(args)
@@ -368,6 +383,15 @@ def _report_run(args: argparse.Namespace, snap, received: list[int],
         else:
             base = f"baseline {det['baseline_windows']} {unit}"
         say(f"alarm: {det['describe']}; {base}; {n} alarm{'s' if n != 1 else ''}")
+        for ev in events or []:  # a baseline profile: which, and whether the loop sat in it
+            ref = ev.get("profile") if ev.get("kind") == "baseline" else None
+            if isinstance(ref, dict):
+                runs = len(ref.get("fitted_on") or [])
+                say(f"baseline: profile {ref.get('path') or '(by value)'} "
+                    f"({str(ref.get('digest'))[:12]}), {ref.get('windows', 0):,} windows of "
+                    f"{runs} run{'s' * (runs != 1)}, armed from the first window")
+            elif ev.get("kind") == "profile_check":
+                say(f"profile check: {ev.get('said')}")
         caveat = (getattr(snap, "preset", None) or {}).get("caveat")
         if caveat:
             say(f"caveat ({snap.preset.get('name')}): {caveat}")

@@ -73,6 +73,7 @@ applied to a stream.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -261,6 +262,40 @@ class Calibration:
                 "n_windows": self.n_windows, "n_eff": self.n_eff, "inflation": self.inflation,
                 "arl_windows": self.arl_windows, "needed_windows": self.needed_windows,
                 "too_short": self.too_short, "joint": self.joint}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Calibration:
+        """Rebuild a calibration written by :meth:`to_dict` (a value of None is NaN).
+
+        Raises
+        ------
+        ValueError
+            A field missing or of the wrong type, named.
+        """
+        try:
+            spec = DetectorSpec(str(d["detector"]), k=float(d["k"]), m=int(d["m"]),
+                                drift=float(d["drift"]), lam=float(d["lam"]))
+            comps = tuple(str(c) for c in d["components"])
+
+            def per(key: str) -> dict[str, float]:
+                got = d.get(key) or {}
+                return {str(m): math.nan if v is None else float(v) for m, v in got.items()}
+
+            joint = d.get("joint")
+            if joint is not None:
+                joint = {**joint, "whitening": np.asarray(joint["whitening"], dtype=np.float64
+                                                          ).tolist()}
+            cal = cls(spec, comps, per("mean"), per("std"), per("threshold"),
+                      int(d["n_windows"]), per("n_eff"), per("inflation"),
+                      None if d.get("arl_windows") is None else float(d["arl_windows"]),
+                      None if d.get("needed_windows") is None else int(d["needed_windows"]),
+                      joint)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"a detector's calibration: {type(exc).__name__}: {exc}") from None
+        missing = [m for m in comps if m not in cal.threshold or m not in cal.mean]
+        if missing:
+            raise ValueError(f"a detector's calibration has no threshold for {missing[0]}")
+        return cal
 
 
 def calibrate(

@@ -1,7 +1,12 @@
 """Baselines, 3-sigma excursions, the IDT alarm and detection latency (paper §10.4-10.5).
 
 Offline: :func:`detect` over a whole table of windows. Live: :class:`Monitor` gathers the
-first N windows as baseline, then flags every later window the same way.
+first N windows as baseline, then flags every later window the same way; what it fitted is
+saved and taken whole (:meth:`Monitor.fitted`, :meth:`Monitor.load_fitted`: a baseline
+profile, ``idt_desk.recordings.profile``).
+
+One file: the baseline, the live monitor and the form its fit is saved in are read and
+changed together (a field the monitor fits is a field it saves).
 """
 
 from __future__ import annotations
@@ -424,6 +429,80 @@ class Monitor:
                 "calibrations": {g: c.to_dict() for g, c in self.calibrations.items()},
                 **({"phase_baseline": None if self.phase_baseline is None
                     else self.phase_baseline.to_dict()} if self.phased else {})}
+
+    def fitted(self) -> dict[str, Any]:
+        """What the baseline fitted, whole (JSON-able; NaN stays NaN): :meth:`load_fitted`'s.
+
+        Raises
+        ------
+        ValueError
+            No baseline yet.
+        """
+        if self.baseline is None:
+            got, need = self.baseline_progress
+            raise ValueError(f"the baseline is not complete: {got:,} of {need:,} windows "
+                             "gathered")
+        b = self.baseline
+        return {"metrics": list(self.metrics), "n_windows": b.n_windows, "k": b.k,
+                "mean": dict(b.mean), "std": dict(b.std), "arl_windows": self.arl_windows,
+                "apart": sorted(self.apart), "describe": self.describe(),
+                "calibrations": {g: c.to_dict() for g, c in self.calibrations.items()},
+                "phase_baseline": None if self.phase_baseline is None
+                else self.phase_baseline.to_dict()}
+
+    def load_fitted(self, d: Mapping[str, Any]) -> None:
+        """Take a baseline :meth:`fitted` elsewhere: every later window is judged against it.
+
+        The detector (its kind and parameters) and the metrics must be this monitor's; the
+        detectors' running statistics start afresh.
+
+        Raises
+        ------
+        ValueError
+            Other metrics, another detector, or a malformed field, named in one line.
+        """
+        theirs = tuple(str(m) for m in d.get("metrics") or ())
+        if theirs != self.metrics:
+            lost = [m for m in theirs if m not in self.metrics]
+            new = [m for m in self.metrics if m not in theirs]
+            what = (f"it judges {', '.join(lost)}, which this loop has not" if lost else
+                    f"this loop has {', '.join(new)}, which it never saw" if new else
+                    "its metrics are in another order")
+            raise ValueError(f"the baseline was fitted on other metrics: {what}")
+        cals = {g: Calibration.from_dict(c) for g, c in (d.get("calibrations") or {}).items()}
+        for g, c in cals.items():
+            if c.spec != self.spec:
+                raise ValueError(f"the baseline's {g} detector is {c.spec.describe()}; this "
+                                 f"monitor's is {self.spec.describe()}")
+        try:
+            n = int(d["n_windows"])
+            mean = {m: math.nan if v is None else float(v) for m, v in d["mean"].items()}
+            std = {m: math.nan if v is None else float(v) for m, v in d["std"].items()}
+            arl = d.get("arl_windows")
+            arl = None if arl is None else float(arl)
+            phase = d.get("phase_baseline")
+            apart = {str(g) for g in d.get("apart") or ()}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"the baseline: {type(exc).__name__}: {exc}") from None
+        if self.spec.calibrated and arl is not None and \
+                not math.isclose(self.budget_windows(), arl, rel_tol=1e-9):
+            raise ValueError(f"the baseline was calibrated to {arl:,.6g} windows a false alarm; "
+                             f"this monitor's budget ({self.budget}) is "
+                             f"{self.budget_windows():,.6g}")
+        if self.phased != (phase is not None):
+            raise ValueError("the baseline was fitted " + (
+                "per phase of the episode; this monitor is not phased" if phase is not None
+                else "without phases; this monitor judges each window by its phase"))
+        self.recalibrate(max(n, 2))
+        self.phase_baseline = None if phase is None else PhaseBaseline.from_dict(phase)
+        self.apart = apart
+        self.arl_windows = arl
+        self.calibrations = cals
+        self.baseline = Baseline(
+            mean, std, n, self.k,
+            thresholds={m: c.threshold[m] for c in cals.values() for m in c.components}
+            if self.spec.detector.band else None,
+            detector=self.describe(), kind=self.spec.kind)
 
     def budget_windows(self) -> float:
         """Windows per false alarm the budget allows (a calibrated detector's)."""

@@ -156,3 +156,19 @@ class PhaseBaseline:
                 "pooled": {m: list(v) for m, v in self.pooled.items()},
                 "mean": {m: {str(p): v for p, v in t.items()} for m, t in self.mean.items()},
                 "scale": {m: {str(p): v for p, v in t.items()} for m, t in self.scale.items()}}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> PhaseBaseline:
+        """Rebuild a phase table written by :meth:`to_dict` (a value of None is NaN)."""
+        def num(v: Any) -> float:
+            return math.nan if v is None else float(v)
+
+        try:
+            return cls({m: {int(p): num(v) for p, v in t.items()} for m, t in d["mean"].items()},
+                       {m: {int(p): num(v) for p, v in t.items()}
+                        for m, t in d["scale"].items()},
+                       {int(p): int(c) for p, c in d["count"].items()},
+                       {m: (num(v[0]), num(v[1])) for m, v in d["pooled"].items()},
+                       int(d["min_count"]))
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            raise ValueError(f"a phase table: {type(exc).__name__}: {exc}") from None

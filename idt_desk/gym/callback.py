@@ -16,6 +16,7 @@ import numpy as np
 
 from idt_desk.metrics.presets import Preset
 from idt_desk.metrics.twin import Twin
+from idt_desk.recordings.profile import Profile
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,6 +42,15 @@ __all__ = ["callback_class"]
 class _IDTCallbackImpl:
     """Log the IDT metrics of an SB3 model's training envs to its logger.
 
+    With a baseline profile (``idt-desk fit RUN… --out PROFILE``), every training env is
+    judged against one reference from its first window::
+
+        model.learn(100_000, callback=IDTCallback(baseline="reference.profile.json"))
+
+    so the runs of a sweep are compared with the same known-good loop, not each with its
+    own early training (a policy still learning moves away from any reference: its alarms
+    say how far and when).
+
     One stream per training env: S is the previous step's ``new_obs`` (at the start of
     training the model's current observation), A the action the algorithm passed to the
     env (``clipped_actions`` for on-policy algorithms, ``actions`` otherwise) and S' the
@@ -61,6 +71,9 @@ class _IDTCallbackImpl:
         The alarm per training env, as :class:`IDTMonitor`'s (``idt/x_IDT`` can be logged),
         and its twin (each env of a ``DummyVecEnv`` its own copy; a ``SubprocVecEnv``'s envs
         are in other processes: none). Each env's attributed alarms: ``alarms(env)``.
+    baseline
+        A baseline profile's path (or a :class:`~idt_desk.recordings.profile.Profile`), as
+        :class:`IDTMonitor`'s: every env's stream is armed at its first window.
     every
         None: the metrics are written at SB3's own dumps (on-policy: every ``log_interval``
         rollouts; off-policy: every ``log_interval`` episodes). An integer: the callback
@@ -127,6 +140,7 @@ class _IDTCallbackImpl:
         twin: bool | Twin = True,
         ewma_lambda: float = ALARM_DEFAULTS["ewma_lambda"],
         drift: float = ALARM_DEFAULTS["drift"],
+        baseline: str | os.PathLike | Profile | None = None,
     ) -> None:
         super().__init__(verbose)  # BaseCallback's (see _callback_class)
         #: The pipeline's settings, the settings table's (each stream's session reads them).
@@ -138,6 +152,8 @@ class _IDTCallbackImpl:
                           "drift": drift}
         check_settings({**self._settings, "block": block})
         self._record = record_path(record)
+        #: The baseline profile every env's stream is judged by (None: each fits its own).
+        self.profile = None if baseline is None else Profile.of(baseline)
         bad = [m for m in metrics if m not in IDT_COLUMNS]
         if bad:
             raise ValueError(f"unknown metrics {bad}; window keys: {', '.join(IDT_COLUMNS)}")
@@ -225,7 +241,10 @@ class _IDTCallbackImpl:
                                 "class of change")
                     streams.append(Stream(self.preset, state, action, self._settings,
                                           rate=rate, episode_steps=steps, block=self._block,
-                                          twin=model, twin_note=note, record=paths[j]))
+                                          twin=model, twin_note=note, record=paths[j],
+                                          baseline=self.profile,
+                                          env_id=getattr(getattr(env, "spec", None), "id",
+                                                         None)))
             except BaseException as exc:
                 _close_all(streams, f"{type(exc).__name__}: {exc}")
                 raise

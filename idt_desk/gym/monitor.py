@@ -14,6 +14,7 @@ import numpy as np
 from idt_desk.metrics.presets import Preset
 from idt_desk.metrics.symbolize import Symbolizer
 from idt_desk.metrics.twin import Twin
+from idt_desk.recordings.profile import Profile
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,6 +38,16 @@ __all__ = ["IDTMonitor"]
 
 class IDTMonitor(gymnasium.Wrapper):
     """Compute the IDT metrics of an env's (S, A, S') stream while it runs.
+
+    With a baseline profile fitted once on a known-good run (``idt-desk fit RUN… --out
+    PROFILE``, or :meth:`save_baseline`), the wrapper is armed at its first complete window::
+
+        env = IDTMonitor(gym.make("HalfCheetah-v5"), baseline="cheetah.profile.json")
+
+    Without one it fits its own: the symbols on its first ``calibration_windows`` windows,
+    then the alarm's baseline on the next ``baseline_windows`` (2,200 windows, 110,000 steps
+    of HalfCheetah), with no alarm until then, and a loop broken from its first step
+    becomes its own baseline.
 
     After calibration every ``step`` (and ``reset``) info carries ``info["idt"]``: the
     latest finished window as a dict of Python floats and ints with the keys
@@ -117,6 +128,14 @@ class IDTMonitor(gymnasium.Wrapper):
         is kept apart from the IDT's (``monitor.apart``; the ``calibrated`` event says so).
         The twin is stepped from the observation as the wrapper sees it: wrap observation
         normalisers outside this wrapper, or pass ``twin=False``.
+    baseline
+        A baseline profile's path (or an :class:`~idt_desk.recordings.profile.Profile`): the
+        symbols, twin and detectors fitted on a known-good run of this loop
+        (:mod:`idt_desk.recordings.profile`), so the first complete window is judged. The
+        detector settings left at their defaults become the profile's; one set otherwise,
+        other variables, another env id or preset, another rate, a damaged file or one of
+        another version are refused in one line. :attr:`profile_check` then says whether
+        the first windows sit within the profile's spread.
     record
         A directory to write the stream to as an ordinary IDT Desk recording (None: none),
         which ``idt-desk watch`` follows while the env runs and replay reads afterwards. An
@@ -184,6 +203,7 @@ class IDTMonitor(gymnasium.Wrapper):
         twin: bool | Twin = True,
         ewma_lambda: float = ALARM_DEFAULTS["ewma_lambda"],
         drift: float = ALARM_DEFAULTS["drift"],
+        baseline: str | os.PathLike | Profile | None = None,
     ) -> None:
         super().__init__(env)
         settings = {"preset": preset, "bins": bins, "window": window, "stride": stride,
@@ -204,7 +224,8 @@ class IDTMonitor(gymnasium.Wrapper):
         # One computation: the stream's session writes the recording too (record=).
         self._stream = Stream(self.preset, state, action, settings, rate=rate,
                                episode_steps=steps, block=block, twin=model, twin_note=note,
-                               record=path)
+                               record=path, baseline=baseline,
+                               env_id=getattr(spec, "id", None))
         #: The alarm's monitor: its ``describe()`` and calibration (the session's; with
         #: ``detector=None`` it judges for the recording only).
         self.monitor = self._stream.monitor if self._stream.alarmed else None
@@ -223,6 +244,35 @@ class IDTMonitor(gymnasium.Wrapper):
         wrapper's :meth:`close` completes the recording.
         """
         return self._marks
+
+    @property
+    def profile(self) -> Profile | None:
+        """The baseline profile in force (``baseline=``), or None."""
+        return self._stream.session.profile
+
+    @property
+    def profile_check(self) -> dict[str, Any] | None:
+        """With a profile: the verdict on the first windows, None before.
+
+        Its ``fits``, ``said`` and ``median_z``: :class:`~idt_desk.recordings.profile.FitCheck`.
+        """
+        return self._stream.session.profile_check
+
+    def save_baseline(self, path: str | os.PathLike) -> Profile:
+        """Save the symbols, twin and baseline fitted so far as a profile at ``path``.
+
+        Every later ``IDTMonitor(env, baseline=path)`` (and ``IDTCallback``, ``Recorder``,
+        ``idt-desk run --baseline``) is armed at its first window. Refused in one line
+        before the baseline is complete (its progress said).
+        """
+        return self._stream.save_baseline(path)
+
+    def refit_baseline(self) -> None:
+        """Gather a new baseline from the next ``baseline_windows`` windows.
+
+        For a loop the profile does not fit (:attr:`profile_check`).
+        """
+        self._stream.refit_baseline()
 
     @property
     def n_transitions(self) -> int:

@@ -114,6 +114,14 @@ class Stream:
         The loop's nominal model, or None and why not.
     record
         A new folder to record the stream into (None: none).
+    baseline
+        A baseline profile (its path, or a :class:`~idt_desk.recordings.profile.Profile`):
+        the symbols, twin and detectors fitted on a known-good run, so the first complete
+        window is judged. The settings left at the wrapper's defaults become the profile's;
+        one set otherwise, other variables, another env id or rate are refused in one line.
+    env_id
+        The env's registered id (its ``spec.id``; None: unregistered), checked against a
+        profile's and written into a profile saved from this stream.
     """
 
     def __init__(
@@ -129,12 +137,19 @@ class Stream:
         twin: Twin | None = None,
         twin_note: str = "",
         record: Path | None = None,
+        baseline: Any = None,
+        env_id: str | None = None,
     ) -> None:
         from idt_desk.live.config import SessionConfig
         from idt_desk.live.loop import LoopSource
         from idt_desk.live.session import Session
+        from idt_desk.recordings.profile import Profile
 
         given = dict(settings or {})
+        profile = None if baseline is None else Profile.of(baseline)
+        if profile is not None:  # the wrapper's defaults are the profile's settings
+            given = {k: v for k, v in given.items()
+                     if not (k in ALARM_DEFAULTS and v == ALARM_DEFAULTS[k])}
         cw = given.get("calibration_windows", 20)
         if isinstance(cw, bool) or not isinstance(cw, int | np.integer) or cw < 1:
             raise ValueError(f"calibration_windows must be an integer >= 1, got {cw!r}")
@@ -154,11 +169,13 @@ class Stream:
         self.source = LoopSource(self._names[0], self._names[1], rate, True, episode_steps,
                                  twin, control=True, state_bins=state.discrete_n,
                                  action_bins=action.discrete_n, value_ranges=ranges)
+        self.source.env_id = env_id
         if twin is None:
             self.source.twin_note = twin_note or self.source.twin_note
         config = SessionConfig(
             source="loop", speed=None, preset_spec=preset.to_dict(), twin=twin is not None,
-            history=1, **{k: v for k, v in given.items() if k in _SESSION_KEYS})
+            history=1, profile=None if profile is None else profile.setting(),
+            **{k: v for k, v in given.items() if k in _SESSION_KEYS})
         #: The session the blocks go to (its pipeline, monitor, twin, alarms, recording).
         self.session = Session(config, source=self.source, record=record)
         #: Why alarms are not attributed ("" with a twin).
@@ -182,7 +199,8 @@ class Stream:
             check_limit("block", block)
         #: At least this many transitions per block handed on (blocks end at window ends).
         self.block = preset.stride if block is None else int(block)
-        cap = max(self.calibration_transitions, self.block + preset.stride)
+        # A stream judged from its first rows (a profile) waits a whole window for its first.
+        cap = max(self.calibration_transitions, preset.window, self.block + preset.stride)
         self._s, self._n = state.buffer(cap), state.buffer(cap)
         self._a = action.buffer(cap)
         #: Values a transition's S, A and S' hold (checked at each step, before numpy would
@@ -191,7 +209,8 @@ class Stream:
         self._r = np.empty(cap)
         self._ep = np.empty(cap)
         self._k = 0  # rows buffered
-        self._due = self.calibration_transitions  # rows that complete the next block
+        # Rows that complete the next block: the calibration, or (a profile) the first window.
+        self._due = self.calibration_transitions or preset.window
         # Each handed-on row's episode, from the first row a window to come may end at
         # (the calibration's rows are judged at once, when it completes).
         self._episodes = np.empty(0)
@@ -339,6 +358,22 @@ class Stream:
                                 "component": ev.get("component"), "size": twin.get("size"),
                                 "evidence": ev.get("evidence", ""),
                                 "isolation": twin.get("isolation")})
+
+    def save_baseline(self, path: Any) -> Any:
+        """Save what the stream fitted as a baseline profile (see :class:`IDTMonitor`)."""
+        from idt_desk.recordings.profile import save_baseline
+
+        self.flush()
+        run = self.recording
+        return save_baseline(self.session, path, [{
+            "run": str(run) if run is not None else "a stream not recorded",
+            "transitions": self.session.n_transitions}])
+
+    def refit_baseline(self) -> None:
+        """Gather a new baseline from the next windows (a loop the profile does not fit)."""
+        self.flush()
+        # The caller drives this session: a command scheduled now is applied at its next row.
+        self.session.schedule(self.session.n_transitions, "calibrate_baseline", n=None)
 
     def windows(self) -> dict[str, np.ndarray]:
         """Every window finished so far (buffered transitions flushed), as columns (copies)."""

@@ -140,6 +140,9 @@ class SessionConfig:
     #: A full preset (``Preset.to_dict()``) used instead of looking ``preset`` up by name; a
     #: replay sets it to the recorded one.
     preset_spec: dict[str, Any] | None = None
+    #: A baseline profile by value (``idt_desk.recordings.profile.Profile.setting``): the
+    #: symbols, twin and baseline fitted on another run, so the first window is judged.
+    profile: dict[str, Any] | None = None
     #: The metric stage, set from the source: "windows" (symbols over sliding windows; the
     #: preset, calibration and window settings apply) or "turns" (token counts per turn;
     #: ``tokenizer`` applies, no calibration, the baseline is the first ``baseline_windows``

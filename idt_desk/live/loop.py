@@ -53,6 +53,8 @@ class LoopSource(Source):
         self.has_reward = bool(has_reward)
         self.state_bins, self.action_bins = state_bins, action_bins
         self._ranges = dict(value_ranges or {})
+        #: The env's registered id, where the caller knows it (a profile is checked by it).
+        self.env_id: str | None = None
         # Without a rate the loop's time is its step count and budgets count windows (its
         # episodes, with a time limit): one fallback for every loop (NO_RATE_BUDGET).
         self.rate = float(rate) if rate else 1.0
@@ -68,10 +70,11 @@ class LoopSource(Source):
 
     def describe(self) -> dict[str, Any]:
         """The loop's twin, where it is a MuJoCo env's copy: a replay rebuilds it from this."""
+        loop = {"env_id": self.env_id} if self.env_id else {}
         env_id = getattr(self._twin, "env_id", None)
         if env_id is None or getattr(self._twin, "mismatch", 0.0):
-            return {}
-        return {"twin": {"env_id": str(env_id)}}
+            return loop
+        return {**loop, "twin": {"env_id": str(env_id)}}
 
     def reset(self, seed: int | None = None) -> None:
         """Nothing to reset: the loop runs elsewhere."""

@@ -41,6 +41,7 @@ from idt_desk.live.loop import LoopSource, Marks
 from idt_desk.live.source import Batch
 from idt_desk.metrics.twin import Twin
 from idt_desk.recordings import RecordingError
+from idt_desk.recordings.profile import Profile
 from idt_desk.settings import DEFAULTS, PipelineSettings, check_finite, check_limit
 
 __all__ = ["Recorder"]
@@ -166,6 +167,14 @@ class Recorder(Marks):
     max_queued
         Transitions ``add`` may queue ahead of the pipeline before it waits for it (None:
         four chunks, at least 10,000).
+    baseline
+        A baseline profile's path (or an ``idt_desk.recordings.profile.Profile``): the
+        symbols, twin and detectors fitted on a known-good run of this loop, so the first
+        complete window is judged (as ``IDTMonitor``'s ``baseline``); the settings left
+        unset become the profile's.
+    env_id
+        The env's registered id, where there is one: checked against a profile's, written
+        into one saved from here.
     twin
         The loop's nominal model (``idt_desk.metrics.twin.Twin``; a MuJoCo env's:
         ``idt_desk.gym.twin.MujocoTwin(env)``), stepped beside the IDT: the residual of the
@@ -206,6 +215,8 @@ class Recorder(Marks):
         flush_seconds: float = 0.25,
         max_queued: int | None = None,
         twin: Twin | None = None,
+        baseline: str | Path | Profile | None = None,
+        env_id: str | None = None,
     ) -> None:
         from idt_desk.live.session import Session, SessionConfig
 
@@ -240,6 +251,10 @@ class Recorder(Marks):
                             f"description) or None, got {type(twin).__name__}")
         self.source = LoopSource(state_names, action_names, rate, reward,
                                  None if episode_steps is None else int(episode_steps), twin)
+        if env_id is not None and not isinstance(env_id, str):
+            raise TypeError(f"env_id must be an env's registered id (text), got {env_id!r}")
+        self.source.env_id = env_id
+        profile = None if baseline is None else Profile.of(baseline)
         settings = {"preset": preset, "bins": bins, "window": window, "stride": stride,
                     "calibration_windows": calibration_windows,
                     "baseline_windows": baseline_windows, "detector": detector,
@@ -247,7 +262,8 @@ class Recorder(Marks):
                     "persist": persist, "k": k, "ewma_lambda": ewma_lambda, "drift": drift,
                     "correction": correction}
         PipelineSettings.parse(settings, strict=True)  # one line naming the field, as all
-        config = SessionConfig(source="loop", speed=None, **{
+        config = SessionConfig(source="loop", speed=None, profile=None if profile is None
+                               else profile.setting(), **{
             key: bool(v) if key == "phase_baseline" else v for key, v in settings.items()})
         self.session = Session(config, source=self.source, record=self.path)
         self.session.stop_on_write_error = False  # refused until there is room: see _work
@@ -349,6 +365,20 @@ class Recorder(Marks):
             self._queue.append(("mark", {"kind": kind, **fields}))
             self._seq += 1
 
+    def refit_baseline(self, n_windows: int | None = None) -> None:
+        """Gather a new baseline from the windows after what was added so far.
+
+        The next ``n_windows`` (None: the configured number): for a loop the profile does not
+        fit (:attr:`profile_check`).
+        """
+        check_limit("baseline_windows", n_windows)
+        if self.closed:
+            raise ValueError(f"{self.path}: the recorder is closed")
+        with self._cond:
+            self._check()
+            self._queue.append(("refit", n_windows))
+            self._seq += 1
+
     def _check(self) -> bool:
         """Raise what stops the recording from taking more (the caller holds the lock)."""
         if self._failure is not None:
@@ -407,6 +437,10 @@ class Recorder(Marks):
             if kind == "mark":
                 marks.append({**item, "row": -1})
                 continue
+            if kind == "refit":  # at the next row the pipeline takes
+                self.session.schedule(self.session.n_transitions, "calibrate_baseline",
+                                      n=item)
+                continue
             s, a, n, r, t, e = item
             total, pos = len(s), 0
             while pos < total:
@@ -423,6 +457,28 @@ class Recorder(Marks):
             # rows would start there), so they reach the disk while the loop is idle.
             self.session.advance(Batch(s=np.empty((0, self._ds)),
                                        s_next=np.empty((0, self._ds)), events=marks))
+
+    @property
+    def profile(self) -> Profile | None:
+        """The baseline profile in force (``baseline=``), or None."""
+        return self.session.profile
+
+    @property
+    def profile_check(self) -> dict[str, Any] | None:
+        """With a profile: the verdict on the first windows (see ``IDTMonitor``), or None."""
+        return self.session.profile_check
+
+    def save_baseline(self, path: str | Path) -> Profile:
+        """Save the symbols, twin and baseline fitted so far as a profile at ``path``.
+
+        What was added is run through the pipeline first; refused in one line before the
+        baseline is complete (its progress said).
+        """
+        from idt_desk.recordings.profile import save_baseline
+
+        self.flush()
+        return save_baseline(self.session, path, [{"run": str(self.path),
+                                                   "transitions": self.n_added}])
 
     def flush(self) -> None:
         """Run the pipeline on everything added and write it out now.

@@ -59,6 +59,7 @@ from idt_desk.live.turns import TurnPath
 from idt_desk.live.worker import LoopState, Pacer, run_headless, run_loop
 from idt_desk.pipeline import Pipeline, Step, source_monitor, source_preset
 from idt_desk.recordings import RecordingError
+from idt_desk.recordings.profile import FitCheck, Profile
 from idt_desk.settings import PIPELINE_KEYS, PipelineSettings, check_finite, check_limit
 
 __all__ = ["MAX_SPEED_CHUNKS", "WINDOW_COLUMNS", "Session", "SessionConfig", "Snapshot",
@@ -113,6 +114,15 @@ class Session:
             raise ValueError(f"source {source.name}: metric_path must be 'windows' or 'turns', "
                              f"not {source.metric_path!r}")
         turn_path = source.metric_path == "turns"
+        #: The baseline profile in force (``idt_desk.recordings.profile``; None: the session
+        #: fits its own symbols and baseline). Its settings fill those left unset, first.
+        self.profile: Profile | None = None
+        if self.config.profile is not None:
+            self.profile = Profile.of(self.config.profile)
+            self.profile.check_loop(source)  # the loop first: its difference said first
+            self.profile.settle(self.config)
+        #: The profile check's verdict on the first windows (None: none yet, or no profile).
+        self.profile_check: dict[str, Any] | None = None
         self.config.resolve_defaults(source)  # so a recording states what was in force
         #: The turn path (a dialogue: token metrics, transcript, length confound), or None.
         self.turns = TurnPath(self.config, source, self._emit, self._show) if turn_path else None
@@ -400,6 +410,15 @@ class Session:
                 calibration_windows=c.calibration_windows, correction=c.correction,
                 twin=twin)
         self.engine = self.pipeline.engine
+        #: The profile's announcement at the pipeline's first rows, and its check.
+        self._announce = self._fit_check = self._profile_baseline = None
+        if self.profile is not None and self.config.profile is not None:
+            self.profile.check_loop(self.source, self.preset)
+            self.profile.arm(self.pipeline)
+            self._announce = self.profile.reference()
+            self._fit_check = FitCheck(self.profile)
+            self._profile_baseline = self.monitor.baseline
+            self.profile_check = None
         self.alarms.attribute = twin_attribution(self.pipeline.evidence,
                                                  passive=self.source.passive,
                                                  note=self.source.twin_note)
@@ -429,6 +448,8 @@ class Session:
         t = b.t if b.t is not None else (i0 + 1 + np.arange(n)) / self.source.rate
         if self.sink.error is not None and self.stop_on_write_error:
             raise self.sink.error  # a full disk: stop, rather than fill memory
+        if self._announce is not None:
+            self._announce_profile()
         if self.turns is None:  # refused at the transition that carries it, unrecorded
             src = self.source
             check_finite("s", b.s, src.state_names, i0)
@@ -465,6 +486,21 @@ class Session:
                 self._preset_dict = {**self.preset.to_dict(), "view": cal["view"]["view"]}
         if step.windows is not None:
             self._emit_step(step, self.offset)
+
+    def _announce_profile(self) -> None:
+        """A profile's symbols and baseline, in force from the pipeline's first row.
+
+        The events a calibration and a baseline would have logged, naming the profile.
+        """
+        ref, self._announce = self._announce, None
+        p, at = self.pipeline, self.offset
+        if p.sym_s is not None:
+            self.event("calibrated", at=at, transitions=0, value_ranges={},
+                       symbolizer=p.sym_s.to_dict(),
+                       action_symbolizer=None if p.sym_a is None else p.sym_a.to_dict(),
+                       **({"view": p.view} if p.view else {}), profile=ref)
+        self.event("baseline", at=at, **self.monitor.baseline.to_dict(),
+                   detector=self.monitor.to_dict(), profile=ref)
 
     def _emit_step(self, step: Step, offset: int) -> None:
         """The windows of a judged pipeline step, as the session's table (see _emit)."""
@@ -533,6 +569,12 @@ class Session:
             self.alarms.memory = self.monitor.spec.detector.memory()
             self.alarms.update(table, step.flags, self.monitor.metrics,
                                 self._ring.total, z)
+            check = self._fit_check
+            if check is not None and self.monitor.baseline is self._profile_baseline:
+                verdict = check.add(z)
+                if verdict is not None:  # said once, at the window that completed it
+                    self._fit_check, self.profile_check = None, verdict
+                    self._later("profile_check", at=int(table["end"][-1]), **verdict)
 
     def update_agency(self) -> None:
         """Choice, effect and asymmetry of the latest W transitions (display only)."""

@@ -322,6 +322,14 @@ class TwinStage:
         ends = np.asarray(ends, dtype=np.int64)
         W = self.window
         first = self.n_seen - len(self._z)  # row index of the tail's first row
+        if ends.size == 0:  # no window ends here (a stream judged from its first rows)
+            d = len(self.names)
+            mean = var = np.empty((0, d))
+            out = {f"R_{c}_{kind}": np.empty(0) for kind in self._idx
+                   for c in ("spread", "shift")}
+            self._block_shift, self._block_var = mean, var
+            self._block_ends, self._block = ends, out
+            return out
         # Each window's rows as they are (two passes, no running sums): residuals at rounding
         # beside noise a million times larger keep their digits, whatever the blocks.
         rows = np.lib.stride_tricks.sliding_window_view(self._z, W, axis=0)[ends - W - first]
@@ -385,6 +393,72 @@ class TwinStage:
             self.row_cov = (self._rows_outer - n * np.outer(mean, mean)) / (n - 1)
         else:
             self.row_mean = self.row_cov = None
+
+    def fitted(self) -> dict[str, Any]:
+        """The calibration rows' scales and the baseline's statistics (JSON-able lists).
+
+        What :meth:`load_fitted` takes: a stage fitted once (a profile, ``idt-desk fit``)
+        reads every later stream's residuals against it.
+
+        Raises
+        ------
+        ValueError
+            Before :meth:`fit` and :meth:`freeze`.
+        """
+        if self.scale is None or self._base is None:
+            raise ValueError("the twin's residual scales or baseline are not fitted yet")
+
+        def listed(x: Any) -> Any:
+            return None if x is None else np.asarray(x, dtype=np.float64).tolist()
+
+        return {"description": self.twin.description, "names": list(self.names),
+                "kinds": list(self.twin.kinds), "misfit": self.misfit, "exact": self.exact,
+                "scale": listed(self.scale), "spread": listed(self.spread),
+                "action_spread": listed(self.action_spread),
+                "base": {k: [listed(m), listed(sd)] for k, (m, sd) in self._base.items()},
+                "row_mean": listed(self.row_mean), "row_cov": listed(self.row_cov)}
+
+    def load_fitted(self, d: Mapping[str, Any]) -> None:
+        """Take scales and a baseline :meth:`fitted` on another stream of the same loop.
+
+        Raises
+        ------
+        ValueError
+            Other state variables or kinds, or a malformed field, named in one line.
+        """
+        names = tuple(str(n) for n in d.get("names") or ())
+        if names != self.names:
+            raise ValueError("the twin's residuals were fitted on other state variables")
+        if tuple(d.get("kinds") or ()) != tuple(self.twin.kinds):
+            raise ValueError("the twin's residuals were fitted with variables of other kinds "
+                             "(position, velocity, other)")
+        dim = len(self.names)
+
+        def arr(x: Any, shape: tuple[int, ...] | None = None) -> np.ndarray | None:
+            if x is None:
+                return None
+            out = np.asarray(x, dtype=np.float64)
+            if shape is not None and out.shape != shape:
+                raise ValueError(f"an array of shape {out.shape}, not {shape}")
+            return out
+
+        try:
+            scale = arr(d["scale"], (dim,))
+            spread = arr(d.get("spread"), (dim,))
+            base = {str(k): (arr(v[0]), arr(v[1])) for k, v in d["base"].items()}
+            row_mean, row_cov = arr(d.get("row_mean"), (dim,)), arr(d.get("row_cov"),
+                                                                     (dim, dim))
+            action_spread = arr(d.get("action_spread"))
+            misfit, exact = float(d["misfit"]), bool(d["exact"])
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise ValueError(f"the twin's fitted residuals: {type(exc).__name__}: {exc}"
+                             ) from None
+        if scale is None or not np.all(scale > 0):
+            raise ValueError("the twin's residual scales must be positive")
+        self.scale, self.spread, self.action_spread = scale, spread, action_spread
+        self.misfit, self.exact = misfit, exact
+        self._gathered, self._base = {}, base
+        self.row_mean, self.row_cov = row_mean, row_cov
 
     @property
     def has_baseline(self) -> bool:

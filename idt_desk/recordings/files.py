@@ -182,7 +182,7 @@ CLOSING_EVENTS = ("session_end", "recording_stop")
 #: ``i`` is the window's end, which on a dialogue's turn path is the turn itself.
 WINDOW_EVENTS = frozenset({"baseline", "alarm_on", "alarm_off", "attributed", "detected",
                            "not_detected", "symbols_out_of_range", "symbols_in_range",
-                           "symbols_recheck"})
+                           "symbols_recheck", "profile_check"})
 
 
 def in_transition_order(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

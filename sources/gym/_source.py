@@ -415,6 +415,11 @@ class GymSource(Source):
                 "vecnormalize": self.policy.vecnormalize, "rate": self.rate,
                 "groups": {k: list(v) for k, v in self.groups.items()}, "card": card}
 
+    @property
+    def env_id(self) -> str:
+        """The env's registered id (a baseline profile is checked by it)."""
+        return str(self.config["env_id"])
+
     @classmethod
     def twin_for(cls, settings: Mapping[str, Any]) -> Any:
         """An unperturbed copy of the env (``idt_desk.plugin.MujocoTwin``).
