@@ -292,3 +292,89 @@ def test_another_loop_is_said_not_to_fit_and_can_be_refit(fitted, tmp_path):
         rec.add(s[1000:], u[1000:], s_next[1000:])
     w = load_recording(tmp_path / "refit").windows["x_IDT"].to_numpy()
     assert np.isnan(w).sum() == 40 and np.nansum(w[-30:]) == 0
+
+
+def test_the_window_loads_a_profile_starts_armed_and_saves_its_own(qtbot, window, tmp_path):
+    from PySide6.QtCore import Qt
+
+    # The pendulum's own baseline, saved headless (short, so the test is quick).
+    made = Session(SessionConfig(speed=None, baseline_windows=40, calibration_windows=5))
+    run_headless(made, steps=6000)
+    profile = made.save_baseline(tmp_path / "pendulum.json")
+    made.close()
+    panel = window.pipeline_panel
+    # A damaged file: one line in the banner, nothing taken.
+    (tmp_path / "cut.json").write_text((tmp_path / "pendulum.json").read_text()[:300])
+    assert not window.load_profile(tmp_path / "cut.json")
+    assert "damaged JSON" in window.banner.text() and window.profile is None
+    assert "each session fits its own" in panel.profile_label.text()
+    assert window.load_profile(tmp_path / "pendulum.json")
+    assert panel.profile_label.text().startswith("pendulum.json · 40 windows")
+    assert panel.profile_clear_button.isEnabled()
+    qtbot.mouseClick(window.source_panel.start_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.session is not None and window.session.running,
+                    timeout=60_000)
+    qtbot.waitUntil(lambda: window.session.snapshot(1).n_windows > 3, timeout=60_000)
+    snap = window.session.snapshot(200)
+    assert np.isfinite(snap.windows["x_IDT"]).all()  # judged from the first window
+    assert window.session.pipeline_settings()["profile"]["digest"] == profile.digest
+    # Its baseline is the profile's: saving it again writes the same fit.
+    assert window.save_profile(tmp_path / "again.json")
+    assert Profile.read(tmp_path / "again.json").fitted == profile.fitted
+    window.stop_session()
+    qtbot.mouseClick(panel.profile_clear_button, Qt.MouseButton.LeftButton)
+    assert window.profile is None and not panel.profile_clear_button.isEnabled()
+
+
+def test_a_sweep_is_judged_against_one_profile_by_runs_and_by_a_replay(fitted, tmp_path):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    for name, act in (("clean-1", 1.0), ("clean-2", 1.0), ("dead-actuator", 0.0)):
+        _record(sweep / name, 20 + len(name), act=act)  # each with its own baseline
+    profile = str(fitted["root"] / "a.json")
+    rc, out, err = call(["runs", str(sweep), "--json", "--baseline", profile])
+    assert rc == 0, err
+    rows = {r["path"]: r for r in json.loads(out)}
+    # Judged by its own beginning the broken run never alarmed; against the profile it does.
+    assert rows["dead-actuator"]["alarms"] == 0
+    assert rows["dead-actuator"]["profile"]["alarms"] >= 1
+    assert rows["dead-actuator"]["profile"]["fits"] is False
+    for name in ("clean-1", "clean-2"):
+        assert rows[name]["profile"]["alarms"] == 0 and rows[name]["profile"]["fits"], name
+    rc, out, _ = call(["runs", str(sweep), "--baseline", profile])
+    assert rc == 0 and "vs profile: 0 alarms; fits" in out
+    # One run replayed by the command line against it says the same.
+    rc, out, err = call(["run", "--source", "replay", "--set",
+                         f"path={sweep / 'dead-actuator'}", "--baseline", profile])
+    assert rc == 0, err
+    assert f"{rows['dead-actuator']['profile']['alarms']} alarm" in out
+    assert "sit outside the profile's spread" in out
+
+
+def test_a_dialogue_profile_judges_from_the_first_turn_and_names_its_pair(tmp_path):
+    from idt_desk_sources.dialogue import DialogueSource
+
+    from tests.fake_ollama import FakeOllama
+
+    pair = {"student_model": "student:1b", "teacher_model": "teacher:1b"}
+    with FakeOllama() as srv:
+        made = Session(SessionConfig(source="dialogue", speed=None, baseline_windows=5,
+                                     detector="persistence"),
+                       source=DialogueSource(host=srv.host, **pair))
+        run_headless(made, steps=8)
+        profile = made.save_baseline(tmp_path / "dialogue.json")
+        made.close()
+        assert profile.fitted["symbols"] is None and profile.n_windows == 5
+        assert profile.loop["env_id"] == "student:1b <- teacher:1b"
+        used = Session(SessionConfig(source="dialogue", speed=None,
+                                     profile=profile.setting()),
+                       source=DialogueSource(host=srv.host, **pair))
+        run_headless(used, steps=3)
+        flags = used.snapshot(10).windows["x_IDT"]
+        used.close()
+        assert len(flags) == 3 and np.isfinite(flags).all()  # the first turn judged
+        with pytest.raises(ProfileError, match="fitted on student:1b <- teacher:1b; this "
+                                               "loop is other:1b <- teacher:1b"):
+            Session(SessionConfig(source="dialogue", speed=None, profile=profile.setting()),
+                    source=DialogueSource(host=srv.host, **{**pair,
+                                                            "student_model": "other:1b"}))

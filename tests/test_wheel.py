@@ -167,6 +167,7 @@ def test_wheel_has_only_the_four_packages_at_the_top(installed: Installed):
     for name in installed.record:
         assert "__pycache__" not in name and not name.endswith(".pyc"), name
     assert installed.wheel.name.endswith("-py3-none-any.whl"), installed.wheel.name
+    assert "idt_desk/py.typed" in installed.names  # PEP 561: type checkers read the hints
 
 
 def test_wheel_holds_every_module_of_the_checkout(installed: Installed):

@@ -29,6 +29,7 @@ def run_gui(
     fleet: Any = None,
     fleet_location: str = "",
     startup_times: bool = False,
+    baseline: Path | None = None,
 ) -> int:
     """Open the main window; optionally start, screenshot after ``quit_after`` s, and quit.
 
@@ -42,6 +43,7 @@ def run_gui(
     ``watch_folder``: a folder of runs (``idt-desk watch FOLDER``); the window follows a run
     that starts there later in its turn. ``fleet``: the runs of a watched folder (a
     :class:`~idt_desk.recordings.runs.RunIndex`), shown as a table the window opens on.
+    ``baseline``: a baseline profile every Start takes (``--baseline``).
     """
     from idt_desk_widgets.main_window import MainWindow
     from PySide6.QtCore import QTimer
@@ -58,6 +60,8 @@ def run_gui(
     win = MainWindow(source=source, settings=settings or {}, speed=speed,
                      record_dir=None if record is None else record.expanduser().parent,
                      watch_folder=watch_folder, fleet=fleet, fleet_location=fleet_location)
+    if baseline is not None:
+        win.load_profile(baseline)
     win.record_panel.next_record_path = None if record is None else record.expanduser()
     app.aboutToQuit.connect(win.shutdown)
     remembered = _window_settings()

@@ -45,6 +45,9 @@ def _gui_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --start, schedule a perturbation: NAME[:k=v,...]@START[-END] (s)")
     p.add_argument("--modulate", action="append", default=[], metavar="SPEC",
                    help="with --start, schedule a modulation: NAME[:k=v,...]@START[-END] (s)")
+    p.add_argument("--baseline", type=Path, metavar="PROFILE",
+                   help="a baseline profile (idt-desk fit): every Start takes its symbols, "
+                   "twin and thresholds and judges from the first window")
     p.add_argument("--startup-times", action="store_true",
                    help="with --start: say when the window was shown and its first window "
                         "plotted (seconds after the command started), then quit")
@@ -190,6 +193,10 @@ def _run_gui(args: argparse.Namespace) -> int:
                              "from the session's start)")
     if args.startup_times and not args.start:
         raise InputError("--startup-times: needs --start (it times the first plotted window)")
+    if args.baseline is not None:  # one line before any window opens
+        from idt_desk.recordings.profile import Profile
+
+        Profile.read(args.baseline)
     cls, values = source_class(args.source, args.set)
     if args.speed is None and cls.replays and values.get("path"):
         from idt_desk.recordings import RecordingError, recorded_speed
@@ -213,6 +220,7 @@ def _run_gui(args: argparse.Namespace) -> int:
             source=cls.name, settings=values, start=args.start, speed=speed,
             screenshot=args.screenshot, quit_after=args.quit_after, record=args.record,
             schedule=schedule, size=size, startup_times=args.startup_times,
+            baseline=args.baseline,
         )
     source = build_source(args.source, args.set)
     try:
@@ -225,6 +233,7 @@ def _run_gui(args: argparse.Namespace) -> int:
         source=source.name, settings=settings, start=args.start, speed=speed,
         screenshot=args.screenshot, quit_after=args.quit_after, record=args.record,
         schedule=schedule, size=size, startup_times=args.startup_times,
+        baseline=args.baseline,
     )
 
 

@@ -56,7 +56,7 @@ FILTERS: dict[str, frozenset[str] | None] = {
         "note", "session_start", "session_end", "calibrated", "baseline", "baseline_overlap",
         "calibrate_baseline",
         "reconfigure", "symbols_out_of_range", "symbols_in_range", "symbols_recheck",
-        "recording_start",
+        "profile_check", "recording_start",
         "recording_stop", "error", "source_paused", "source_done"}),
 }
 #: Kinds the default filter leaves out: an episode's end comes every few seconds of an RL
@@ -83,7 +83,7 @@ _WORDS = {
     "recording_start": "recording started",
     "recording_stop": "recording stopped", "error": "error", "source_paused":
     "source paused", "source_done": "source done",
-    "baseline_overlap": "perturbed baseline",
+    "baseline_overlap": "perturbed baseline", "profile_check": "profile check",
 }
 
 
@@ -105,6 +105,14 @@ def describe_event(ev: dict[str, Any], turns: bool = False) -> tuple[str, str]:
         det = ev.get("detector") or {}
         unit = "turns" if turns else "windows"
         details = f"{ev.get('n_windows', '?')} {unit}; {det.get('describe', 'paper rule')}"
+        ref = ev.get("profile")
+        if isinstance(ref, dict):  # a baseline profile's, in force from the first window
+            name = Path(str(ref.get("path") or "by value")).name
+            details += f"; from profile {name} ({str(ref.get('digest', ''))[:8]})"
+    elif kind == "profile_check":
+        details = str(ev.get("said", ""))
+    elif kind == "calibrated" and isinstance(ev.get("profile"), dict):
+        details = "from the baseline profile"
     elif kind == "calibrated":
         details = f"from {ev.get('transitions', '?'):,} transitions" \
             if isinstance(ev.get("transitions"), int) else ""

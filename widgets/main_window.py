@@ -35,7 +35,7 @@ from idt_desk_widgets.recording import figure_title
 from idt_desk_widgets.source_panel import idle_hint
 from idt_desk_widgets.status import FRAME_MS
 from PySide6.QtCore import QEventLoop, QTimer
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QFileDialog
 
 from idt_desk.live.alarms import overlap_text
 from idt_desk.live.process import build_session
@@ -43,6 +43,7 @@ from idt_desk.live.ranges import recheck_text
 from idt_desk.live.session import Session, Snapshot
 from idt_desk.live.source import Source
 from idt_desk.recordings import RecordingError, recorded_speed
+from idt_desk.recordings.profile import FIXED, Profile, ProfileError
 from idt_desk.recordings.runs import RunIndex
 from idt_desk.words import eta_text
 
@@ -101,6 +102,8 @@ class MainWindow(WindowFrame):
                          else Path.home() / "idt-desk-recordings")
         self._quit_confirmed = False  # Ctrl+Q was answered: closing asks nothing more
         self.session: Session | None = None
+        #: The baseline profile every Start takes (None: each session fits its own).
+        self.profile: Profile | None = None
         self.history = history
         self.own_process = own_process
         #: The selected source's class (None: it failed to load).
@@ -147,6 +150,9 @@ class MainWindow(WindowFrame):
         source.speed_chosen.connect(self._speed_changed)
         pipeline.apply_requested.connect(self._apply_symbols)
         pipeline.calibrate_requested.connect(self._calibrate_baseline)
+        pipeline.profile_load_requested.connect(self._load_profile_dialog)
+        pipeline.profile_save_requested.connect(self._save_profile_dialog)
+        pipeline.profile_clear_requested.connect(lambda: self.load_profile(None))
         switches.perturb_toggled.connect(self._perturb_toggled)
         switches.modulate_toggled.connect(self._modulate_toggled)
         switches.auto_toggled.connect(self._auto_toggled)
@@ -190,7 +196,7 @@ class MainWindow(WindowFrame):
                 f"the last session ({shown.source}) is kept for Export until Start", 8000)
             shown = None
         if shown is None or not shown.n_windows:
-            self.plots.show_hint(idle_hint(cls))
+            self.plots.show_hint(idle_hint(cls, profile=self.profile))
         self._update_buttons()
         self.controls_scroll.fit_width()
 
@@ -244,6 +250,11 @@ class MainWindow(WindowFrame):
         # A replay re-runs the recording's own pipeline.
         config = {"speed": self.source_panel.speed_combo.currentData(),
                   **({} if cls.replays else self.pipeline_panel.settings())}
+        if self.profile is not None:  # a replay too: its rows judged by the profile
+            # The detector, budget and baseline are the profile's (its thresholds are fitted
+            # to them): the panel's boxes for them are not given.
+            config = {k: v for k, v in config.items() if k not in FIXED}
+            config["profile"] = self.profile.setting()
         record = self.record_panel.new_record_path(cls.name) \
             if self.record_panel.record_button.isChecked() else None
         self._starting = True
@@ -313,7 +324,7 @@ class MainWindow(WindowFrame):
     def _idle_after_start(self) -> None:
         """A start that did not happen: the plots and status say what they said before."""
         if self.session is None or not self.session.snapshot(limit=1).n_windows:
-            self.plots.show_hint(idle_hint(self._source_cls))
+            self.plots.show_hint(idle_hint(self._source_cls, profile=self.profile))
         self.status_line.say("idle — press Start")
         self._update_buttons()
 
@@ -398,7 +409,7 @@ class MainWindow(WindowFrame):
         self._stop_deadline, self._stopping_seen = None, False
         self.status_line.stop_fps()
         if self.session is not None and not self.session.snapshot(limit=1).n_windows:
-            self.plots.show_hint(idle_hint(self._source_cls, stopped=True))
+            self.plots.show_hint(idle_hint(self._source_cls, stopped=True, profile=self.profile))
         self.record_panel.recording_ended()
         self._update_buttons()
         self.collector.soon()
@@ -417,7 +428,7 @@ class MainWindow(WindowFrame):
         self.stop_session(wait=True)
         self._drop_session()
         self.clear_panels()
-        self.plots.show_hint(idle_hint(self._source_cls))
+        self.plots.show_hint(idle_hint(self._source_cls, profile=self.profile))
         self.agency.reset()
         self.hide_error()
         self.status_line.say("idle — press Start")
@@ -610,6 +621,61 @@ class MainWindow(WindowFrame):
                 windows = need
                 spin.setValue(windows)
             self.session.calibrate_baseline(windows)
+
+    def _load_profile_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Load a baseline profile", str(self.record_panel.folder()),
+            "Baseline profiles (*.json);;All files (*)")
+        if path:
+            self.load_profile(path)
+
+    def load_profile(self, path: str | Path | None) -> bool:
+        """Take the baseline profile at ``path`` for every later Start (None: none).
+
+        A file that cannot be used is said in the banner, in one line; the profile in use
+        stays. A session running goes on as it started: the profile applies from the next
+        Start.
+        """
+        if path is None:
+            self.profile = None
+        else:
+            try:
+                self.profile = Profile.read(path)
+            except ProfileError as exc:
+                self.show_error(str(exc))
+                return False
+            self.hide_error()
+        self.pipeline_panel.show_profile(self.profile)
+        if self.plots.hint.isVisible() and not self._running():  # what the next Start does
+            self.plots.show_hint(idle_hint(self._source_cls, profile=self.profile))
+        if self._running():
+            self.statusBar().showMessage("the baseline profile applies from the next Start",
+                                         8000)
+        return True
+
+    def _save_profile_dialog(self) -> None:
+        if not self._running():
+            self.show_error("Save baseline: start a session and let its baseline complete")
+            return
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Save the baseline as a profile",
+            str(self.record_panel.folder() / f"{self.session.source.name}.profile.json"),
+            "Baseline profiles (*.json)")
+        if path:
+            self.save_profile(path)
+
+    def save_profile(self, path: str | Path) -> bool:
+        """Save what the running session fitted as a baseline profile at ``path``."""
+        if not self._running():
+            self.show_error("Save baseline: start a session and let its baseline complete")
+            return False
+        try:
+            saved = self.session.save_baseline(path)
+        except (ProfileError, OSError) as exc:
+            self.show_error(f"Save baseline: {exc}")
+            return False
+        self.statusBar().showMessage(f"saved {saved.describe()}", 10000)
+        return True
 
     def _add_note(self, text: str) -> None:
         if self._running():

@@ -9,6 +9,7 @@ and switches between a loop's windows and a dialogue's turns
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from idt_desk_widgets.forms import compact_combo, compact_form, setting_box
@@ -17,6 +18,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QFormLayout,
     QGroupBox,
+    QHBoxLayout,
     QLabel,
     QLineEdit,
     QPushButton,
@@ -55,6 +57,10 @@ class PipelinePanel(QGroupBox):
     apply_requested = Signal(dict)
     #: "Calibrate baseline now" was clicked: the number of windows (turns) to take.
     calibrate_requested = Signal(int)
+    #: "Load baseline…", "Save baseline…" and "Clear" of the baseline profile row.
+    profile_load_requested = Signal()
+    profile_save_requested = Signal()
+    profile_clear_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Symbolisation and baseline", parent)
@@ -119,6 +125,56 @@ class PipelinePanel(QGroupBox):
         self.baseline_button.clicked.connect(
             lambda: self.calibrate_requested.emit(self.baseline_spin.value()))
         form.addRow(self.baseline_button)
+        # A baseline profile: symbols, twin and baseline fitted once, every Start armed by it.
+        self.profile_label = QLabel("", self)
+        self.profile_label.setWordWrap(True)
+        form.addRow("Baseline profile", self.profile_label)
+        row = QHBoxLayout()
+        self.profile_load_button = QPushButton("Load baseline…", self)
+        self.profile_load_button.setToolTip(
+            "A baseline profile (idt-desk fit, or Save baseline… of an earlier session): "
+            "every Start then takes its symbols, twin and thresholds and judges from the "
+            "first window, with no calibration and no baseline to gather")
+        self.profile_save_button = QPushButton("Save baseline…", self)
+        self.profile_save_button.setToolTip(
+            "Save what this session fitted (symbols, twin, baseline and thresholds) as a "
+            "baseline profile, once its baseline is complete")
+        self.profile_clear_button = QPushButton("Clear", self)
+        self.profile_clear_button.setToolTip("Fit the baseline from each session's own first "
+                                             "windows again")
+        for button, signal in ((self.profile_load_button, self.profile_load_requested),
+                               (self.profile_save_button, self.profile_save_requested),
+                               (self.profile_clear_button, self.profile_clear_requested)):
+            button.clicked.connect(signal.emit)
+            row.addWidget(button)
+        form.addRow(row)
+        self.show_profile(None)
+
+    def show_profile(self, profile: Any) -> None:
+        """Say which baseline profile the next Start takes (None: its own first windows)."""
+        if profile is None:
+            self.profile_label.setText("none: each session fits its own")
+            self.profile_label.setToolTip("")
+        else:
+            self.profile_label.setText(f"{Path(profile.name).name} · {profile.n_windows:,} "
+                                       f"windows · {profile.digest[:8]}")
+            self.profile_label.setToolTip(profile.describe())
+        self.profile_clear_button.setEnabled(profile is not None)
+        # What the profile fixes is its own (its thresholds are fitted to them): not offered.
+        boxes = (self.calib_spin, self.baseline_spin, self.detector_combo, self.lambda_spin,
+                 self.budget_edit, self.k_spin, self.correction_combo)
+        if not hasattr(self, "_own_tips"):
+            self._own_tips = [b.toolTip() for b in boxes]
+        for box, own in zip(boxes, self._own_tips, strict=True):
+            box.setEnabled(profile is None)
+            box.setToolTip(own if profile is None else
+                           f"the baseline profile's: {profile.describe()}")
+        if profile is not None:
+            p = profile.pipeline
+            self.detector_combo.setCurrentIndex(
+                max(0, self.detector_combo.findData(p.get("detector"))))
+            self.budget_edit.setText(str(p.get("false_alarms") or ""))
+            self.baseline_spin.setValue(profile.n_windows)
 
     # -- what a session is given ------------------------------------------------------------
 

@@ -7,6 +7,7 @@ turns them into session commands and tells the panel what the session is doing
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -49,8 +50,11 @@ def speed_label(speed: float | None) -> str:
     return f"{speed:g}×"
 
 
-def idle_hint(cls: type[Source] | None, stopped: bool = False) -> str:
-    """What the empty plots say before a session (or after one that made no window)."""
+def idle_hint(cls: type[Source] | None, stopped: bool = False, profile: Any = None) -> str:
+    """What the empty plots say before a session (or after one that made no window).
+
+    ``profile``: the baseline profile the next Start takes (it judges from the first window).
+    """
     if cls is None:
         return "Choose a source that loads, then press Start."
     label = cls.label
@@ -61,6 +65,11 @@ def idle_hint(cls: type[Source] | None, stopped: bool = False) -> str:
                 "P, H<sub>f</sub>, H<sub>b</sub> and ΔH from its token counts; the first "
                 "turns are the baseline, then the alarms judge each new one.</small>")
     first = "Stopped before the first window. " if stopped else ""
+    if profile is not None:
+        return (f"{first}Press <b>Start</b> to run the {what}.<br><small>The baseline profile "
+                f"{html.escape(Path(profile.name).name)} judges it from the first window: "
+                "its symbols, twin and thresholds, no calibration, no baseline to "
+                "gather.</small>")
     return (f"{first}Press <b>Start</b> to run the {what}.<br><small>The first windows "
             "calibrate the symbols, the next ones the baseline; then the plots show "
             "P, H<sub>f</sub>, H<sub>b</sub>, ΔH and their alarms.</small>")

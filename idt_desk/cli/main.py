@@ -311,6 +311,18 @@ def _run_sources(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    """The installed package's version (the source tree's, if it is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("idt-desk")
+    except PackageNotFoundError:
+        from idt_desk import __version__
+
+        return __version__
+
+
 def build_parser(wanted: str | None = "*") -> argparse.ArgumentParser:
     """The argument parser with every subcommand.
 
@@ -321,6 +333,7 @@ def build_parser(wanted: str | None = "*") -> argparse.ArgumentParser:
         prog="idt-desk",
         description="IDT Desk: live bi-predictability (P, H_f, H_b, dH) of closed loops.",
     )
+    parser.add_argument("--version", action="version", version=f"idt-desk {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_run(sub)
     add_analyze(sub)
@@ -341,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or (argv[0].startswith("--") and argv[0] not in ("--help", "-h")):
+    if not argv or (argv[0].startswith("--") and argv[0] not in ("--help", "-h", "--version")):
         argv = ["gui", "--start", *argv]  # plain `idt-desk` starts the pendulum at once
     parser = build_parser(None if argv[0].startswith("-") else argv[0])
     args, extra = parser.parse_known_args(argv)

@@ -30,7 +30,11 @@ from idt_desk.errors import InputError
 from idt_desk.settings import DEFAULTS, PIPELINE_KEYS, SETTINGS, PipelineSettings, SettingError
 from idt_desk.words import say
 
-__all__ = ["add_run"]
+__all__ = ["ALARM_EXIT", "add_run"]
+
+#: ``--fail-on-alarm``'s exit status when an IDT alarm fired (2 is a usage error, 130 and 143
+#: an interruption).
+ALARM_EXIT = 3
 
 
 #: The session options, in the order ``--help`` lists them: each one's type, range, default
@@ -173,6 +177,9 @@ def add_run(sub: argparse._SubParsersAction) -> None:
                    "(persist=N windows, default 3) and release it after release=M quiet ones "
                    "(default 10), e.g. hold:mode=repeat,persist=3,release=10")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--fail-on-alarm", action="store_true",
+                   help=f"exit with status {ALARM_EXIT} when the IDT alarm fired (for a script "
+                   "or a CI job to gate on)")
     p.set_defaults(func=_run_run)
 
 
@@ -289,7 +296,11 @@ def _run_run(args: argparse.Namespace) -> int:
         finally:
             if bar is not None:
                 bar.close()
-        code = _report_run(args, snap, received, session.events_since(0))
+        events = session.events_since(0)
+        code = _report_run(args, snap, received, events)
+        if code == 0 and args.fail_on_alarm and any(
+                e["kind"] == "alarm_on" and e.get("metric") == "IDT" for e in events):
+            return ALARM_EXIT
         if paused is not None and code == 0:
             # What was made is recorded (the partial reply in a source_paused event).
             say(f"idt-desk run: {paused}", file=sys.stderr)

@@ -60,6 +60,14 @@ def add_runs(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--silence", type=float, default=10.0,
                    help="seconds without a heartbeat after which an open run counts as "
                    "stopped responding (default 10)")
+    p.add_argument("--baseline", metavar="PROFILE", default=None,
+                   help="also judge every run listed against this baseline profile (idt-desk "
+                   "fit): its rows replayed through the profile's symbols and thresholds, "
+                   "so a sweep's runs are compared with one reference, not each with its own "
+                   "beginning (local runs; a replay per run)")
+    p.add_argument("--fail-on-alarm", action="store_true",
+                   help="exit with status 3 when a run listed alarmed (with --baseline: "
+                   "alarmed against the profile)")
     p.set_defaults(func=_run_runs)
 
 
@@ -68,6 +76,14 @@ def _run_runs(args: argparse.Namespace) -> int:
     from idt_desk.recordings.runs import RunIndex, root_problem, row_line, select
 
     check_float("--silence", args.silence, 0.5)
+    profile = None
+    if args.baseline is not None:
+        from idt_desk.recordings.profile import Profile
+
+        if str(args.path).startswith("ssh://"):
+            raise InputError("--baseline: judges local runs (a replay each); copy the runs "
+                             "here, or run idt-desk runs on the server")
+        profile = Profile.read(args.baseline)
     within = None if args.active_within is None else \
         parse_duration(args.active_within, "--active-within")
     index = None
@@ -83,14 +99,45 @@ def _run_runs(args: argparse.Namespace) -> int:
         print(f"idt-desk runs: {note}", file=sys.stderr)
     now = time.time()
     shown = select(rows, args.filter, within, now)
+    if profile is not None:
+        _judge_all(shown, args.path, profile)
+    alarmed = any((r.get("profile") or {}).get("alarms") if profile is not None
+                  else r.get("alarms") for r in shown)
+    code = 3 if args.fail_on_alarm and alarmed else 0
     if args.json:
         print(json.dumps(shown, indent=1, allow_nan=False))
-        return 0
+        return code
     where = shown_text(args.path)
     if not rows:
         print(f"{where}: no run here (a run is a folder with a recording's config.json)")
     elif not shown:
         print(f"{where}: {len(rows)} run{'s' if len(rows) != 1 else ''}, none matching")
     for row in shown:
-        print(row_line(row, now))
-    return 0
+        line = row_line(row, now)
+        if "profile" in row:
+            line += f"  |  {_profile_words(row['profile'])}"
+        print(line)
+    return code
+
+
+def _judge_all(rows: list[dict], root: str, profile) -> None:
+    """Each row's run judged by ``profile`` (its ``profile`` key: the verdict, or why not)."""
+    from pathlib import Path
+
+    from idt_desk.live.fit import judge_run
+
+    base = Path(root)
+    for row in rows:
+        run = base / row["path"] if row["path"] not in ("", ".") else base
+        try:
+            row["profile"] = judge_run(run, profile)
+        except InputError as exc:  # another loop's run, or one that cannot be replayed
+            row["profile"] = {"error": str(exc)}
+
+
+def _profile_words(v: dict) -> str:
+    if "error" in v:
+        return f"vs profile: {shown_text(v['error'], 160)}"
+    first = "" if v["first_alarm"] is None else f", first at {v['first_alarm']:,.1f} s"
+    fit = {True: "fits", False: "outside its spread", None: "too short to check"}[v["fits"]]
+    return f"vs profile: {v['alarms']} alarm{'s' * (v['alarms'] != 1)}{first}; {fit}"

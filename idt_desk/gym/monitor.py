@@ -36,7 +36,7 @@ from idt_desk.gym.stream import (
 __all__ = ["IDTMonitor"]
 
 
-class IDTMonitor(gymnasium.Wrapper):
+class IDTMonitor(gymnasium.Wrapper, gymnasium.utils.RecordConstructorArgs):
     """Compute the IDT metrics of an env's (S, A, S') stream while it runs.
 
     With a baseline profile fitted once on a known-good run (``idt-desk fit RUN… --out
@@ -205,7 +205,17 @@ class IDTMonitor(gymnasium.Wrapper):
         drift: float = ALARM_DEFAULTS["drift"],
         baseline: str | os.PathLike | Profile | None = None,
     ) -> None:
-        super().__init__(env)
+        # Its arguments kept in the env's spec (gymnasium.make can rebuild a stack with it).
+        gymnasium.utils.RecordConstructorArgs.__init__(
+            self, preset=preset, bins=bins, window=window, stride=stride,
+            calibration_windows=calibration_windows, correction=correction, block=block,
+            detector=detector, false_alarms=false_alarms, baseline_windows=baseline_windows,
+            persist=persist, k=k, record=None if record is None else str(record),
+            phase_baseline=phase_baseline, twin=twin if isinstance(twin, bool) else True,
+            ewma_lambda=ewma_lambda, drift=drift,
+            baseline=None if baseline is None or not isinstance(baseline, str | os.PathLike)
+            else str(baseline))
+        gymnasium.Wrapper.__init__(self, env)
         settings = {"preset": preset, "bins": bins, "window": window, "stride": stride,
                     "calibration_windows": calibration_windows, "correction": correction,
                     "detector": detector, "false_alarms": false_alarms,
@@ -254,7 +264,7 @@ class IDTMonitor(gymnasium.Wrapper):
     def profile_check(self) -> dict[str, Any] | None:
         """With a profile: the verdict on the first windows, None before.
 
-        Its ``fits``, ``said`` and ``median_z``: :class:`~idt_desk.recordings.profile.FitCheck`.
+        Its ``fits``, ``said`` and ``mean_z``: :class:`~idt_desk.recordings.profile.FitCheck`.
         """
         return self._stream.session.profile_check
 

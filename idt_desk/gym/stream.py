@@ -361,13 +361,8 @@ class Stream:
 
     def save_baseline(self, path: Any) -> Any:
         """Save what the stream fitted as a baseline profile (see :class:`IDTMonitor`)."""
-        from idt_desk.recordings.profile import save_baseline
-
         self.flush()
-        run = self.recording
-        return save_baseline(self.session, path, [{
-            "run": str(run) if run is not None else "a stream not recorded",
-            "transitions": self.session.n_transitions}])
+        return self.session.save_baseline(path)
 
     def refit_baseline(self) -> None:
         """Gather a new baseline from the next windows (a loop the profile does not fit)."""

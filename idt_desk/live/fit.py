@@ -20,7 +20,7 @@ import numpy as np
 
 from idt_desk.errors import InputError
 
-__all__ = ["CHANGES", "fit_profile"]
+__all__ = ["CHANGES", "fit_profile", "judge_run"]
 
 #: Events that end a run's clean stretch (what the loop did to itself from there on).
 CHANGES = ("perturbation_on", "perturbation_pulse", "modulation_on", "impulse")
@@ -73,12 +73,13 @@ def fit_profile(runs: Sequence[str | Path], out: str | Path,
         A run that cannot be read, runs of different loops, a run without a clean
         stretch, too few windows for the baseline, or a bad option: one line each.
     """
+    from idt_desk.live.loop import LoopSource
     from idt_desk.live.plugins import load_source
     from idt_desk.live.session import Session, SessionConfig
     from idt_desk.live.source import Batch
     from idt_desk.recordings import RecordingError, load_recording
     from idt_desk.recordings.profile import Profile, profile_document
-    from idt_desk.settings import PipelineSettings, SettingError
+    from idt_desk.settings import PIPELINE_KEYS, PipelineSettings, SettingError
 
     say_ = progress or (lambda text: None)
     recs = []
@@ -97,16 +98,29 @@ def fit_profile(runs: Sequence[str | Path], out: str | Path,
         PipelineSettings.parse(dict(options or {}))
     except SettingError as exc:
         raise InputError(f"--{exc.field.replace('_', '-')}: {exc.why or exc}") from None
-    source = load_source("replay")(path=str(first.path))
+    # The first run's loop as its replay declares it (names, rate, episodes, twin, recorded
+    # pipeline), with the value ranges its source declared at its calibration: the symbols
+    # are fitted as its own session fitted them (a pendulum's rates over their energy bound).
+    replay = load_source("replay")(path=str(first.path))
+    cal = first.events[first.events["kind"] == "calibrated"] if len(first.events) else None
+    ranges = cal.iloc[0].get("value_ranges") if cal is not None and len(cal) else None
+    source = LoopSource(replay.state_names, replay.action_names, replay.rate,
+                        replay.has_reward, replay.episode_steps, replay.twin(),
+                        state_bins=replay.state_bins, action_bins=replay.action_bins,
+                        value_ranges={k: (float(v[0]), float(v[1])) for k, v in
+                                      (ranges if isinstance(ranges, dict) else {}).items()})
+    source.env_id = replay.env_id
+    source.recorded_source = replay.recorded_source
+    source.twin_note = replay.twin_note
+    pipeline = {k: v for k, v in (replay.recorded_pipeline() or {}).items()
+                if k in PIPELINE_KEYS and k != "profile"}  # fitted afresh, whatever judged it
+    replay.close()
     try:
-        session = Session(SessionConfig(source="replay", settings={"path": str(first.path)},
-                                        speed=None), source=source)
+        session = Session(SessionConfig(source="loop", speed=None,
+                                        **{**pipeline, **(options or {})}), source=source)
     except ValueError as exc:
         raise InputError(f"{first.path}: {exc}") from None
     c = session.config
-    c.profile, session.profile = None, None  # fitted afresh, whatever the run was judged by
-    for k, v in (options or {}).items():
-        setattr(c, k, v)
     rows, fitted_on, total = [], [], 0
     for rec in recs:
         got, n = _clean_rows(rec)
@@ -158,3 +172,32 @@ def fit_profile(runs: Sequence[str | Path], out: str | Path,
                  f"inflated x{max(cal.inflation.values()):.2f}); "
                  f"{cal.needed_windows or 'more':,} windows would do")
     return profile
+
+
+def judge_run(run: str | Path, profile: Any) -> dict[str, Any]:
+    """A recording's rows judged by a baseline profile (a replay at full speed, headless).
+
+    Returns ``alarms`` (IDT alarms raised), ``first_alarm`` (loop time of the first; None),
+    ``fits`` (the profile check's verdict on the first windows; None: too few windows) and
+    ``windows``. Raises :class:`~idt_desk.recordings.profile.ProfileError` (one line) for a
+    run of another loop, :class:`InputError` for one that cannot be replayed.
+    """
+    from idt_desk.live.session import Session, SessionConfig, run_headless
+
+    try:
+        session = Session(SessionConfig(source="replay", settings={"path": str(run)},
+                                        speed=None, profile=profile.setting()))
+    except InputError:
+        raise
+    except ValueError as exc:
+        raise InputError(f"{run}: {exc}") from None
+    try:
+        snap = run_headless(session)
+        events = session.events_since(0)
+        check = session.profile_check
+    finally:
+        session.close()
+    on = [e for e in events if e["kind"] == "alarm_on" and e.get("metric") == "IDT"]
+    return {"alarms": len(on), "first_alarm": float(on[0]["t"]) if on else None,
+            "fits": None if check is None else bool(check["fits"]),
+            "windows": int(snap.n_windows)}

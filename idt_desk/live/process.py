@@ -55,6 +55,7 @@ FACTS = ("name", "label", "config", "notice", "rate", "metric_path", "has_reward
 CALLS = frozenset({
     "state", "error", "running", "stopping", "start", "request_stop", "stop", "wait",
     "pause", "resume", "set_speed", "perturb", "modulate", "set_auto", "calibrate_baseline",
+    "save_baseline",
     "reconfigure", "schedule", "note", "start_recording", "stop_recording", "snapshot",
     "recording_path", "on_disk", "events_since", "export_session", "pipeline_settings",
     "config", "preset", "close"})
@@ -294,6 +295,10 @@ class SessionProcess:
     def calibrate_baseline(self, n_windows: int | None = None) -> None:
         """Gather a new baseline from the next ``n_windows`` windows."""
         self._call("calibrate_baseline", n_windows)
+
+    def save_baseline(self, path: str | Path) -> Any:
+        """Save what the session fitted as a baseline profile (in its process)."""
+        return self._call("save_baseline", path)
 
     def reconfigure(self, **changes: Any) -> None:
         """Change symbolisation (see :meth:`Session.reconfigure`)."""

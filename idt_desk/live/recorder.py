@@ -474,11 +474,8 @@ class Recorder(Marks):
         What was added is run through the pipeline first; refused in one line before the
         baseline is complete (its progress said).
         """
-        from idt_desk.recordings.profile import save_baseline
-
         self.flush()
-        return save_baseline(self.session, path, [{"run": str(self.path),
-                                                   "transitions": self.n_added}])
+        return self.session.save_baseline(path)
 
     def flush(self) -> None:
         """Run the pipeline on everything added and write it out now.

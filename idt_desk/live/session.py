@@ -59,7 +59,7 @@ from idt_desk.live.turns import TurnPath
 from idt_desk.live.worker import LoopState, Pacer, run_headless, run_loop
 from idt_desk.pipeline import Pipeline, Step, source_monitor, source_preset
 from idt_desk.recordings import RecordingError
-from idt_desk.recordings.profile import FitCheck, Profile
+from idt_desk.recordings.profile import FIXED, FitCheck, Profile
 from idt_desk.settings import PIPELINE_KEYS, PipelineSettings, check_finite, check_limit
 
 __all__ = ["MAX_SPEED_CHUNKS", "WINDOW_COLUMNS", "Session", "SessionConfig", "Snapshot",
@@ -101,6 +101,11 @@ class Session:
         self.config.source = source.name
         self.config.settings = dict(source.config)
         overrides = source.recorded_pipeline()
+        if overrides and self.config.profile is not None:
+            # A recording judged against a profile given now: its rows through the profile's
+            # symbols and thresholds, not those it was recorded with.
+            overrides = {k: v for k, v in overrides.items()
+                         if k not in (*FIXED, *SessionConfig.SYMBOL_FIELDS, "profile")}
         if overrides:
             # A replay re-runs the pipeline exactly as it was recorded: its settings checked
             # as any other (a recording is data, not code).
@@ -282,6 +287,20 @@ class Session:
         if auto is not None:
             self.source.modulation(auto["modulation"])
         self._command("auto", auto=dict(auto) if auto is not None else None)
+
+    def save_baseline(self, path: str | Path) -> Profile:
+        """Save what this session fitted (symbols, twin, baseline) as a profile at ``path``.
+
+        Every later session given it (``--baseline``, ``baseline=``, the window's *Load
+        baseline…*) is armed at its first window. Refused in one line
+        (:class:`~idt_desk.recordings.profile.ProfileError`) before the baseline is complete.
+        """
+        from idt_desk.recordings.profile import save_baseline
+
+        run = self.recording_path
+        return save_baseline(self, path, [{
+            "run": str(run) if run is not None else f"a {self.source.name} session, not "
+            "recorded", "transitions": self.n_transitions}])
 
     def calibrate_baseline(self, n_windows: int | None = None) -> None:
         """Gather a new baseline from the next ``n_windows`` windows."""

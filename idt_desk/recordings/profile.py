@@ -47,7 +47,6 @@ from typing import Any
 import numpy as np
 
 from idt_desk.detection.detectors import Calibration
-from idt_desk.detection.monitor import IDT_METRICS
 from idt_desk.detection.phase import PhaseBaseline
 from idt_desk.errors import InputError
 from idt_desk.metrics.symbolize import Symbolizer
@@ -65,7 +64,9 @@ VERSION = 1
 MAX_BYTES = 16 << 20
 #: The first judged windows checked against the profile's spread.
 FIT_CHECK_WINDOWS = 50
-#: Their median z (any IDT component) beyond which the loop does not sit in that spread.
+#: Their mean z (any IDT component) beyond which the loop does not sit in that spread (the
+#: baseline's own mean z is 0; a window's σ is 1, so the mean of 50 healthy windows sits far
+#: inside 2 even when they are correlated).
 FIT_CHECK_Z = 2.0
 #: The pipeline settings a profile fixes: its thresholds are fitted to them. A session's that
 #: are unset (None, or the settings table's default) become the profile's; one set otherwise
@@ -448,16 +449,19 @@ def save_baseline(session: Any, path: str | os.PathLike,
 class FitCheck:
     """A session's first :data:`FIT_CHECK_WINDOWS` judged windows against the profile's spread.
 
-    Each IDT component's median z over those windows (the detectors' own standardisation)
-    beyond :data:`FIT_CHECK_Z`: the loop does not sit where the profile's did. Either it is
-    broken, or it is not the loop the profile was fitted on (another agent, another gait);
-    the alarm cannot tell which, so the verdict says both, and how to refit if it is healthy.
+    Each judged metric's mean z over those windows (the detectors' own standardisation: the
+    IDT's components, the twin's residual channels, the reward; not the median: a window's H_f
+    is skewed, its median z below 0 on a healthy loop) beyond :data:`FIT_CHECK_Z`: the loop
+    does not sit where the profile's did. Either it is broken, or it is not the loop the
+    profile was fitted on (another agent, another gait); the alarm cannot tell which, so the
+    verdict says both, and how to refit if it is healthy.
     """
 
     def __init__(self, profile: Profile, windows: int = FIT_CHECK_WINDOWS) -> None:
         self.profile = profile
         self.windows = int(windows)
-        self._z: dict[str, list[float]] = {m: [] for m in IDT_METRICS}
+        self._z: dict[str, list[float]] = {}
+        self._n = 0
         #: The verdict once made (None before).
         self.verdict: dict[str, Any] | None = None
 
@@ -465,30 +469,31 @@ class FitCheck:
         """Take judged windows' z (per metric); the verdict on the window that completes it."""
         if self.verdict is not None or not z:
             return None
-        need = self.windows - len(self._z["P"])
-        for m in IDT_METRICS:
-            self._z[m].extend(np.asarray(z.get(m, []), dtype=np.float64)[:need].tolist())
-        if len(self._z["P"]) < self.windows:
+        need = self.windows - self._n
+        for m, v in z.items():
+            self._z.setdefault(m, []).extend(np.asarray(v, dtype=np.float64)[:need].tolist())
+        self._n += min(need, len(next(iter(z.values()))))
+        if self._n < self.windows:
             return None
         med = {}
         for m, v in self._z.items():
             x = np.asarray(v)
-            x = x[np.isfinite(x)]
-            med[m] = float(np.median(x)) if x.size else math.nan
+            x = np.clip(x[~np.isnan(x)], -1e3, 1e3)  # a flat channel's ±inf: far off
+            med[m] = float(np.mean(x)) if x.size else math.nan
         off = {m: v for m, v in med.items() if math.isfinite(v) and abs(v) > FIT_CHECK_Z}
         fits = not off
         if fits:
             said = (f"the first {self.windows} windows sit within the profile's spread "
-                    f"(median |z| ≤ {FIT_CHECK_Z:g})")
+                    f"(mean |z| ≤ {FIT_CHECK_Z:g})")
         else:
             top = max(off, key=lambda m: abs(off[m]))
             said = (f"the first {self.windows} windows sit outside the profile's spread "
-                    f"({top} median {off[top]:+.1f}σ): this loop is broken, or it is not the "
+                    f"({top} mean {off[top]:+.1f}σ): this loop is broken, or it is not the "
                     "loop the profile was fitted on (another agent, another gait); if it is "
                     "healthy, refit the baseline on it (the window's Recalibrate, "
                     "refit_baseline() of IDTMonitor or Recorder)")
         self.verdict = {"fits": fits, "windows": self.windows,
-                        "median_z": {m: (None if not math.isfinite(v) else round(v, 3))
+                        "mean_z": {m: (None if not math.isfinite(v) else round(v, 3))
                                      for m, v in med.items()},
                         "said": said, "profile": self.profile.digest}
         return self.verdict

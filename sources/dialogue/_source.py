@@ -231,6 +231,11 @@ class DialogueSource(Source):
             self._prompt_injected = turns[-1]["injected"]
         self._scheduled = sum(1 for t in turns if (t["injected"] or {}).get("scheduled"))
 
+    @property
+    def env_id(self) -> str:
+        """The pair in dialogue, "student <- teacher" (a baseline profile is checked by it)."""
+        return f"{self.config['student_model']} <- {self.config['teacher_model']}"
+
     def describe(self) -> dict[str, Any]:
         """Backends, models and the student's options, as a recording keeps them."""
         return {"student": self._backends["student"].describe()

@@ -15,7 +15,12 @@ source's defaults: the ``cheetah`` preset, MEWMA, 1 false alarm per 10 hours of 
      turn) switched on at step :data:`ONSET` and left on, :data:`PROFILE_STEPS` steps;
    - the same 20 seeds and perturbations without a profile (the session fits its own
      baseline, 2,200 windows), the perturbation switched on :data:`ONSET` steps after it is
-     armed, :data:`SELF_TAIL` steps more: the self-baseline's latency to compare;
+     armed (:data:`SELF_ONSET`), :data:`SELF_TAIL` steps more: the self-baseline's latency;
+   - the same 20 again with the profile, the perturbation on at :data:`SELF_ONSET` too: the
+     same step and phase of the episode, so the latencies differ by the baseline alone (an
+     onset at step 2,000 falls at an episode's start, the cheetah accelerating from rest);
+   - the self-baseline on the controls' seeds, :data:`SELF_CONTROL_STEPS` steps once armed:
+     its own false alarms, beside the profile's on every unperturbed stretch;
    - 5 runs broken from their first step (3 % observation noise from step 0) with the
      profile, and 2 without (run :data:`BROKEN_SELF_AFTER` steps past arming).
 
@@ -55,6 +60,11 @@ ONSET = 2_000
 PROFILE_STEPS = 5_000
 #: Steps the self-baseline runs on after the onset.
 SELF_TAIL = 3_000
+#: The self-baseline's onset: :data:`ONSET` steps after it is armed (the ``cheetah`` preset's
+#: 20 calibration windows and 2,200 baseline windows end at step 111,250).
+SELF_ONSET = 113_250
+#: Steps a self-baseline control runs past its arming (its false alarms counted there).
+SELF_CONTROL_STEPS = 60_000
 #: Steps a broken loop without a profile runs past its arming.
 BROKEN_SELF_AFTER = 20_000
 #: The broken loop's perturbation, on from step 0.
@@ -136,6 +146,13 @@ def plan(agent: str, out: Path) -> dict[str, list[dict[str, Any]]]:
                      "steps": PROFILE_STEPS, "profile": profile} for s, k in perturbed],
         "self": [{"agent": agent, "seed": s, "kind": k, "onset": "armed", "after": SELF_TAIL}
                  for s, k in perturbed],
+        # The profile at the self-baseline's onset: the same step, the same phase of the
+        # episode, so the two latencies differ by the baseline alone.
+        "late": [{"agent": agent, "seed": s, "kind": k, "onset": SELF_ONSET, "after": SELF_TAIL,
+                  "profile": profile} for s, k in perturbed],
+        # The self-baseline's own false alarms on the controls' seeds, once armed.
+        "self_controls": [{"agent": agent, "seed": HELD_OUT + j, "kind": "control",
+                           "past_armed": SELF_CONTROL_STEPS} for j in range(20)],
         "broken": [{"agent": agent, "seed": HELD_OUT + 200 + j, "kind": BROKEN, "onset": 0,
                     "steps": PROFILE_STEPS, "profile": profile} for j in range(5)],
         "broken_self": [{"agent": agent, "seed": HELD_OUT + 200 + j, "kind": BROKEN,
@@ -158,7 +175,8 @@ def _key(task: dict[str, Any]) -> str:
 def _weight(task: dict[str, Any]) -> int:
     if "steps" in task:
         return int(task["steps"])
-    return 113_250 + int(task.get("after", task.get("past_armed", 0)))
+    return 111_250 + int(task.get("after", task.get("past_armed", 0))) + (
+        2_000 if "after" in task else 0)
 
 
 def summarize(agent: str, got: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -171,14 +189,24 @@ def summarize(agent: str, got: dict[str, list[dict[str, Any]]]) -> dict[str, Any
     hours = sum(r["steps"] for r in controls) / rate / 3600
     n_false = sum(len(r["alarms"]) for r in controls)
     budget = hours / 10.0  # 1 false alarm per 10 hours of loop time
-    # P(at least this many | Poisson at the budget)
-    p = 1.0 - sum(math.exp(-budget) * budget ** k / math.factorial(k) for k in range(n_false))
+    p = _p_at_least(n_false, budget)
+    # Every unperturbed stretch judged: with the profile, the controls and the perturbed
+    # runs' steps before their onsets; without, the self-baseline's once armed.
+    prof_h = hours + sum(r["onset"] for r in (*got["profile"], *got["late"])) / rate / 3600
+    prof_n = n_false + sum(len(r["before_onset"]) for r in (*got["profile"], *got["late"]))
+    own = got.get("self_controls", [])
+    own_h = sum(r["steps"] - r["armed_at"] for r in own) / rate / 3600
+    own_n = sum(len([i for i in r["alarms"] if i >= r["armed_at"]]) for r in own)
     prof = got["profile"]
     selfs = {(r["seed"], r["kind"]): r for r in got["self"]}
+    lates = {(r["seed"], r["kind"]): r for r in got["late"]}
     rows = []
     for r in prof:
         s = selfs[(r["seed"], r["kind"])]
+        late = lates[(r["seed"], r["kind"])]
         rows.append({"seed": r["seed"], "kind": r["kind"], "class": targets[r["kind"]],
+                     "late_latency": late["latency_steps"],
+                     "late_false_before_onset": len(late["before_onset"]),
                      "profile_latency": r["latency_steps"],
                      "alarm_step": None if r["latency_steps"] is None
                      else r["onset"] + r["latency_steps"],
@@ -188,7 +216,9 @@ def summarize(agent: str, got: dict[str, list[dict[str, Any]]]) -> dict[str, Any
                                                      if i >= (s["armed_at"] or 0)])})
     detected = [x for x in rows if x["profile_latency"] is not None]
     early = [x for x in detected if x["alarm_step"] < PROFILE_STEPS]
-    no_later = [x for x in rows if x["profile_latency"] is not None and (
+    no_later = [x for x in rows if x["late_latency"] is not None and (
+        x["self_latency"] is None or x["late_latency"] <= x["self_latency"])]
+    early_no_later = [x for x in rows if x["profile_latency"] is not None and (
         x["self_latency"] is None or x["profile_latency"] <= x["self_latency"])]
     stride = prof[0]["stride"] if prof else 50
     broken = got["broken"]
@@ -198,6 +228,14 @@ def summarize(agent: str, got: dict[str, list[dict[str, Any]]]) -> dict[str, Any
     bself = got["broken_self"]
     return {
         "agent": agent, "policy": AGENTS[agent],
+        "unperturbed": {"profile": {"loop_hours": prof_h, "false_alarms": prof_n,
+                                    "per_10h": 10 * prof_n / prof_h if prof_h else None,
+                                    "p_at_least": _p_at_least(prof_n, prof_h / 10)},
+                        "self": {"runs": len(own), "loop_hours": own_h, "false_alarms": own_n,
+                                 "alarmed": sum(any(i >= r["armed_at"] for i in r["alarms"])
+                                                for r in own),
+                                 "per_10h": 10 * own_n / own_h if own_h else None,
+                                 "p_at_least": _p_at_least(own_n, own_h / 10)}},
         "controls": {"runs": len(controls), "alarmed": sum(bool(r["alarms"]) for r in controls),
                      "false_alarms": n_false, "loop_hours": hours,
                      "budget_expected": budget, "p_at_least": p,
@@ -207,6 +245,10 @@ def summarize(agent: str, got: dict[str, list[dict[str, Any]]]) -> dict[str, Any
         "perturbed": {"runs": len(rows), "detected": len(detected),
                       "before_step": PROFILE_STEPS, "detected_before": len(early),
                       "no_later_than_self": len(no_later),
+                      "early_no_later_than_self": len(early_no_later),
+                      "late_detected": sum(x["late_latency"] is not None for x in rows),
+                      "late_false_before_onset": sum(x["late_false_before_onset"]
+                                                     for x in rows),
                       "self_detected": sum(x["self_latency"] is not None for x in rows),
                       "false_before_onset": sum(x["false_before_onset"] for x in rows),
                       "rows": rows},
@@ -223,24 +265,42 @@ def summarize(agent: str, got: dict[str, list[dict[str, Any]]]) -> dict[str, Any
     }
 
 
+def _p_at_least(n: int, expected: float) -> float:
+    """P(at least ``n`` false alarms) for a Poisson count of mean ``expected`` (the budget's)."""
+    return 1.0 - sum(math.exp(-expected) * expected ** k / math.factorial(k) for k in range(n))
+
+
 def report(summary: dict[str, Any]) -> str:
     """The study's tables in Markdown."""
     lines = ["| agent | controls alarmed (false alarms, loop hours, budget's expectation) | "
-             "detected before step 5,000 | no later than the self-baseline | self-baseline "
-             "detected | broken from step 0: alarm in its first 20 windows | without a "
-             "profile: alarms after arming |", "|---|---|---|---|---|---|---|"]
+             "onset at step 2,000: detected before step 5,000 | onset at the self-baseline's "
+             "(113,250): detected, no later than the self-baseline | self-baseline detected "
+             "| broken from step 0: alarm in its first 20 windows | without a profile: "
+             "alarms after arming |", "|---|---|---|---|---|---|---|"]
     for s in summary["agents"].values():
         c, p, b = s["controls"], s["perturbed"], s["broken"]
         lines.append(
             f"| {s['agent']} | {c['alarmed']}/{c['runs']} ({c['false_alarms']}, "
             f"{c['loop_hours']:.1f} h, {c['budget_expected']:.2f}; P≥ = {c['p_at_least']:.2f}) "
-            f"| {p['detected_before']}/{p['runs']} | {p['no_later_than_self']}/{p['runs']} | "
+            f"| {p['detected_before']}/{p['runs']} | {p['late_detected']}/{p['runs']}, "
+            f"{p['no_later_than_self']}/{p['runs']} | "
             f"{p['self_detected']}/{p['runs']} | {b['within_20_windows']}/{b['runs']} | "
             f"{', '.join(str(x) for x in b['self_alarms_after_arming'])} |")
-    lines += ["", "latency in steps from the onset (profile / self-baseline):"]
+    lines += ["", "false alarms on every unperturbed stretch judged (the budget: 1 per 10 h):"]
+    for s in summary["agents"].values():
+        u = s["unperturbed"]
+        lines.append(
+            f"- {s['agent']}: with the profile {u['profile']['false_alarms']} in "
+            f"{u['profile']['loop_hours']:.1f} h ({u['profile']['per_10h']:.2f} per 10 h, "
+            f"P≥ = {u['profile']['p_at_least']:.3f}); the self-baseline once armed "
+            f"{u['self']['false_alarms']} in {u['self']['loop_hours']:.1f} h of "
+            f"{u['self']['runs']} controls ({(u['self']['per_10h'] or 0):.2f} per 10 h, "
+            f"P≥ = {u['self']['p_at_least']:.3f})")
+    lines += ["", "latency in steps from the onset (profile at 2,000 / profile at 113,250 / "
+              "self-baseline at 113,250):"]
     for s in summary["agents"].values():
         lines.append(f"- {s['agent']}: " + "; ".join(
-            f"{r['kind']} {r['profile_latency']}/{r['self_latency']}"
+            f"{r['kind']} {r['profile_latency']}/{r['late_latency']}/{r['self_latency']}"
             for r in s["perturbed"]["rows"]))
     return "\n".join(lines)
 
@@ -279,7 +339,7 @@ def run(args: argparse.Namespace) -> int:
         path = out / f"profile-{a}.json"
         if not path.exists():
             fit_profile([t["record"] for t in plans[a]["fit"]], path, progress=print)
-    groups = ("controls", "profile", "self", "broken", "broken_self")
+    groups = ("controls", "profile", "self", "late", "broken", "broken_self", "self_controls")
     tasks = [t for a in agents for g in groups for t in plans[a][g]]
     results = iter(run_tasks(trial, tasks, desc="held-out trials", **common))
     got = {a: {g: [next(results) for _ in plans[a][g]] for g in groups} for a in agents}
