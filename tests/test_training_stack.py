@@ -76,3 +76,58 @@ def test_the_wrapper_is_rebuilt_from_its_spec():
     assert again.windows.equals(env.windows)  # the same settings, the same windows
     env.close()
     again.close()
+
+
+class _DeadActuator(gym.Wrapper):
+    """From step ``at`` on, the env gets action 0 whatever the policy commands."""
+
+    def __init__(self, env, at):
+        super().__init__(env)
+        self.at, self.n = at, 0
+
+    def step(self, action):
+        self.n += 1
+        return self.env.step(0 if self.n > self.at else action)
+
+
+def _train(tmp_path, dead_at, steps=6144):
+    from stable_baselines3 import PPO
+
+    from idt_desk.gym import IDTCallback, StopTrainingOnAlarm
+
+    env = _DeadActuator(gym.make("CartPole-v1"), dead_at)
+    # A frozen policy (learning rate 0): the loop changes only where the env does.
+    model = PPO("MlpPolicy", env, n_steps=512, batch_size=128, n_epochs=1, learning_rate=0.0,
+                seed=0, device="cpu", tensorboard_log=str(tmp_path / "tb"))
+    stop = StopTrainingOnAlarm()
+    cb = IDTCallback(window=100, stride=50, calibration_windows=2, baseline_windows=30,
+                     on_alarm=stop)
+    model.learn(steps, callback=cb, tb_log_name="run")
+    return model, cb, stop
+
+
+def _scalars(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (run,) = (tmp_path / "tb").iterdir()
+    acc = EventAccumulator(str(run))
+    acc.Reload()
+    return {tag: [e.value for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def test_the_callbacks_alarm_stops_a_perturbed_training_and_reaches_tensorboard(tmp_path):
+    model, cb, stop = _train(tmp_path, dead_at=3000)
+    assert model.num_timesteps < 6144 and stop.alarm is not None
+    assert stop.alarm["env"] == 0 and stop.alarm["end"] > 3000  # after the actuator died
+    assert len(cb.alarm_log) == 1 and cb.alarm_log[0] == stop.alarm
+    got = _scalars(tmp_path)
+    for tag in ("idt/P", "idt/H_f", "idt/alarm", "idt/alarms", "idt/armed", "idt/windows"):
+        assert tag in got, (tag, sorted(got))
+    assert 0.0 < got["idt/P"][-1] < 1.0 and got["idt/armed"][-1] == 1.0
+
+
+def test_a_clean_training_runs_to_its_end_with_no_alarm_logged(tmp_path):
+    model, cb, stop = _train(tmp_path, dead_at=10**9)
+    assert model.num_timesteps >= 6144 and stop.alarm is None and cb.alarm_log == []
+    got = _scalars(tmp_path)
+    assert got["idt/alarms"][-1] == 0 and max(got["idt/alarm"]) == 0.0

@@ -66,6 +66,7 @@ __all__ = [
     "LOGGED_METRICS",
     "IDTCallback",
     "IDTMonitor",
+    "StopTrainingOnAlarm",
     "resolve_preset",
 ]
 
@@ -76,4 +77,8 @@ def __getattr__(name: str) -> Any:
         from idt_desk.gym.callback import callback_class
 
         return callback_class()
+    if name == "StopTrainingOnAlarm":
+        from idt_desk.gym.callback import stop_on_alarm_class
+
+        return stop_on_alarm_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,12 +10,12 @@ import math
 import os
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from idt_desk.metrics.presets import Preset
-from idt_desk.metrics.twin import Twin
+from idt_desk.metrics.twin import TWIN_METRICS, Twin
 from idt_desk.recordings.profile import Profile
 
 if TYPE_CHECKING:
@@ -141,6 +141,7 @@ class _IDTCallbackImpl:
         ewma_lambda: float = ALARM_DEFAULTS["ewma_lambda"],
         drift: float = ALARM_DEFAULTS["drift"],
         baseline: str | os.PathLike | Profile | None = None,
+        on_alarm: Any = None,
     ) -> None:
         super().__init__(verbose)  # BaseCallback's (see _callback_class)
         #: The pipeline's settings, the settings table's (each stream's session reads them).
@@ -172,6 +173,18 @@ class _IDTCallbackImpl:
         self._prev: np.ndarray | None = None
         self._last_dump = 0
         self._n_windows = 0
+        if on_alarm is not None and not callable(on_alarm) and \
+                not hasattr(on_alarm, "on_step"):
+            raise TypeError(f"on_alarm must be an SB3 callback or a callable, got "
+                            f"{type(on_alarm).__name__}")
+        #: Run at each IDT alarm (an SB3 callback, or a callable given the alarm's record);
+        #: False from it stops training.
+        self.on_alarm = on_alarm
+        #: Each IDT alarm so far: ``env``, ``end`` (its window's, in that env's transitions),
+        #: ``timesteps`` (the model's), ``severity`` and ``attribution`` when known.
+        self.alarm_log: list[dict[str, Any]] = []
+        self._on: list[bool] = []
+        self._continue = True
 
     # -- results ----------------------------------------------------------------------------
 
@@ -210,7 +223,7 @@ class _IDTCallbackImpl:
         """Every window so far of training env ``env``, columns :data:`IDT_COLUMNS`."""
         table = self._streams[env].flush()  # with block > stride, windows not yet logged
         if table is not None:
-            self._log(table)
+            self._log(table, env)
         return frame(self._streams[env].windows())
 
     # -- SB3 hooks --------------------------------------------------------------------------
@@ -252,6 +265,10 @@ class _IDTCallbackImpl:
                 self._recorders = [StreamMarks(st) for st in streams]
             self._streams = streams
             self._episodes = [0] * venv.num_envs
+            self._on = [False] * venv.num_envs
+            if hasattr(self.on_alarm, "init_callback"):  # an SB3 callback: its model is ours
+                self.on_alarm.init_callback(self.model)
+                self.on_alarm.parent = self
         elif self._recording_ended and self._recorders:
             warnings.warn(
                 f"IDTCallback: its recordings ({self._record}) ended with the previous "
@@ -291,26 +308,60 @@ class _IDTCallbackImpl:
                 if dones[i]:
                     self._episodes[i] += 1
                 if table is not None:
-                    self._log(table)
+                    self._log(table, i)
         self._prev = new_obs
         if self.every is not None and self.num_timesteps - self._last_dump >= self.every:
             self._last_dump = self.num_timesteps
             if any(key.startswith("idt/") for key in self.logger.name_to_value):
                 self.logger.dump(self.num_timesteps)
-        return True
+        return self._continue
 
     def _on_training_end(self) -> None:
         """Close the recordings (complete); a later ``learn`` is no longer recorded."""
         if self._recorders:
             self.close_recordings()
 
-    def _log(self, table: Mapping[str, np.ndarray]) -> None:
-        for m in self.metrics:
+    def _log(self, table: Mapping[str, np.ndarray], env: int) -> None:
+        """Windows of env ``env``: their metrics, the alarm, and each alarm acted on."""
+        logged = [*self.metrics, *(c for c in TWIN_METRICS if c in table and
+                                   np.isfinite(table[c]).any())]
+        for m in logged:
             for v in table[m]:
                 if math.isfinite(v):
                     self.logger.record_mean(f"idt/{m}", float(v))
         self._n_windows += len(table["start"])
         self.logger.record("idt/windows", self._n_windows)
+        flags = np.asarray(table["x_IDT"], dtype=np.float64)
+        for j in np.flatnonzero(np.isfinite(flags)):
+            on = bool(flags[j] == 1.0)
+            self.logger.record_mean("idt/alarm", float(on))  # the share of windows alarmed
+            if on and not self._on[env]:
+                self._alarm(env, table, int(j))
+            self._on[env] = on
+        self.logger.record("idt/alarms", len(self.alarm_log))
+        self.logger.record("idt/armed", float(np.mean(
+            [s.monitor is not None and s.monitor.baseline is not None for s in self._streams])))
+
+    def _alarm(self, env: int, table: Mapping[str, np.ndarray], j: int) -> None:
+        """An IDT alarm rose in env ``env``'s window ``j``: logged, and ``on_alarm`` run."""
+        record = {"env": env, "end": int(table["end"][j]), "timesteps": int(self.num_timesteps)}
+        known = self._streams[env].alarms
+        if known and known[-1].get("end") == record["end"]:  # named already (a twin's class)
+            record.update({k: known[-1].get(k) for k in ("attribution", "component", "size")})
+        self.alarm_log.append(record)
+        if record.get("attribution"):
+            self.logger.record("idt/changed", str(record["attribution"]),
+                               exclude=("tensorboard", "json", "csv"))
+        act = self.on_alarm
+        if act is None:
+            return
+        if hasattr(act, "on_step"):  # an SB3 callback, as EvalCallback runs its children
+            act.update_locals({"alarm": record})
+            go = act.on_step()
+        else:
+            go = act(record)
+        if go is False:
+            self._continue = False
 
 
 def _close_all(streams: Sequence[Stream], error: str | None = None) -> None:
@@ -329,6 +380,32 @@ def _close_all(streams: Sequence[Stream], error: str | None = None) -> None:
 
 
 _CALLBACK_CLASS: type | None = None
+_STOP_CLASS: type | None = None
+
+
+def stop_on_alarm_class() -> type:
+    """``StopTrainingOnAlarm``: an SB3 callback that ends training at the first IDT alarm.
+
+    Give it as ``IDTCallback(on_alarm=StopTrainingOnAlarm(verbose=1))``; the alarm's record
+    is in its ``locals["alarm"]``, and :attr:`alarm` once it stopped.
+    """
+    global _STOP_CLASS
+    if _STOP_CLASS is None:
+        from stable_baselines3.common.callbacks import BaseCallback
+
+        def _on_step(self: Any) -> bool:
+            self.alarm = dict(self.locals.get("alarm") or {})
+            if self.verbose >= 1:
+                print(f"Stopping training: IDT alarm in env {self.alarm.get('env')} at "
+                      f"{self.alarm.get('timesteps'):,} timesteps"
+                      + (f" ({self.alarm['attribution']})" if self.alarm.get("attribution")
+                         else ""))
+            return False
+
+        _STOP_CLASS = type("StopTrainingOnAlarm", (BaseCallback,), {
+            "__module__": "idt_desk.gym", "__qualname__": "StopTrainingOnAlarm",
+            "__doc__": stop_on_alarm_class.__doc__, "alarm": None, "_on_step": _on_step})
+    return _STOP_CLASS
 
 
 def callback_class() -> type:
