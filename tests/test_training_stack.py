@@ -131,3 +131,59 @@ def test_a_clean_training_runs_to_its_end_with_no_alarm_logged(tmp_path):
     assert model.num_timesteps >= 6144 and stop.alarm is None and cb.alarm_log == []
     got = _scalars(tmp_path)
     assert got["idt/alarms"][-1] == 0 and max(got["idt/alarm"]) == 0.0
+
+
+def test_under_vecnormalize_the_callback_reads_the_original_observations(tmp_path):
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    from idt_desk.gym import IDTCallback
+
+    pipe = dict(window=100, stride=50, calibration_windows=2, baseline_windows=20)
+    inner = []
+
+    def make():
+        env = IDTMonitor(gym.make("Pendulum-v1"), twin=False, **pipe)  # sees the raw obs
+        inner.append(env)
+        return env
+
+    venv = VecNormalize(DummyVecEnv([make]), norm_obs=True, norm_reward=False)
+    model = PPO("MlpPolicy", venv, n_steps=256, batch_size=64, n_epochs=1, seed=0,
+                device="cpu")
+    cb = IDTCallback(twin=False, **pipe)
+    model.learn(2048, callback=cb)
+    got, want = cb.windows(), inner[0].windows
+    assert len(got) >= 30 and len(got) == len(want)
+    for c in ("P", "H_f", "H_b", "dH"):  # the normalised S would have drifted with its stats
+        np.testing.assert_allclose(got[c], want[c], rtol=1e-9, atol=1e-12, err_msg=c)
+
+
+def test_the_vector_wrapper_gives_each_env_the_windows_of_its_own_monitor():
+    from idt_desk.gym import IDTVectorMonitor
+
+    pipe = dict(window=100, stride=50, calibration_windows=2, baseline_windows=20)
+    venv = IDTVectorMonitor(gym.make_vec("CartPole-v1", 2, vectorization_mode="sync"), **pipe)
+    singles = [IDTMonitor(gym.make("CartPole-v1"), **pipe) for _ in range(2)]
+    obs, infos = venv.reset(seed=[3, 4])
+    for env, seed in zip(singles, (3, 4), strict=True):
+        env.reset(seed=seed)
+    assert "idt" not in infos
+    rng = np.random.default_rng(0)
+    ended = [False, False]
+    for _ in range(1500):
+        actions = rng.integers(0, 2, size=2)
+        obs, _, term, trunc, infos = venv.step(actions)
+        for i, env in enumerate(singles):  # next-step autoreset: the step after an end resets
+            if ended[i]:
+                env.reset()
+            else:
+                env.step(int(actions[i]))
+        ended = list(np.logical_or(term, trunc))
+    assert infos["_idt"].all()
+    for i, env in enumerate(singles):
+        want, got = env.windows, venv.windows(i)
+        assert len(got) == len(want) > 20
+        for c in ("P", "H_f", "H_b", "dH", "x_IDT", "episode"):
+            np.testing.assert_array_equal(got[c].to_numpy(), want[c].to_numpy(), err_msg=c)
+        assert infos["idt"]["P"][i] == env.latest["P"]
+    venv.close()

@@ -58,6 +58,7 @@ from __future__ import annotations
 from typing import Any
 
 from idt_desk.gym.monitor import IDTMonitor
+from idt_desk.gym.vector import IDTVectorMonitor
 from idt_desk.gym.stream import GENERIC_PRESET, IDT_COLUMNS, LOGGED_METRICS, resolve_preset
 
 __all__ = [
@@ -66,6 +67,7 @@ __all__ = [
     "LOGGED_METRICS",
     "IDTCallback",
     "IDTMonitor",
+    "IDTVectorMonitor",
     "StopTrainingOnAlarm",
     "resolve_preset",
 ]

@@ -55,7 +55,15 @@ class _IDTCallbackImpl:
     training the model's current observation), A the action the algorithm passed to the
     env (``clipped_actions`` for on-policy algorithms, ``actions`` otherwise) and S' the
     step's ``new_obs``, or ``infos[i]["terminal_observation"]`` where ``dones[i]``: a
-    transition never spans two episodes. Calibration as :class:`IDTMonitor`, per env.
+    transition never spans two episodes. Calibration as :class:`IDTMonitor`, per env. Under a
+    ``VecNormalize`` S and S' are the original observations (``get_original_obs()``; a
+    terminal observation unnormalised, exact within its ``clip_obs``): normalised with running
+    statistics, they would drift while training.
+
+    Each window also logs ``idt/alarm`` (the share of windows alarmed since the last dump),
+    ``idt/alarms`` (alarms so far), ``idt/armed`` (the share of envs whose baseline is set),
+    the twin's channels and, where the twin named it, ``idt/changed`` (text; not sent to
+    TensorBoard). :attr:`alarm_log` lists every alarm.
 
     Every finished window's metrics (finite values only) go to ``logger.record_mean`` as
     ``idt/<metric>``, so each dump of the logger writes the mean over the windows finished
@@ -74,6 +82,11 @@ class _IDTCallbackImpl:
     baseline
         A baseline profile's path (or a :class:`~idt_desk.recordings.profile.Profile`), as
         :class:`IDTMonitor`'s: every env's stream is armed at its first window.
+    on_alarm
+        Run at each IDT alarm: an SB3 callback (it gets the alarm's record in
+        ``locals["alarm"]``, as ``EvalCallback`` runs its children; ``StopTrainingOnAlarm``
+        stops training) or a callable given the record (``env``, ``end``, ``timesteps``,
+        ``attribution`` where known). False from either stops training.
     every
         None: the metrics are written at SB3's own dumps (on-policy: every ``log_interval``
         rollouts; off-policy: every ``log_interval`` episodes). An integer: the callback
@@ -185,6 +198,7 @@ class _IDTCallbackImpl:
         self.alarm_log: list[dict[str, Any]] = []
         self._on: list[bool] = []
         self._continue = True
+        self._vecnorm: Any = None
 
     # -- results ----------------------------------------------------------------------------
 
@@ -229,7 +243,12 @@ class _IDTCallbackImpl:
     # -- SB3 hooks --------------------------------------------------------------------------
 
     def _on_training_start(self) -> None:
+        from stable_baselines3.common.vec_env import unwrap_vec_normalize
+
         venv = self.training_env
+        #: A VecNormalize in the training stack: the IDT reads the original observations
+        #: (its running statistics move while training; normalised, S would drift).
+        self._vecnorm = unwrap_vec_normalize(venv)
         if not self._streams:
             self.preset = resolve_preset(self._options["preset"], venv.observation_space,
                                          venv.action_space, self._options["bins"],
@@ -277,6 +296,8 @@ class _IDTCallbackImpl:
                 stacklevel=2)
             self._recorders = []
         last = getattr(self.model, "_last_obs", None)
+        if self._vecnorm is not None and isinstance(last, np.ndarray):
+            last = self._vecnorm.get_original_obs()
         if isinstance(last, np.ndarray) and len(last) == len(self._streams):
             last = np.array(last)
             if self._prev is not None and self._prev.shape == last.shape:
@@ -291,7 +312,8 @@ class _IDTCallbackImpl:
 
     def _on_step(self) -> bool:
         loc = self.locals
-        new_obs = np.array(loc["new_obs"])
+        vn = self._vecnorm
+        new_obs = np.array(loc["new_obs"] if vn is None else vn.get_original_obs())
         actions = loc.get("clipped_actions", loc["actions"])
         rewards, dones, infos = loc["rewards"], loc["dones"], loc["infos"]
         prev = self._prev
@@ -299,6 +321,8 @@ class _IDTCallbackImpl:
             for i, stream in enumerate(self._streams):
                 if dones[i]:
                     s_next = infos[i].get("terminal_observation")
+                    if s_next is not None and vn is not None:  # VecNormalize normalised it
+                        s_next = vn.unnormalize_obs(s_next)
                     if s_next is None:
                         self._episodes[i] += 1
                         continue  # S' unknown: drop rather than mix episodes
