@@ -164,7 +164,7 @@ def test_the_vector_wrapper_gives_each_env_the_windows_of_its_own_monitor():
     pipe = dict(window=100, stride=50, calibration_windows=2, baseline_windows=20)
     venv = IDTVectorMonitor(gym.make_vec("CartPole-v1", 2, vectorization_mode="sync"), **pipe)
     singles = [IDTMonitor(gym.make("CartPole-v1"), **pipe) for _ in range(2)]
-    obs, infos = venv.reset(seed=[3, 4])
+    _, infos = venv.reset(seed=[3, 4])
     for env, seed in zip(singles, (3, 4), strict=True):
         env.reset(seed=seed)
     assert "idt" not in infos
@@ -172,7 +172,7 @@ def test_the_vector_wrapper_gives_each_env_the_windows_of_its_own_monitor():
     ended = [False, False]
     for _ in range(1500):
         actions = rng.integers(0, 2, size=2)
-        obs, _, term, trunc, infos = venv.step(actions)
+        _, _, term, trunc, infos = venv.step(actions)
         for i, env in enumerate(singles):  # next-step autoreset: the step after an end resets
             if ended[i]:
                 env.reset()

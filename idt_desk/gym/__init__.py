@@ -58,8 +58,8 @@ from __future__ import annotations
 from typing import Any
 
 from idt_desk.gym.monitor import IDTMonitor
-from idt_desk.gym.vector import IDTVectorMonitor
 from idt_desk.gym.stream import GENERIC_PRESET, IDT_COLUMNS, LOGGED_METRICS, resolve_preset
+from idt_desk.gym.vector import IDTVectorMonitor
 
 __all__ = [
     "GENERIC_PRESET",
