@@ -199,6 +199,7 @@ class _IDTCallbackImpl:
         self._on: list[bool] = []
         self._continue = True
         self._vecnorm: Any = None
+        self._named: dict[int, int] = {}
 
     # -- results ----------------------------------------------------------------------------
 
@@ -363,19 +364,22 @@ class _IDTCallbackImpl:
                 self._alarm(env, table, int(j))
             self._on[env] = on
         self.logger.record("idt/alarms", len(self.alarm_log))
+        named = self._streams[env].alarms  # the twin names an alarm a window length after it
+        for a in named[self._named.get(env, 0):]:
+            if a.get("attribution"):
+                self.logger.record("idt/changed", str(a["attribution"]),
+                                   exclude=("tensorboard", "json", "csv"))
+            for rec in self.alarm_log:
+                if rec["env"] == env and rec["end"] == a.get("end"):
+                    rec.update({k: a.get(k) for k in ("attribution", "component", "size")})
+        self._named[env] = len(named)
         self.logger.record("idt/armed", float(np.mean(
             [s.monitor is not None and s.monitor.baseline is not None for s in self._streams])))
 
     def _alarm(self, env: int, table: Mapping[str, np.ndarray], j: int) -> None:
         """An IDT alarm rose in env ``env``'s window ``j``: logged, and ``on_alarm`` run."""
         record = {"env": env, "end": int(table["end"][j]), "timesteps": int(self.num_timesteps)}
-        known = self._streams[env].alarms
-        if known and known[-1].get("end") == record["end"]:  # named already (a twin's class)
-            record.update({k: known[-1].get(k) for k in ("attribution", "component", "size")})
-        self.alarm_log.append(record)
-        if record.get("attribution"):
-            self.logger.record("idt/changed", str(record["attribution"]),
-                               exclude=("tensorboard", "json", "csv"))
+        self.alarm_log.append(record)  # named (the class of change) once the twin has
         act = self.on_alarm
         if act is None:
             return
