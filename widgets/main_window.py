@@ -624,7 +624,7 @@ class MainWindow(WindowFrame):
 
     def _load_profile_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
-            self, "Load a baseline profile", str(self.record_panel.folder()),
+            self, "Load a baseline profile", str(self.record_panel.folder),
             "Baseline profiles (*.json);;All files (*)")
         if path:
             self.load_profile(path)
@@ -659,7 +659,7 @@ class MainWindow(WindowFrame):
             return
         path, _ = QFileDialog.getSaveFileName(
             self, "Save the baseline as a profile",
-            str(self.record_panel.folder() / f"{self.session.source.name}.profile.json"),
+            str(self.record_panel.folder / f"{self.session.source.name}.profile.json"),
             "Baseline profiles (*.json)")
         if path:
             self.save_profile(path)

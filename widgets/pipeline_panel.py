@@ -57,7 +57,8 @@ class PipelinePanel(QGroupBox):
     apply_requested = Signal(dict)
     #: "Calibrate baseline now" was clicked: the number of windows (turns) to take.
     calibrate_requested = Signal(int)
-    #: "Load baseline…", "Save baseline…" and "Clear" of the baseline profile row.
+    #: "Load…", "Save…" and "Clear" of the baseline profile row (the window's Load baseline…,
+    #: Save baseline…).
     profile_load_requested = Signal()
     profile_save_requested = Signal()
     profile_clear_requested = Signal()
@@ -130,12 +131,12 @@ class PipelinePanel(QGroupBox):
         self.profile_label.setWordWrap(True)
         form.addRow("Baseline profile", self.profile_label)
         row = QHBoxLayout()
-        self.profile_load_button = QPushButton("Load baseline…", self)
+        self.profile_load_button = QPushButton("Load…", self)
         self.profile_load_button.setToolTip(
-            "A baseline profile (idt-desk fit, or Save baseline… of an earlier session): "
+            "A baseline profile (idt-desk fit, or Save… of an earlier session): "
             "every Start then takes its symbols, twin and thresholds and judges from the "
             "first window, with no calibration and no baseline to gather")
-        self.profile_save_button = QPushButton("Save baseline…", self)
+        self.profile_save_button = QPushButton("Save…", self)
         self.profile_save_button.setToolTip(
             "Save what this session fitted (symbols, twin, baseline and thresholds) as a "
             "baseline profile, once its baseline is complete")

@@ -206,11 +206,12 @@ class ClickStorm:
 
     @contextlib.contextmanager
     def _no_dialogs(self) -> Iterator[None]:
-        """Dialogs answer at once: saves go to scratch, folder choosers cancel.
+        """Dialogs answer at once: saves go to scratch, folder and file choosers cancel.
 
         A question gets a random answer (Reset's: clear the unrecorded session, or not).
         """
-        saved = (QFileDialog.getSaveFileName, QFileDialog.getExistingDirectory)
+        saved = (QFileDialog.getSaveFileName, QFileDialog.getExistingDirectory,
+                 QFileDialog.getOpenFileName)
         question = QMessageBox.question
         count = {"n": 0}
 
@@ -222,6 +223,8 @@ class ClickStorm:
         QFileDialog.getSaveFileName = staticmethod(save)  # type: ignore[method-assign]
         QFileDialog.getExistingDirectory = staticmethod(  # type: ignore[method-assign]
             lambda *_a, **_k: "")
+        QFileDialog.getOpenFileName = staticmethod(  # type: ignore[method-assign]
+            lambda *_a, **_k: ("", ""))
 
         def answer(_parent: Any, _title: str, _text: str, buttons: Any, default: Any,
                    ) -> QMessageBox.StandardButton:
@@ -233,7 +236,8 @@ class ClickStorm:
         try:
             yield
         finally:
-            QFileDialog.getSaveFileName, QFileDialog.getExistingDirectory = saved
+            (QFileDialog.getSaveFileName, QFileDialog.getExistingDirectory,
+             QFileDialog.getOpenFileName) = saved
             QMessageBox.question = question  # type: ignore[method-assign]
 
     #: Qt messages that are not the program's fault (the offscreen platform's).

@@ -398,7 +398,10 @@ class Session:
 
     def pipeline_settings(self) -> dict[str, Any]:
         """The pipeline's settings in force (``settings.PIPELINE_KEYS``)."""
-        return {key: getattr(self.config, key) for key in PIPELINE_KEYS}
+        # A profile is stated only where one is in force: a recording without one reads as
+        # every recording before profiles did.
+        return {key: getattr(self.config, key) for key in PIPELINE_KEYS
+                if key != "profile" or self.config.profile is not None}
 
     def rebuild_pipeline(self, settings: PipelineSettings | None = None) -> None:
         """(Re)build symbols, engine and monitor from the configuration (or its ``settings``)."""
