@@ -283,7 +283,13 @@ def test_a_servers_run_is_followed_over_ssh_with_the_users_own_setup(tmp_path, s
     follower, writer = load_recording(out), load_recording(src)
     assert writer.complete and len(follower.transitions) == len(writer.transitions) == n
     _same(follower, writer)
-    assert session.error is None and not _events(follower, "note").shape[0]
+    # Connected again at the next poll; where a poll saw the cut first (a loaded machine), the
+    # follow says so and that it is back, and nothing else: no stop, no silent writer.
+    texts = [str(t) for t in _events(follower, "note").get("text", [])]
+    assert session.error is None and all(
+        "the follow waits" in t or t.startswith("the connection to the server is back")
+        for t in texts), texts
+    assert len(texts) in (0, 2), texts
     # Followed again once it has ended: read to its end and stopped, as a replay.
     source = ReplaySource(path=f"ssh://127.0.0.1:{ssh_home}{src}")
     session = Session(SessionConfig(speed=None), source=source, record=tmp_path / "again")
