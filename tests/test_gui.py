@@ -1150,3 +1150,19 @@ def test_every_screenshot_of_the_docs_comes_from_the_pictures_script(tmp_path):
     image = QImage(str(tmp_path / "alarms.png"))
     assert image.width() > 200 and image.height() > 200
     assert main(["pictures", "nope.png", "--out", str(tmp_path)]) == 2
+
+
+def test_a_snapshot_taken_during_a_kick_does_not_press_its_button(qtbot, window, monkeypatch):
+    import dataclasses
+
+    qtbot.mouseClick(window.source_panel.start_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.session is not None and window.session.running, timeout=WAIT)
+    real = window.session.snapshot
+    params = window.switches.perturb_forms["kick"].values()
+    for period, pressed in ((0.0, False), (0.5, True)):  # an impulse, then a repeating kick
+        during = dataclasses.replace(real(1), active_perturbations={
+            "kick": {**params, "period": period}})
+        monkeypatch.setattr(window.session, "snapshot", lambda *a, **k: during)
+        window.refresh()
+        assert window.switches.perturb_buttons["kick"].isChecked() is pressed, period
+    monkeypatch.setattr(window.session, "snapshot", real)
