@@ -1162,7 +1162,7 @@ def test_a_snapshot_taken_during_a_kick_does_not_press_its_button(qtbot, window,
     for period, pressed in ((0.0, False), (0.5, True)):  # an impulse, then a repeating kick
         during = dataclasses.replace(real(1), active_perturbations={
             "kick": {**params, "period": period}})
-        monkeypatch.setattr(window.session, "snapshot", lambda *a, **k: during)
+        monkeypatch.setattr(window.session, "snapshot", lambda *a, _s=during, **k: _s)
         window.refresh()
         assert window.switches.perturb_buttons["kick"].isChecked() is pressed, period
     monkeypatch.setattr(window.session, "snapshot", real)
