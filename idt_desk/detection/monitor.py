@@ -498,11 +498,7 @@ class Monitor:
         self.apart = apart
         self.arl_windows = arl
         self.calibrations = cals
-        self.baseline = Baseline(
-            mean, std, n, self.k,
-            thresholds={m: c.threshold[m] for c in cals.values() for m in c.components}
-            if self.spec.detector.band else None,
-            detector=self.describe(), kind=self.spec.kind)
+        self.baseline = self._baseline(mean, std, n)
 
     def budget_windows(self) -> float:
         """Windows per false alarm the budget allows (a calibrated detector's)."""
@@ -536,9 +532,16 @@ class Monitor:
                     overlap=self.overlap, standardised=self.phased,
                     min_std={m: RESOLUTION for m in comps if base_metric(m) in TWIN_METRICS})
         self.calibrations = calibrations
-        self.baseline = Baseline(
-            fitted.mean, fitted.std, fitted.n_windows, self.k,
-            thresholds={m: c.threshold[m] for c in calibrations.values()
+        self.baseline = self._baseline(fitted.mean, fitted.std, fitted.n_windows)
+
+    def _baseline(self, mean: dict[str, float], std: dict[str, float], n: int) -> Baseline:
+        """The baseline of these statistics and the calibrations in force.
+
+        Set once, whole: another thread may read ``baseline`` at any moment.
+        """
+        return Baseline(
+            mean, std, n, self.k,
+            thresholds={m: c.threshold[m] for c in self.calibrations.values()
                         for m in c.components} if self.spec.detector.band else None,
             detector=self.describe(), kind=self.spec.kind)
 

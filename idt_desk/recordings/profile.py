@@ -88,10 +88,6 @@ def canonical(doc: Any) -> bytes:
                       allow_nan=False).encode("utf-8")
 
 
-def _digest(doc: Any) -> str:
-    return hashlib.sha256(canonical(doc)).hexdigest()
-
-
 def _names(x: Any) -> tuple[str, ...] | None:
     return None if x is None else tuple(str(n) for n in x)
 
@@ -172,13 +168,14 @@ class Profile:
             raise ProfileError(f"{where}: a profile of version {version!r}"
                                f"{f' (made by {by})' if isinstance(by, str) else ''}; this "
                                f"idt-desk reads version {VERSION}: fit it again here")
-        doc = json.loads(canonical(doc))  # JSON's own values: NaN is null, tuples are lists
+        raw = canonical(doc)
+        doc = json.loads(raw)  # JSON's own values: NaN is null, tuples are lists
         try:
             _check_document(doc)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             text = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
             raise ProfileError(f"{where}: a damaged profile ({text.strip(chr(39))})") from None
-        return cls(doc, _digest(doc), path)
+        return cls(doc, hashlib.sha256(raw).hexdigest(), path)
 
     @classmethod
     def of(cls, value: Any) -> Profile:
